@@ -1,0 +1,27 @@
+# Every target sets itself up: a fresh machine needs only Python 3.11 and pip.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench lint clean
+
+# Reinstall only when the dependency list changes; otherwise this costs nothing.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,parity]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/gapwatch demo
+
+test: $(STAMP)
+	@bash scripts/ensure_test_services.sh
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

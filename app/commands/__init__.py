@@ -1,0 +1,1 @@
+"""Subcommands of the `gapwatch` CLI, one module each (see app/cli.py)."""

@@ -1,0 +1,246 @@
+"""The names and records every part of gapwatch agrees on.
+
+Metric keys are declared here once, as `namespace/name` in lower snake case with units in the name
+where they would otherwise be ambiguous. Importers map other trainers' conventions onto these keys;
+detectors, the dashboard and the report only ever see these.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+# --- training ---------------------------------------------------------------------------------
+TRAIN_LOSS = "train/loss"
+TRAIN_GRAD_NORM = "train/grad_norm"
+TRAIN_TOKENS = "train/tokens"  # cumulative tokens consumed up to and including this step
+OPTIM_LR = "optim/lr"
+
+# --- performance ------------------------------------------------------------------------------
+PERF_STEP_TIME_S = "perf/step_time_s"
+PERF_TOKENS_PER_S = "perf/tokens_per_s"
+PERF_MFU = "perf/mfu"  # a fraction in [0, 1], not a percentage
+
+# --- data loader ------------------------------------------------------------------------------
+DATA_CURSOR = "data/cursor"  # records consumed so far, summed over every data host
+DATA_EPOCH = "data/epoch"
+DATA_UNIQUE_FRACTION = "data/unique_fraction"  # share of the corpus seen at least once
+DATA_SEEN_ONCE_FRACTION = "data/seen_once_fraction"
+DATA_SEEN_2PLUS_FRACTION = "data/seen_2plus_fraction"
+DATA_EXPECTED_UNIQUE_FRACTION = "data/expected_unique_fraction"  # what the sampling plan promises
+
+# --- logit parity between two scoring functions ------------------------------------------------
+PARITY_KL_MEAN = "parity/kl_mean"
+PARITY_TOP1 = "parity/top1"
+
+# --- detector outputs that are series rather than intervals ------------------------------------
+SPIKE_SCORE_LOSS = "detect/spike_score/train_loss"
+SPIKE_SCORE_GRAD_NORM = "detect/spike_score/grad_norm"
+
+CORE_KEYS = (
+    TRAIN_LOSS,
+    TRAIN_GRAD_NORM,
+    TRAIN_TOKENS,
+    OPTIM_LR,
+    PERF_STEP_TIME_S,
+    PERF_TOKENS_PER_S,
+    PERF_MFU,
+    DATA_CURSOR,
+    DATA_EPOCH,
+    DATA_UNIQUE_FRACTION,
+    DATA_SEEN_ONCE_FRACTION,
+    DATA_SEEN_2PLUS_FRACTION,
+    DATA_EXPECTED_UNIQUE_FRACTION,
+)
+
+HELDOUT_PREFIX = "eval/heldout/"
+DOWNSTREAM_PREFIX = "eval/downstream/"
+HELDOUT_STATS = ("loss", "bpb", "stderr", "n")
+
+
+def heldout_key(dataset: str, stat: str = "loss") -> str:
+    """`eval/heldout/<set>/<stat>`; stat is loss, bpb, stderr (of the loss) or n (sequences)."""
+    if stat not in HELDOUT_STATS:
+        raise ValueError(f"held-out stat must be one of {HELDOUT_STATS}, not {stat!r}")
+    return f"{HELDOUT_PREFIX}{slug(dataset)}/{stat}"
+
+
+def downstream_key(task: str, metric: str, stat: str | None = None) -> str:
+    """`eval/downstream/<task>/<metric>`, or with stat `stderr` or `n` appended."""
+    if stat not in (None, "stderr", "n"):
+        raise ValueError(f"downstream stat must be stderr or n, not {stat!r}")
+    key = f"{DOWNSTREAM_PREFIX}{slug(task)}/{slug(metric)}"
+    return f"{key}/{stat}" if stat else key
+
+
+_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*(/[a-z0-9_.\-]+)+$")
+_SLUG_BAD = re.compile(r"[^a-z0-9_.\-]+")
+
+
+def slug(part: str) -> str:
+    """Lower snake case for one path part of a key: `CE loss` -> `ce_loss`."""
+    cleaned = _SLUG_BAD.sub("_", part.strip().lower()).strip("_")
+    if not cleaned:
+        raise ValueError(f"{part!r} has no characters usable in a metric key")
+    return cleaned
+
+
+def is_valid_key(key: str) -> bool:
+    return bool(_KEY_RE.match(key)) and len(key) <= 200
+
+
+def check_key(key: str) -> str:
+    if not is_valid_key(key):
+        raise ValueError(
+            f"metric key {key!r} is not of the form namespace/name in lower snake case"
+        )
+    return key
+
+
+# --- events -------------------------------------------------------------------------------------
+class EventKind(str, enum.Enum):
+    RUN_START = "run_start"  # payload: config, git_sha, versions
+    CHECKPOINT = "checkpoint"  # payload: path, step
+    RESUME = "resume"  # payload: restored_step, restored_data_position, global_batch_size
+    RESTART = "restart"  # a supervisor started the process again; payload: reason, exit_code
+    EVAL = "eval"  # payload: kind (heldout|downstream|parity), tasks
+    CONFIG = "config"  # payload: the changed settings
+    PREFLIGHT = "preflight"  # payload: ok, max_abs_error
+    GC = "gc"  # payload: generation, duration_s
+
+
+# --- run descriptions -----------------------------------------------------------------------------
+class RunStatus(str, enum.Enum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    CRASHED = "crashed"
+    IMPORTED = "imported"
+
+
+@dataclass
+class RunInfo:
+    """What detectors need to know about a run beyond its series. Filled from the runs table."""
+
+    name: str
+    tokens_per_step: float | None = None
+    global_batch_size: int | None = None  # records (sequences) per optimizer step, all hosts
+    records_per_epoch: int | None = None  # records in one pass over the training split
+    reference: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+# Keys under which a run's config carries the numbers of RunInfo.
+CONFIG_GLOBAL_BATCH_SIZE = "global_batch_size"
+CONFIG_RECORDS_PER_EPOCH = "records_per_epoch"
+CONFIG_TOKENS_PER_STEP = "tokens_per_step"
+
+
+@dataclass
+class RunData:
+    """One run as detectors and the report see it, at full resolution.
+
+    scalars:  wide frame, index `step` (int64, ascending, unique), one float column per metric key,
+              the latest attempt of each step; NaN where a metric was not logged at that step (and
+              also where the run logged NaN: `nonfinite_steps` tells the two apart).
+    events:   columns step, kind, attempt, payload (dict), sorted by step.
+    repeats:  long frame of steps logged by more than one attempt: columns key, step, attempt, value.
+    logged_nonfinite: long frame (key, step, value) of the values the run itself logged as NaN/Inf.
+    """
+
+    info: RunInfo
+    scalars: pd.DataFrame
+    events: pd.DataFrame = field(default_factory=lambda: empty_events())
+    repeats: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(
+            {"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
+             "attempt": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)}
+        )
+    )
+    logged_nonfinite: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(
+            {"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
+             "value": pd.Series(dtype=float)}
+        )
+    )
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def series(self, key: str) -> pd.Series:
+        """One metric with its unlogged steps dropped (logged NaN/Inf kept as such)."""
+        if key not in self.scalars.columns:
+            return pd.Series(dtype=float, name=key, index=pd.Index([], dtype="int64", name="step"))
+        col = self.scalars[key]
+        logged = col.notna()
+        if len(self.logged_nonfinite):
+            nf = self.logged_nonfinite[self.logged_nonfinite["key"] == key]
+            logged |= col.index.isin(nf["step"])
+        return col[logged]
+
+
+def empty_events() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"step": pd.Series(dtype="int64"), "kind": pd.Series(dtype=str),
+         "attempt": pd.Series(dtype="int64"), "payload": pd.Series(dtype=object)}
+    )
+
+
+# --- detections -------------------------------------------------------------------------------------
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+
+
+@dataclass
+class Detection:
+    """An interval in which one detector saw one metric misbehave, with the numbers behind it."""
+
+    run: str
+    detector: str
+    metric: str
+    start_step: int
+    end_step: int
+    peak_step: int
+    score: float
+    severity: Severity
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    reference: str | None = None
+    attempt: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["severity"] = self.severity.value
+        d["evidence"] = {k: _plain(v) for k, v in self.evidence.items()}
+        d["score"] = _plain(self.score)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Detection":
+        d = dict(d)
+        d["severity"] = Severity(d["severity"])
+        return cls(**d)
+
+
+def _plain(v: Any) -> Any:
+    """NumPy scalars and non-finite floats made JSON-safe (NaN/Inf become strings, not nulls)."""
+    if hasattr(v, "item") and not isinstance(v, (list, dict)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
