@@ -1,0 +1,80 @@
+"""SQLAlchemy engines tuned per backend, and the translation of connection failures into one line."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.pool import NullPool
+
+from monitor.errors import GapwatchError
+from monitor.store.url import StoreURL
+
+# Writers wait this long for the single SQLite write lock before giving up. A writer commits in
+# milliseconds, so 30 s means something is wrong (a stuck process), not ordinary contention.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# PostgreSQL: fail fast on a dead server instead of the driver's default of waiting forever.
+PG_CONNECT_TIMEOUT_S = 5
+
+
+def create(store_url: StoreURL, read_only: bool = False) -> Engine:
+    if store_url.backend == "sqlite":
+        return _sqlite_engine(store_url, read_only)
+    return _postgres_engine(store_url, read_only)
+
+
+def _sqlite_engine(store_url: StoreURL, read_only: bool) -> Engine:
+    path = store_url.sqlite_path
+    if path is None:
+        raise GapwatchError("an in-memory SQLite store cannot be shared between processes; give a file path")
+    if read_only:
+        if not path.exists():
+            raise GapwatchError(f"no gapwatch store at {path}")
+        url = f"sqlite:///file:{path}?mode=ro&uri=true"
+    else:
+        _check_writable(path)
+        url = f"sqlite:///{path}"
+    # NullPool: a connection per use, so a forked or long-lived process never holds a stale handle.
+    engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_conn: sqlite3.Connection, _record) -> None:
+        # Let SQLAlchemy's "begin" hook below issue BEGIN, not the driver's implicit one.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        if not read_only:
+            # WAL: readers never block the writer and the writer never blocks readers.
+            cur.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode loses at most the last transactions on power loss, never corrupts.
+            cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:
+        # A deferred transaction that later writes can fail with "database is locked" at once,
+        # without waiting: a writer takes the write lock up front and waits its turn instead.
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _check_writable(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GapwatchError(f"cannot create the store directory {path.parent}: {exc.strerror}") from None
+    if path.exists() and not path.is_file():
+        raise GapwatchError(f"store path {path} is not a file")
+    probe = path if path.exists() else path.parent
+    if not os.access(probe, os.W_OK):
+        raise GapwatchError(f"store path {probe} is not writable")
+
+
+def _postgres_engine(store_url: StoreURL, read_only: bool) -> Engine:
+    connect_args = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "gapwatch"}
+    if read_only:
+        connect_args["options"] = "-c default_transaction_read_only=on"
+    return create_engine(store_url.url, pool_pre_ping=True, connect_args=connect_args)

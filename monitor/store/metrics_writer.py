@@ -1,0 +1,262 @@
+"""The write path for metric rows: bulk insert, series marks and incremental rollups, in one transaction.
+
+Idempotence: a row is keyed by (run, key, step, attempt) and inserted with ON CONFLICT DO NOTHING,
+so a replayed batch changes nothing. Rollups are merged incrementally only for rows past a series'
+high-water mark (the common, append-only case). A batch that reaches back to or before the mark (a
+replay, or a resumed run logging steps again) makes the writer rebuild the affected buckets from the
+raw rows instead, which is exact and idempotent too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, and_, delete, func, select, text
+from sqlalchemy.exc import IntegrityError
+
+from monitor.store import tables
+from monitor.store.rollups import LEVEL_WIDTHS, aggregate
+
+_SQLITE_INSERT = (
+    "INSERT INTO metrics (run_id, key_id, step, attempt, value, wall_time) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+
+_ROLLUP_MERGE = text(
+    """
+    INSERT INTO rollups (run_id, key_id, level, bucket, n, nonfinite, total, min_step, min_value,
+                         max_step, max_value, last_step, last_value)
+    VALUES (:run_id, :key_id, :level, :bucket, :n, :nonfinite, :total, :min_step, :min_value,
+            :max_step, :max_value, :last_step, :last_value)
+    ON CONFLICT (run_id, key_id, level, bucket) DO UPDATE SET
+        n = rollups.n + excluded.n,
+        nonfinite = rollups.nonfinite + excluded.nonfinite,
+        total = CASE WHEN rollups.total IS NULL THEN excluded.total
+                     WHEN excluded.total IS NULL THEN rollups.total
+                     ELSE rollups.total + excluded.total END,
+        min_step = CASE WHEN rollups.min_value IS NULL OR excluded.min_value < rollups.min_value
+                        THEN excluded.min_step ELSE rollups.min_step END,
+        min_value = CASE WHEN rollups.min_value IS NULL OR excluded.min_value < rollups.min_value
+                         THEN excluded.min_value ELSE rollups.min_value END,
+        max_step = CASE WHEN rollups.max_value IS NULL OR excluded.max_value > rollups.max_value
+                        THEN excluded.max_step ELSE rollups.max_step END,
+        max_value = CASE WHEN rollups.max_value IS NULL OR excluded.max_value > rollups.max_value
+                         THEN excluded.max_value ELSE rollups.max_value END,
+        last_step = CASE WHEN excluded.last_step >= rollups.last_step
+                         THEN excluded.last_step ELSE rollups.last_step END,
+        last_value = CASE WHEN excluded.last_step >= rollups.last_step
+                          THEN excluded.last_value ELSE rollups.last_value END
+    """
+)
+
+_SERIES_MERGE = text(
+    """
+    INSERT INTO series (run_id, key_id, first_step, last_step, n, last_wall_time)
+    VALUES (:run_id, :key_id, :first_step, :last_step, :n, :last_wall_time)
+    ON CONFLICT (run_id, key_id) DO UPDATE SET
+        first_step = CASE WHEN excluded.first_step < series.first_step
+                          THEN excluded.first_step ELSE series.first_step END,
+        last_step = CASE WHEN excluded.last_step > series.last_step
+                         THEN excluded.last_step ELSE series.last_step END,
+        n = series.n + excluded.n,
+        last_wall_time = CASE WHEN excluded.last_wall_time > series.last_wall_time
+                              THEN excluded.last_wall_time ELSE series.last_wall_time END
+    """
+)
+
+
+def write(conn: Connection, run_id: int, rows: pd.DataFrame) -> int:
+    """Insert rows (key_id, step, attempt, value, wall_time) of one run; return rows given.
+
+    Rows must be validated already: integer steps >= 0, one row per (key_id, step, attempt).
+    """
+    if rows.empty:
+        return 0
+    rows = rows.sort_values(["key_id", "step", "attempt"], kind="stable").reset_index(drop=True)
+    marks = _lock_marks(conn, run_id, rows["key_id"].unique().tolist())
+    mark = rows["key_id"].map(marks).fillna(-1).astype("int64").to_numpy()
+    appends = rows["step"].to_numpy() > mark
+    _insert_raw(conn, run_id, rows, only_appends=bool(appends.all()))
+
+    fresh = rows[appends]
+    # A key whose batch reaches back to or before its mark is rebuilt from the raw rows.
+    reaching_back = rows[~appends]
+    if not fresh.empty:
+        latest = fresh.drop_duplicates(["key_id", "step"], keep="last")
+        _merge_rollups(conn, run_id, latest)
+        _merge_series(conn, run_id, latest)
+    for key_id, first_step in reaching_back.groupby("key_id")["step"].min().items():
+        _rebuild_tail(conn, run_id, int(key_id), int(first_step))
+    return len(rows)
+
+
+def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, int]:
+    """Last step written per key. On PostgreSQL the rows are locked for this transaction, so two
+    hosts writing the same series take turns deciding append versus rebuild."""
+    query = select(tables.series.c.key_id, tables.series.c.last_step).where(
+        and_(tables.series.c.run_id == run_id, tables.series.c.key_id.in_(key_ids))
+    )
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    return {int(k): int(s) for k, s in conn.execute(query)}
+
+
+def _none_if_nan(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _insert_raw(conn: Connection, run_id: int, rows: pd.DataFrame, only_appends: bool) -> None:
+    values = rows["value"].to_numpy(dtype=float)
+    # NaN -> NULL (see tables.py); object array so None survives.
+    value_col = np.where(np.isnan(values), None, values).tolist()
+    tuples = list(
+        zip(
+            [run_id] * len(rows),
+            rows["key_id"].tolist(),
+            rows["step"].tolist(),
+            rows["attempt"].tolist(),
+            value_col,
+            rows["wall_time"].tolist(),
+        )
+    )
+    if conn.dialect.name == "postgresql":
+        _copy_postgres(conn, tuples, only_appends)
+    else:
+        # Straight to sqlite3's executemany: SQLAlchemy's per-row parameter handling would cost
+        # several times the insert itself.
+        conn.exec_driver_sql(_SQLITE_INSERT, tuples)
+
+
+def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) -> None:
+    """COPY (binary) straight into the table when every row lies past its series' mark, so no row
+    can already exist; otherwise, or if another host raced us to a new series, COPY into a
+    temporary table and merge with INSERT ... ON CONFLICT DO NOTHING."""
+    if only_appends:
+        try:
+            with conn.begin_nested():
+                _copy_rows(conn, "metrics", tuples)
+            return
+        except IntegrityError:
+            pass
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:
+        cur.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS metrics_incoming "
+            "(run_id int4, key_id int4, step int8, attempt int4, value float8, wall_time float8) "
+            "ON COMMIT DELETE ROWS"
+        )
+    _copy_rows(conn, "metrics_incoming", tuples)
+    with raw.cursor() as cur:
+        cur.execute(
+            "INSERT INTO metrics (run_id, key_id, step, attempt, value, wall_time) "
+            "SELECT run_id, key_id, step, attempt, value, wall_time FROM metrics_incoming "
+            "ON CONFLICT DO NOTHING"
+        )
+        cur.execute("TRUNCATE metrics_incoming")
+
+
+def _copy_rows(conn: Connection, table: str, tuples: list[tuple]) -> None:
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:
+        with cur.copy(
+            f"COPY {table} (run_id, key_id, step, attempt, value, wall_time) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["int4", "int4", "int8", "int4", "float8", "float8"])
+            for row in tuples:
+                copy.write_row(row)
+
+
+def _rollup_params(run_id: int, level: int, agg: pd.DataFrame) -> list[dict]:
+    params = []
+    for rec in agg.to_dict("records"):
+        params.append(
+            {
+                "run_id": run_id,
+                "key_id": int(rec["key_id"]),
+                "level": level,
+                "bucket": int(rec["bucket"]),
+                "n": int(rec["n"]),
+                "nonfinite": int(rec["nonfinite"]),
+                "total": _none_if_nan(float(rec["total"])),
+                "min_step": None if rec["min_step"] < 0 else int(rec["min_step"]),
+                "min_value": _none_if_nan(float(rec["min_value"])),
+                "max_step": None if rec["max_step"] < 0 else int(rec["max_step"]),
+                "max_value": _none_if_nan(float(rec["max_value"])),
+                "last_step": int(rec["last_step"]),
+                "last_value": _none_if_nan(float(rec["last_value"])),
+            }
+        )
+    return params
+
+
+def _merge_rollups(conn: Connection, run_id: int, latest: pd.DataFrame) -> None:
+    key_ids = latest["key_id"].to_numpy(dtype=np.int64)
+    steps = latest["step"].to_numpy(dtype=np.int64)
+    values = latest["value"].to_numpy(dtype=float)
+    params = []
+    for level, width in enumerate(LEVEL_WIDTHS):
+        params += _rollup_params(run_id, level, aggregate(key_ids, steps, values, width))
+    conn.execute(_ROLLUP_MERGE, params)
+
+
+def _merge_series(conn: Connection, run_id: int, latest: pd.DataFrame) -> None:
+    grouped = latest.groupby("key_id").agg(
+        first_step=("step", "min"), last_step=("step", "max"), n=("step", "size"), last_wall_time=("wall_time", "max")
+    )
+    conn.execute(
+        _SERIES_MERGE,
+        [
+            {"run_id": run_id, "key_id": int(k), "first_step": int(r.first_step), "last_step": int(r.last_step),
+             "n": int(r.n), "last_wall_time": float(r.last_wall_time)}
+            for k, r in grouped.iterrows()
+        ],
+    )
+
+
+def _rebuild_tail(conn: Connection, run_id: int, key_id: int, from_step: int) -> None:
+    """Recompute rollups and the series mark of one key from `from_step`'s buckets onwards."""
+    m = tables.metrics.c
+    coarsest = LEVEL_WIDTHS[-1]
+    start = (from_step // coarsest) * coarsest
+    raw = conn.execute(
+        select(m.step, m.attempt, m.value, m.wall_time)
+        .where(and_(m.run_id == run_id, m.key_id == key_id, m.step >= start))
+        .order_by(m.step, m.attempt)
+    ).all()
+    frame = pd.DataFrame(raw, columns=["step", "attempt", "value", "wall_time"])
+    frame["value"] = frame["value"].astype(float)  # NULL -> NaN
+    latest = frame.drop_duplicates("step", keep="last")
+    steps = latest["step"].to_numpy(dtype=np.int64)
+    values = latest["value"].to_numpy(dtype=float)
+    key_ids = np.full(len(steps), key_id, dtype=np.int64)
+    r = tables.rollups.c
+    params = []
+    for level, width in enumerate(LEVEL_WIDTHS):
+        first_bucket = from_step // width
+        conn.execute(
+            delete(tables.rollups).where(
+                and_(r.run_id == run_id, r.key_id == key_id, r.level == level, r.bucket >= first_bucket)
+            )
+        )
+        keep = steps >= first_bucket * width
+        params += _rollup_params(run_id, level, aggregate(key_ids[keep], steps[keep], values[keep], width))
+    if params:
+        conn.execute(_ROLLUP_MERGE, params)
+    _recount_series(conn, run_id, key_id)
+
+
+def _recount_series(conn: Connection, run_id: int, key_id: int) -> None:
+    m = tables.metrics.c
+    first, last, n, wall = conn.execute(
+        select(func.min(m.step), func.max(m.step), func.count(func.distinct(m.step)), func.max(m.wall_time))
+        .where(and_(m.run_id == run_id, m.key_id == key_id))
+    ).one()
+    s = tables.series.c
+    conn.execute(delete(tables.series).where(and_(s.run_id == run_id, s.key_id == key_id)))
+    conn.execute(
+        tables.series.insert().values(
+            run_id=run_id, key_id=key_id, first_step=first, last_step=last, n=n, last_wall_time=wall
+        )
+    )

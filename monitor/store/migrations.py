@@ -1,0 +1,70 @@
+"""Versioned schema: each migration moves the store from version N-1 to N, in order.
+
+Opening a store applies the missing migrations in one transaction, so an older store is brought up
+to date and a store written by a newer gapwatch is refused rather than misread. Migrations are
+append-only: a released one is never edited, a change of schema is a new function at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection, inspect, select, text
+
+from monitor.errors import GapwatchError
+from monitor.store import tables
+
+
+def _v1_initial(conn: Connection) -> None:
+    tables.metadata.create_all(conn)
+
+
+# (version, what it does, function). The store's version is the last applied entry.
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
+    (1, "runs, metrics with attempts, series marks, rollups, events, detections, alerts, outbox", _v1_initial),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def current_version(conn: Connection) -> int:
+    if not inspect(conn).has_table(tables.meta.name):
+        return 0
+    row = conn.execute(
+        select(tables.meta.c.value).where(tables.meta.c.key == "schema_version")
+    ).first()
+    return int(row[0]) if row else 0
+
+
+def _set_version(conn: Connection, version: int) -> None:
+    updated = conn.execute(
+        tables.meta.update()
+        .where(tables.meta.c.key == "schema_version")
+        .values(value=str(version))
+    ).rowcount
+    if not updated:
+        conn.execute(tables.meta.insert().values(key="schema_version", value=str(version)))
+
+
+def upgrade(conn: Connection, migrations=None) -> int:
+    """Apply every migration newer than the store; return the version reached.
+
+    Runs inside the caller's transaction. On PostgreSQL an advisory lock serialises hosts that open
+    a fresh store at the same moment; on SQLite the caller's BEGIN IMMEDIATE already does.
+    """
+    migrations = MIGRATIONS if migrations is None else migrations
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(724021)"))
+    version = current_version(conn)
+    latest = migrations[-1][0]
+    if version > latest:
+        raise GapwatchError(
+            f"the store has schema version {version}, newer than this gapwatch understands "
+            f"({latest}); upgrade gapwatch"
+        )
+    for number, _what, migrate in migrations:
+        if number > version:
+            migrate(conn)
+            _set_version(conn, number)
+            version = number
+    return version

@@ -1,0 +1,239 @@
+"""The one read interface for everything that displays, and full-resolution loads for detection.
+
+`read_scalars` never returns more than `max_points` rows per (run, key): it reads raw rows when a
+range is small, the finest rollup level that fits otherwise, and thins what it read to the budget
+with MinMaxLTTB (tsdownsample), which keeps each bucket's extremes so spikes survive.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import and_, func, select
+from tsdownsample import MinMaxLTTBDownsampler
+
+from monitor.schema import Detection, RunData, Severity, empty_events
+from monitor.store import tables
+from monitor.store.rollups import LEVEL_WIDTHS, choose_level
+
+if TYPE_CHECKING:
+    from monitor.store.store import Store
+
+DEFAULT_MAX_POINTS = 2000
+# Read up to this many times the budget (raw rows, or rollup points) before thinning in memory:
+# enough for MinMaxLTTB to choose well, still O(points shown).
+OVERSAMPLE = 4
+_SCALAR_COLUMNS = ["run", "key", "step", "value"]
+
+
+def _as_list(x) -> list[str]:
+    return [x] if isinstance(x, str) else list(x)
+
+
+def read_scalars(store: "Store", runs, keys, step_range=None, max_points: int = DEFAULT_MAX_POINTS,
+                 since_step: int | None = None) -> pd.DataFrame:
+    """Long frame (run, key, step, value): the latest attempt of each step, at most `max_points`
+    rows per series. Unknown keys give no rows; an unknown run is an error.
+
+    Downsampled series (attrs["bucket_width"][(run, key)] > 1) hold only finite values; at full
+    resolution NaN and Inf come back as logged.
+    """
+    if max_points < 4:
+        raise ValueError("max_points must be at least 4")
+    frames = []
+    widths: dict[tuple[str, str], int] = {}
+    with store._read() as conn:
+        for run in _as_list(runs):
+            run_id = store._run_id(conn, run)
+            key_ids = store.key_ids(conn, _as_list(keys))
+            if not key_ids:
+                continue
+            s = tables.series.c
+            marks = {
+                k: (first, last, n)
+                for k, first, last, n in conn.execute(
+                    select(s.key_id, s.first_step, s.last_step, s.n).where(
+                        and_(s.run_id == run_id, s.key_id.in_(list(key_ids.values())))
+                    )
+                )
+            }
+            for key, key_id in key_ids.items():
+                if key_id not in marks:
+                    continue
+                first, last, n = marks[key_id]
+                lo, hi = first, last
+                if step_range is not None:
+                    lo = max(lo, int(step_range[0]) if step_range[0] is not None else lo)
+                    hi = min(hi, int(step_range[1]) if step_range[1] is not None else hi)
+                if since_step is not None:
+                    lo = max(lo, int(since_step) + 1)
+                if lo > hi:
+                    continue
+                density = n / max(1, last - first + 1)
+                level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE)
+                if level is None:
+                    steps, values = _raw(conn, run_id, key_id, lo, hi)
+                    width = 1
+                else:
+                    steps, values = _from_rollups(conn, run_id, key_id, level, lo, hi)
+                    width = LEVEL_WIDTHS[level]
+                if len(steps) > max_points:
+                    finite = np.isfinite(values)
+                    steps, values = steps[finite], values[finite]
+                    if len(steps) > max_points:
+                        idx = MinMaxLTTBDownsampler().downsample(steps, values, n_out=max_points)
+                        steps, values = steps[idx], values[idx]
+                    width = max(width, 2)
+                widths[(run, key)] = width
+                frames.append(pd.DataFrame({"run": run, "key": key, "step": steps, "value": values}))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {"run": pd.Series(dtype=str), "key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
+         "value": pd.Series(dtype=float)}
+    )
+    out.attrs["bucket_width"] = widths
+    return out[_SCALAR_COLUMNS]
+
+
+def _raw(conn, run_id: int, key_id: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    m = tables.metrics.c
+    rows = conn.execute(
+        select(m.step, m.value)
+        .where(and_(m.run_id == run_id, m.key_id == key_id, m.step >= lo, m.step <= hi))
+        .order_by(m.step, m.attempt)
+    ).all()
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, float)
+    arr = np.array(rows, dtype=object)
+    steps = arr[:, 0].astype(np.int64)
+    values = np.array([np.nan if v is None else v for v in arr[:, 1]], dtype=float)
+    # Rows are ordered by attempt within a step: the last of each run of equal steps is the latest.
+    last = np.append(steps[1:] != steps[:-1], True)
+    return steps[last], values[last]
+
+
+def _from_rollups(conn, run_id: int, key_id: int, level: int, lo: int, hi: int):
+    width = LEVEL_WIDTHS[level]
+    r = tables.rollups.c
+    rows = conn.execute(
+        select(r.min_step, r.min_value, r.max_step, r.max_value)
+        .where(and_(r.run_id == run_id, r.key_id == key_id, r.level == level,
+                    r.bucket >= lo // width, r.bucket <= hi // width))
+        .order_by(r.bucket)
+    ).all()
+    points: dict[int, float] = {}
+    for min_step, min_value, max_step, max_value in rows:
+        # Edge buckets reach past the range: keep only their extremes that fall inside it.
+        if min_step is not None and lo <= min_step <= hi:
+            points[min_step] = min_value
+        if max_step is not None and lo <= max_step <= hi:
+            points[max_step] = max_value
+    steps = np.fromiter(points.keys(), dtype=np.int64, count=len(points))
+    values = np.fromiter(points.values(), dtype=float, count=len(points))
+    order = np.argsort(steps, kind="stable")
+    return steps[order], values[order]
+
+
+def list_runs(store: "Store") -> pd.DataFrame:
+    r, s, a = tables.runs.c, tables.series.c, tables.alerts.c
+    last = (
+        select(s.run_id, func.max(s.last_step).label("last_step"), func.max(s.last_wall_time).label("last_wall_time"))
+        .group_by(s.run_id)
+        .subquery()
+    )
+    open_alerts = (
+        select(a.run_id, func.count().label("open_alerts")).where(a.state == "open").group_by(a.run_id).subquery()
+    )
+    query = (
+        select(r.name, r.project, r.source, r.status, r.reference, r.tokens_per_step, r.attempts,
+               r.created_at, r.updated_at, last.c.last_step, last.c.last_wall_time,
+               func.coalesce(open_alerts.c.open_alerts, 0).label("open_alerts"))
+        .select_from(tables.runs)
+        .outerjoin(last, last.c.run_id == tables.runs.c.id)
+        .outerjoin(open_alerts, open_alerts.c.run_id == tables.runs.c.id)
+        .order_by(tables.runs.c.updated_at.desc())
+    )
+    with store._read() as conn:
+        return pd.DataFrame(conn.execute(query).mappings().all(), columns=[
+            "name", "project", "source", "status", "reference", "tokens_per_step", "attempts", "created_at",
+            "updated_at", "last_step", "last_wall_time", "open_alerts"])
+
+
+def read_events(store: "Store", name: str, kinds: Iterable[str] | None = None) -> pd.DataFrame:
+    e = tables.events.c
+    with store._read() as conn:
+        cond = e.run_id == store._run_id(conn, name)
+        if kinds is not None:
+            cond = and_(cond, e.kind.in_([k.value if hasattr(k, "value") else k for k in kinds]))
+        rows = conn.execute(
+            select(e.step, e.kind, e.attempt, e.payload, e.wall_time).where(cond).order_by(e.step, e.wall_time, e.id)
+        ).all()
+    if not rows:
+        out = empty_events()
+        out["wall_time"] = pd.Series(dtype=float)
+        return out
+    frame = pd.DataFrame(rows, columns=["step", "kind", "attempt", "payload", "wall_time"])
+    frame["payload"] = frame["payload"].map(json.loads)
+    frame["step"] = frame["step"].astype("int64")
+    frame["attempt"] = frame["attempt"].astype("int64")
+    return frame
+
+
+def load_run(store: "Store", name: str, keys: Iterable[str] | None = None) -> RunData:
+    """Every logged value of a run at full resolution, split as RunData describes."""
+    info = store.run_info(name)
+    m = tables.metrics.c
+    with store._read() as conn:
+        run_id = store._run_id(conn, name)
+        cond = m.run_id == run_id
+        if keys is not None:
+            ids = store.key_ids(conn, _as_list(keys))
+            cond = and_(cond, m.key_id.in_(list(ids.values())))
+        result = conn.execute(select(m.key_id, m.step, m.attempt, m.value).where(cond).order_by(m.key_id, m.step, m.attempt))
+        rows = result.all()
+        names = store.key_names(conn, {r[0] for r in rows})
+    if rows:
+        frame = pd.DataFrame(rows, columns=["key_id", "step", "attempt", "value"])
+        frame["value"] = frame["value"].astype(float)
+        frame["key"] = frame["key_id"].map(names)
+    else:
+        frame = pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
+                              "attempt": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+    latest = frame.drop_duplicates(["key", "step"], keep="last")
+    scalars = latest.pivot(index="step", columns="key", values="value") if len(latest) else pd.DataFrame(
+        index=pd.Index([], dtype="int64", name="step"))
+    scalars.columns.name = None
+    scalars.index = scalars.index.astype("int64")
+    scalars.index.name = "step"
+    repeated = frame.duplicated(["key", "step"], keep=False)
+    repeats = frame.loc[repeated, ["key", "step", "attempt", "value"]].reset_index(drop=True)
+    nonfinite = latest.loc[~np.isfinite(latest["value"].to_numpy()), ["key", "step", "value"]].reset_index(drop=True)
+    events = read_events(store, name).drop(columns=["wall_time"])
+    return RunData(info=info, scalars=scalars.sort_index(), events=events, repeats=repeats,
+                   logged_nonfinite=nonfinite)
+
+
+def read_detections(store: "Store", run: str | None = None, detector: str | None = None) -> list[Detection]:
+    d, r = tables.detections.c, tables.runs.c
+    query = select(tables.detections, r.name.label("run_name")).join(tables.runs, r.id == d.run_id)
+    if run is not None:
+        query = query.where(r.name == run)
+    if detector is not None:
+        query = query.where(d.detector == detector)
+    with store._read() as conn:
+        if run is not None:
+            store._run_id(conn, run)
+        rows = conn.execute(query.order_by(d.start_step, d.id)).mappings().all()
+    return [
+        Detection(
+            run=row["run_name"], detector=row["detector"], metric=row["metric"],
+            start_step=int(row["start_step"]), end_step=int(row["end_step"]), peak_step=int(row["peak_step"]),
+            score=row["score"], severity=Severity(row["severity"]), message=row["message"],
+            evidence=json.loads(row["evidence"]), reference=row["reference"], attempt=row["attempt"],
+        )
+        for row in rows
+    ]
+

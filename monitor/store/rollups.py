@@ -1,0 +1,84 @@
+"""Min/max/mean/last per bucket of steps, at several widths, for reads under a point budget.
+
+A chart of a 1.41M-step series at 2,000 points must not read 1.41M rows. The writer keeps, for each
+series and each width below, one row per bucket of `width` consecutive steps; the reader picks the
+finest width whose buckets fit the budget. Min and max keep the step at which they occurred, so a
+spike survives downsampling as a real (step, value) point.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# Each level is 8x coarser than the one before: 64 steps to 32,768. With min and max per bucket a
+# level serves ranges of up to width * points / 2 steps; 32,768 covers 30M+ steps at 2,000 points.
+LEVEL_WIDTHS = (64, 512, 4096, 32768)
+
+ROLLUP_COLUMNS = (
+    "key_id", "bucket", "n", "nonfinite", "total",
+    "min_step", "min_value", "max_step", "max_value", "last_step", "last_value",
+)
+
+
+def aggregate(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, width: int) -> pd.DataFrame:
+    """Bucket statistics of rows sorted by (key_id, step), one step per key (latest attempt).
+
+    Non-finite values count in `n` and `nonfinite` but not in min, max or total: a NaN must not
+    erase the shape of the curve, and the nonfinite detector reports it on its own.
+    """
+    if len(steps) == 0:
+        return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
+    buckets = steps // width
+    change = np.empty(len(steps), dtype=bool)
+    change[0] = True
+    change[1:] = (key_ids[1:] != key_ids[:-1]) | (buckets[1:] != buckets[:-1])
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], len(steps))
+    counts = ends - starts
+
+    finite = np.isfinite(values)
+    low = np.where(finite, values, np.inf)
+    high = np.where(finite, values, -np.inf)
+    min_value = np.minimum.reduceat(low, starts)
+    max_value = np.maximum.reduceat(high, starts)
+    position = np.arange(len(steps))
+    # First position in each bucket that attains its min (max): the rest of the bucket gets len().
+    min_at = np.minimum.reduceat(np.where(low == np.repeat(min_value, counts), position, len(steps)), starts)
+    max_at = np.minimum.reduceat(np.where(high == np.repeat(max_value, counts), position, len(steps)), starts)
+    nonfinite = np.add.reduceat((~finite).astype(np.int64), starts)
+    has_finite = nonfinite < counts
+    safe_min = np.minimum(min_at, len(steps) - 1)
+    safe_max = np.minimum(max_at, len(steps) - 1)
+
+    return pd.DataFrame(
+        {
+            "key_id": key_ids[starts],
+            "bucket": buckets[starts],
+            "n": counts,
+            "nonfinite": nonfinite,
+            "total": np.where(has_finite, np.add.reduceat(np.where(finite, values, 0.0), starts), np.nan),
+            "min_step": np.where(has_finite, steps[safe_min], -1),
+            "min_value": np.where(has_finite, min_value, np.nan),
+            "max_step": np.where(has_finite, steps[safe_max], -1),
+            "max_value": np.where(has_finite, max_value, np.nan),
+            "last_step": steps[ends - 1],
+            "last_value": values[ends - 1],
+        }
+    )
+
+
+def choose_level(span_steps: int, rows_per_step: float, max_points: int, oversample: int) -> int | None:
+    """The level to read for a range, or None to read raw rows.
+
+    Raw rows are read while they number at most `oversample * max_points`; beyond that, the finest
+    level giving at most that many points (two per bucket). The reader then thins whatever it read
+    to exactly `max_points` in memory, so `oversample` trades read cost for visual fidelity.
+    """
+    budget = oversample * max_points
+    if span_steps * rows_per_step <= budget:
+        return None
+    for level, width in enumerate(LEVEL_WIDTHS):
+        if 2 * (span_steps / width + 1) <= budget:
+            return level
+    return len(LEVEL_WIDTHS) - 1

@@ -1,0 +1,455 @@
+"""The store: runs, metrics, events, detections and service state behind one object.
+
+`open_store(url)` picks the backend from the URL (see url.py), brings the schema up to date and
+returns a `Store`. Every write is idempotent; `with store.atomic():` groups writes into one
+transaction (all or nothing), which importers use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, and_, delete, func, select
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from monitor.errors import GapwatchError
+from monitor.jsonutil import dumps
+from monitor.schema import (
+    CONFIG_GLOBAL_BATCH_SIZE,
+    CONFIG_RECORDS_PER_EPOCH,
+    CONFIG_TOKENS_PER_STEP,
+    Detection,
+    RunData,
+    RunInfo,
+    RunStatus,
+    Severity,
+    is_valid_key,
+)
+from monitor.store import engine as engines
+from monitor.store import metrics_writer, migrations, reader, tables
+from monitor.store.url import StoreURL, resolve
+
+
+def open_store(url: str | None = None, read_only: bool = False) -> "Store":
+    """Open (and, unless read-only, create or upgrade) the store at `url`."""
+    store_url = resolve(url)
+    engine = engines.create(store_url, read_only=read_only)
+    try:
+        with engine.begin() as conn:
+            if read_only:
+                _check_readable_version(conn, store_url)
+            else:
+                migrations.upgrade(conn)
+    except (OperationalError, DBAPIError) as exc:
+        engine.dispose()
+        raise GapwatchError(f"cannot open store {store_url.redacted()}: {describe_db_error(exc)}") from None
+    except GapwatchError:
+        engine.dispose()
+        raise
+    return Store(store_url, engine, read_only)
+
+
+def describe_db_error(exc: Exception) -> str:
+    """The driver's first line, which names the real cause (refused, no such database, locked)."""
+    orig = getattr(exc, "orig", exc)
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+
+
+def _check_readable_version(conn: Connection, store_url: StoreURL) -> None:
+    version = migrations.current_version(conn)
+    if version == 0:
+        raise GapwatchError(f"{store_url.redacted()} holds no gapwatch store yet")
+    if version != migrations.SCHEMA_VERSION:
+        raise GapwatchError(
+            f"{store_url.redacted()} has schema version {version} and this gapwatch reads "
+            f"{migrations.SCHEMA_VERSION}; open it once for writing with the newer of the two"
+        )
+
+
+class Store:
+    def __init__(self, url: StoreURL, engine, read_only: bool) -> None:
+        self.url = url
+        self.engine = engine
+        self.read_only = read_only
+        self._local = threading.local()
+        self._run_ids: dict[str, int] = {}
+        self._key_ids: dict[str, int] = {}
+        self._key_names: dict[int, str] = {}
+
+    # --- connections and transactions -----------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return self.url.backend
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def atomic(self) -> Iterator[Connection]:
+        """Every store call inside the block, on this thread, is one transaction."""
+        if getattr(self._local, "conn", None) is not None:
+            yield self._local.conn
+            return
+        ids_before = (dict(self._run_ids), dict(self._key_ids), dict(self._key_names))
+        try:
+            with self.engine.begin() as conn:
+                self._local.conn = conn
+                yield conn
+        except BaseException:
+            # Ids handed out inside a rolled-back transaction do not exist.
+            self._run_ids, self._key_ids, self._key_names = ids_before
+            raise
+        finally:
+            self._local.conn = None
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+        else:
+            with self.engine.begin() as conn:
+                yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+        else:
+            with self.engine.connect() as conn:
+                yield conn
+
+    def _upsert(self, conn: Connection, table, rows: list[dict], index: list[str], update: list[str]) -> None:
+        dialect = pg_dialect if conn.dialect.name == "postgresql" else sqlite_dialect
+        stmt = dialect.insert(table)
+        if update:
+            stmt = stmt.on_conflict_do_update(
+                index_elements=index, set_={c: getattr(stmt.excluded, c) for c in update}
+            )
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=index)
+        conn.execute(stmt, rows)
+
+    # --- runs ----------------------------------------------------------------------------------
+    def ensure_run(
+        self,
+        name: str,
+        *,
+        project: str | None = None,
+        source: str = "gapwatch",
+        config: dict | None = None,
+        tokens_per_step: float | None = None,
+        reference: str | None = None,
+        status: str | RunStatus = RunStatus.RUNNING,
+    ) -> int:
+        """Create the run if it is new; an existing run keeps its fields except those given here."""
+        if not name or len(name) > 255:
+            raise GapwatchError(f"run name {name!r} must be 1 to 255 characters")
+        now = time.time()
+        with self._tx() as conn:
+            existing = conn.execute(select(tables.runs).where(tables.runs.c.name == name)).mappings().first()
+            if existing is None:
+                self._upsert(
+                    conn,
+                    tables.runs,
+                    [{
+                        "name": name, "project": project, "source": source, "config": dumps(config or {}),
+                        "tokens_per_step": tokens_per_step, "reference": reference,
+                        "status": RunStatus(status).value, "attempts": 0,
+                        "created_at": now, "updated_at": now,
+                    }],
+                    index=["name"],
+                    update=[],
+                )
+            else:
+                self._update(conn, name, project=project, config=config, tokens_per_step=tokens_per_step,
+                             reference=reference, status=status)
+            run_id = conn.execute(select(tables.runs.c.id).where(tables.runs.c.name == name)).scalar_one()
+        self._run_ids[name] = run_id
+        return run_id
+
+    def update_run(self, name: str, **fields: Any) -> None:
+        with self._tx() as conn:
+            self._run_id(conn, name)
+            self._update(conn, name, **fields)
+
+    def _update(self, conn: Connection, name: str, **fields: Any) -> None:
+        values = {k: v for k, v in fields.items() if v is not None}
+        if "config" in values:
+            values["config"] = dumps(values["config"])
+        if "status" in values:
+            values["status"] = RunStatus(values["status"]).value
+        unknown = set(values) - {"project", "config", "tokens_per_step", "reference", "status", "source"}
+        if unknown:
+            raise TypeError(f"update_run got unknown fields {sorted(unknown)}")
+        values["updated_at"] = time.time()
+        conn.execute(tables.runs.update().where(tables.runs.c.name == name).values(**values))
+
+    def get_run(self, name: str) -> dict | None:
+        with self._read() as conn:
+            row = conn.execute(select(tables.runs).where(tables.runs.c.name == name)).mappings().first()
+        if row is None:
+            return None
+        out = dict(row)
+        out["config"] = json.loads(out["config"])
+        return out
+
+    def run_info(self, name: str) -> RunInfo:
+        run = self.get_run(name)
+        if run is None:
+            raise GapwatchError(f"no run named {name!r} in {self.url.redacted()}")
+        config = run["config"]
+        tokens = run["tokens_per_step"] or config.get(CONFIG_TOKENS_PER_STEP)
+        batch = config.get(CONFIG_GLOBAL_BATCH_SIZE)
+        records = config.get(CONFIG_RECORDS_PER_EPOCH)
+        return RunInfo(
+            name=name,
+            tokens_per_step=float(tokens) if tokens else None,
+            global_batch_size=int(batch) if batch else None,
+            records_per_epoch=int(records) if records else None,
+            reference=run["reference"],
+            config=config,
+        )
+
+    def list_runs(self) -> pd.DataFrame:
+        return reader.list_runs(self)
+
+    def delete_run(self, name: str) -> None:
+        with self._tx() as conn:
+            run_id = self._run_id(conn, name)
+            for table in (tables.metrics, tables.series, tables.rollups, tables.events, tables.detections,
+                          tables.alerts):
+                conn.execute(delete(table).where(table.c.run_id == run_id))
+            conn.execute(delete(tables.runs).where(tables.runs.c.id == run_id))
+        self._run_ids.pop(name, None)
+
+    def new_attempt(self, name: str) -> int:
+        """The next attempt number of a run: 1 for its first logging process, 2 after a restart..."""
+        with self._tx() as conn:
+            self._run_id(conn, name)
+            return conn.execute(
+                tables.runs.update()
+                .where(tables.runs.c.name == name)
+                .values(attempts=tables.runs.c.attempts + 1, updated_at=time.time())
+                .returning(tables.runs.c.attempts)
+            ).scalar_one()
+
+    def _run_id(self, conn: Connection, name: str) -> int:
+        run_id = self._run_ids.get(name)
+        if run_id is None:
+            run_id = conn.execute(select(tables.runs.c.id).where(tables.runs.c.name == name)).scalar()
+            if run_id is None:
+                raise GapwatchError(f"no run named {name!r} in {self.url.redacted()}")
+            self._run_ids[name] = run_id
+        return run_id
+
+    def run_id(self, name: str) -> int:
+        with self._read() as conn:
+            return self._run_id(conn, name)
+
+    # --- metric keys ---------------------------------------------------------------------------
+    def _ensure_keys(self, conn: Connection, names: Iterable[str]) -> dict[str, int]:
+        missing = [n for n in set(names) if n not in self._key_ids]
+        if missing:
+            self._upsert(conn, tables.metric_keys, [{"name": n} for n in missing], index=["name"], update=[])
+            for key_id, name in conn.execute(
+                select(tables.metric_keys.c.id, tables.metric_keys.c.name).where(tables.metric_keys.c.name.in_(missing))
+            ):
+                self._key_ids[name] = key_id
+                self._key_names[key_id] = name
+        return self._key_ids
+
+    def key_names(self, conn: Connection, key_ids: Iterable[int]) -> dict[int, str]:
+        missing = [int(k) for k in set(key_ids) if k not in self._key_names]
+        if missing:
+            for key_id, name in conn.execute(
+                select(tables.metric_keys.c.id, tables.metric_keys.c.name).where(tables.metric_keys.c.id.in_(missing))
+            ):
+                self._key_names[key_id] = name
+                self._key_ids[name] = key_id
+        return self._key_names
+
+    def key_ids(self, conn: Connection, names: Iterable[str]) -> dict[str, int]:
+        """Ids of the keys that exist; unknown names are left out."""
+        missing = [n for n in set(names) if n not in self._key_ids]
+        if missing:
+            for key_id, name in conn.execute(
+                select(tables.metric_keys.c.id, tables.metric_keys.c.name).where(tables.metric_keys.c.name.in_(missing))
+            ):
+                self._key_ids[name] = key_id
+                self._key_names[key_id] = name
+        return {n: self._key_ids[n] for n in names if n in self._key_ids}
+
+    def list_keys(self, name: str) -> list[str]:
+        with self._read() as conn:
+            run_id = self._run_id(conn, name)
+            ids = [k for (k,) in conn.execute(select(tables.series.c.key_id).where(tables.series.c.run_id == run_id))]
+            names = self.key_names(conn, ids)
+        return sorted(names[i] for i in ids)
+
+    # --- metrics -------------------------------------------------------------------------------
+    def write_metrics(self, name: str, frame: pd.DataFrame) -> int:
+        """Store long rows (step, key, value [, wall_time, attempt]) of one run; return rows given.
+
+        Steps must be integers >= 0 and keys valid metric keys; a bad row rejects the whole batch
+        with one error naming it. Within a batch, a repeated (key, step, attempt) keeps its last
+        value. NaN and +/-Inf are stored as such.
+        """
+        rows = _validated(name, frame)
+        if rows.empty:
+            return 0
+        with self._tx() as conn:
+            run_id = self._run_id(conn, name)
+            ids = self._ensure_keys(conn, rows["key"].unique())
+            rows["key_id"] = rows["key"].map(ids).astype("int64")
+            return metrics_writer.write(conn, run_id, rows.drop(columns="key"))
+
+    # --- events --------------------------------------------------------------------------------
+    def write_events(self, name: str, events: Iterable[dict]) -> int:
+        now = time.time()
+        rows = []
+        for ev in events:
+            kind = ev["kind"].value if hasattr(ev["kind"], "value") else str(ev["kind"])
+            step = int(ev["step"])
+            attempt = int(ev.get("attempt", 1))
+            payload = dumps(ev.get("payload") or {})
+            dedup = hashlib.sha256(f"{kind}|{step}|{attempt}|{payload}".encode()).hexdigest()
+            rows.append({"step": step, "attempt": attempt, "kind": kind, "payload": payload,
+                         "wall_time": float(ev.get("wall_time") or now), "dedup_key": dedup})
+        if not rows:
+            return 0
+        with self._tx() as conn:
+            run_id = self._run_id(conn, name)
+            for r in rows:
+                r["run_id"] = run_id
+            self._upsert(conn, tables.events, rows, index=["run_id", "dedup_key"], update=[])
+        return len(rows)
+
+    def read_events(self, name: str, kinds: Iterable[str] | None = None) -> pd.DataFrame:
+        return reader.read_events(self, name, kinds)
+
+    # --- the reader ------------------------------------------------------------------------------
+    def read_scalars(self, runs, keys, step_range=None, max_points: int = reader.DEFAULT_MAX_POINTS,
+                     since_step: int | None = None) -> pd.DataFrame:
+        return reader.read_scalars(self, runs, keys, step_range=step_range, max_points=max_points,
+                                   since_step=since_step)
+
+    def load_run(self, name: str, keys: Iterable[str] | None = None) -> RunData:
+        return reader.load_run(self, name, keys)
+
+    # --- detections ----------------------------------------------------------------------------
+    def write_detections(self, detections: Iterable[Detection]) -> int:
+        now = time.time()
+        rows = []
+        with self._tx() as conn:
+            for d in detections:
+                rows.append({
+                    "run_id": self._run_id(conn, d.run), "detector": d.detector, "metric": d.metric,
+                    "start_step": int(d.start_step), "end_step": int(d.end_step), "peak_step": int(d.peak_step),
+                    "score": float(d.score) if d.score is not None else None,
+                    "severity": Severity(d.severity).value, "message": d.message,
+                    "evidence": dumps(d.to_dict()["evidence"]), "reference": d.reference,
+                    "attempt": d.attempt, "created_at": now, "updated_at": now,
+                })
+            if rows:
+                self._upsert(
+                    conn, tables.detections, rows,
+                    index=["run_id", "detector", "metric", "start_step"],
+                    update=["end_step", "peak_step", "score", "severity", "message", "evidence", "reference",
+                            "attempt", "updated_at"],
+                )
+        return len(rows)
+
+    def read_detections(self, run: str | None = None, detector: str | None = None) -> list[Detection]:
+        return reader.read_detections(self, run, detector)
+
+    def clear_detections(self, run: str, detectors: Iterable[str] | None = None) -> None:
+        """Forget a run's stored detections (all, or those of some detectors) before a fresh pass."""
+        d = tables.detections.c
+        with self._tx() as conn:
+            cond = d.run_id == self._run_id(conn, run)
+            if detectors is not None:
+                cond = and_(cond, d.detector.in_(list(detectors)))
+            conn.execute(delete(tables.detections).where(cond))
+
+    # --- service state ---------------------------------------------------------------------------
+    def save_state(self, name: str, payload: dict) -> None:
+        with self._tx() as conn:
+            self._upsert(conn, tables.service_state,
+                         [{"name": name, "payload": dumps(payload), "updated_at": time.time()}],
+                         index=["name"], update=["payload", "updated_at"])
+
+    def load_state(self, name: str) -> dict | None:
+        with self._read() as conn:
+            raw = conn.execute(
+                select(tables.service_state.c.payload).where(tables.service_state.c.name == name)
+            ).scalar()
+        return json.loads(raw) if raw is not None else None
+
+    def count_rows(self, name: str) -> int:
+        """Metric rows stored for a run, every attempt counted (for tests and progress lines)."""
+        with self._read() as conn:
+            run_id = self._run_id(conn, name)
+            return conn.execute(
+                select(func.count()).select_from(tables.metrics).where(tables.metrics.c.run_id == run_id)
+            ).scalar_one()
+
+
+def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:
+    missing = {"step", "key", "value"} - set(frame.columns)
+    if missing:
+        raise GapwatchError(f"metrics for run {run!r} lack column(s) {sorted(missing)}")
+    rows = pd.DataFrame({"key": frame["key"].astype(str)})
+    steps = pd.to_numeric(frame["step"], errors="coerce")
+    bad = steps.isna() | (steps < 0) | (steps != np.floor(steps))
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise GapwatchError(f"run {run!r}: step {frame['step'].iloc[i]!r} is not a non-negative integer")
+    rows["step"] = steps.astype("int64").to_numpy()
+    values = pd.to_numeric(frame["value"], errors="coerce")
+    unparsed = values.isna().to_numpy() & frame["value"].notna().to_numpy()
+    bad = [i for i in np.flatnonzero(unparsed) if not _is_nan_like(frame["value"].iloc[i])]
+    if bad:
+        i = int(bad[0])
+        raise GapwatchError(
+            f"run {run!r}: value {frame['value'].iloc[i]!r} of {frame['key'].iloc[i]!r} at step "
+            f"{rows['step'].iloc[i]} is not a number"
+        )
+    rows["value"] = values.astype(float).to_numpy()
+    rows["attempt"] = (frame["attempt"].astype("int64").to_numpy() if "attempt" in frame else 1)
+    rows["wall_time"] = (
+        pd.to_numeric(frame["wall_time"], errors="coerce").fillna(time.time()).astype(float).to_numpy()
+        if "wall_time" in frame else time.time()
+    )
+    bad_keys = [k for k in rows["key"].unique() if not is_valid_key(k)]
+    if bad_keys:
+        raise GapwatchError(
+            f"run {run!r}: metric key {bad_keys[0]!r} is not of the form namespace/name in lower snake case"
+        )
+    return rows.drop_duplicates(["key", "step", "attempt"], keep="last").reset_index(drop=True)
+
+
+def _is_nan_like(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("nan", "+nan", "-nan")
+    try:
+        return bool(np.isnan(v))
+    except TypeError:
+        return False
