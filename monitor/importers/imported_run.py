@@ -1,0 +1,141 @@
+"""The one result every importer returns, and its conversion to the frames detectors read.
+
+Rules every importer follows, so that a run means the same thing whatever file it came from:
+
+* `scalars` is long: one row per logged (step, key) with the value as float64, in the order the
+  source logged it, keys already mapped onto gapwatch's names by a profile.
+* `attempt` numbers the logging processes inside one source: 1 for the first, +1 each time the
+  source restarts (a step lower than the one logged before it, see each importer's rule).
+* The same (key, step) logged twice: the later row wins. Within one attempt that is a duplicate
+  line; across attempts it is a restart re-logging steps it had already logged (the latest attempt
+  wins, exactly as the store does), and the earlier values stay visible in `RunData.repeats`.
+* Logged NaN/Inf are values, not gaps: they stay in `scalars` and are listed in
+  `RunData.logged_nonfinite`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from monitor.schema import RunData, RunInfo, empty_events
+
+SCALAR_COLUMNS = ("step", "key", "value", "attempt")
+
+
+def empty_scalars() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "step": pd.Series(dtype="int64"),
+            "key": pd.Series(dtype=str),
+            "value": pd.Series(dtype="float64"),
+            "attempt": pd.Series(dtype="int64"),
+        }
+    )
+
+
+def scalars_frame(steps, keys, values, attempts=None) -> pd.DataFrame:
+    """A long scalars frame with the column types every consumer expects."""
+    steps = np.asarray(steps, dtype="int64")
+    if attempts is None:
+        attempts = np.ones(len(steps), dtype="int64")
+    return pd.DataFrame(
+        {
+            "step": steps,
+            "key": pd.Series(keys, dtype=str).to_numpy(),
+            "value": np.asarray(values, dtype="float64"),
+            "attempt": np.asarray(attempts, dtype="int64"),
+        }
+    )
+
+
+@dataclass
+class ImportedRun:
+    """A run read from a file or a server, before it goes into a store.
+
+    name_hint:  a run name the source suggests (W&B display name, file stem); the CLI's --run wins.
+    scalars:    long frame: step int64, key str, value float64, attempt int64 (see module rules).
+    config:     the run's settings as the source recorded them (nested dicts allowed).
+    summary:    final values the source reports (W&B summary, lm-eval versions...), informational.
+    events:     dicts with step, kind (monitor.schema.EventKind value), payload [, attempt].
+    source:     where it came from: a path or URL, for the runs table and error messages.
+    tokens_per_step: tokens in one optimizer step when the source says so (None otherwise).
+    profile:    name of the metric-name profile that mapped the keys.
+    key_map:    source metric name -> gapwatch key, for every source name that was kept.
+    notes:      one line per thing a person should know about the import (skipped lines...).
+    """
+
+    name_hint: str
+    scalars: pd.DataFrame = field(default_factory=empty_scalars)
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    source: str = ""
+    tokens_per_step: float | None = None
+    profile: str | None = None
+    key_map: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted(self.scalars["key"].unique().tolist())
+
+    @property
+    def attempts(self) -> int:
+        return int(self.scalars["attempt"].max()) if len(self.scalars) else 1
+
+    def to_run_data(self, name: str | None = None) -> RunData:
+        """The wide, full-resolution view detectors use: the later row of a repeated step wins."""
+        name = name or self.name_hint
+        long = self.scalars
+        # Later rows win: stable sort by (key, step) keeps file order among equal pairs, and
+        # attempts only grow along the file, so "last" is also "latest attempt".
+        order = np.lexsort((long["step"].to_numpy(), long["key"].to_numpy()))
+        ordered = long.iloc[order]
+        dup_later = ordered.duplicated(["key", "step"], keep="last")
+        latest = ordered[~dup_later]
+        repeated_pairs = ordered.duplicated(["key", "step"], keep=False)
+        repeats = ordered.loc[repeated_pairs, ["key", "step", "attempt", "value"]].reset_index(
+            drop=True
+        )
+        if len(latest):
+            wide = latest.pivot(index="step", columns="key", values="value").sort_index()
+            wide.columns.name = None
+        else:
+            wide = pd.DataFrame(index=pd.Index([], dtype="int64"))
+        wide.index = wide.index.astype("int64")
+        wide.index.name = "step"
+        wide = wide.astype("float64")
+        finite = np.isfinite(latest["value"].to_numpy())
+        nonfinite = latest.loc[~finite, ["key", "step", "value"]].reset_index(drop=True)
+        info = RunInfo(
+            name=name,
+            tokens_per_step=self.tokens_per_step,
+            config=dict(self.config),
+        )
+        return RunData(
+            info=info,
+            scalars=wide,
+            events=self.events_frame(),
+            repeats=repeats,
+            logged_nonfinite=nonfinite,
+        )
+
+    def events_frame(self) -> pd.DataFrame:
+        if not self.events:
+            return empty_events()
+        frame = pd.DataFrame(
+            {
+                "step": pd.Series([int(e["step"]) for e in self.events], dtype="int64"),
+                "kind": pd.Series([str(e["kind"]) for e in self.events], dtype=str),
+                "attempt": pd.Series(
+                    [int(e.get("attempt", 1)) for e in self.events], dtype="int64"
+                ),
+                "payload": pd.Series([dict(e.get("payload", {})) for e in self.events],
+                                     dtype=object),
+            }
+        )
+        return frame.sort_values("step", kind="stable").reset_index(drop=True)

@@ -1,0 +1,370 @@
+"""Metric-name profiles: how other trainers' metric names map onto gapwatch's keys.
+
+A profile is an ordered list of rules; each rule is a regular expression that must match a whole
+source name and either a key template (`eval/heldout/{set}/loss`: named groups are filled in,
+each made a valid key part with `monitor.schema.slug`) with an optional scale (MFU logged in
+percent becomes a fraction), or `drop` (derived series such as perplexity = exp(loss)).
+The first matching rule wins. A name no rule matches is kept under its own name made valid
+(`throughput/total_training_Gflops` -> `throughput/total_training_gflops`; a name with no
+namespace goes under `extra/`), so nothing a source logged disappears silently. Names starting with
+`_` are W&B bookkeeping (`_step`, `_runtime`, `_timestamp`) and never become metrics.
+
+Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
+(the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
+them) and `nanogpt` (the W&B keys nanoGPT's train.py logs). `detect_profile` picks the profile
+whose own rules explain the most source names. Users add or replace profiles in a YAML file:
+`$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
+
+    profiles:
+      mytrainer:
+        extends: olmo              # optional: these rules are tried first, then olmo's
+        step_key: iteration        # optional: the source column that holds the step
+        rules:
+          - {match: 'loss/train', key: train/loss}
+          - {match: 'val/(?P<set>[^/]+)/loss', key: 'eval/heldout/{set}/loss'}
+          - {match: 'mfu_pct', key: perf/mfu, scale: 0.01}
+          - {match: 'sys/.*', drop: true}
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor import schema
+from monitor.errors import GapwatchError
+
+PROFILES_ENV = "GAPWATCH_PROFILES"
+PROFILES_FILE_NAME = "profiles.yaml"
+UNNAMESPACED_PREFIX = "extra"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One source-name pattern and what becomes of the names it matches."""
+
+    match: str  # regular expression, matched against the whole source name
+    key: str | None = None  # key template with {group} fields; None drops the name
+    scale: float = 1.0  # multiply values by this (units: percent -> fraction, ms -> s)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_regex", re.compile(self.match))
+
+    def apply(self, name: str) -> tuple[str | None, float] | None:
+        """(key or None for dropped, scale), or None when the rule does not match."""
+        m = self._regex.fullmatch(name)  # type: ignore[attr-defined]
+        if m is None:
+            return None
+        if self.key is None:
+            return None, self.scale
+        parts = {k: schema.slug(v) for k, v in m.groupdict().items() if v is not None}
+        return self.key.format(**parts), self.scale
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named set of rules; see the module docstring."""
+
+    name: str
+    description: str
+    rules: tuple[Rule, ...] = ()
+    step_key: str | None = None  # source column holding the step, when not the format's own
+
+    def map_name(self, name: str) -> tuple[str | None, float, bool]:
+        """(gapwatch key or None if dropped, scale, whether one of this profile's rules matched)."""
+        if name.startswith("_"):
+            return None, 1.0, False
+        for rule in self.rules:
+            hit = rule.apply(name)
+            if hit is not None:
+                return hit[0], hit[1], True
+        return default_key(name), 1.0, False
+
+    def mapping(self, names, source: str = "") -> dict[str, tuple[str, float]]:
+        """source name -> (key, scale) for every kept name; two names onto one key is an error."""
+        out: dict[str, tuple[str, float]] = {}
+        taken: dict[str, str] = {}
+        for name in names:
+            key, scale, _ = self.map_name(name)
+            if key is None:
+                continue
+            if not schema.is_valid_key(key):
+                raise GapwatchError(
+                    f"{source or 'input'}: profile {self.name!r} maps {name!r} to {key!r}, "
+                    "which is not a valid metric key"
+                )
+            if key in taken:
+                raise GapwatchError(
+                    f"{source or 'input'}: profile {self.name!r} maps both {taken[key]!r} and "
+                    f"{name!r} to {key!r}; add a rule to a user profile to tell them apart"
+                )
+            taken[key] = name
+            out[name] = (key, scale)
+        return out
+
+    def score(self, names) -> int:
+        """How many source names this profile's own rules explain (for auto-detection)."""
+        return sum(1 for n in names if self.map_name(n)[2])
+
+
+def default_key(name: str) -> str | None:
+    """A name no rule matched, made a valid key part by part; None if nothing usable is left."""
+    parts = [p for p in re.split(r"/+", name.strip()) if p.strip()]
+    try:
+        parts = [schema.slug(p) for p in parts]
+    except ValueError:
+        return None
+    if not parts:
+        return None
+    if len(parts) == 1:
+        parts = [UNNAMESPACED_PREFIX, *parts]
+    key = "/".join(parts)
+    return key if schema.is_valid_key(key) else None
+
+
+# --- built-in profiles --------------------------------------------------------------------------
+_HELDOUT = "eval/heldout/{set}/loss"
+# OLMo's in-loop downstream metric suffixes (olmo/eval/downstream.py metric types); longest first
+# where one is a prefix of another.
+_OLMO_DOWNSTREAM_METRICS = "len_norm|pmi_dc|soft_log|soft|acc|f1|bpb|ce_loss|exact_match|ppl"
+
+GAPWATCH = Profile(
+    name="gapwatch",
+    description="gapwatch's own names (monitor/schema.py), kept as they are",
+    rules=tuple(
+        [Rule(re.escape(k), k) for k in schema.CORE_KEYS]
+        + [
+            Rule(r"eval/heldout/(?P<set>[^/]+)/(?P<stat>loss|bpb|stderr|n)",
+                 "eval/heldout/{set}/{stat}"),
+            Rule(r"eval/downstream/(?P<task>[^/]+)/(?P<metric>[^/]+)(?P<stat>/stderr|/n)?",
+                 "eval/downstream/{task}/{metric}{stat}"),
+        ]
+    ),
+)
+
+OLMO = Profile(
+    name="olmo",
+    description="OLMo (allenai/OLMo) and OLMo-core trainers, including their W&B CSV exports",
+    rules=(
+        Rule(r"train/(CrossEntropyLoss|CE loss)", "train/loss"),
+        Rule(r"train/(Perplexity|PPL)", None),  # exp(train loss)
+        Rule(r"train/(ZLoss|Z loss)", "train/z_loss"),
+        Rule(r"optim/(total_grad_norm|total grad norm)", "train/grad_norm"),
+        Rule(r"optim/(learning_rate_group0|LR \(group 0\)|LR)", "optim/lr"),
+        Rule(r"optim/learning_rate_group(?P<g>\d+)", "optim/lr_group{g}"),
+        Rule(r"optim/LR \(group (?P<g>\d+)\)", "optim/lr_group{g}"),
+        Rule(r"learning_rate_peak", "optim/lr_peak"),
+        Rule(r"throughput/(total_tokens|total tokens)", "train/tokens"),
+        Rule(r"batch_size_in_tokens", "train/batch_tokens"),
+        Rule(r"throughput/device/(tokens_per_second|TPS)", "perf/device_tokens_per_s"),
+        Rule(r"throughput/device/(batches_per_second|BPS)", "perf/device_steps_per_s"),
+        # Held-out language-modelling sets: OLMo `eval/<set>/CrossEntropyLoss`,
+        # OLMo-core `eval/lm/<set>/CE loss`. Perplexity is exp(loss): dropped.
+        Rule(r"eval/lm/(?P<set>[^/]+)/CE loss", _HELDOUT),
+        Rule(r"eval/lm/(?P<set>[^/]+)/BPB", "eval/heldout/{set}/bpb"),
+        Rule(r"eval/lm/[^/]+/PPL", None),
+        Rule(r"eval/(?P<set>[^/]+)/CrossEntropyLoss", _HELDOUT),
+        Rule(r"eval/[^/]+/Perplexity", None),
+        # Downstream: OLMo `eval/downstream/<task>_<metric>`, OLMo-core
+        # `eval/downstream/<task> (<metric>)`, and the bpb/soft families.
+        Rule(r"eval/downstream_bpb/(?P<task>.+?)(?:_bpb)+", "eval/downstream/{task}/bpb"),
+        Rule(r"eval/downstream_soft_log/(?P<task>.+?)_soft_log", "eval/downstream/{task}/soft_log"),
+        Rule(r"eval/downstream_soft/(?P<task>.+?)_soft", "eval/downstream/{task}/soft"),
+        Rule(rf"eval/downstream/(?P<task>[^/]+?)_(?P<metric>{_OLMO_DOWNSTREAM_METRICS})",
+             "eval/downstream/{task}/{metric}"),
+        Rule(r"eval/downstream/(?P<task>[^/(]+?) \((?P<metric>[^)]+)\)",
+             "eval/downstream/{task}/{metric}"),
+    ),
+)
+
+MAXTEXT = Profile(
+    name="maxtext",
+    description="MaxText (AI-Hypercomputer/maxtext) TensorBoard and metrics-file names",
+    rules=(
+        Rule(r"learning/loss", "train/loss"),
+        Rule(r"learning/grad_norm", "train/grad_norm"),
+        Rule(r"learning/raw_grad_norm", "train/raw_grad_norm"),
+        Rule(r"learning/current_learning_rate", "optim/lr"),
+        Rule(r"learning/total_weights", "train/real_tokens_per_step"),
+        Rule(r"perf/step_time_seconds", "perf/step_time_s"),
+        Rule(r"perf/per_device_tokens_per_sec", "perf/per_device_tokens_per_s"),
+        Rule(r"perf/per_device_tflops_per_sec", "perf/per_device_tflops_per_s"),
+        Rule(r"perf/per_device_tflops", "perf/per_device_tflops_per_step"),
+        # MaxText evaluates one eval split; its average loss is the held-out loss.
+        Rule(r"eval/avg_loss", "eval/heldout/default/loss"),
+        Rule(r"eval/total_loss|eval/total_weights", None),  # numerator and denominator of avg
+    ),
+)
+
+LLMC = Profile(
+    name="llmc",
+    description="llm.c, modded-nanogpt and nanoGPT text logs (names as text_logs emits them)",
+    rules=(
+        # llm.c log file: `s:N trl:X lr:Y norm:Z`, `s:N tel:X`, `s:N eval:X` (HellaSwag accuracy)
+        Rule(r"trl", "train/loss"),
+        Rule(r"tel", "eval/heldout/val/loss"),
+        Rule(r"lr", "optim/lr"),
+        Rule(r"norm", "train/grad_norm"),
+        Rule(r"eval", "eval/downstream/hellaswag/acc"),
+        # modded-nanogpt: `step:N/M train_loss:X train_time:Tms step_avg:Ams`, `val_loss:X`
+        Rule(r"train_loss", "train/loss"),
+        Rule(r"val_loss", "eval/heldout/val/loss"),
+        Rule(r"train_time_ms", "perf/train_time_s", 1e-3),
+        Rule(r"step_time_ms", "perf/step_time_s", 1e-3),
+        # nanoGPT stdout: `iter N: loss X, time Tms, mfu M%`, `step N: train loss X, val loss Y`
+        Rule(r"loss", "train/loss"),
+        Rule(r"time_ms", "perf/step_time_s", 1e-3),
+        Rule(r"mfu_percent", "perf/mfu", 1e-2),
+        Rule(r"eval_train_loss", "eval/heldout/train/loss"),
+        Rule(r"eval_val_loss", "eval/heldout/val/loss"),
+    ),
+)
+
+NANOGPT = Profile(
+    name="nanogpt",
+    description="nanoGPT's W&B keys (iter, train/loss and val/loss estimated at eval, lr, mfu %)",
+    step_key="iter",
+    rules=(
+        # nanoGPT logs these at eval time, estimated over eval_iters batches of each split.
+        Rule(r"train/loss", "eval/heldout/train/loss"),
+        Rule(r"val/loss", "eval/heldout/val/loss"),
+        Rule(r"lr", "optim/lr"),
+        Rule(r"mfu", "perf/mfu", 1e-2),
+        Rule(r"iter", None),
+    ),
+)
+
+BUILTIN_PROFILES: dict[str, Profile] = {
+    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT)
+}
+
+
+# --- user profiles --------------------------------------------------------------------------------
+def user_profiles_path(path: str | os.PathLike | None = None) -> Path:
+    """The user's profile file: the argument, else $GAPWATCH_PROFILES, else the config dir."""
+    if path is not None:
+        return Path(path)
+    if os.environ.get(PROFILES_ENV):
+        return Path(os.environ[PROFILES_ENV])
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("gapwatch")) / PROFILES_FILE_NAME
+
+
+def load_user_profiles(path: str | os.PathLike | None = None) -> dict[str, Profile]:
+    """Profiles defined in the user's YAML file; {} when the file does not exist."""
+    import yaml
+
+    file = user_profiles_path(path)
+    explicit = path is not None or bool(os.environ.get(PROFILES_ENV))
+    if not file.exists():
+        if explicit:
+            raise GapwatchError(f"{file}: profile file does not exist")
+        return {}
+    try:
+        doc = yaml.safe_load(file.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise GapwatchError(f"{file}: cannot read profiles: {_one_line(exc)}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("profiles", {}), dict):
+        raise GapwatchError(f"{file}: expected a mapping with a 'profiles' mapping at the top")
+    raw = doc.get("profiles") or {}
+    out: dict[str, Profile] = {}
+    for name, spec in raw.items():
+        out[str(name)] = _profile_from_spec(str(name), spec, file, raw)
+    return out
+
+
+def _profile_from_spec(name: str, spec, file: Path, raw: dict, seen=()) -> Profile:
+    where = f"{file}: profile {name!r}"
+    if not isinstance(spec, dict):
+        raise GapwatchError(f"{where}: expected a mapping with 'rules'")
+    unknown = set(spec) - {"extends", "step_key", "rules", "description"}
+    if unknown:
+        raise GapwatchError(f"{where}: unknown field(s) {sorted(unknown)}")
+    rules = []
+    for i, r in enumerate(spec.get("rules") or []):
+        if not isinstance(r, dict) or "match" not in r or not ({"key", "drop"} & set(r)):
+            raise GapwatchError(f"{where}: rule {i + 1} needs 'match' and 'key' or 'drop: true'")
+        try:
+            rule = Rule(str(r["match"]), None if r.get("drop") else str(r["key"]),
+                        float(r.get("scale", 1.0)))
+        except re.error as exc:
+            raise GapwatchError(f"{where}: rule {i + 1}: bad pattern: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise GapwatchError(f"{where}: rule {i + 1}: {_one_line(exc)}") from None
+        rules.append(rule)
+    step_key = spec.get("step_key")
+    parent_name = spec.get("extends")
+    if parent_name is not None:
+        parent_name = str(parent_name)
+        if parent_name in seen or parent_name == name:
+            raise GapwatchError(f"{where}: 'extends' loops back to {parent_name!r}")
+        if parent_name in raw:
+            parent = _profile_from_spec(parent_name, raw[parent_name], file, raw,
+                                        (*seen, name))
+        elif parent_name in BUILTIN_PROFILES:
+            parent = BUILTIN_PROFILES[parent_name]
+        else:
+            raise GapwatchError(f"{where}: extends unknown profile {parent_name!r}")
+        rules.extend(parent.rules)
+        step_key = step_key or parent.step_key
+    return Profile(name=name, description=str(spec.get("description", f"user profile ({file})")),
+                   rules=tuple(rules), step_key=step_key)
+
+
+def all_profiles(user_file: str | os.PathLike | None = None) -> dict[str, Profile]:
+    """Built-in profiles, with the user's file adding to them (same name: the user's wins)."""
+    return {**BUILTIN_PROFILES, **load_user_profiles(user_file)}
+
+
+def get_profile(name: str, user_file: str | os.PathLike | None = None) -> Profile:
+    profiles = all_profiles(user_file)
+    if name not in profiles:
+        raise GapwatchError(
+            f"unknown profile {name!r}; known: {', '.join(sorted(profiles))}"
+        )
+    return profiles[name]
+
+
+def detect_profile(names, user_file: str | os.PathLike | None = None,
+                   prefer: str | None = None) -> Profile:
+    """The profile whose rules explain the most names; `prefer` (the format's own) wins ties,
+    then built-in order (gapwatch first)."""
+    names = list(names)
+    profiles = all_profiles(user_file)
+    order = list(profiles)
+    if prefer in profiles:
+        order.remove(prefer)
+        order.insert(0, prefer)
+    best = max(order, key=lambda n: (profiles[n].score(names), -order.index(n)))
+    return profiles[best]
+
+
+def resolve_profile(profile: str | Profile | None, names, prefer: str | None = None,
+                    user_file: str | os.PathLike | None = None) -> Profile:
+    """A Profile object from a name, an object, or None (auto-detect from the names)."""
+    if isinstance(profile, Profile):
+        return profile
+    if profile:
+        return get_profile(profile, user_file)
+    return detect_profile(names, user_file, prefer=prefer)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+__all__ = [
+    "Rule",
+    "Profile",
+    "BUILTIN_PROFILES",
+    "all_profiles",
+    "get_profile",
+    "detect_profile",
+    "resolve_profile",
+    "load_user_profiles",
+    "user_profiles_path",
+    "default_key",
+]

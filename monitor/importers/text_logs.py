@@ -1,0 +1,256 @@
+"""Text training logs of llm.c, modded-nanogpt and nanoGPT.
+
+Recognised lines (anything else, such as the training script modded-nanogpt prints before its log
+or nvidia-smi tables, is ignored):
+
+    s:N trl:X lr:Y norm:Z              llm.c log file (train loss, learning rate, grad norm)
+    s:N tel:X                          llm.c log file (validation loss); `s:N eval:X` HellaSwag
+    step:N/M train_loss:X train_time:Tms step_avg:Ams        modded-nanogpt
+    step:N/M val_loss:X train_time:Tms step_avg:Ams          modded-nanogpt
+    iter N: loss X, time Tms, mfu M%   nanoGPT stdout
+    step N: train loss X, val loss Y   nanoGPT stdout (losses estimated at eval time)
+
+Source names as emitted (the `llmc` profile maps them): the llm.c/modded names as written
+(`trl`, `tel`, `lr`, `norm`, `eval`, `train_loss`, `val_loss`), `train_time_ms` (cumulative
+training clock), `step_time_ms` (derived: the training clock's advance between consecutive train
+lines divided by the steps between them; omitted where the clock went back, which modded-nanogpt
+does on purpose after step 10 to leave compilation out), and for nanoGPT `loss`, `time_ms`,
+`mfu_percent` (nanoGPT prints -100% until its running MFU estimate exists: those are omitted),
+`eval_train_loss`, `eval_val_loss`. `step_avg` is a running mean of step_time_ms and is not kept.
+
+Rules:
+* A line that starts like a log line but does not parse is an error naming the line.
+* A last line without its newline is still being written: it is left out (and noted), so a log
+  that a trainer is appending to imports cleanly.
+* A step lower than the previous log line's step is a restart: the trainer resumed from a
+  checkpoint and logs those steps again. A new attempt starts there, its values win over the
+  earlier ones for the same steps, and a `restart` event records where it happened.
+* modded-nanogpt's `Hyperparameters` block in the script preamble fills `config`, and
+  batch_size x sequence_length gives tokens_per_step.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+from pathlib import Path
+
+from monitor.errors import GapwatchError
+from monitor.schema import EventKind
+
+from .imported_run import ImportedRun, scalars_frame
+
+FORMAT = "llmc-log"
+
+_LLMC = re.compile(r"s:(\d+)((?: [A-Za-z_]+:\S+)+)\s*")
+_MODDED = re.compile(r"step:(\d+)/(\d+)((?: [A-Za-z_]+:\S+)+)\s*")
+_NANOGPT_ITER = re.compile(
+    r"iter (\d+): loss (\S+), time (\S+)ms, mfu (\S+)%\s*"
+)
+_NANOGPT_EVAL = re.compile(r"step (\d+): train loss (\S+), val loss (\S+)\s*")
+# Lines that claim to be log lines: these must parse.
+_LOOKS_LIKE_LOG = re.compile(r"(s:\d|step:\d|iter \d+:|step \d+:)")
+_PAIR = re.compile(r"([A-Za-z_]+):(\S+)")
+_HYPERPARAM = re.compile(r"^\s+(\w+)\s*:\s*\w+\s*=\s*([^#\n]+?)\s*(?:#.*)?$")
+# modded-nanogpt writes the running mean of step time; it is a derived value, not kept.
+_DERIVED_NAMES = {"step_avg"}
+
+
+def sniff(head: str) -> bool:
+    """True if the first part of a file contains lines this parser reads."""
+    return any(_LOOKS_LIKE_LOG.match(line) for line in head.splitlines())
+
+
+def parse_text_log(path: str | Path, text: str | None = None) -> ImportedRun:
+    """Parse one llm.c / modded-nanogpt / nanoGPT log file into an ImportedRun."""
+    path = Path(path)
+    if text is None:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+    parser = _LogParser(str(path))
+    lines = text.split("\n")
+    # The piece after the last newline is a line still being written (or "" at a clean end).
+    partial = lines.pop()
+    for number, line in enumerate(lines, start=1):
+        parser.feed(number, line)
+    run = parser.result(path.stem)
+    if partial.strip():
+        run.notes.append(
+            f"{path}: line {len(lines) + 1} has no newline yet (still being written): left out"
+        )
+    run.config.update(_hyperparameters(lines))
+    bs, seq = run.config.get("batch_size"), run.config.get("sequence_length")
+    if isinstance(bs, int) and isinstance(seq, int):
+        run.tokens_per_step = float(bs * seq)
+    if not len(run.scalars):
+        raise GapwatchError(f"{path}: no llm.c, modded-nanogpt or nanoGPT log lines found")
+    return run
+
+
+class _LogParser:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.steps: list[int] = []
+        self.keys: list[str] = []
+        self.values: list[float] = []
+        self.attempts: list[int] = []
+        self.events: list[dict] = []
+        self.attempt = 1
+        self.last_step: int | None = None
+        self.last_train: tuple[int, float] | None = None  # (step, train_time_ms) of attempt
+
+    def feed(self, number: int, line: str) -> None:
+        if not _LOOKS_LIKE_LOG.match(line):
+            return
+        m = _LLMC.fullmatch(line)
+        if m:
+            self._pairs(number, int(m.group(1)), m.group(2))
+            return
+        m = _MODDED.fullmatch(line)
+        if m:
+            self._pairs(number, int(m.group(1)), m.group(3))
+            return
+        m = _NANOGPT_ITER.fullmatch(line)
+        if m:
+            step = self._step(number, int(m.group(1)))
+            self._add(number, step, "loss", m.group(2))
+            self._add(number, step, "time_ms", m.group(3))
+            mfu = self._number(number, "mfu", m.group(4))
+            if mfu >= 0:  # nanoGPT prints -100% before its first MFU estimate
+                self._append(step, "mfu_percent", mfu)
+            return
+        m = _NANOGPT_EVAL.fullmatch(line)
+        if m:
+            step = self._step(number, int(m.group(1)))
+            self._add(number, step, "eval_train_loss", m.group(2))
+            self._add(number, step, "eval_val_loss", m.group(3))
+            return
+        raise GapwatchError(
+            f"{self.source}: line {number}: looks like a log line but does not parse: "
+            f"{line.strip()[:80]!r}"
+        )
+
+    def _pairs(self, number: int, step: int, rest: str) -> None:
+        step = self._step(number, step)
+        pairs = _PAIR.findall(rest)
+        is_train = any(name in ("trl", "train_loss") for name, _ in pairs)
+        for name, raw in pairs:
+            if name in _DERIVED_NAMES:
+                continue
+            if raw.endswith("ms"):
+                name, raw = f"{name}_ms", raw[:-2]
+            value = self._number(number, name, raw)
+            self._append(step, name, value)
+            if name == "train_time_ms" and is_train:
+                self._step_time(step, value)
+
+    def _step_time(self, step: int, train_time_ms: float) -> None:
+        prev = self.last_train
+        self.last_train = (step, train_time_ms)
+        if prev is None or step <= prev[0]:
+            return
+        advance = train_time_ms - prev[1]
+        # No advance means the training clock was reset: that step gets no step time.
+        if advance > 0:
+            self._append(step, "step_time_ms", advance / (step - prev[0]))
+
+    def _step(self, number: int, step: int) -> int:
+        if self.last_step is not None and step < self.last_step:
+            self.attempt += 1
+            self.last_train = None
+            self.events.append(
+                {
+                    "step": step,
+                    "kind": EventKind.RESTART.value,
+                    "attempt": self.attempt,
+                    "payload": {
+                        "reason": f"step went back from {self.last_step} to {step}",
+                        "line": number,
+                        "previous_step": self.last_step,
+                    },
+                }
+            )
+        self.last_step = step
+        return step
+
+    def _number(self, number: int, name: str, raw: str) -> float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise GapwatchError(
+                f"{self.source}: line {number}: {name} value {raw!r} is not a number"
+            ) from None
+
+    def _add(self, number: int, step: int, name: str, raw: str) -> None:
+        self._append(step, name, self._number(number, name, raw))
+
+    def _append(self, step: int, name: str, value: float) -> None:
+        self.steps.append(step)
+        self.keys.append(name)
+        self.values.append(value)
+        self.attempts.append(self.attempt)
+
+    def result(self, name_hint: str) -> ImportedRun:
+        return ImportedRun(
+            name_hint=name_hint,
+            scalars=scalars_frame(self.steps, self.keys, self.values, self.attempts),
+            events=self.events,
+            source=self.source,
+        )
+
+
+# --- the Hyperparameters block of a modded-nanogpt script -------------------------------------------
+_SAFE_OPS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+}
+
+
+def _hyperparameters(lines: list[str]) -> dict:
+    """`name : type = value` lines of the script's Hyperparameters dataclass, values evaluated
+    when they are arithmetic on literals (`8*64`, `int(0.75*2*10172)`), else kept as text."""
+    out: dict = {}
+    inside = False
+    for line in lines:
+        if line.startswith("class Hyperparameters"):
+            inside = True
+            continue
+        if inside:
+            if line and not line[0].isspace():
+                break
+            m = _HYPERPARAM.match(line)
+            if m:
+                out[m.group(1)] = _literal(m.group(2))
+    return out
+
+
+def _literal(text: str):
+    try:
+        value = _eval(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError):
+        return text.strip().strip("'\"")
+    if isinstance(value, float) and value.is_integer() and "." not in text and "/" not in text:
+        return int(value)
+    return value
+
+
+def _eval(node):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _SAFE_OPS:
+        return _SAFE_OPS[type(node.op)](_eval(node.left), _eval(node.right))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _SAFE_OPS:
+        return _SAFE_OPS[type(node.op)](_eval(node.operand))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
+        fn = {"int": int, "float": float}.get(node.func.id)
+        if fn is not None:
+            value = fn(_eval(node.args[0]))
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError("non-finite")
+            return value
+    raise ValueError("not a literal expression")

@@ -1,0 +1,201 @@
+"""W&B CSV exports: wide tables, one row per logged step, one column per metric.
+
+Two layouts exist and both are read:
+* a run's history export: `_step` plus one column per metric name;
+* a chart panel export: `Step` plus `<run name> - <metric>` columns, each optionally with
+  `__MIN`/`__MAX` companions (the min and max of the points W&B merged into one when it sampled the
+  chart). The companions are left out: they describe W&B's sampling, not the run.
+
+Some exports have no step column but are keyed by cumulative tokens (OLMo's
+`throughput/total_tokens`). Then step = tokens / tokens-per-step, with tokens-per-step from a
+constant `batch_size_in_tokens` column or the caller; a non-integral quotient is an error.
+
+Rules:
+* An empty cell is "not logged at that step"; `NaN`, `inf`, `Infinity` are logged values.
+* A column whose non-empty cells are all text (W&B media, tables) is not a scalar: left out, noted.
+  A text cell in a numeric column is an error naming the line and column.
+* W&B history steps only grow, so a step lower than or equal to the row before it means the file
+  was damaged or concatenated: an error naming the line (not a restart).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from monitor.errors import GapwatchError
+
+from .imported_run import ImportedRun, scalars_frame
+
+FORMAT = "wandb-csv"
+
+STEP_COLUMNS = ("_step", "Step", "step")
+# Cumulative-token columns an export may be keyed by, and the per-step batch column beside them.
+TOKEN_COLUMNS = ("throughput/total_tokens", "throughput/total tokens")
+BATCH_TOKEN_COLUMNS = ("batch_size_in_tokens",)
+_SAMPLING_SUFFIX = re.compile(r"__(MIN|MAX)$")
+_PANEL_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+)$")
+# Tokens / batch size must land on an integer step to within float rounding of the export.
+_STEP_ROUNDING_TOL = 1e-6
+
+
+def sniff(header: list[str]) -> bool:
+    cols = set(header)
+    return bool(cols & set(STEP_COLUMNS)) or bool(cols & set(TOKEN_COLUMNS))
+
+
+def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
+                    step_column: str | None = None) -> ImportedRun:
+    path = Path(path)
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[],
+                            skipinitialspace=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GapwatchError(f"{path}: cannot read: {exc}") from None
+    except (pd.errors.ParserError, csv.Error) as exc:
+        raise GapwatchError(f"{path}: not a valid CSV file: {' '.join(str(exc).split())}") from None
+    except pd.errors.EmptyDataError:
+        raise GapwatchError(f"{path}: empty file") from None
+    if table.columns.duplicated().any():
+        dup = table.columns[table.columns.duplicated()][0]
+        raise GapwatchError(f"{path}: column {dup!r} appears twice")
+    notes: list[str] = []
+    name_hint = path.stem
+    table, run_name = _strip_panel_prefixes(table, path)
+    if run_name:
+        name_hint = run_name
+    sampled = [c for c in table.columns if _SAMPLING_SUFFIX.search(c)]
+    if sampled:
+        table = table.drop(columns=sampled)
+        notes.append(f"{path}: left out {len(sampled)} __MIN/__MAX sampling column(s)")
+
+    numeric: dict[str, np.ndarray] = {}
+    logged: dict[str, np.ndarray] = {}
+    for col in table.columns:
+        cells = table[col]
+        present = cells.str.strip() != ""
+        values = pd.to_numeric(cells.where(present, "nan"), errors="coerce").to_numpy("float64")
+        bad = present.to_numpy() & np.isnan(values) & ~_nan_literal(cells)
+        if bad.any() and bad.sum() == present.sum():
+            notes.append(f"{path}: column {col!r} holds text, not numbers: left out")
+            continue
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise GapwatchError(
+                f"{path}: line {row + 2}: column {col!r}: {cells.iloc[row]!r} is not a number"
+            )
+        numeric[col] = values
+        logged[col] = present.to_numpy()
+
+    steps, step_col, derived_from = _steps(path, table, numeric, logged, tokens_per_step,
+                                           step_column)
+    if derived_from:
+        notes.append(f"{path}: steps derived from {derived_from}")
+    _check_increasing(path, steps)
+
+    keys, step_list, values = [], [], []
+    for col, vals in numeric.items():
+        if col == step_col:
+            continue
+        mask = logged[col]
+        keys.append(np.full(int(mask.sum()), col, dtype=object))
+        step_list.append(steps[mask])
+        values.append(vals[mask])
+    if not keys:
+        raise GapwatchError(f"{path}: no metric columns besides the step")
+    frame = scalars_frame(np.concatenate(step_list), np.concatenate(keys),
+                          np.concatenate(values))
+    # Row-major order: the order the run logged them.
+    frame = frame.sort_values("step", kind="stable").reset_index(drop=True)
+    return ImportedRun(name_hint=name_hint, scalars=frame, source=str(path), notes=notes,
+                       tokens_per_step=tokens_per_step)
+
+
+def _nan_literal(cells: pd.Series) -> np.ndarray:
+    return cells.str.strip().str.lower().isin(["nan", "-nan", "+nan"]).to_numpy()
+
+
+def _strip_panel_prefixes(table: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, str | None]:
+    """`<run> - <metric>` panel columns -> `<metric>`; several runs in one file is an error."""
+    others = [c for c in table.columns if c not in STEP_COLUMNS]
+    matches = [_PANEL_COLUMN.match(c) for c in others]
+    if not others or not all(matches) or "Step" not in table.columns:
+        return table, None
+    runs = sorted({m.group("run") for m in matches})
+    if len(runs) > 1:
+        raise GapwatchError(
+            f"{path}: the export holds {len(runs)} runs ({', '.join(runs[:4])}); "
+            "export one run per file"
+        )
+    renamed = {c: m.group("metric") for c, m in zip(others, matches)}
+    return table.rename(columns=renamed), runs[0]
+
+
+def _steps(path, table, numeric, logged, tokens_per_step, step_column):
+    """The step of every row, the step column's name (None if derived) and what it came from."""
+    candidates = [step_column] if step_column else list(STEP_COLUMNS)
+    for col in candidates:
+        if col and col in table.columns:
+            if col not in numeric:
+                raise GapwatchError(f"{path}: step column {col!r} holds text, not numbers")
+            vals, present = numeric[col], logged[col]
+            missing = ~present | ~np.isfinite(vals)
+            if missing.any():
+                row = int(np.flatnonzero(missing)[0])
+                raise GapwatchError(f"{path}: line {row + 2}: no step in column {col!r}")
+            if not np.all(vals == np.round(vals)):
+                row = int(np.flatnonzero(vals != np.round(vals))[0])
+                raise GapwatchError(
+                    f"{path}: line {row + 2}: step {vals[row]!r} is not a whole number"
+                )
+            return vals.astype("int64"), col, None
+    if step_column:
+        raise GapwatchError(f"{path}: no column {step_column!r} to take steps from")
+    token_col = next((c for c in TOKEN_COLUMNS if c in numeric), None)
+    if token_col is None:
+        raise GapwatchError(
+            f"{path}: no step column (expected one of {', '.join(STEP_COLUMNS)}) "
+            f"and no token column ({', '.join(TOKEN_COLUMNS)})"
+        )
+    batch = tokens_per_step
+    batch_col = next((c for c in BATCH_TOKEN_COLUMNS if c in numeric), None)
+    if batch is None and batch_col is not None:
+        sizes = np.unique(numeric[batch_col][logged[batch_col]])
+        if len(sizes) == 1 and sizes[0] > 0:
+            batch = float(sizes[0])
+    if batch is None:
+        raise GapwatchError(
+            f"{path}: keyed by {token_col!r} with no step column and no constant "
+            "batch_size_in_tokens column: give tokens per step (--tokens-per-step)"
+        )
+    tokens = numeric[token_col]
+    missing = ~logged[token_col] | ~np.isfinite(tokens)
+    if missing.any():
+        row = int(np.flatnonzero(missing)[0])
+        raise GapwatchError(f"{path}: line {row + 2}: no value in step column {token_col!r}")
+    exact = tokens / batch
+    steps = np.round(exact)
+    off = np.abs(exact - steps) > _STEP_ROUNDING_TOL * np.maximum(1.0, steps)
+    if off.any():
+        row = int(np.flatnonzero(off)[0])
+        raise GapwatchError(
+            f"{path}: line {row + 2}: {token_col} = {tokens[row]:.0f} is not a whole number "
+            f"of steps of {batch:.0f} tokens"
+        )
+    return steps.astype("int64"), None, f"{token_col} / {batch:.0f} tokens per step"
+
+
+def _check_increasing(path: Path, steps: np.ndarray) -> None:
+    if len(steps) < 2:
+        return
+    back = np.flatnonzero(np.diff(steps) <= 0)
+    if len(back):
+        i = int(back[0]) + 1
+        raise GapwatchError(
+            f"{path}: line {i + 2}: step {steps[i]} after step {steps[i - 1]}: W&B steps only "
+            "grow, so the export is damaged or joins several runs"
+        )
