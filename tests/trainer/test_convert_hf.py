@@ -1,0 +1,74 @@
+"""The converter maps a real transformers Olmo3ForCausalLM onto our params and back, logits equal."""
+
+import jax
+import numpy as np
+import pytest
+import torch
+from transformers import Olmo3Config, Olmo3ForCausalLM
+
+from monitor.errors import GapwatchError
+from trainer.convert_hf import params_from_hf, params_to_hf
+from trainer.model import ModelConfig, forward, init_params, param_shapes
+
+# A tiny shape that still has GQA, both layer types and a window shorter than the sequence.
+CONFIG = ModelConfig(vocab_size=97, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=8,
+                     mlp_hidden=48, max_seq_len=40, sliding_window=7, rope_theta=10_000.0)
+
+
+def hf_model(config: ModelConfig, seed: int = 0) -> Olmo3ForCausalLM:
+    torch.manual_seed(seed)
+    model = Olmo3ForCausalLM(Olmo3Config(**config.to_hf_dict()))
+    # Norm scales start at 1 in HF; perturb them so a swapped or skipped norm cannot hide.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:
+                p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+def test_hf_config_round_trip():
+    hf = Olmo3Config(**CONFIG.to_hf_dict())
+    assert hf.layer_types == ["sliding_attention"] * 3 + ["full_attention"]
+    assert ModelConfig.from_hf(hf) == CONFIG
+    assert ModelConfig.from_hf(hf.to_dict()) == CONFIG
+
+
+def test_names_and_shapes_match_transformers():
+    model = hf_model(CONFIG)
+    hf_shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    assert hf_shapes == param_shapes(CONFIG)
+    ours = jax.tree_util.tree_map(np.shape, init_params(CONFIG, jax.random.key(0)))
+    assert {k: tuple(v.shape) for k, v in params_to_hf(
+        init_params(CONFIG, jax.random.key(0)), CONFIG).items()} == hf_shapes
+    assert ours["model"]["layers"]["3"]["self_attn"]["k_norm"]["weight"] == (16,)
+
+
+def test_converted_hf_model_gives_the_same_logits():
+    model = hf_model(CONFIG)
+    params = params_from_hf(model.state_dict(), CONFIG)
+    tokens = np.random.default_rng(0).integers(0, CONFIG.vocab_size, size=(2, 33))
+    with torch.no_grad():
+        expected = model(torch.from_numpy(tokens)).logits.numpy()
+    got = np.asarray(jax.jit(forward, static_argnames="config")(params, tokens, config=CONFIG))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-5)
+
+
+def test_our_params_load_into_transformers():
+    params = init_params(CONFIG, jax.random.key(1))
+    model = Olmo3ForCausalLM(Olmo3Config(**CONFIG.to_hf_dict())).eval()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in params_to_hf(params, CONFIG).items()})
+    tokens = np.arange(30).reshape(1, 30) % CONFIG.vocab_size
+    with torch.no_grad():
+        expected = model(torch.from_numpy(tokens)).logits.numpy()
+    np.testing.assert_allclose(np.asarray(forward(params, tokens, CONFIG)), expected,
+                               atol=2e-5, rtol=1e-5)
+
+
+def test_a_wrong_shape_is_one_clear_error():
+    state = hf_model(CONFIG).state_dict()
+    with pytest.raises(GapwatchError, match="wrong shapes"):
+        params_from_hf(state, CONFIG.replace(mlp_hidden=64))
+    state.pop("model.norm.weight")
+    with pytest.raises(GapwatchError, match="missing"):
+        params_from_hf(state, CONFIG)
