@@ -1,0 +1,315 @@
+"""Putting a run and its reference on one axis, so that every compared value is a fair pair.
+
+`align_pair(run, reference)` returns both runs re-expressed on the run's steps:
+
+Axis
+* `step`: a reference step is the same step of the run.
+* `tokens`: the reference is placed where the run had consumed the same number of tokens, so a
+  reference with twice the batch size lands its step k on the run's step 2k. A run's tokens come
+  from its `train/tokens` series when it logged one (exact even when the batch size changed during
+  training), else from `RunInfo.tokens_per_step` as step x tokens_per_step (the OLMo convention:
+  step N has consumed N batches).
+* `auto`: tokens when both runs' tokens per step are known and differ by more than
+  `batch_rel_tol`; steps otherwise (the reason is recorded in the result).
+
+Which values are kept (per metric; only metrics both runs logged)
+* The run's values are never changed; the result only drops steps that have no fair partner.
+* Held-out and downstream evals (`eval/...`) are compared only at matching checkpoints: the same
+  step on the step axis, the nearest reference checkpoint within `eval_match_rel_tol` of the run's
+  tokens on the token axis (one to one). They are never interpolated: a checkpoint that the other
+  run did not evaluate is dropped (the OLMo rerun evaluates every 100 steps, the run every 200:
+  the pair keeps 200, 400, ...).
+* Dense series (train, optimizer, perf, data): where the reference logged the run's step itself,
+  that value is used. If such exact matches cover at least `exact_share` of the run's steps inside
+  the reference's range, only they are kept. Otherwise (the two runs logged at different steps,
+  as on the token axis) the reference is linearly interpolated at the run's steps, but only
+  between two finite reference points at most `max_gap_factor` times the reference's usual logging
+  interval apart (a longer stretch is a gap in the log, not a sampling choice) and never across a
+  restart of the reference (an attempt boundary: a `restart`/`resume` event, or the first step an
+  attempt logged again). Nothing is extrapolated.
+* Restarts inside one run are already resolved before alignment: `RunData.scalars` holds the
+  latest attempt of every step.
+* A value the reference logged as NaN/Inf is kept at an exact match (it is what the run logged)
+  and never used as an interpolation end.
+
+Both results have the same step index and columns; `run.series(k)` and `reference.series(k)` have
+identical indexes for every column k. What was done is recorded in `info.config["alignment"]`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from monitor import schema
+from monitor.errors import GapwatchError
+from monitor.schema import RunData
+
+AXES = ("auto", "step", "tokens")
+EVAL_PREFIX = "eval/"
+_RESTART_KINDS = (schema.EventKind.RESTART.value, schema.EventKind.RESUME.value)
+
+
+@dataclass
+class AlignConfig:
+    """How strict alignment is; defaults suit pre-training logs."""
+
+    # Two tokens-per-step values closer than this are the same batch size (float rounding in
+    # exported configs), so `auto` stays on the step axis.
+    batch_rel_tol: float = 1e-3
+    # Token axis: a reference eval checkpoint matches a run checkpoint when their token counts
+    # differ by at most this fraction. Late in pre-training loss falls ~0.1 nats per e-fold of
+    # tokens (OLMo 2 ladder curves), so 0.5% more tokens moves it by ~5e-4 nats: far below the
+    # run-to-run noise of the same config (0.015-0.042 nats between the OLMo ladder run and rerun).
+    eval_match_rel_tol: float = 0.005
+    # Interpolate the reference only between points at most this many usual logging intervals
+    # apart: at 2x, one missing log line is bridged, a longer stretch counts as a gap.
+    max_gap_factor: float = 2.0
+    # If the reference logged at least this share of the run's own steps, compare only at those
+    # steps and invent nothing.
+    exact_share: float = 0.5
+
+
+def align_pair(run: RunData, reference: RunData, axis: str = "auto",
+               config: AlignConfig | None = None) -> tuple[RunData, RunData]:
+    """Both runs on the run's steps, with only fairly comparable values (module docstring)."""
+    config = config or AlignConfig()
+    if axis not in AXES:
+        raise GapwatchError(f"alignment axis must be one of {', '.join(AXES)}, not {axis!r}")
+    chosen, reason = _choose_axis(run, reference, axis, config)
+    if chosen == "tokens":
+        to_run_steps = _token_mapping(run, reference)
+    else:
+        def to_run_steps(steps):
+            return np.asarray(steps, dtype="float64")
+
+    ref_bounds = to_run_steps(_attempt_boundaries(reference))
+    shared = [k for k in run.scalars.columns if k in reference.scalars.columns]
+    run_cols: dict[str, pd.Series] = {}
+    ref_cols: dict[str, pd.Series] = {}
+    stats: dict[str, dict] = {}
+    for key in shared:
+        mine = run.series(key)
+        theirs = reference.series(key)
+        if mine.empty or theirs.empty:
+            continue
+        x = to_run_steps(theirs.index.to_numpy())
+        if key.startswith(EVAL_PREFIX):
+            steps, values, how = _match_checkpoints(mine, x, theirs.to_numpy(), chosen, config)
+        else:
+            steps, values, how = _dense(mine, x, theirs.to_numpy(), ref_bounds, config)
+        if len(steps) == 0:
+            continue
+        run_cols[key] = mine.loc[steps]
+        ref_cols[key] = pd.Series(values, index=pd.Index(steps, dtype="int64"))
+        stats[key] = {"points": int(len(steps)), "method": how}
+
+    index = pd.Index(
+        sorted(set().union(*[set(s.index) for s in run_cols.values()])) if run_cols else [],
+        dtype="int64", name="step",
+    )
+    meta = {
+        "axis": chosen,
+        "reason": reason,
+        "run": run.name,
+        "reference": reference.name,
+        "metrics": stats,
+    }
+    if chosen == "tokens":
+        meta["run_tokens_per_step"] = run.info.tokens_per_step
+        meta["reference_tokens_per_step"] = reference.info.tokens_per_step
+    run_out = _rebuild(run, run_cols, index, meta, identity=True, to_run_steps=None)
+    ref_out = _rebuild(reference, ref_cols, index, meta, identity=False,
+                       to_run_steps=to_run_steps)
+    return run_out, ref_out
+
+
+# --- choosing the axis ----------------------------------------------------------------------------
+def _tokens_per_step(data: RunData) -> float | None:
+    if data.info.tokens_per_step:
+        return float(data.info.tokens_per_step)
+    tok = data.series(schema.TRAIN_TOKENS)
+    tok = tok[np.isfinite(tok.to_numpy())]
+    steps = tok.index.to_numpy(dtype="float64")
+    if len(tok) >= 2 and steps[-1] > steps[0]:
+        return float((tok.iloc[-1] - tok.iloc[0]) / (steps[-1] - steps[0]))
+    return None
+
+
+def _choose_axis(run, reference, axis, config) -> tuple[str, str]:
+    a, b = _tokens_per_step(run), _tokens_per_step(reference)
+    if axis == "step":
+        return "step", "asked for"
+    if axis == "tokens":
+        if a is None or b is None:
+            missing = run.name if a is None else reference.name
+            raise GapwatchError(
+                f"cannot align on tokens: run {missing!r} has neither tokens_per_step nor a "
+                f"{schema.TRAIN_TOKENS} series"
+            )
+        return "tokens", "asked for"
+    if a is None or b is None:
+        return "step", "tokens per step unknown for at least one run"
+    if abs(a - b) <= config.batch_rel_tol * max(a, b):
+        return "step", f"same tokens per step ({a:.0f})"
+    return "tokens", f"tokens per step differ ({a:.0f} vs {b:.0f})"
+
+
+def _steps_to_tokens(data: RunData):
+    """A monotone function from this run's steps to its cumulative tokens."""
+    tok = data.series(schema.TRAIN_TOKENS)
+    tok = tok[np.isfinite(tok.to_numpy())]
+    tps = data.info.tokens_per_step
+    if len(tok) >= 2:
+        xs = tok.index.to_numpy(dtype="float64")
+        ys = np.maximum.accumulate(tok.to_numpy(dtype="float64"))
+        lo_slope = tps or (ys[1] - ys[0]) / (xs[1] - xs[0])
+        hi_slope = tps or (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+
+        def f(steps):
+            s = np.asarray(steps, dtype="float64")
+            out = np.interp(s, xs, ys)
+            out = np.where(s < xs[0], ys[0] + (s - xs[0]) * lo_slope, out)
+            return np.where(s > xs[-1], ys[-1] + (s - xs[-1]) * hi_slope, out)
+
+        return f
+    if tps:
+        return lambda steps: np.asarray(steps, dtype="float64") * float(tps)
+    return None
+
+
+def _token_mapping(run: RunData, reference: RunData):
+    """reference steps -> the run's (fractional) step at the same number of tokens."""
+    ref_tokens = _steps_to_tokens(reference)
+    run_tokens = _steps_to_tokens(run)
+    steps = run.scalars.index.to_numpy(dtype="float64")
+    if len(steps) < 2:
+        steps = np.array([0.0, 1.0])
+    lo, hi = steps[0], steps[-1]
+    grid = np.unique(np.concatenate([steps, [lo - 1.0, hi + 1.0]]))
+    grid_tokens = run_tokens(grid)
+    if np.any(np.diff(grid_tokens) <= 0):
+        raise GapwatchError(f"run {run.name!r}: {schema.TRAIN_TOKENS} does not grow with steps")
+    lo_slope = (grid_tokens[1] - grid_tokens[0]) / (grid[1] - grid[0])
+    hi_slope = (grid_tokens[-1] - grid_tokens[-2]) / (grid[-1] - grid[-2])
+
+    def to_run_steps(ref_steps):
+        t = ref_tokens(np.asarray(ref_steps, dtype="float64"))
+        out = np.interp(t, grid_tokens, grid)
+        out = np.where(t < grid_tokens[0], grid[0] + (t - grid_tokens[0]) / lo_slope, out)
+        return np.where(t > grid_tokens[-1], grid[-1] + (t - grid_tokens[-1]) / hi_slope, out)
+
+    return to_run_steps
+
+
+def _attempt_boundaries(data: RunData) -> np.ndarray:
+    """Steps at which a later attempt of this run took over (restarts and resumes)."""
+    bounds: set[int] = set()
+    ev = data.events
+    if len(ev):
+        bounds |= set(ev.loc[ev["kind"].isin(_RESTART_KINDS), "step"].astype(int).tolist())
+    rep = data.repeats
+    if len(rep):
+        later = rep[rep["attempt"] > rep["attempt"].min()]
+        bounds |= set(later.groupby("attempt")["step"].min().astype(int).tolist())
+    return np.array(sorted(bounds), dtype="float64")
+
+
+# --- per-metric pairing -----------------------------------------------------------------------------
+def _match_checkpoints(mine: pd.Series, x: np.ndarray, values: np.ndarray, axis: str,
+                       config: AlignConfig):
+    """Run checkpoints paired one to one with the reference checkpoint at the same position."""
+    run_steps = mine.index.to_numpy(dtype="float64")
+    if axis == "step":
+        common = np.intersect1d(run_steps, x)
+        pos = np.searchsorted(x, common)
+        return common.astype("int64"), values[pos], "matching steps"
+    # Nearest reference checkpoint for each run checkpoint, accepted within tolerance and taken
+    # by the closest run checkpoint only.
+    order = np.argsort(x)
+    xs, vs = x[order], values[order]
+    idx = np.clip(np.searchsorted(xs, run_steps), 1, len(xs) - 1) if len(xs) > 1 else \
+        np.zeros(len(run_steps), dtype=int)
+    if len(xs) > 1:
+        left_closer = np.abs(xs[idx - 1] - run_steps) <= np.abs(xs[idx] - run_steps)
+        idx = np.where(left_closer, idx - 1, idx)
+    dist = np.abs(xs[idx] - run_steps)
+    ok = dist <= np.maximum(config.eval_match_rel_tol * np.abs(run_steps), 1e-9)
+    best: dict[int, tuple[float, int]] = {}  # reference index -> (distance, run index)
+    for i in np.flatnonzero(ok):
+        j = int(idx[i])
+        if j not in best or dist[i] < best[j][0]:
+            best[j] = (float(dist[i]), int(i))
+    pairs = sorted((i, j) for j, (_, i) in best.items())
+    run_idx = np.array([i for i, _ in pairs], dtype=int)
+    ref_idx = np.array([j for _, j in pairs], dtype=int)
+    return (run_steps[run_idx].astype("int64"), vs[ref_idx],
+            f"checkpoints within {config.eval_match_rel_tol:.1%} of the tokens")
+
+
+def _dense(mine: pd.Series, x: np.ndarray, values: np.ndarray, bounds: np.ndarray,
+           config: AlignConfig):
+    """Reference values at the run's steps: exact where logged, else honest interpolation."""
+    order = np.argsort(x, kind="stable")
+    xs, vs = x[order], values[order]
+    run_steps = mine.index.to_numpy(dtype="float64")
+    inside = (run_steps >= xs[0]) & (run_steps <= xs[-1])
+    targets = run_steps[inside]
+    pos = np.searchsorted(xs, targets)
+    pos_c = np.clip(pos, 0, len(xs) - 1)
+    exact = np.isclose(xs[pos_c], targets, rtol=0.0, atol=1e-6)
+    if len(targets) and exact.sum() >= config.exact_share * len(targets):
+        return targets[exact].astype("int64"), vs[pos_c[exact]], "matching steps"
+    if len(xs) < 2:
+        return targets[exact].astype("int64"), vs[pos_c[exact]], "matching steps"
+    gaps = np.diff(xs)
+    usual = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0
+    left = np.clip(pos - 1, 0, len(xs) - 2)
+    right = left + 1
+    x0, x1 = xs[left], xs[right]
+    y0, y1 = vs[left], vs[right]
+    span_ok = (x1 - x0) <= config.max_gap_factor * usual + 1e-9
+    finite = np.isfinite(y0) & np.isfinite(y1)
+    if len(bounds):
+        # A boundary b splits the segment if x0 < b <= x1.
+        crosses = np.searchsorted(bounds, x1, side="right") > np.searchsorted(bounds, x0,
+                                                                             side="right")
+    else:
+        crosses = np.zeros(len(targets), dtype=bool)
+    interp_ok = ~exact & span_ok & finite & ~crosses & (x1 > x0)
+    frac = np.where(x1 > x0, (targets - x0) / np.where(x1 > x0, x1 - x0, 1.0), 0.0)
+    interp = y0 + frac * (y1 - y0)
+    keep = exact | interp_ok
+    out = np.where(exact, vs[pos_c], interp)
+    return targets[keep].astype("int64"), out[keep], "interpolated between reference points"
+
+
+# --- rebuilding RunData ------------------------------------------------------------------------------
+def _rebuild(data: RunData, cols: dict[str, pd.Series], index: pd.Index, meta: dict,
+             identity: bool, to_run_steps) -> RunData:
+    frame = pd.DataFrame({k: s.reindex(index) for k, s in cols.items()}, index=index)
+    frame = frame.astype("float64") if len(frame.columns) else pd.DataFrame(index=index)
+    frame.index.name = "step"
+    info = copy.copy(data.info)
+    info.config = {**data.info.config, "alignment": meta}
+    nonfinite = []
+    for key, s in cols.items():
+        bad = s[~np.isfinite(s.to_numpy(dtype="float64"))]
+        nonfinite += [(key, int(st), float(v)) for st, v in bad.items()]
+    logged_nonfinite = pd.DataFrame(
+        {"key": pd.Series([k for k, _, _ in nonfinite], dtype=str),
+         "step": pd.Series([s for _, s, _ in nonfinite], dtype="int64"),
+         "value": pd.Series([v for _, _, v in nonfinite], dtype=float)}
+    )
+    events = data.events.copy()
+    repeats = data.repeats.copy()
+    if not identity and to_run_steps is not None:
+        if len(events):
+            events["step"] = np.rint(to_run_steps(events["step"].to_numpy())).astype("int64")
+        if len(repeats):
+            repeats["step"] = np.rint(to_run_steps(repeats["step"].to_numpy())).astype("int64")
+    return RunData(info=info, scalars=frame, events=events, repeats=repeats,
+                   logged_nonfinite=logged_nonfinite)
