@@ -27,7 +27,6 @@ from typing import Any
 import pandas as pd
 import platformdirs
 
-from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
 from monitor.schema import EventKind, RunStatus
 
@@ -231,15 +230,14 @@ class Monitor:
         try:
             store = self._store_arg if isinstance(self._store_arg, Store) else open_store(self._store_arg)
             store.ensure_run(self.run, **{k: v for k, v in self._run_fields.items() if v is not None})
+            self._store = store
+            # Spools left by killed processes hold earlier attempts than ours: number them first.
+            self._replay_spools(own=False)
             if self.attempt is None:
                 self.attempt = store.new_attempt(self.run)
-            self._store = store
-        except GapwatchError as exc:
-            self._next_retry = time.monotonic() + self.settings.retry_interval_s
-            log.warning("gapwatch: %s; logging to the spool until it is reachable", exc)
-        except Exception as exc:  # noqa: BLE001
-            self._next_retry = time.monotonic() + self.settings.retry_interval_s
-            log.warning("gapwatch: store unreachable (%s); logging to the spool", exc)
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the store means: spool
+            self._drop_store()
+            log.warning("gapwatch: store unreachable (%s); logging to the spool until it is back", exc)
 
     def _drop_store(self) -> None:
         self._store = None
@@ -269,12 +267,15 @@ class Monitor:
             not _writer_alive(p) for p in self._spool_dir.glob("*.jsonl")
         )
 
-    def _replay_spools(self) -> None:
-        """Replay this run's spool files, oldest first: ours, and any a killed process left behind."""
+    def _replay_spools(self, own: bool = True) -> None:
+        """Replay this run's spool files, oldest first: those a killed process left behind, then
+        (with `own`) ours. A live process's spool is its own business."""
         if not self._spool_dir.exists():
             return
         files = sorted(self._spool_dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
         for path in files:
+            if path == self._spool_path and not own:
+                continue
             if path != self._spool_path and _writer_alive(path):
                 continue
             foreign_attempt = None

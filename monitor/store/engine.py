@@ -7,7 +7,6 @@ import sqlite3
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.pool import NullPool
 
 from monitor.errors import GapwatchError
 from monitor.store.url import StoreURL
@@ -36,8 +35,9 @@ def _sqlite_engine(store_url: StoreURL, read_only: bool) -> Engine:
     else:
         _check_writable(path)
         url = f"sqlite:///{path}"
-    # NullPool: a connection per use, so a forked or long-lived process never holds a stale handle.
-    engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    # Pooled connections: closing the last connection to a WAL database checkpoints and removes
+    # the WAL file, so a connection per transaction would pay that on every write.
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_conn: sqlite3.Connection, _record) -> None:

@@ -9,7 +9,8 @@ raw rows instead, which is exact and idempotent too.
 
 from __future__ import annotations
 
-import math
+import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -74,22 +75,48 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame) -> int:
     """
     if rows.empty:
         return 0
-    rows = rows.sort_values(["key_id", "step", "attempt"], kind="stable").reset_index(drop=True)
-    marks = _lock_marks(conn, run_id, rows["key_id"].unique().tolist())
-    mark = rows["key_id"].map(marks).fillna(-1).astype("int64").to_numpy()
-    appends = rows["step"].to_numpy() > mark
-    _insert_raw(conn, run_id, rows, only_appends=bool(appends.all()))
+    key_ids = rows["key_id"].to_numpy(np.int64)
+    steps = rows["step"].to_numpy(np.int64)
+    attempts = rows["attempt"].to_numpy(np.int64)
+    order = np.lexsort((attempts, steps, key_ids))
+    batch = _Batch(key_ids[order], steps[order], attempts[order],
+                   rows["value"].to_numpy(float)[order], rows["wall_time"].to_numpy(float)[order])
 
-    fresh = rows[appends]
+    marks = _lock_marks(conn, run_id, np.unique(batch.key_ids).tolist())
+    mark = np.array([marks.get(k, -1) for k in batch.key_ids.tolist()], dtype=np.int64)
+    appends = batch.steps > mark
+    _insert_raw(conn, run_id, batch, only_appends=bool(appends.all()))
+
+    if appends.any():
+        fresh = batch.select(appends).latest_per_step()
+        _merge_rollups(conn, run_id, fresh)
+        _merge_series(conn, run_id, fresh)
     # A key whose batch reaches back to or before its mark is rebuilt from the raw rows.
-    reaching_back = rows[~appends]
-    if not fresh.empty:
-        latest = fresh.drop_duplicates(["key_id", "step"], keep="last")
-        _merge_rollups(conn, run_id, latest)
-        _merge_series(conn, run_id, latest)
-    for key_id, first_step in reaching_back.groupby("key_id")["step"].min().items():
-        _rebuild_tail(conn, run_id, int(key_id), int(first_step))
+    back_keys = batch.key_ids[~appends]
+    for key_id in np.unique(back_keys).tolist():
+        _rebuild_tail(conn, run_id, key_id, int(batch.steps[~appends][back_keys == key_id].min()))
     return len(rows)
+
+
+@dataclass
+class _Batch:
+    """Rows of one write as parallel arrays, sorted by (key_id, step, attempt)."""
+
+    key_ids: np.ndarray
+    steps: np.ndarray
+    attempts: np.ndarray
+    values: np.ndarray
+    wall_times: np.ndarray
+
+    def select(self, mask: np.ndarray) -> "_Batch":
+        return _Batch(self.key_ids[mask], self.steps[mask], self.attempts[mask], self.values[mask],
+                      self.wall_times[mask])
+
+    def latest_per_step(self) -> "_Batch":
+        """The highest attempt of each (key, step): the last row of each run of equal pairs."""
+        last = np.ones(len(self.steps), dtype=bool)
+        last[:-1] = (self.key_ids[1:] != self.key_ids[:-1]) | (self.steps[1:] != self.steps[:-1])
+        return self.select(last)
 
 
 def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, int]:
@@ -103,22 +130,17 @@ def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, 
     return {int(k): int(s) for k, s in conn.execute(query)}
 
 
-def _none_if_nan(x):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
-def _insert_raw(conn: Connection, run_id: int, rows: pd.DataFrame, only_appends: bool) -> None:
-    values = rows["value"].to_numpy(dtype=float)
-    # NaN -> NULL (see tables.py); object array so None survives.
-    value_col = np.where(np.isnan(values), None, values).tolist()
+def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool) -> None:
+    # NaN -> NULL (see tables.py); an object array so None survives.
+    value_col = np.where(np.isnan(batch.values), None, batch.values).tolist()
     tuples = list(
         zip(
-            [run_id] * len(rows),
-            rows["key_id"].tolist(),
-            rows["step"].tolist(),
-            rows["attempt"].tolist(),
+            itertools.repeat(run_id, len(batch.steps)),
+            batch.key_ids.tolist(),
+            batch.steps.tolist(),
+            batch.attempts.tolist(),
             value_col,
-            rows["wall_time"].tolist(),
+            batch.wall_times.tolist(),
         )
     )
     if conn.dialect.name == "postgresql":
@@ -168,49 +190,56 @@ def _copy_rows(conn: Connection, table: str, tuples: list[tuple]) -> None:
                 copy.write_row(row)
 
 
-def _rollup_params(run_id: int, level: int, agg: pd.DataFrame) -> list[dict]:
-    params = []
-    for rec in agg.to_dict("records"):
-        params.append(
-            {
-                "run_id": run_id,
-                "key_id": int(rec["key_id"]),
-                "level": level,
-                "bucket": int(rec["bucket"]),
-                "n": int(rec["n"]),
-                "nonfinite": int(rec["nonfinite"]),
-                "total": _none_if_nan(float(rec["total"])),
-                "min_step": None if rec["min_step"] < 0 else int(rec["min_step"]),
-                "min_value": _none_if_nan(float(rec["min_value"])),
-                "max_step": None if rec["max_step"] < 0 else int(rec["max_step"]),
-                "max_value": _none_if_nan(float(rec["max_value"])),
-                "last_step": int(rec["last_step"]),
-                "last_value": _none_if_nan(float(rec["last_value"])),
-            }
-        )
-    return params
+def _rollup_params(run_id: int, level: int, agg: dict[str, np.ndarray]) -> list[dict]:
+    def ints(col):
+        return agg[col].astype(np.int64).tolist()
+
+    def ints_or_none(col):
+        return [None if v < 0 else v for v in ints(col)]
+
+    def floats_or_none(col):
+        return [None if v != v else v for v in agg[col].astype(float).tolist()]
+
+    columns = {
+        "key_id": ints("key_id"),
+        "bucket": ints("bucket"),
+        "n": ints("n"),
+        "nonfinite": ints("nonfinite"),
+        "total": floats_or_none("total"),
+        "min_step": ints_or_none("min_step"),
+        "min_value": floats_or_none("min_value"),
+        "max_step": ints_or_none("max_step"),
+        "max_value": floats_or_none("max_value"),
+        "last_step": ints("last_step"),
+        "last_value": floats_or_none("last_value"),
+    }
+    names = list(columns)
+    return [
+        dict(zip(names, values), run_id=run_id, level=level) for values in zip(*columns.values())
+    ]
 
 
-def _merge_rollups(conn: Connection, run_id: int, latest: pd.DataFrame) -> None:
-    key_ids = latest["key_id"].to_numpy(dtype=np.int64)
-    steps = latest["step"].to_numpy(dtype=np.int64)
-    values = latest["value"].to_numpy(dtype=float)
+def _merge_rollups(conn: Connection, run_id: int, latest: _Batch) -> None:
     params = []
     for level, width in enumerate(LEVEL_WIDTHS):
-        params += _rollup_params(run_id, level, aggregate(key_ids, steps, values, width))
+        params += _rollup_params(run_id, level, aggregate(latest.key_ids, latest.steps, latest.values, width))
     conn.execute(_ROLLUP_MERGE, params)
 
 
-def _merge_series(conn: Connection, run_id: int, latest: pd.DataFrame) -> None:
-    grouped = latest.groupby("key_id").agg(
-        first_step=("step", "min"), last_step=("step", "max"), n=("step", "size"), last_wall_time=("wall_time", "max")
-    )
+def _merge_series(conn: Connection, run_id: int, latest: _Batch) -> None:
+    starts = np.flatnonzero(np.r_[True, latest.key_ids[1:] != latest.key_ids[:-1]])
+    ends = np.r_[starts[1:], len(latest.steps)]
     conn.execute(
         _SERIES_MERGE,
         [
-            {"run_id": run_id, "key_id": int(k), "first_step": int(r.first_step), "last_step": int(r.last_step),
-             "n": int(r.n), "last_wall_time": float(r.last_wall_time)}
-            for k, r in grouped.iterrows()
+            {"run_id": run_id, "key_id": k, "first_step": first, "last_step": last, "n": n, "last_wall_time": wall}
+            for k, first, last, n, wall in zip(
+                latest.key_ids[starts].tolist(),
+                latest.steps[starts].tolist(),
+                latest.steps[ends - 1].tolist(),
+                (ends - starts).tolist(),
+                np.maximum.reduceat(latest.wall_times, starts).tolist(),
+            )
         ],
     )
 

@@ -2,7 +2,8 @@
 
 `read_scalars` never returns more than `max_points` rows per (run, key): it reads raw rows when a
 range is small, the finest rollup level that fits otherwise, and thins what it read to the budget
-with MinMaxLTTB (tsdownsample), which keeps each bucket's extremes so spikes survive.
+with tsdownsample's MinMax, which keeps every bucket's extremes, so spikes (and the
+global minimum and maximum) survive.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from sqlalchemy import and_, func, select
-from tsdownsample import MinMaxLTTBDownsampler
+from tsdownsample import MinMaxDownsampler
 
 from monitor.schema import Detection, RunData, Severity, empty_events
 from monitor.store import tables
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_POINTS = 2000
 # Read up to this many times the budget (raw rows, or rollup points) before thinning in memory:
-# enough for MinMaxLTTB to choose well, still O(points shown).
+# enough for the in-memory thinning to choose well, still O(points shown).
 OVERSAMPLE = 4
 _SCALAR_COLUMNS = ["run", "key", "step", "value"]
 
@@ -85,7 +86,7 @@ def read_scalars(store: "Store", runs, keys, step_range=None, max_points: int = 
                     finite = np.isfinite(values)
                     steps, values = steps[finite], values[finite]
                     if len(steps) > max_points:
-                        idx = MinMaxLTTBDownsampler().downsample(steps, values, n_out=max_points)
+                        idx = MinMaxDownsampler().downsample(steps, values, n_out=max_points)
                         steps, values = steps[idx], values[idx]
                     width = max(width, 2)
                 widths[(run, key)] = width

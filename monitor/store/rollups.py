@@ -9,7 +9,6 @@ spike survives downsampling as a real (step, value) point.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 # Each level is 8x coarser than the one before: 64 steps to 32,768. With min and max per bucket a
 # level serves ranges of up to width * points / 2 steps; 32,768 covers 30M+ steps at 2,000 points.
@@ -21,14 +20,16 @@ ROLLUP_COLUMNS = (
 )
 
 
-def aggregate(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, width: int) -> pd.DataFrame:
-    """Bucket statistics of rows sorted by (key_id, step), one step per key (latest attempt).
+def aggregate(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, width: int) -> dict[str, np.ndarray]:
+    """Bucket statistics (ROLLUP_COLUMNS, as parallel arrays) of rows sorted by (key_id, step), one
+    row per step and key (the latest attempt). Buckets without a finite value have min/max steps of
+    -1 and NaN values.
 
     Non-finite values count in `n` and `nonfinite` but not in min, max or total: a NaN must not
     erase the shape of the curve, and the nonfinite detector reports it on its own.
     """
     if len(steps) == 0:
-        return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
+        return {c: np.empty(0) for c in ROLLUP_COLUMNS}
     buckets = steps // width
     change = np.empty(len(steps), dtype=bool)
     change[0] = True
@@ -51,8 +52,7 @@ def aggregate(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, width:
     safe_min = np.minimum(min_at, len(steps) - 1)
     safe_max = np.minimum(max_at, len(steps) - 1)
 
-    return pd.DataFrame(
-        {
+    return {
             "key_id": key_ids[starts],
             "bucket": buckets[starts],
             "n": counts,
@@ -64,8 +64,7 @@ def aggregate(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, width:
             "max_value": np.where(has_finite, max_value, np.nan),
             "last_step": steps[ends - 1],
             "last_value": values[ends - 1],
-        }
-    )
+    }
 
 
 def choose_level(span_steps: int, rows_per_step: float, max_points: int, oversample: int) -> int | None:

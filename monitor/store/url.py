@@ -33,8 +33,8 @@ class StoreURL:
         return Path(self.url.database)
 
     def redacted(self) -> str:
-        """The URL for messages: never shows a password."""
-        return self.url.render_as_string(hide_password=True)
+        """The URL for messages, as the user would write it: never shows a password."""
+        return self.url.set(drivername=self.backend).render_as_string(hide_password=True)
 
 
 def default_sqlite_path() -> Path:
