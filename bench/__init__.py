@@ -1,0 +1,1 @@
+"""Benchmarks: each `bench_<topic>.py` measures ours against a peer or the naive way, side by side."""
