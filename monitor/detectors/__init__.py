@@ -1,0 +1,49 @@
+"""Detectors: pure, deterministic judges of runs (numpy, pandas, scipy, scikit-learn only).
+
+`REGISTRY` maps each detector's name to its class; `build(names, **params)` makes instances.
+Each detector is one family in one module; `base` holds what they share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Detector, DetectorState, make_run, state_from_dict, state_to_dict
+from .data_invariants import DataInvariants
+from .eval_regression import EvalRegression
+from .heldout_divergence import HeldoutDivergence
+from .memorization import Memorization
+from .nonfinite import NonFiniteDetector
+from .reference_divergence import ReferenceDivergence
+from .resume import ResumeConsistency
+from .spike import SpikeDetector
+from .throughput import ThroughputDetector
+
+REGISTRY: dict[str, type[Detector]] = {
+    cls.name: cls
+    for cls in (
+        ReferenceDivergence,
+        Memorization,
+        HeldoutDivergence,
+        SpikeDetector,
+        NonFiniteDetector,
+        DataInvariants,
+        ResumeConsistency,
+        ThroughputDetector,
+        EvalRegression,
+    )
+}
+
+
+def build(names: list[str] | None = None, params: dict[str, dict[str, Any]] | None = None) -> list[Detector]:
+    """Instances of the named detectors (all, in registry order, when `names` is None), each
+    built with its entry of `params` ({detector name: {argument: value}})."""
+    params = params or {}
+    chosen = list(REGISTRY) if names is None else list(names)
+    unknown = [n for n in chosen if n not in REGISTRY]
+    if unknown:
+        raise KeyError(f"unknown detector(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
+    return [REGISTRY[n](**params.get(n, {})) for n in chosen]
+
+
+__all__ = ["REGISTRY", "Detector", "DetectorState", "build", "make_run", "state_from_dict", "state_to_dict"]

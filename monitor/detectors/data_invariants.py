@@ -1,0 +1,230 @@
+"""Data-loader invariants, from the data metrics the trainer logs and the plan in its config.
+
+* Cursor: `data/cursor` (records consumed, all hosts) must advance exactly one global batch per
+  step. At the first logged step it must equal (step + o) * global_batch_size with o in {0, 1}
+  (logged before or after the step's batch was drawn); the offset o then stays fixed. A loader
+  that shards twice advances K global batches per step and fails at the very first logged step;
+  a loader restored one batch off keeps the right pace but shifts the offset.
+* Coverage: `data/unique_fraction` (share of the corpus seen at least once) must match the plan,
+  `data/expected_unique_fraction` when logged, else a plain pass without replacement over
+  `records_per_epoch`. When it does not, the logged seen-once/seen-twice-or-more shares are
+  compared with sampling with replacement: after x passes' worth of draws, Poisson(x) leaves
+  e^-x unseen, x e^-x seen once and the rest more often (x = 1: 36.8% / 36.8% / 26.4%).
+* Epochs: `data/epoch` must change where the plan puts the boundaries (every records_per_epoch
+  records), up to a constant numbering offset.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from monitor.schema import (
+    DATA_CURSOR,
+    DATA_EPOCH,
+    DATA_EXPECTED_UNIQUE_FRACTION,
+    DATA_SEEN_2PLUS_FRACTION,
+    DATA_SEEN_ONCE_FRACTION,
+    DATA_UNIQUE_FRACTION,
+    RunData,
+    Severity,
+)
+
+from .base import Detector
+from .stats import true_runs
+
+COLUMNS = (DATA_CURSOR, DATA_EPOCH, DATA_UNIQUE_FRACTION, DATA_SEEN_ONCE_FRACTION,
+           DATA_SEEN_2PLUS_FRACTION, DATA_EXPECTED_UNIQUE_FRACTION)
+
+
+def poisson_shares(x: float) -> tuple[float, float, float]:
+    """(unseen, seen once, seen twice or more) after x passes' worth of draws with replacement."""
+    unseen = math.exp(-x)
+    once = x * math.exp(-x)
+    return unseen, once, 1.0 - unseen - once
+
+
+def planned_shares(x: float) -> tuple[float, float, float]:
+    """(unseen, seen once, seen twice or more) after x passes without replacement."""
+    full, part = math.floor(x), x - math.floor(x)
+    if full == 0:
+        return 1.0 - part, part, 0.0
+    if full == 1:
+        return 0.0, 1.0 - part, part
+    return 0.0, 0.0, 1.0
+
+
+class DataInvariants(Detector):
+    name = "data_invariants"
+    keep_first_row = True  # the cursor offset is fixed by the first logged step
+
+    def __init__(
+        self,
+        # The cursor counts records exactly, so any difference is a bug; a tolerance in records
+        # exists only for loaders that log an approximate position.
+        cursor_tolerance_records: float = 0.0,
+        # Without replacement the unique share is an exact count. The smallest gap that matters,
+        # with replacement vs without, is x^2/2: above 0.01 once x passes 0.14 of an epoch.
+        coverage_tolerance: float = 0.01,
+        # How close the logged (unseen, once, 2+) shares must be to Poisson(x) (L1 distance) to
+        # name sampling with replacement as the cause.
+        poisson_tolerance: float = 0.05,
+        global_batch_size: int | None = None,  # overrides RunInfo.global_batch_size
+        records_per_epoch: int | None = None,  # overrides RunInfo.records_per_epoch
+    ):
+        self.cursor_tolerance_records = cursor_tolerance_records
+        self.coverage_tolerance = coverage_tolerance
+        self.poisson_tolerance = poisson_tolerance
+        self.global_batch_size = global_batch_size
+        self.records_per_epoch = records_per_epoch
+
+    def columns(self, run: RunData) -> list[str]:
+        return [c for c in COLUMNS if c in run.scalars.columns]
+
+    def lookback(self, step_cadence: float) -> float:
+        return 4 * step_cadence
+
+    def detect(self, run: RunData, reference: RunData | None = None) -> list:
+        batch = self.global_batch_size or run.info.global_batch_size
+        epoch_records = self.records_per_epoch or run.info.records_per_epoch
+        out = []
+        cursor = _finite(run.series(DATA_CURSOR))
+        offset = None
+        if batch and len(cursor):
+            found, offset = self._cursor(run, cursor, batch)
+            out.extend(found)
+        if epoch_records:
+            out.extend(self._coverage(run, batch, epoch_records, offset))
+            if batch and len(cursor):
+                out.extend(self._epochs(run, batch, epoch_records, offset))
+        return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    # --- cursor --------------------------------------------------------------------------------
+    def _cursor(self, run: RunData, cursor: pd.Series, batch: int):
+        steps = cursor.index.to_numpy().astype(float)
+        batches = cursor.to_numpy() / batch
+        first_offset = batches[0] - steps[0]
+        tol = self.cursor_tolerance_records / batch + 1e-9
+        # The convention (cursor logged before or after the step's batch) comes from the first
+        # step; anything else there is already wrong.
+        offset = float(round(first_offset)) if -tol <= first_offset <= 1 + tol and abs(
+            first_offset - round(first_offset)) <= tol else None
+        expected_offset = offset if offset is not None else float(np.clip(round(first_offset), 0, 1))
+        deviation = batches - steps - expected_offset
+        bad = np.abs(deviation) > tol
+        out = []
+        for a, b in true_runs(bad):
+            k = a + int(np.argmax(np.abs(deviation[a:b + 1])))
+            pace = _pace(steps, batches, a, b)
+            evidence = {
+                "cursor": float(cursor.iloc[a]),
+                "expected_cursor": float((steps[a] + expected_offset) * batch),
+                "deviation_batches": float(deviation[a]),
+                "max_deviation_batches": float(deviation[k]),
+                "global_batch_size": int(batch),
+                "batches_per_step": pace,
+                "offset": expected_offset,
+                "n": int(b - a + 1),
+            }
+            if pace is not None and abs(pace - 1) > 0.5:
+                what = (f"the data cursor advances {pace:.3g} global batches per step instead of 1: "
+                        f"the loader is sharded {pace:.3g}x (sharded in the sampler and again in the "
+                        f"loader?), which resamples the corpus")
+            else:
+                what = (f"the data cursor is {deviation[a]:+.3g} global batches off the step "
+                        f"(cursor {cursor.iloc[a]:.0f}, expected {(steps[a] + expected_offset) * batch:.0f}): "
+                        f"model and data loader are out of step")
+            out.append(self._detection(run, None, DATA_CURSOR, steps[a], steps[b], steps[k],
+                                       float(abs(deviation[k])), Severity.CRITICAL, what, evidence))
+        return out, expected_offset
+
+    # --- coverage --------------------------------------------------------------------------------
+    def _coverage(self, run: RunData, batch, epoch_records: int, offset) -> list:
+        unique = _finite(run.series(DATA_UNIQUE_FRACTION))
+        if unique.empty:
+            return []
+        steps = unique.index.to_numpy()
+        expected = _finite(run.series(DATA_EXPECTED_UNIQUE_FRACTION)).reindex(unique.index)
+        passes = None
+        if batch:
+            passes = (steps + (offset or 0.0)) * batch / epoch_records
+            planned = np.array([1.0 - planned_shares(x)[0] for x in passes])
+            expected = expected.fillna(pd.Series(planned, index=unique.index))
+        if expected.isna().all():
+            return []
+        gap = unique.to_numpy() - expected.to_numpy()
+        bad = np.abs(gap) > self.coverage_tolerance
+        once = run.series(DATA_SEEN_ONCE_FRACTION).reindex(unique.index).to_numpy(dtype=float)
+        twice = run.series(DATA_SEEN_2PLUS_FRACTION).reindex(unique.index).to_numpy(dtype=float)
+        out = []
+        for a, b in true_runs(bad):
+            k = a + int(np.argmax(np.abs(gap[a:b + 1])))
+            logged = (1.0 - unique.iloc[k], once[k], twice[k])
+            evidence = {
+                "unique_fraction": float(unique.iloc[k]),
+                "expected_unique_fraction": float(expected.iloc[k]),
+                "delta": float(gap[k]),
+                "band": self.coverage_tolerance,
+                "seen_once_fraction": float(once[k]),
+                "seen_2plus_fraction": float(twice[k]),
+                "n": int(b - a + 1),
+            }
+            cause = ""
+            if passes is not None and np.all(np.isfinite(logged)):
+                x = float(passes[k])
+                poisson = poisson_shares(x)
+                distance = float(np.abs(np.subtract(logged, poisson)).sum())
+                evidence.update({"passes": x, "poisson_unseen": poisson[0], "poisson_once": poisson[1],
+                                 "poisson_2plus": poisson[2], "poisson_distance": distance})
+                if distance <= self.poisson_tolerance:
+                    cause = (f"; unseen/once/2+ = {logged[0]:.1%}/{logged[1]:.1%}/{logged[2]:.1%} match "
+                             f"Poisson({x:.2g}) ({poisson[0]:.1%}/{poisson[1]:.1%}/{poisson[2]:.1%}): "
+                             f"the loader samples with replacement")
+            message = (f"data coverage {unique.iloc[k]:.1%} seen vs {expected.iloc[k]:.1%} planned" + cause)
+            out.append(self._detection(run, None, DATA_UNIQUE_FRACTION, steps[a], steps[b], steps[k],
+                                       float(abs(gap[k]) / self.coverage_tolerance), Severity.CRITICAL
+                                       if cause else Severity.WARNING, message, evidence))
+        return out
+
+    # --- epoch boundaries ------------------------------------------------------------------------
+    def _epochs(self, run: RunData, batch: int, epoch_records: int, offset) -> list:
+        epoch = _finite(run.series(DATA_EPOCH))
+        if epoch.empty:
+            return []
+        steps = epoch.index.to_numpy()
+        consumed = (steps + (offset or 0.0)) * batch
+        planned = np.floor(consumed / epoch_records + 1e-9)
+        numbering = epoch.iloc[0] - planned[0]  # 0- or 1-based, whatever the loader uses
+        gap = epoch.to_numpy() - planned - numbering
+        # At a boundary, whether the epoch counter has ticked yet depends on when it is logged.
+        near = np.abs(consumed - np.round(consumed / epoch_records) * epoch_records) < batch
+        bad = (np.abs(gap) > 0.5) & ~(near & (np.abs(gap) <= 1.5))
+        out = []
+        for a, b in true_runs(bad):
+            evidence = {"epoch": float(epoch.iloc[a]), "expected_epoch": float(planned[a] + numbering),
+                        "records_per_epoch": int(epoch_records), "global_batch_size": int(batch),
+                        "n": int(b - a + 1)}
+            message = (f"data epoch {epoch.iloc[a]:.0f} at step {steps[a]} where the plan has epoch "
+                       f"{planned[a] + numbering:.0f}: epoch boundaries are not where "
+                       f"{epoch_records} records per epoch put them")
+            out.append(self._detection(run, None, DATA_EPOCH, steps[a], steps[b], steps[a],
+                                       float(abs(gap[a])), Severity.CRITICAL, message, evidence))
+        return out
+
+
+def _pace(steps: np.ndarray, batches: np.ndarray, a: int, b: int) -> float | None:
+    """Global batches per step over the bad run (including the step before it, when logged);
+    for a bad first step, cursor / step."""
+    lo = max(a - 1, 0)
+    if b > lo and steps[b] > steps[lo]:
+        return float((batches[b] - batches[lo]) / (steps[b] - steps[lo]))
+    if steps[a] > 0:
+        return float(batches[a] / steps[a])
+    return float(batches[a]) if batches[a] > 0 else None
+
+
+def _finite(s: pd.Series) -> pd.Series:
+    v = s.to_numpy(dtype=float)
+    return s[np.isfinite(v)].astype(float)

@@ -1,0 +1,138 @@
+"""Reading the eval keys of a run: held-out sets and downstream metrics with their error bars.
+
+Keys follow monitor.schema: `eval/heldout/<set>/<loss|bpb|stderr|n>` and
+`eval/downstream/<task>/<metric>[/stderr|/n]`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData
+
+# Metric names whose smaller values are better (bits per byte, perplexity, losses); every other
+# downstream metric (accuracy, exact match, F1, log-likelihood of the answer) is better larger.
+LOWER_IS_BETTER = re.compile(r"(^|[_/.\-])(bpb|bits|ppl|perplexity|loss|nll|ce|error|wer)([_/.\-]|$)")
+
+
+def heldout_sets(columns) -> dict[str, dict[str, str]]:
+    """{set: {stat: key}} for every `eval/heldout/<set>/<stat>` column."""
+    out: dict[str, dict[str, str]] = {}
+    for key in columns:
+        if not key.startswith(HELDOUT_PREFIX):
+            continue
+        parts = key[len(HELDOUT_PREFIX):].split("/")
+        if len(parts) == 2:
+            out.setdefault(parts[0], {})[parts[1]] = key
+    return out
+
+
+@dataclass(frozen=True)
+class DownstreamMetric:
+    """One downstream number a run logs, with the keys of its error bars when it has them."""
+
+    task: str
+    metric: str
+    key: str
+    stderr_key: str | None
+    n_key: str | None
+
+    @property
+    def lower_is_better(self) -> bool:
+        return bool(LOWER_IS_BETTER.search(self.metric.lower()))
+
+
+def downstream_metrics(columns) -> list[DownstreamMetric]:
+    cols = set(columns)
+    out = []
+    for key in sorted(cols):
+        if not key.startswith(DOWNSTREAM_PREFIX):
+            continue
+        parts = key[len(DOWNSTREAM_PREFIX):].split("/")
+        if len(parts) < 2 or parts[-1] in ("stderr", "n") and len(parts) >= 3:
+            continue
+        se, n = f"{key}/stderr", f"{key}/n"
+        out.append(DownstreamMetric(parts[0], "/".join(parts[1:]), key,
+                                    se if se in cols else None, n if n in cols else None))
+    return out
+
+
+def stderr_of(run: RunData, m: DownstreamMetric, steps: np.ndarray) -> np.ndarray:
+    """Standard error of a downstream metric at `steps`: logged, else binomial from n, else NaN.
+
+    The binomial error sqrt(p (1 - p) / n) applies only to proportions (values within [0, 1]).
+    """
+    vals = _at(run, m.key, steps)
+    if m.stderr_key is not None:
+        se = _at(run, m.stderr_key, steps)
+        if np.isfinite(se).any():
+            return se
+    if m.n_key is not None:
+        n = _at(run, m.n_key, steps)
+        prop = (vals >= 0) & (vals <= 1) & (n > 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(prop, np.sqrt(np.clip(vals * (1 - vals), 0, None) / n), np.nan)
+    return np.full(len(steps), np.nan)
+
+
+def _at(run: RunData, key: str, steps: np.ndarray) -> np.ndarray:
+    if key not in run.scalars.columns:
+        return np.full(len(steps), np.nan)
+    return run.scalars[key].reindex(steps).to_numpy(dtype=float)
+
+
+def matching_steps(run: RunData, reference: RunData, key: str) -> np.ndarray:
+    """Steps at which both runs logged a finite value of `key` (after alignment, the checkpoints
+    the two share)."""
+    a, b = run.series(key), reference.series(key)
+    a = a[np.isfinite(a.to_numpy(dtype=float))]
+    b = b[np.isfinite(b.to_numpy(dtype=float))]
+    return a.index.intersection(b.index).to_numpy()
+
+
+def oriented_difference(run: RunData, reference: RunData, m: DownstreamMetric,
+                        steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(run - reference) turned so that positive means the run is better, its standard error
+    (NaN where unknown), and the reference's values."""
+    r, f = _at(run, m.key, steps), _at(reference, m.key, steps)
+    sign = -1.0 if m.lower_is_better else 1.0
+    se = np.sqrt(stderr_of(run, m, steps) ** 2 + stderr_of(reference, m, steps) ** 2)
+    return sign * (r - f), se, f
+
+
+def downstream_aggregate(run: RunData, reference: RunData, steps: np.ndarray) -> pd.DataFrame:
+    """Per step, the mean relative advantage of the run over the reference across tasks.
+
+    Columns: step, tasks, mean_rel (positive = run better), z (the mean over its standard error:
+    from the logged error bars where every task has them, else from the spread across tasks, a
+    one-sample t statistic on one value per task).
+    """
+    metrics = downstream_metrics(set(run.scalars.columns) & set(reference.scalars.columns))
+    if not metrics or len(steps) == 0:
+        return pd.DataFrame(columns=["step", "tasks", "mean_rel", "z"])
+    rel, rel_se, task_of = [], [], []
+    for m in metrics:
+        d, se, f = oriented_difference(run, reference, m, steps)
+        scale = np.where(np.abs(f) > 0, np.abs(f), np.nan)
+        rel.append(d / scale)
+        rel_se.append(se / scale)
+        task_of.append(m.task)
+    rel_arr, se_arr = np.vstack(rel), np.vstack(rel_se)
+    # One vote per task: the metrics of one task (accuracy, normalised accuracy, bpb...) move
+    # together and would otherwise count as independent evidence.
+    tasks = sorted(set(task_of))
+    idx = np.array([tasks.index(t) for t in task_of])
+    per_task = np.vstack([np.nanmean(rel_arr[idx == i], axis=0) for i in range(len(tasks))])
+    per_task_se = np.vstack([np.sqrt(np.nanmean(se_arr[idx == i] ** 2, axis=0)) for i in range(len(tasks))])
+    n = np.sum(np.isfinite(per_task), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.nanmean(np.where(np.isfinite(per_task), per_task, np.nan), axis=0)
+        have_se = np.all(np.isfinite(per_task_se) | ~np.isfinite(per_task), axis=0)
+        se_logged = np.sqrt(np.nansum(per_task_se ** 2, axis=0)) / np.maximum(n, 1)
+        spread = np.nanstd(per_task, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1))
+        z = np.where(have_se, mean / se_logged, mean / spread)
+    return pd.DataFrame({"step": steps, "tasks": n, "mean_rel": mean, "z": z})

@@ -1,0 +1,178 @@
+"""Downstream-eval regressions, per task and over all tasks, only where significant.
+
+Against the reference, at every checkpoint both runs evaluated:
+
+* per metric with error bars (logged `/stderr`, or binomial from `/n` for proportions), the
+  two-proportion z = (run - reference) / sqrt(se_run^2 + se_ref^2), turned so that negative
+  means worse. A regression needs z below the one-sided Bonferroni bound for the number of
+  metrics compared (family-wise `alpha`), a relative drop of at least `min_relative_effect`, and
+  `persist_checkpoints` consecutive checkpoints.
+* over all tasks, the mean relative advantage (one vote per task; see
+  eval_keys.downstream_aggregate) with its z from the error bars, or, without error bars, the
+  t statistic of the per-task values; again with the effect floor and persistence.
+
+Within the run (no reference needed), a metric whose current value is worse than its best
+earlier value (on a 3-checkpoint running median, so one lucky eval is not the yardstick) by
+both the z bound and the effect floor has regressed since that checkpoint.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from monitor.schema import DOWNSTREAM_PREFIX, RunData, Severity
+
+from .base import Detector
+from .eval_keys import DownstreamMetric, downstream_aggregate, downstream_metrics, matching_steps, \
+    oriented_difference, stderr_of
+from .stats import signed_runs, true_runs
+
+
+class EvalRegression(Detector):
+    name = "eval_regression"
+
+    def __init__(
+        self,
+        # Family-wise error rate over all metrics compared at one checkpoint (Bonferroni).
+        alpha: float = 0.05,
+        # Relative drop that matters. OLMo ladder run vs rerun differ per task by up to ~6% in
+        # the second half of training (boolq) and on average across tasks by under 1%.
+        min_relative_effect: float = 0.03,
+        # Over all tasks the floor is lower (averaging cancels task noise): 2% of the level.
+        min_aggregate_effect: float = 0.02,
+        persist_checkpoints: int = 2,
+        within_run: bool = True,
+        # Running median over this many checkpoints before taking the best earlier value.
+        best_smoothing: int = 3,
+    ):
+        self.alpha = alpha
+        self.min_relative_effect = min_relative_effect
+        self.min_aggregate_effect = min_aggregate_effect
+        self.persist_checkpoints = persist_checkpoints
+        self.within_run = within_run
+        self.best_smoothing = best_smoothing
+
+    def columns(self, run: RunData) -> list[str]:
+        return [c for c in run.scalars.columns if c.startswith(DOWNSTREAM_PREFIX)]
+
+    def detect(self, run: RunData, reference: RunData | None = None) -> list:
+        metrics = downstream_metrics(run.scalars.columns)
+        if not metrics:
+            return []
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices mean "no error bars"
+            if reference is not None:
+                theirs = {m.key for m in downstream_metrics(reference.scalars.columns)}
+                shared = [m for m in metrics if m.key in theirs]
+                bound = sps.norm.isf(self.alpha / max(len(shared), 1))
+                for m in shared:
+                    out.extend(self._per_task(run, reference, m, bound))
+                out.extend(self._aggregate(run, reference, shared))
+            if self.within_run:
+                bound = sps.norm.isf(self.alpha / max(len(metrics), 1))
+                for m in metrics:
+                    out.extend(self._within(run, m, bound))
+        return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    # --- per task vs reference -----------------------------------------------------------------------
+    def _per_task(self, run, reference, m: DownstreamMetric, bound: float) -> list:
+        steps = matching_steps(run, reference, m.key)
+        if steps.size < self.persist_checkpoints:
+            return []
+        d, se, f = oriented_difference(run, reference, m, steps)
+        if not np.isfinite(se).any():
+            return []
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = d / se
+            rel = d / np.abs(f)
+        flag = (z < -bound) & (rel < -self.min_relative_effect)
+        out = []
+        for a, b in signed_runs(flag, -np.ones_like(z), None, self.persist_checkpoints):
+            k = a + int(np.argmin(z[a:b + 1]))
+            evidence = {"delta": float(d[k]), "relative": float(rel[k]), "stderr": float(se[k]), "z": float(z[k]),
+                        "p_value": float(sps.norm.cdf(z[k])), "z_bound": float(-bound),
+                        "reference_value": float(f[k]), "n": int(b - a + 1), "lower_is_better": m.lower_is_better}
+            message = (f"{m.task} {m.metric} {abs(rel[k]):.1%} worse than the reference (z={z[k]:.1f}, "
+                       f"bound {-bound:.1f}) at {b - a + 1} checkpoints")
+            out.append(self._detection(run, reference, m.key, steps[a], steps[b], steps[k], float(-z[k]),
+                                       Severity.WARNING, message, evidence))
+        return out
+
+    # --- all tasks vs reference --------------------------------------------------------------------
+    def _aggregate(self, run, reference, shared: list[DownstreamMetric]) -> list:
+        if not shared:
+            return []
+        steps = np.unique(np.concatenate([matching_steps(run, reference, m.key) for m in shared]))
+        agg = downstream_aggregate(run, reference, steps)
+        agg = agg[agg["tasks"] >= 2].reset_index(drop=True)
+        if len(agg) < self.persist_checkpoints:
+            return []
+        mean, z, n = agg["mean_rel"].to_numpy(float), agg["z"].to_numpy(float), agg["tasks"].to_numpy()
+        # One-sided bound: normal where error bars were logged, Student t across tasks otherwise
+        # (the t bound is the larger, so it is the safe choice for both).
+        bound = sps.t.isf(self.alpha, np.maximum(n - 1, 1))
+        with np.errstate(invalid="ignore"):
+            flag = (z < -bound) & (mean < -self.min_aggregate_effect)
+        out = []
+        s = agg["step"].to_numpy()
+        for a, b in signed_runs(flag, -np.ones_like(z), None, self.persist_checkpoints):
+            k = a + int(np.argmin(mean[a:b + 1]))
+            evidence = {"delta": float(mean[k]), "z": float(z[k]), "z_bound": float(-bound[k]),
+                        "tasks": int(n[k]), "n": int(b - a + 1), "band": -self.min_aggregate_effect}
+            message = (f"downstream evals {abs(mean[k]):.1%} worse than the reference on average over "
+                       f"{int(n[k])} tasks (z={z[k]:.1f}) at {b - a + 1} checkpoints")
+            out.append(self._detection(run, reference, "eval/downstream/all", s[a], s[b], s[k], float(-z[k]),
+                                       Severity.WARNING, message, evidence))
+        return out
+
+    # --- within the run ----------------------------------------------------------------------------
+    def _within(self, run: RunData, m: DownstreamMetric, bound: float) -> list:
+        x = run.series(m.key)
+        x = x[np.isfinite(x.to_numpy(dtype=float))]
+        if len(x) < self.best_smoothing + self.persist_checkpoints:
+            return []
+        steps = x.index.to_numpy()
+        sign = -1.0 if m.lower_is_better else 1.0
+        v = sign * x.to_numpy(dtype=float)
+        se = stderr_of(run, m, steps)
+        if not np.isfinite(se).any():
+            return []
+        smooth = pd.Series(v).rolling(self.best_smoothing).median().to_numpy()
+        best_before = pd.Series(smooth).cummax().shift(1).to_numpy()
+        best_at = _argbest(smooth)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gap = v - best_before
+            ref_se = np.array([se[i] if i >= 0 else np.nan for i in np.concatenate(([-1], best_at[:-1]))])
+            z = gap / np.sqrt(se ** 2 + ref_se ** 2)
+            rel = gap / np.abs(best_before)
+        flag = (z < -bound) & (rel < -self.min_relative_effect)
+        out = []
+        for a, b in true_runs(flag):
+            if b - a + 1 < self.persist_checkpoints:
+                continue
+            k = a + int(np.argmin(z[a:b + 1]))
+            best_step = int(steps[best_at[k - 1]])
+            evidence = {"delta": float(sign * gap[k]), "relative": float(rel[k]), "z": float(z[k]),
+                        "z_bound": float(-bound), "best_step": best_step, "best_value": float(sign * best_before[k]),
+                        "value": float(x.iloc[k]), "stderr": float(se[k]), "n": int(b - a + 1)}
+            message = (f"{m.task} {m.metric} regressed {abs(rel[k]):.1%} since its best at step {best_step} "
+                       f"({sign * best_before[k]:.4g} -> {x.iloc[k]:.4g}, z={z[k]:.1f})")
+            out.append(self._detection(run, None, m.key, steps[a], steps[b], steps[k], float(-z[k]),
+                                       Severity.WARNING, message, evidence))
+        return out
+
+
+def _argbest(values: np.ndarray) -> np.ndarray:
+    """Index of the running maximum at each position (NaN-aware; -1 before the first value)."""
+    out = np.full(values.size, -1)
+    best, at = -np.inf, -1
+    for i, v in enumerate(values):
+        if np.isfinite(v) and v > best:
+            best, at = v, i
+        out[i] = at
+    return out

@@ -1,0 +1,324 @@
+"""Memorization: train loss falls below the reference while held-out loss stays tied.
+
+A data loader that repeats data (double sharding that resamples the corpus, a wrong epoch
+boundary) lowers the train loss, because the model has seen those records before, but not the
+held-out loss, and downstream evals do not improve. Judged at every checkpoint where both runs
+have held-out losses (after alignment):
+
+* train: the median of (run - reference) train loss over the `window_points` logged steps up to
+  the checkpoint is below -max(`min_effect`, z * its standard error);
+* held-out did not follow: the mean held-out difference over the sets is above
+  `max_heldout_share` times the train difference (held-out recovered at most that share of the
+  train gain), and the gap between the two is itself more than z standard errors;
+* downstream evals, where both runs have them, are not significantly better.
+
+`persist_checkpoints` consecutive checkpoints make a detection.
+
+Within one run (no reference needed), the gap held-out minus train loss at each checkpoint is
+compared with its own trend (Theil-Sen on log step, so a widening late segment does not bend
+the line it is judged by); a gap above the trend by more than max(`min_effect`, z sigma of the
+residuals) at `persist_checkpoints` consecutive checkpoints is the same signature.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+from sklearn.linear_model import TheilSenRegressor
+
+from monitor.schema import DATA_SEEN_2PLUS_FRACTION, HELDOUT_PREFIX, TRAIN_LOSS, RunData, Severity
+
+from .base import Detector, concat_rows, reconcile, restrict_columns, slice_rows, trim_rows
+from .eval_keys import downstream_aggregate, heldout_sets
+from .stats import MAD_TO_SIGMA, MEDIAN_SE_FACTOR, cadence, effective_n, true_runs
+
+SUSPECT = ("the signature of repeated training data (data-loader sharding that resamples the "
+           "corpus, a wrong epoch boundary)")
+
+
+class Memorization(Detector):
+    name = "memorization"
+
+    def __init__(
+        self,
+        metric: str = TRAIN_LOSS,
+        window_points: int = 100,
+        # The reference-divergence floor: seeds of one recipe never differ by more than 0.04
+        # nats in train loss (the 13 repeats), so a smaller train gain is not evidence.
+        min_effect: float = 0.05,
+        z_threshold: float = 3.0,
+        # In the OLMo 3 7B reproduction, train loss fell 0.25 below the reference and held-out
+        # C4 moved by 0.004: a share of 0.02. A real improvement moves held-out by most of the
+        # train gain; half is the boundary.
+        max_heldout_share: float = 0.5,
+        persist_checkpoints: int = 2,
+        critical_ratio: float = 3.0,
+        within_run: bool = True,
+        # Checkpoints at the start of training, where train and held-out fall too fast for a
+        # trend, are left out of the within-run fit; at least this many checkpoints are needed.
+        skip_checkpoints: int = 3,
+        min_trend_checkpoints: int = 8,
+    ):
+        self.metric = metric
+        self.window_points = window_points
+        self.min_effect = min_effect
+        self.z_threshold = z_threshold
+        self.max_heldout_share = max_heldout_share
+        self.persist_checkpoints = persist_checkpoints
+        self.critical_ratio = critical_ratio
+        self.within_run = within_run
+        self.skip_checkpoints = skip_checkpoints
+        self.min_trend_checkpoints = min_trend_checkpoints
+
+    def columns(self, run: RunData) -> list[str]:
+        return [c for c in run.scalars.columns
+                if c == self.metric or c.startswith(HELDOUT_PREFIX) or c.startswith("eval/downstream/")
+                or c == DATA_SEEN_2PLUS_FRACTION]
+
+    def lookback(self, step_cadence: float) -> float:
+        return 2 * self.window_points * step_cadence
+
+    def detect(self, run: RunData, reference: RunData | None = None) -> list:
+        return self._judge(run, reference, self.table(run, reference))
+
+    def update(self, state, new_rows, reference=None):
+        """Checkpoint summaries are computed once, when a checkpoint arrives, and kept in the
+        state; only the train-loss rows the next checkpoint's window needs stay in the tail."""
+        cols = self.columns(new_rows)
+        fresh = restrict_columns(new_rows, cols)
+        if fresh.scalars.empty:
+            return state, []
+        combined = fresh if state.tail is None else concat_rows(state.tail, fresh)
+        hi = int(combined.scalars.index[-1])
+        done = state.extra.get("last_checkpoint", -np.inf)
+        held_steps = _heldout_steps(combined)
+        new_ckpts = held_steps[held_steps > done]
+        emitted = []
+        if new_ckpts.size:
+            back = self.lookback(cadence(combined.scalars.index.to_numpy()))
+            ref = None
+            if reference is not None:
+                ref = slice_rows(reference, float(new_ckpts[0]) - back, float(new_ckpts[-1]))
+            rows = self.table(combined, ref, steps=new_ckpts)
+            table = pd.concat([pd.DataFrame(state.extra.get("table", [])), rows], ignore_index=True)
+            state.extra["table"] = _json_rows(table)
+            state.extra["last_checkpoint"] = int(new_ckpts[-1])
+            state.extra["reference"] = reference.name if reference is not None else None
+            found = self._judge(combined, reference, table)
+            emitted = reconcile(state, found, 0.0)
+        back = self.lookback(cadence(combined.scalars.index.to_numpy()))
+        state.tail = trim_rows(restrict_columns(combined, [self.metric, DATA_SEEN_2PLUS_FRACTION]), hi - back)
+        state.last_step = hi
+        return state, emitted
+
+    # --- per-checkpoint summaries -----------------------------------------------------------------------
+    def table(self, run: RunData, reference: RunData | None, steps: np.ndarray | None = None) -> pd.DataFrame:
+        """One row per checkpoint with held-out losses: within-run held-out and train levels
+        and, with a reference, the train / held-out differences, their errors and the downstream
+        z. Columns are NaN where the data is missing."""
+        own = self.heldout_at(run, None)
+        if steps is None:
+            steps = own["step"].to_numpy()
+        own = own.set_index("step").reindex(steps)
+        t = self.train_at(run, steps)
+        table = pd.DataFrame({"step": steps, "heldout": own["heldout"].to_numpy(dtype=float),
+                              "train": t["train"].to_numpy()})
+        seen = _finite(run.series(DATA_SEEN_2PLUS_FRACTION))
+        table["seen_2plus"] = seen.reindex(steps, method="ffill").to_numpy() if len(seen) else np.nan
+        cols = ["d_train", "d_train_se", "d_held", "d_held_se", "sets", "down_z"]
+        if reference is None:
+            for c in cols:
+                table[c] = np.nan
+            return table
+        held = self.heldout_at(run, reference).set_index("step").reindex(steps)
+        dt = self.train_at(run, steps, reference)
+        table["d_train"] = dt["train"].to_numpy()
+        table["d_train_se"] = dt["train_se"].to_numpy()
+        table["d_held"] = held["heldout"].to_numpy(dtype=float)
+        table["d_held_se"] = held["heldout_se"].to_numpy(dtype=float)
+        table["sets"] = held["sets"].to_numpy(dtype=float)
+        if _has_downstream(run, reference):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                down = downstream_aggregate(run, reference, steps)
+            table["down_z"] = down.set_index("step")["z"].reindex(steps).to_numpy(dtype=float)
+        else:
+            table["down_z"] = np.nan
+        return table
+
+    def _judge(self, run: RunData, reference: RunData | None, table: pd.DataFrame) -> list:
+        out = []
+        if reference is not None and len(table):
+            out.extend(self._versus_reference(run, reference, table))
+        if self.within_run and len(table):
+            out.extend(self._within_run(run, table))
+        return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def train_at(self, run: RunData, steps: np.ndarray, other: RunData | None = None) -> pd.DataFrame:
+        """Per checkpoint: median of the train loss (or of run - other) over the window of logged
+        steps ending there, its standard error and the points used."""
+        x = _finite(run.series(self.metric))
+        if other is not None:
+            y = _finite(other.series(self.metric))
+            common = x.index.intersection(y.index)
+            x = x.loc[common] - y.loc[common]
+        idx = x.index.to_numpy()
+        vals = x.to_numpy()
+        rows = []
+        for s in steps:
+            hi = int(np.searchsorted(idx, s, side="right"))
+            lo = max(0, hi - self.window_points)
+            w = vals[lo:hi]
+            if w.size < max(5, self.window_points // 2):
+                rows.append((s, np.nan, np.nan, w.size))
+                continue
+            med = float(np.median(w))
+            dev = w - med
+            sigma = MAD_TO_SIGMA * float(np.median(np.abs(dev)))
+            power = float(np.sum(dev * dev))
+            rho = float(np.sum(dev[1:] * dev[:-1]) / power) if power > 0 else 0.0
+            se = MEDIAN_SE_FACTOR * sigma / float(np.sqrt(effective_n(np.array([w.size]), np.array([rho]))[0]))
+            rows.append((s, med, se, w.size))
+        return pd.DataFrame(rows, columns=["step", "train", "train_se", "n"])
+
+    def heldout_at(self, run: RunData, reference: RunData | None) -> pd.DataFrame:
+        """Per checkpoint: mean over held-out sets of the loss (or run - reference) and its
+        standard error (NaN where the sets log none)."""
+        ours = heldout_sets(run.scalars.columns)
+        theirs = heldout_sets(reference.scalars.columns) if reference is not None else ours
+        keys = [(s, st) for s, st in ours.items() if "loss" in st and "loss" in theirs.get(s, {})]
+        empty = pd.DataFrame({"step": pd.Series(dtype="int64"), "heldout": pd.Series(dtype=float),
+                              "heldout_se": pd.Series(dtype=float), "sets": pd.Series(dtype="int64")})
+        if not keys:
+            return empty
+        cols, ses = [], []
+        for name, stats_ in keys:
+            v = run.scalars[stats_["loss"]]
+            se = run.scalars[stats_["stderr"]] if "stderr" in stats_ else pd.Series(np.nan, index=v.index)
+            if reference is not None:
+                other = theirs[name]
+                v = v - reference.scalars[other["loss"]].reindex(v.index)
+                ref_se = (reference.scalars[other["stderr"]].reindex(v.index) if "stderr" in other
+                          else pd.Series(np.nan, index=v.index))
+                se = np.sqrt(se ** 2 + ref_se ** 2)
+            cols.append(v.rename(name))
+            ses.append(se.rename(name))
+        vals = pd.concat(cols, axis=1)
+        errs = pd.concat(ses, axis=1)
+        ok = np.isfinite(vals.to_numpy(dtype=float)).any(axis=1)
+        if not ok.any():
+            return empty
+        vals, errs = vals[ok], errs[ok]
+        v, e = vals.to_numpy(dtype=float), errs.to_numpy(dtype=float)
+        n = np.isfinite(v).sum(axis=1)
+        with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(v, axis=1)
+            se = np.where(np.isfinite(e).any(axis=1), np.sqrt(np.nansum(e ** 2, axis=1)) / n, np.nan)
+        return pd.DataFrame({"step": vals.index.to_numpy(), "heldout": mean, "heldout_se": se, "sets": n})
+
+    # --- against the reference ---------------------------------------------------------------------------
+    def _versus_reference(self, run: RunData, reference: RunData, table: pd.DataFrame) -> list:
+        steps = table["step"].to_numpy()
+        t, t_se = table["d_train"].to_numpy(dtype=float), table["d_train_se"].to_numpy(dtype=float)
+        h, h_se = table["d_held"].to_numpy(dtype=float), table["d_held_se"].to_numpy(dtype=float)
+        dz = table["down_z"].to_numpy(dtype=float)
+        band = np.fmax(self.min_effect, self.z_threshold * np.nan_to_num(t_se, nan=np.inf))
+        gap = h - t
+        gap_se = np.sqrt(np.nan_to_num(t_se, nan=np.inf) ** 2 + np.nan_to_num(h_se, nan=0.0) ** 2)
+        with np.errstate(invalid="ignore"):
+            below = t < -band
+            not_followed = (h > self.max_heldout_share * t) & (gap > self.z_threshold * gap_se)
+            not_better = ~(dz > self.z_threshold)
+        flag = below & not_followed & not_better
+        out = []
+        for a, b in true_runs(flag):
+            if b - a + 1 < self.persist_checkpoints:
+                continue
+            k = a + int(np.argmax(gap[a:b + 1]))
+            score = float(gap[k] / self.min_effect)
+            evidence = {
+                "train_delta": float(t[k]), "train_stderr": float(t_se[k]), "band": float(band[k]),
+                "heldout_delta": float(h[k]), "heldout_stderr": float(h_se[k]),
+                "heldout_sets": int(table["sets"].iloc[k]), "delta": float(gap[k]),
+                "z": float(gap[k] / gap_se[k]) if gap_se[k] > 0 else float("inf"),
+                "downstream_z": float(dz[k]), "n": int(b - a + 1),
+            }
+            repeated = table["seen_2plus"].iloc[k]
+            extra = ""
+            if np.isfinite(repeated):
+                evidence["seen_2plus_fraction"] = float(repeated)
+                extra = f"; {repeated:.0%} of the corpus has been seen twice or more"
+            tie = (f"{h[k]:+.3f} ± {h_se[k]:.3f}" if np.isfinite(h_se[k]) else f"{h[k]:+.3f}")
+            message = (f"train loss {abs(t[k]):.3f} below the reference while held-out loss moved {tie} "
+                       f"and downstream evals are not better: {SUSPECT}{extra}")
+            severity = Severity.CRITICAL if score >= self.critical_ratio else Severity.WARNING
+            out.append(self._detection(run, reference, self.metric, steps[a], steps[b], steps[k], score,
+                                       severity, message, evidence))
+        return out
+
+    # --- within the run -----------------------------------------------------------------------------------
+    def _within_run(self, run: RunData, table: pd.DataFrame) -> list:
+        steps = table["step"].to_numpy()
+        gap = table["heldout"].to_numpy(dtype=float) - table["train"].to_numpy(dtype=float)
+        ok = np.isfinite(gap) & (steps > 0)
+        ok[: self.skip_checkpoints] = False
+        if ok.sum() < self.min_trend_checkpoints:
+            return []
+        x = np.log(steps[ok].astype(float)).reshape(-1, 1)
+        fit = TheilSenRegressor(random_state=0).fit(x, gap[ok])
+        resid = np.full(steps.size, np.nan)
+        resid[ok] = gap[ok] - fit.predict(x)
+        sigma = MAD_TO_SIGMA * float(np.median(np.abs(resid[ok] - np.median(resid[ok]))))
+        band = max(self.min_effect, self.z_threshold * sigma)
+        with np.errstate(invalid="ignore"):
+            flag = resid > band
+        out = []
+        for a, b in true_runs(flag):
+            if b - a + 1 < self.persist_checkpoints:
+                continue
+            k = a + int(np.nanargmax(resid[a:b + 1]))
+            evidence = {"delta": float(resid[k]), "band": band, "gap": float(gap[k]),
+                        "trend_gap": float(gap[k] - resid[k]), "sigma": sigma,
+                        "z": float(resid[k] / sigma) if sigma > 0 else float("inf"), "n": int(b - a + 1)}
+            repeated = table["seen_2plus"].iloc[k]
+            if np.isfinite(repeated):
+                evidence["seen_2plus_fraction"] = float(repeated)
+            message = (f"held-out minus train loss widened to {gap[k]:.3f}, {resid[k]:.3f} above its trend: "
+                       f"train loss keeps falling where held-out loss does not, {SUSPECT}")
+            score = float(resid[k] / self.min_effect)
+            severity = Severity.CRITICAL if score >= self.critical_ratio else Severity.WARNING
+            out.append(self._detection(run, None, "eval/heldout/gap", steps[a], steps[b], steps[k], score,
+                                       severity, message, evidence))
+        return out
+
+
+def _heldout_steps(run: RunData) -> np.ndarray:
+    keys = [k for st in heldout_sets(run.scalars.columns).values() for name, k in st.items() if name == "loss"]
+    if not keys:
+        return np.array([], dtype=np.int64)
+    logged = np.isfinite(run.scalars[keys].to_numpy(dtype=float)).any(axis=1)
+    return run.scalars.index.to_numpy()[logged]
+
+
+def _json_rows(table: pd.DataFrame) -> list[dict]:
+    """Table rows as JSON values (NaN as null)."""
+    return [{k: (None if isinstance(v, float) and v != v else (int(v) if k == "step" else float(v)))
+             for k, v in row.items()} for row in table.to_dict("records")]
+
+
+def _finite(s: pd.Series) -> pd.Series:
+    v = s.to_numpy(dtype=float)
+    return s[np.isfinite(v)].astype(float)
+
+
+def _has_downstream(run: RunData, reference: RunData) -> bool:
+    return any(c.startswith("eval/downstream/") for c in set(run.scalars.columns) & set(reference.scalars.columns))
+
+
+def _last(run: RunData, key: str, at: int) -> float | None:
+    s = _finite(run.series(key))
+    s = s[s.index <= at]
+    return float(s.iloc[-1]) if len(s) else None

@@ -1,0 +1,250 @@
+"""Loss and grad-norm spikes: OLMo-core's rule, the OLMo 2 paper's rule, and a robust one.
+
+Three definitions of "this step is a spike" (all look only at earlier steps):
+
+* `olmo_core`: value > mean + 6 sigma of the previous 128 values (sigma with ddof 0, and no
+  spike while that sigma is below 1e-10), as in OLMo-core's StabilityMonitorCallback.
+* `olmo2`: |value - mean| >= 7 sigma of the previous 1,000 values, the OLMo 2 paper's
+  definition behind its spike score.
+* `gapwatch` (the default): value - median of the previous 32 values > 6 sigma, where sigma is
+  the robust scale of step-to-step changes over the previous 128 values (MAD of |diff| / sqrt 2).
+  A trend does not inflate it (the loss falling 0.5 nats in 128 early steps makes OLMo-core's
+  sigma several times the real noise) and neither does an earlier spike in the window (one
+  spike cannot mask the next); grad norm is judged on a log scale, since it spikes
+  multiplicatively. Floors on sigma (1% of the level; 0.05 on the log scale) keep quantised
+  logs (llm.c prints the grad norm to two decimals) from turning every tick into a spike.
+
+The spike score (the OLMo-core / OLMo 2 statistic) is the share of the last `score_window`
+logged steps with a spike; `score_series` returns it as the `detect/spike_score/*` series.
+Each spike becomes a detection covering its excursion until the value is back within
+`recover_sigma` of the level before the spike: INFO when it recovers within `recovery_points`,
+WARNING when it takes longer, CRITICAL when it has not recovered after `unrecovered_points`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.schema import (
+    SPIKE_SCORE_GRAD_NORM,
+    SPIKE_SCORE_LOSS,
+    TRAIN_GRAD_NORM,
+    TRAIN_LOSS,
+    RunData,
+    Severity,
+)
+
+from .base import Detector
+from .stats import MAD_TO_SIGMA, true_runs
+
+DEFINITIONS = ("gapwatch", "olmo_core", "olmo2")
+SCORE_KEYS = {TRAIN_LOSS: SPIKE_SCORE_LOSS, TRAIN_GRAD_NORM: SPIKE_SCORE_GRAD_NORM}
+
+
+def olmo_core_flags(x: pd.Series, window: int = 128, threshold: float = 6.0) -> np.ndarray:
+    """OLMo-core StabilityMonitorCallback: value > mean + threshold * std of the previous
+    `window` values (population std; only with a full window; never while std < 1e-10)."""
+    mean = x.rolling(window).mean().shift(1).to_numpy()
+    std = x.rolling(window).std(ddof=0).shift(1).to_numpy()
+    with np.errstate(invalid="ignore"):
+        return (x.to_numpy() > mean + threshold * std) & (std >= 1e-10)
+
+
+def olmo2_flags(x: pd.Series, window: int = 1000, threshold: float = 7.0) -> np.ndarray:
+    """OLMo 2 paper: at least `threshold` standard deviations from the rolling average of the
+    previous `window` values."""
+    mean = x.rolling(window).mean().shift(1).to_numpy()
+    std = x.rolling(window).std(ddof=0).shift(1).to_numpy()
+    with np.errstate(invalid="ignore"):
+        return (np.abs(x.to_numpy() - mean) >= threshold * std) & (std > 0)
+
+
+class SpikeDetector(Detector):
+    name = "spike"
+
+    def __init__(
+        self,
+        metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM),
+        definition: str = "gapwatch",
+        # OLMo-core's threshold, kept for ours: with a sigma that trend and earlier spikes do not
+        # inflate, 6 sigma finds more real spikes at the same nominal false-alarm rate.
+        threshold: float = 6.0,
+        # Level = median of the previous 32 values: short enough to follow the early-training
+        # fall, long enough that a spike cannot move it.
+        center_window: int = 32,
+        # Noise from the previous 128 step-to-step changes: OLMo-core's window length.
+        scale_window: int = 128,
+        log_scale: tuple[str, ...] = (TRAIN_GRAD_NORM,),
+        # Noise floor as a share of the level: a loss excursion under 6% is not called a spike.
+        min_relative_sigma: float = 0.01,
+        # Noise floor on the log scale: llm.c's grad norm, printed to two decimals around 0.22,
+        # wobbles to 0.27 (1.2x) all through its last thousand steps; with 0.05 the smallest
+        # spike is 1.35x its level.
+        min_log_sigma: float = 0.05,
+        # OLMo-core StabilityMonitorCallback defaults.
+        olmo_core_window: int = 128,
+        olmo_core_threshold: float = 6.0,
+        # OLMo 2 paper (spike score): 7 sigma from the rolling average of the last 1,000 steps.
+        olmo2_window: int = 1000,
+        olmo2_threshold: float = 7.0,
+        # OLMo-core's rolling_window for the running spike score.
+        score_window: int = 10_000,
+        # An excursion ends when the value is back within this many sigma of the level before it.
+        recover_sigma: float = 3.0,
+        recovery_points: int = 20,
+        unrecovered_points: int = 200,
+    ):
+        if definition not in DEFINITIONS:
+            raise ValueError(f"spike definition must be one of {DEFINITIONS}, not {definition!r}")
+        self.metrics = tuple(metrics)
+        self.definition = definition
+        self.threshold = threshold
+        self.center_window = center_window
+        self.scale_window = scale_window
+        self.log_scale = tuple(log_scale)
+        self.min_relative_sigma = min_relative_sigma
+        self.min_log_sigma = min_log_sigma
+        self.olmo_core_window = olmo_core_window
+        self.olmo_core_threshold = olmo_core_threshold
+        self.olmo2_window = olmo2_window
+        self.olmo2_threshold = olmo2_threshold
+        self.score_window = score_window
+        self.recover_sigma = recover_sigma
+        self.recovery_points = recovery_points
+        self.unrecovered_points = unrecovered_points
+
+    def columns(self, run: RunData) -> list[str]:
+        return [m for m in self.metrics if m in run.scalars.columns]
+
+    def lookback(self, step_cadence: float) -> float:
+        history = max(self.center_window, self.scale_window + 1, self.olmo_core_window, self.olmo2_window)
+        return (self.score_window + history + self.unrecovered_points) * step_cadence
+
+    def merge_gap(self, step_cadence: float) -> float:
+        return 0.0  # two spikes are two detections, however close
+
+    # --- the three rules -----------------------------------------------------------------------
+    def gapwatch_z(self, x: pd.Series, log: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(z, level, sigma) of each value against the previous values, on the judged scale."""
+        y = np.log(np.clip(x, 1e-30, None)) if log else x
+        level = y.rolling(self.center_window).median().shift(1).to_numpy()
+        steps_abs = y.diff().abs()
+        sigma = (MAD_TO_SIGMA / np.sqrt(2)) * steps_abs.rolling(self.scale_window).median().shift(1).to_numpy()
+        floor = self.min_log_sigma if log else self.min_relative_sigma * np.abs(level)
+        sigma = np.fmax(sigma, floor)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = (y.to_numpy() - level) / sigma
+        return z, level, sigma
+
+    def flags(self, x: pd.Series, metric: str) -> dict[str, np.ndarray]:
+        z, _, _ = self.gapwatch_z(x, metric in self.log_scale)
+        with np.errstate(invalid="ignore"):
+            ours = z > self.threshold
+        return {
+            "gapwatch": ours,
+            "olmo_core": olmo_core_flags(x, self.olmo_core_window, self.olmo_core_threshold),
+            "olmo2": olmo2_flags(x, self.olmo2_window, self.olmo2_threshold),
+        }
+
+    def spike_scores(self, flags: np.ndarray) -> np.ndarray:
+        """Share of the last `score_window` logged steps that were spikes (over fewer steps
+        until that many have been logged, unlike OLMo-core, which waits for a full window)."""
+        return pd.Series(flags.astype(float)).rolling(self.score_window, min_periods=1).mean().to_numpy()
+
+    def score_series(self, run: RunData) -> pd.DataFrame:
+        """Long frame (step, key, value) of the spike score of each metric, by `definition`."""
+        frames = []
+        for metric in self.columns(run):
+            x = _finite(run.series(metric))
+            if x.empty or metric not in SCORE_KEYS:
+                continue
+            score = self.spike_scores(self.flags(x, metric)[self.definition])
+            frames.append(pd.DataFrame({"step": x.index.to_numpy(), "key": SCORE_KEYS[metric], "value": score}))
+        if not frames:
+            return pd.DataFrame({"step": pd.Series(dtype="int64"), "key": pd.Series(dtype=str),
+                                 "value": pd.Series(dtype=float)})
+        return pd.concat(frames, ignore_index=True)
+
+    # --- detections ------------------------------------------------------------------------------
+    def detect(self, run: RunData, reference: RunData | None = None) -> list:
+        out = []
+        for metric in self.columns(run):
+            x = _finite(run.series(metric))
+            if len(x) < 2:
+                continue
+            out.extend(self._metric(run, metric, x))
+        return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def _metric(self, run: RunData, metric: str, x: pd.Series) -> list:
+        log = metric in self.log_scale
+        z, level, sigma = self.gapwatch_z(x, log)
+        every = self.flags(x, metric)
+        chosen = every[self.definition]
+        scores = {k: self.spike_scores(v) for k, v in every.items()}
+        y = np.log(np.clip(x.to_numpy(), 1e-30, None)) if log else x.to_numpy()
+        steps = x.index.to_numpy()
+        out = []
+        i_next = 0
+        for a, _ in true_runs(chosen):
+            if a < i_next:
+                continue  # inside the excursion of an earlier spike
+            base, sig = level[a], sigma[a]
+            if not np.isfinite(base) or not np.isfinite(sig):
+                base, sig = _fallback_level(y, a)
+            horizon = min(len(y), a + self.unrecovered_points + 1)
+            elevated = y[a:horizon] - base > self.recover_sigma * sig
+            back = np.flatnonzero(~elevated)
+            recovered = back.size > 0
+            end = a + (int(back[0]) - 1 if recovered else horizon - a - 1)
+            end = max(end, a)
+            i_next = end + 1
+            k = a + int(np.nanargmax(y[a:end + 1]))
+            excursion = end - a + 1
+            zk = float(z[k]) if np.isfinite(z[k]) else float((y[k] - base) / sig)
+            if not recovered and horizon - a > self.unrecovered_points:
+                severity, how = Severity.CRITICAL, f"not recovered after {self.unrecovered_points} steps"
+            elif not recovered:
+                severity, how = Severity.WARNING, "not recovered yet"
+            elif excursion > self.recovery_points:
+                severity, how = Severity.WARNING, f"recovered after {excursion} steps"
+            else:
+                severity, how = Severity.INFO, f"recovered after {excursion} step{'s' if excursion > 1 else ''}"
+            value = float(x.iloc[k])
+            baseline = float(np.exp(base)) if log else float(base)
+            ratio = value / baseline if baseline else float("inf")
+            evidence = {
+                "value": value,
+                "baseline": baseline,
+                "ratio": ratio,
+                "z": zk,
+                "sigma": float(sig),
+                "scale": "log" if log else "linear",
+                "excursion_steps": int(excursion),
+                "recovered": bool(recovered),
+                "definition": self.definition,
+                "olmo_core_flag": bool(every["olmo_core"][k]),
+                "olmo2_flag": bool(every["olmo2"][k]),
+                "spike_score": float(scores[self.definition][k]),
+                "spike_score_olmo_core": float(scores["olmo_core"][k]),
+                "spike_score_olmo2": float(scores["olmo2"][k]),
+            }
+            size = f"{ratio:.1f}x its level" if log else f"+{value - baseline:.3f} over its level {baseline:.3f}"
+            message = f"{metric} spike to {value:.4g} ({size}, {zk:.1f} sigma), {how}"
+            out.append(self._detection(run, None, metric, steps[a], steps[end], steps[k], zk,
+                                       severity, message, evidence))
+        return out
+
+
+def _finite(s: pd.Series) -> pd.Series:
+    v = s.to_numpy(dtype=float)
+    return s[np.isfinite(v)].astype(float)
+
+
+def _fallback_level(y: np.ndarray, a: int) -> tuple[float, float]:
+    """Level and scale for a spike flagged by another rule before our windows are full."""
+    prev = y[max(0, a - 32):a]
+    if prev.size == 0:
+        return float(y[a]), 1.0
+    sig = MAD_TO_SIGMA * float(np.median(np.abs(prev - np.median(prev))))
+    return float(np.median(prev)), max(sig, 1e-12)
