@@ -1,0 +1,81 @@
+"""`gapwatch watch`: follow runs in the store, detect as rows arrive, and send alerts."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.options import add_store_argument
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "watch",
+        help="watch runs and send alerts (console, Slack, webhooks)",
+        description="Follow runs in the store, run the detectors on every new step, and turn detections "
+        "into alerts: one per incident, resolved when it ends, delivered through an outbox that "
+        "survives restarts. Slack: set SLACK_WEBHOOK_URL (never printed).",
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", action="append", metavar="R", help="run to watch (repeat for several)")
+    which.add_argument("--all", action="store_true", help="every run in the store, including new ones")
+    parser.add_argument("--reference", metavar="B", help="reference run (default: each run's stored reference)")
+    add_store_argument(parser)
+    parser.add_argument("--config", metavar="FILE", help="YAML or TOML file: sinks, silences, incidents, delivery")
+    parser.add_argument("--once", action="store_true", help="one detection pass and one delivery pass, then exit")
+    parser.add_argument("--poll-interval", type=float, metavar="S", help="seconds between polls (default 1)")
+    parser.add_argument("--detectors", metavar="NAMES", help="comma-separated detector names (default: all)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import sys
+    import threading
+
+    from monitor import detectors as registry
+    from monitor.alerting.secrets import RedactingFilter
+    from monitor.errors import GapwatchError
+    from monitor.store import open_store
+    from monitor.watch.config import load_config
+    from monitor.watch.service import WatchService
+    from monitor.watch.targets import TargetSpec
+
+    if args.reference and not args.run:
+        raise GapwatchError("--reference goes with --run")
+    config = load_config(args.config)
+    if args.poll_interval is not None:
+        if args.poll_interval <= 0:
+            raise GapwatchError(f"--poll-interval must be positive, not {args.poll_interval}")
+        config.poll_interval_s = args.poll_interval
+    names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
+    try:
+        registry.build(names)
+    except KeyError as exc:
+        raise GapwatchError(str(exc.args[0])) from None
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    # Whatever a library logs passes this filter: no sink URL reaches the terminal or a log file.
+    handler.addFilter(RedactingFilter(*[s.url for s in config.alerting.sinks if s.url is not None]))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    log = logging.getLogger("gapwatch.watch")
+
+    targets = TargetSpec(runs=tuple(args.run or ()), reference=args.reference, all_runs=args.all)
+    store = open_store(args.store)
+    try:
+        service = WatchService(store, config, targets, detectors=lambda: registry.build(names))
+        watched = "every run" if args.all else ", ".join(
+            f"{t.run} (reference: {t.reference or 'none'})" for t in targets.resolve(store))
+        log.info("watching %s in %s; every %.1f s; sinks: %s", watched, store.url.redacted(),
+                 config.poll_interval_s, "; ".join(s.describe() for s in config.alerting.sinks))
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: service.stop())
+        service.run(once=args.once)
+        pending = service.outbox.pending_count()
+        if pending:
+            log.info("%d notification(s) wait in the outbox for the next start", pending)
+    finally:
+        store.close()
+    return 0

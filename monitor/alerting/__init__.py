@@ -1,0 +1,1 @@
+"""Alerting: incidents from detections, an outbox in the store, and sinks (console, Slack, webhooks)."""

@@ -1,0 +1,60 @@
+"""What a sink is asked to send: a plain JSON dict built from an alert change, no secrets in it.
+
+The outbox stores this dict; each sink renders it its own way at delivery (Block Kit for Slack, the
+dict itself for a JSON webhook, a line for the console). Its `idempotency_key` is fixed when the
+notification is written, so every retry of it, in any process, carries the same key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from monitor.alerting.incidents import Alert, AlertChange
+
+# The dashboard link shows the incident with this much of its own length on each side (and at least
+# LINK_MIN_CONTEXT_STEPS), so a one-step spike is seen against the steps around it.
+LINK_CONTEXT_FRACTION = 0.25
+LINK_MIN_CONTEXT_STEPS = 50
+
+
+def dashboard_link(base_url: str, run: str, start_step: int, end_step: int) -> str:
+    """`<base>/run/<name>?start=<step>&end=<step>`: the dashboard's view of a step range."""
+    pad = max(LINK_MIN_CONTEXT_STEPS, int((end_step - start_step) * LINK_CONTEXT_FRACTION))
+    query = urlencode({"start": max(0, start_step - pad), "end": end_step + pad})
+    return f"{base_url.rstrip('/')}/run/{quote(run, safe='')}?{query}"
+
+
+def idempotency_key(alert: Alert, kind: str, sink: str) -> str:
+    """Stable per (incident, kind, severity, sink). `opened_at` is in it because SQLite may hand a
+    deleted alert's id to a new one; the id keeps it readable."""
+    digest = hashlib.sha256(
+        f"{alert.run}|{alert.attempt}|{alert.detector}|{alert.metric}|{alert.opened_at!r}|{sink}".encode()
+    ).hexdigest()[:20]
+    return f"gapwatch-{alert.id}-{kind}-{alert.severity.value}-{digest}"
+
+
+def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | None) -> dict[str, Any]:
+    alert = change.alert
+    return {
+        "idempotency_key": idempotency_key(alert, change.kind, sink),
+        "kind": change.kind,
+        "alert_id": alert.id,
+        "run": alert.run,
+        "attempt": alert.attempt,
+        "reference": reference,
+        "detector": alert.detector,
+        "metric": alert.metric,
+        "severity": alert.severity.value,
+        "previous_severity": change.previous_severity.value if change.previous_severity else None,
+        "start_step": alert.start_step,
+        "end_step": alert.end_step,
+        "peak_step": alert.peak_step,
+        "score": alert.score,
+        "message": alert.message,
+        "evidence": alert.evidence,
+        "opened_at": alert.opened_at,
+        "resolved_at": alert.resolved_at,
+        "dashboard_url": dashboard_link(dashboard_url, alert.run, alert.start_step, alert.end_step),
+    }

@@ -1,0 +1,1 @@
+"""The watch service: follows runs in the store, detects incrementally, and raises alerts."""

@@ -1,0 +1,222 @@
+"""The watch service's configuration: a YAML or TOML file, then environment variables.
+
+```yaml
+poll_interval_s: 1.0
+dashboard_url: https://gapwatch.example.org
+incidents: {resolve_after_steps: 128, cooldown_steps: 1000}
+delivery: {timeout_s: 5, backoff_max_s: 300}
+sinks:
+  - {name: console, kind: console, min_severity: info}
+  - {name: slack, kind: slack, min_severity: warning}        # URL from $SLACK_WEBHOOK_URL
+  - {name: ops, kind: webhook, url_env: OPS_WEBHOOK_URL, min_severity: critical}
+silences:
+  - {run: "ablation-*", detector: spike, until: "2026-12-01T00:00:00Z", reason: known spikes}
+```
+
+Webhook URLs are secrets: a sink names the environment variable that holds its URL (`url_env`;
+Slack defaults to `SLACK_WEBHOOK_URL`), or the file holds it under `url`. With no file, the console
+is the sink, plus Slack when `SLACK_WEBHOOK_URL` is set. No message here ever contains a URL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from monitor.alerting.config import (
+    AlertingConfig,
+    DeliveryConfig,
+    IncidentConfig,
+    SilenceRule,
+    SinkConfig,
+)
+from monitor.alerting.secrets import Secret
+from monitor.errors import GapwatchError
+from monitor.schema import Severity
+
+SLACK_ENV = "SLACK_WEBHOOK_URL"
+
+
+@dataclass
+class WatchConfig:
+    poll_interval_s: float = 1.0
+    """Seconds between looks at the store: a flagged step reaches Slack within about this long."""
+    catch_up_steps: int = 50_000
+    """Steps judged per pass while catching up on a long run (bounds memory; progress is logged)."""
+    state_save_interval_s: float = 5.0
+    """Detector state is saved with every alert change, and otherwise at most this often: after a
+    crash the service re-judges at most these seconds of rows, which sends nothing twice."""
+    axis: str = "auto"
+    """Alignment axis with the reference: auto, step or tokens (see monitor/align.py)."""
+    alerting: AlertingConfig = field(default_factory=AlertingConfig)
+    """Incidents, delivery, sinks and silences."""
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> WatchConfig:
+    """The configuration from `path` (YAML or TOML) and `env` (default: os.environ)."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    where = "the defaults"
+    if path is not None:
+        where = str(path)
+        raw = _read(Path(path))
+    try:
+        return _build(raw, env)
+    except (TypeError, ValueError) as exc:
+        raise GapwatchError(f"watch config {where}: {exc}") from None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GapwatchError(f"cannot read watch config {path}: {exc.strerror}") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix.lower() in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise GapwatchError(f"watch config {path}: use a .yaml, .yml or .toml file")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GapwatchError(f"watch config {path} is not valid {path.suffix[1:].upper()}: {first}") from None
+    if not isinstance(data, dict):
+        raise GapwatchError(f"watch config {path}: the top level must be a mapping")
+    return data
+
+
+def _build(raw: dict[str, Any], env: Mapping[str, str]) -> WatchConfig:
+    raw = dict(raw)
+    incidents = _fill(IncidentConfig, raw.pop("incidents", {}) or {}, "incidents")
+    delivery = _fill(DeliveryConfig, raw.pop("delivery", {}) or {}, "delivery")
+    sinks_raw = raw.pop("sinks", None)
+    silences_raw = raw.pop("silences", []) or []
+    dashboard_url = raw.pop("dashboard_url", AlertingConfig.dashboard_url)
+    if not isinstance(silences_raw, list):
+        raise ValueError("silences must be a list")
+    sinks = _sinks(sinks_raw, env)
+    silences = [_silence(s, i) for i, s in enumerate(silences_raw)]
+    alerting = AlertingConfig(dashboard_url=str(dashboard_url), incidents=incidents, delivery=delivery,
+                              sinks=sinks, silences=silences)
+    watch = _fill(WatchConfig, raw, "the top level", exclude=("alerting",))
+    watch.alerting = alerting
+    if watch.poll_interval_s <= 0:
+        raise ValueError("poll_interval_s must be positive")
+    return watch
+
+
+def _fill(cls, values: Any, where: str, exclude: tuple[str, ...] = ()):
+    """An instance of the dataclass `cls` from a mapping, each value checked against its field type."""
+    if not isinstance(values, dict):
+        raise ValueError(f"{where} must be a mapping")
+    known = {f.name: f for f in dataclasses.fields(cls) if f.name not in exclude}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown} in {where}; known: {sorted(known)}")
+    return cls(**{name: _coerce(value, str(known[name].type), f"{where}: {name}") for name, value in values.items()})
+
+
+def _coerce(value: Any, type_text: str, where: str) -> Any:
+    optional = type_text.endswith(" | None")
+    base = type_text.removesuffix(" | None")
+    if value is None and optional:
+        return None
+    if base in ("int", "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where} must be a number, not {value!r}")
+        if base == "int" and not float(value).is_integer():
+            raise ValueError(f"{where} must be a whole number, not {value!r}")
+        return int(value) if base == "int" else float(value)
+    if base == "str":
+        return str(value)
+    if base == "Severity":
+        try:
+            return Severity(value)
+        except ValueError:
+            raise ValueError(f"{where} must be info, warning or critical, not {value!r}") from None
+    if base.startswith("dict") and not isinstance(value, dict):
+        raise ValueError(f"{where} must be a mapping")
+    return value
+
+
+def _sinks(raw: Any, env: Mapping[str, str]) -> list[SinkConfig]:
+    if raw is None:
+        sinks = [SinkConfig("console", "console", Severity.INFO)]
+        if env.get(SLACK_ENV):
+            sinks.append(_sink({"name": "slack", "kind": "slack"}, env))
+        return sinks
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("sinks must be a non-empty list")
+    return [_sink(s, env) for s in raw]
+
+
+def _sink(raw: Any, env: Mapping[str, str]) -> SinkConfig:
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise ValueError("each sink needs a name")
+    raw = dict(raw)
+    name = str(raw.pop("name"))
+    kind = str(raw.pop("kind", "console"))
+    url_env = raw.pop("url_env", SLACK_ENV if kind == "slack" and "url" not in raw else None)
+    url_text = raw.pop("url", None)
+    allowed = {"min_severity", "rate_per_minute", "burst"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ValueError(f"sink {name!r}: unknown setting(s) {unknown}; known: name, kind, url, url_env, "
+                         f"{', '.join(sorted(allowed))}")
+    url = None
+    if kind != "console":
+        if url_env is not None:
+            url_text = env.get(str(url_env))
+            if not url_text:
+                raise ValueError(f"sink {name!r}: environment variable ${url_env} is not set")
+        if not url_text:
+            raise ValueError(f"sink {name!r}: give url_env (the variable holding the webhook URL) or url")
+        if not str(url_text).startswith(("http://", "https://")):
+            source = f"${url_env}" if url_env else "url"
+            raise ValueError(f"sink {name!r}: the URL in {source} is not an http(s) URL")
+        url = Secret(str(url_text))
+    try:
+        severity = Severity(raw.get("min_severity", "info" if kind == "console" else "warning"))
+    except ValueError:
+        raise ValueError(f"sink {name!r}: min_severity must be info, warning or critical") from None
+    return SinkConfig(name=name, kind=kind, min_severity=severity, url=url,
+                      url_env=str(url_env) if url_env and kind != "console" else None,
+                      rate_per_minute=float(raw.get("rate_per_minute", SinkConfig.rate_per_minute)),
+                      burst=int(raw.get("burst", SinkConfig.burst)))
+
+
+def _silence(raw: Any, i: int) -> SilenceRule:
+    if not isinstance(raw, dict):
+        raise ValueError(f"silence #{i + 1} must be a mapping")
+    raw = dict(raw)
+    until = raw.pop("until", None)
+    if until is not None:
+        raw["until"] = _epoch(until, i)
+    return _fill(SilenceRule, raw, f"silence #{i + 1}")
+
+
+def _epoch(value: Any, i: int) -> float:
+    """`until` as epoch seconds: a number, an ISO 8601 text, or a YAML/TOML datetime (UTC if naive)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"silence #{i + 1}: until {value!r} is not an ISO 8601 time") from None
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        return value.timestamp()
+    raise ValueError(f"silence #{i + 1}: until must be a time, not {value!r}")

@@ -1,0 +1,147 @@
+"""One watched run: its detectors' incremental states, fed with the rows that arrived since the last
+poll, the reference aligned onto exactly the steps each detector judges, and a JSON state that lets
+a restarted service carry on where it stopped."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, func, select
+
+from monitor.align import align_pair
+from monitor.alerting.incidents import Progress
+from monitor.detectors.base import (
+    Detector,
+    DetectorState,
+    concat_rows,
+    restrict_columns,
+    state_from_dict,
+    state_to_dict,
+)
+from monitor.schema import TRAIN_TOKENS, Detection, RunData
+from monitor.store import tables
+from monitor.watch import rows
+
+log = logging.getLogger("gapwatch.watch")
+
+STATE_VERSION = 1
+
+
+@dataclass
+class PollResult:
+    detections: list[Detection]
+    """New or changed detections (an interval seen before comes back only when it changed)."""
+    progress: dict[tuple[str, str | None], Progress]
+    more: bool
+    """Rows are left to read: poll again at once."""
+    window_end: int
+
+
+class RunWatcher:
+    def __init__(self, store, run: str, reference: str | None, detectors: list[Detector],
+                 axis: str = "auto", window_steps: int = 50_000) -> None:
+        self.store = store
+        self.run = run
+        self.reference = reference
+        self.detectors = detectors
+        self.window_steps = window_steps
+        self.state_name = f"watch/{run}"
+        self._axis_wanted = axis
+        self._reference_data: RunData | None = None
+        self._reference_marks: tuple | None = None
+        self.restore()
+
+    # --- state ---------------------------------------------------------------------------------
+    def _fingerprint(self) -> dict[str, str]:
+        return {d.name: repr(d) for d in self.detectors}
+
+    def restore(self) -> None:
+        """Load the saved state, or start from the first step if there is none or it was made for
+        another reference or other detector settings (the incident logic ignores what it already
+        reported, so judging the run again sends nothing twice)."""
+        saved = self.store.load_state(self.state_name)
+        self.cursor = rows.Cursor()
+        self.states: dict[str, DetectorState] = {}
+        self.axis = self._axis_wanted
+        if saved is None:
+            return
+        if (saved.get("version") != STATE_VERSION or saved.get("reference") != self.reference
+                or saved.get("detectors") != self._fingerprint() or saved.get("axis_wanted") != self._axis_wanted):
+            log.info("%s: saved watch state was made with other settings; judging the run from its start", self.run)
+            return
+        self.cursor = rows.Cursor.from_dict(saved["cursor"])
+        self.states = {name: state_from_dict(s) for name, s in saved["states"].items()}
+        self.axis = saved.get("axis", self._axis_wanted)
+
+    def state(self) -> tuple[str, dict[str, Any]]:
+        return self.state_name, {
+            "version": STATE_VERSION,
+            "run": self.run,
+            "reference": self.reference,
+            "detectors": self._fingerprint(),
+            "axis_wanted": self._axis_wanted,
+            "axis": self.axis,
+            "cursor": self.cursor.to_dict(),
+            "states": {name: state_to_dict(s) for name, s in self.states.items()},
+        }
+
+    # --- polling -------------------------------------------------------------------------------
+    def poll(self) -> PollResult | None:
+        """Judge what arrived since the last poll; None when nothing did."""
+        m = rows.marks(self.store, self.run)
+        if not rows.has_news(self.cursor, m):
+            return None
+        info = self.store.run_info(self.run)
+        batch = rows.read_batch(self.store, self.run, info, self.cursor, m, self.window_steps)
+        reference = self._load_reference()
+        found: list[Detection] = []
+        for detector in self.detectors:
+            if detector.needs_reference and reference is None:
+                continue
+            state = self.states.get(detector.name) or detector.new_state()
+            ref = self._aligned(detector, state, batch.rows, reference) if reference is not None else None
+            state, emitted = detector.update(state, batch.rows, ref)
+            self.states[detector.name] = state
+            found.extend(emitted)
+        self._fill_attempts(found)
+        return PollResult(found, rows.progress(self.run, self.cursor, m), batch.more, batch.window_end)
+
+    def _load_reference(self) -> RunData | None:
+        """The reference at full resolution, read again only when it grew (a live reference)."""
+        if self.reference is None:
+            return None
+        m = rows.marks(self.store, self.reference)
+        seen = (m.last_step, sum(n for _, _, n in m.series.values()), m.last_event_id)
+        if self._reference_data is None or seen != self._reference_marks:
+            self._reference_data = self.store.load_run(self.reference)
+            self._reference_marks = seen
+        return self._reference_data
+
+    def _aligned(self, detector: Detector, state: DetectorState, new: RunData, reference: RunData) -> RunData:
+        """The reference on the steps this detector will judge (its tail and the new rows)."""
+        cols = detector.columns(new) + ([TRAIN_TOKENS] if TRAIN_TOKENS in new.scalars.columns else [])
+        fresh = restrict_columns(new, cols)
+        view = fresh if state.tail is None else concat_rows(state.tail, fresh)
+        _, ref = align_pair(view, reference, axis=self.axis)
+        if self.axis == "auto":
+            # Pin the axis the first judgement chose, so every later poll compares alike.
+            self.axis = ref.info.config.get("alignment", {}).get("axis", "auto")
+        return ref
+
+    def _fill_attempts(self, found: list[Detection]) -> None:
+        """An incident belongs to the attempt that logged its first flagged step (stable while the
+        interval grows, since its first step does not move)."""
+        m = tables.metrics.c
+        with self.store.atomic() as conn:
+            run_id = self.store.run_id(self.run)
+            for d in found:
+                if d.attempt is not None:
+                    continue
+                ids = self.store.key_ids(conn, [d.metric])
+                attempt = None
+                if d.metric in ids:
+                    attempt = conn.execute(select(func.max(m.attempt)).where(and_(
+                        m.run_id == run_id, m.key_id == ids[d.metric], m.step == int(d.start_step)))).scalar()
+                d.attempt = int(attempt or 0)

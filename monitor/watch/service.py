@@ -1,0 +1,176 @@
+"""The watch service: poll the store, judge new rows incrementally, turn detections into alerts, and
+deliver the outbox, until stopped.
+
+Two threads. The watch loop polls every `poll_interval_s`; for each run with new rows it runs the
+detectors, applies the incident logic, and writes alerts, notifications, detections and detector
+state in one transaction. The delivery loop sends what the outbox holds; it is woken as soon as
+something is queued, so a slow or dead Slack never delays detection and a flagged step reaches the
+sink within about one poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from monitor.alerting.incidents import EXTENDED, IncidentTracker
+from monitor.alerting.ledger import AlertLedger
+from monitor.alerting.outbox import DeliveryPass, Outbox
+from monitor.alerting.sinks import Sink, build_sinks
+from monitor.detectors.base import Detector
+from monitor.errors import GapwatchError
+from monitor.watch.config import WatchConfig
+from monitor.watch.run_watcher import RunWatcher
+from monitor.watch.targets import Target, TargetSpec
+
+log = logging.getLogger("gapwatch.watch")
+
+# With `--all`, the list of runs is read again every this many polls (new runs join within
+# ten poll intervals; listing runs costs more than polling a run that has nothing new).
+TARGET_REFRESH_POLLS = 10
+# While catching up on a long run, passes over one run in a row before the other runs get a turn.
+CATCH_UP_PASSES_PER_POLL = 20
+# Seconds the service waits for the delivery thread to finish its current send when stopping
+# (a little more than one HTTP timeout is enough; it is a daemon thread after that).
+STOP_JOIN_EXTRA_S = 2.0
+
+
+class WatchService:
+    def __init__(
+        self,
+        store,
+        config: WatchConfig,
+        targets: TargetSpec,
+        detectors: Callable[[], list[Detector]],
+        sinks: dict[str, Sink] | None = None,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.targets = targets
+        self.make_detectors = detectors
+        self.clock = clock
+        alerting = config.alerting
+        self.ledger = AlertLedger(store, alerting, clock)
+        self.tracker = IncidentTracker(alerting.incidents)
+        self.outbox = Outbox(store, sinks if sinks is not None else build_sinks(alerting, stream), alerting, clock)
+        self.watchers: dict[Target, RunWatcher] = {}
+        self.stop_event = threading.Event()
+        self._wake_delivery = threading.Event()
+        self._polls = 0
+        self._current: list[Target] = []
+        self._state_saved_at: dict[str, float] = {}
+
+    # --- the watch loop ------------------------------------------------------------------------
+    def poll(self) -> int:
+        """One pass over every target; returns the notifications queued."""
+        if not self._current or (self.targets.all_runs and self._polls % TARGET_REFRESH_POLLS == 0):
+            self._current = self.targets.resolve(self.store)
+        self._polls += 1
+        queued = 0
+        for target in self._current:
+            if self.stop_event.is_set():
+                break
+            try:
+                queued += self._poll_target(target)
+            except (OperationalError, DBAPIError) as exc:
+                # The store went away for a moment: forget in-memory state, resume from what was saved.
+                log.warning("%s: store unavailable (%s); will retry", target.run, _first_line(exc))
+                self.watchers.pop(target, None)
+            except GapwatchError as exc:
+                log.warning("%s: %s", target.run, exc)
+                self.watchers.pop(target, None)
+        if queued:
+            self._wake_delivery.set()
+        return queued
+
+    def _poll_target(self, target: Target) -> int:
+        watcher = self.watchers.get(target)
+        if watcher is None:
+            watcher = RunWatcher(self.store, target.run, target.reference, self.make_detectors(),
+                                 axis=self.config.axis, window_steps=self.config.catch_up_steps)
+            self.watchers[target] = watcher
+        queued = 0
+        for _ in range(CATCH_UP_PASSES_PER_POLL):
+            result = watcher.poll()
+            if result is None:
+                break
+            now = self.clock()
+            open_alerts, resolved = self.ledger.incidents([target.run])
+            changes = self.tracker.apply(result.detections, open_alerts, resolved, result.progress, now)
+            save_state = bool(changes) or result.more or (
+                now - self._state_saved_at.get(target.run, 0.0) >= self.config.state_save_interval_s)
+            queued += self.ledger.record(changes, state=watcher.state() if save_state else None,
+                                         detections=result.detections)
+            if save_state:
+                self._state_saved_at[target.run] = now
+            for change in changes:
+                level = logging.DEBUG if change.kind == EXTENDED else logging.INFO
+                log.log(level, "%s: alert %s %s (%s on %s, steps %d-%d)", target.run, change.alert.id, change.kind,
+                        change.alert.detector, change.alert.metric, change.alert.start_step, change.alert.end_step)
+            if not result.more:
+                break
+            log.info("%s: catching up, judged up to step %d", target.run, result.window_end)
+        return queued
+
+    def save_states(self) -> None:
+        """Save every watcher's detector state now (on a clean stop)."""
+        for watcher in self.watchers.values():
+            self.ledger.record([], state=watcher.state())
+
+    # --- the delivery loop ---------------------------------------------------------------------
+    def deliver(self) -> DeliveryPass:
+        return self.outbox.deliver_due()
+
+    def _delivery_loop(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.outbox.deliver_due()
+                due = self.outbox.seconds_until_due()
+            except (OperationalError, DBAPIError) as exc:
+                log.warning("outbox: store unavailable (%s); will retry", _first_line(exc))
+                due = None
+            wait = self.config.poll_interval_s if due is None else min(max(due, 0.01), self.config.poll_interval_s)
+            self._wake_delivery.wait(wait)
+            self._wake_delivery.clear()
+
+    # --- running ---------------------------------------------------------------------------------
+    def run(self, once: bool = False, max_polls: int | None = None) -> None:
+        """Watch until `stop()` (or a signal handler setting `stop_event`), `max_polls` passes, or one
+        pass with `once` (which then makes one delivery pass; failures stay queued for next time)."""
+        if once:
+            self.poll()
+            self.save_states()
+            self.deliver()
+            return
+        deliverer = threading.Thread(target=self._delivery_loop, name="gapwatch-delivery", daemon=True)
+        deliverer.start()
+        try:
+            while not self.stop_event.is_set():
+                self.poll()
+                if max_polls is not None and self._polls >= max_polls:
+                    break
+                self.stop_event.wait(self.config.poll_interval_s)
+        finally:
+            self.stop_event.set()
+            self._wake_delivery.set()
+            deliverer.join(self.config.alerting.delivery.timeout_s + STOP_JOIN_EXTRA_S)
+            try:
+                self.save_states()
+            except (OperationalError, DBAPIError) as exc:
+                log.warning("could not save watch state on stop (%s)", _first_line(exc))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._wake_delivery.set()
+
+
+def _first_line(exc: Exception) -> str:
+    orig = getattr(exc, "orig", exc)
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]

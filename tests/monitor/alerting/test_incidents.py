@@ -1,0 +1,110 @@
+"""Incident logic: one alert per incident, however many detections feed it."""
+
+from __future__ import annotations
+
+from monitor.alerting.config import IncidentConfig
+from monitor.alerting.incidents import (
+    ESCALATED,
+    EXTENDED,
+    OPENED,
+    RESOLVED_CHANGE,
+    IncidentTracker,
+    Progress,
+)
+from monitor.schema import Detection, Severity
+
+
+def det(start, end, severity=Severity.WARNING, score=1.0, metric="train/loss", detector="nonfinite", run="r",
+        attempt=None):
+    return Detection(run=run, detector=detector, metric=metric, start_step=start, end_step=end,
+                     peak_step=start, score=score, severity=severity, message=f"bad from {start}",
+                     evidence={"delta": 0.3, "band": 0.05}, attempt=attempt)
+
+
+def kinds(changes):
+    return [c.kind for c in changes]
+
+
+def run_tracker(tracker, batches):
+    """Feed batches of (detections, last judged step); collect every change."""
+    open_alerts, resolved, changes = {}, {}, []
+    for detections, last in batches:
+        changes += tracker.apply(detections, open_alerts, resolved, {("r", None): Progress(last)}, now=float(last))
+    return changes, open_alerts, resolved
+
+
+def test_long_incident_sends_one_opening_and_one_resolution():
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=500))
+    # An incremental detector re-reports the same interval, a little longer, every poll: 5,000 steps.
+    batches = [([det(1000, end)], end) for end in range(1000, 6000, 10)]
+    batches += [([], step) for step in range(6000, 6200, 10)]
+    changes, open_alerts, resolved = run_tracker(tracker, batches)
+    notifying = [c for c in changes if c.kind != EXTENDED]
+    assert kinds(notifying) == [OPENED, RESOLVED_CHANGE]
+    alert = notifying[-1].alert
+    assert (alert.start_step, alert.end_step, alert.state) == (1000, 5990, "resolved")
+    assert not open_alerts and list(resolved) == [("r", 0, "nonfinite", "train/loss")]
+
+
+def test_clean_run_opens_nothing():
+    tracker = IncidentTracker()
+    changes, open_alerts, _ = run_tracker(tracker, [([], step) for step in range(0, 5000, 100)])
+    assert changes == [] and open_alerts == {}
+
+
+def test_same_detections_twice_change_nothing():
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100))
+    open_alerts, resolved = {}, {}
+    first = tracker.apply([det(10, 50)], open_alerts, resolved, {("r", None): Progress(50)}, now=1.0)
+    again = tracker.apply([det(10, 50)], open_alerts, resolved, {("r", None): Progress(50)}, now=2.0)
+    assert kinds(first) == [OPENED] and again == []
+    # ...and a resolved incident seen again (a restart replays old detections) stays resolved.
+    tracker.apply([], open_alerts, resolved, {("r", None): Progress(500)}, now=3.0)
+    assert tracker.apply([det(10, 50)], open_alerts, resolved, {("r", None): Progress(500)}, now=4.0) == []
+
+
+def test_escalation_notifies_once_and_keeps_the_worst_evidence():
+    tracker = IncidentTracker()
+    batches = [([det(0, 10, score=1.0)], 10), ([det(0, 20, Severity.CRITICAL, score=5.0)], 20),
+               ([det(0, 30, Severity.WARNING, score=2.0)], 30)]
+    changes, open_alerts, _ = run_tracker(tracker, batches)
+    assert kinds(changes) == [OPENED, ESCALATED, EXTENDED]
+    assert changes[1].previous_severity is Severity.WARNING
+    alert = next(iter(open_alerts.values()))
+    assert alert.severity is Severity.CRITICAL and alert.score == 5.0 and alert.end_step == 30
+
+
+def test_recurrence_inside_cooldown_is_quiet_and_after_it_opens_a_new_alert():
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=500))
+    batches = [([det(0, 50)], 50), ([], 200),          # opened, then resolved (200 >= 50 + 100)
+               ([det(300, 320)], 320), ([], 500),      # recurrence ends within 50 + 500: quiet
+               ([det(700, 720)], 720), ([], 900)]      # beyond the cool-down: a new incident
+    changes, _, resolved = run_tracker(tracker, batches)
+    assert kinds(changes) == [OPENED, RESOLVED_CHANGE, OPENED, RESOLVED_CHANGE]
+    assert changes[2].alert is not changes[0].alert
+    assert changes[2].alert.start_step == 700
+
+
+def test_gap_longer_than_the_quiet_window_ends_the_incident():
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=0))
+    changes, _, _ = run_tracker(tracker, [([det(0, 50), det(400, 450)], 450)])
+    assert kinds(changes) == [OPENED, RESOLVED_CHANGE, OPENED]
+
+
+def test_sparse_metric_continues_across_evals_and_needs_two_clean_ones():
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=128, resolve_after_points=2))
+    open_alerts, resolved, changes = {}, {}, []
+    for step, flagged in [(1000, True), (2000, True), (3000, True), (4000, False), (5000, False)]:
+        progress = {("r", "eval/downstream/hellaswag/acc"): Progress(step, spacing=1000.0)}
+        found = [det(step, step, metric="eval/downstream/hellaswag/acc", detector="eval_regression")] if flagged else []
+        changes += tracker.apply(found, open_alerts, resolved, progress, now=float(step))
+    notifying = [c.kind for c in changes if c.kind != EXTENDED]
+    assert notifying == [OPENED, RESOLVED_CHANGE]
+    assert changes[-1].alert.end_step == 3000
+
+
+def test_attempts_are_separate_incidents():
+    tracker = IncidentTracker()
+    changes, open_alerts, _ = run_tracker(tracker, [([det(0, 10, attempt=1), det(5, 20, attempt=2)], 20)])
+    assert kinds(changes) == [OPENED, OPENED]
+    assert {k[1] for k in open_alerts} == {1, 2}

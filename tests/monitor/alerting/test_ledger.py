@@ -1,0 +1,108 @@
+"""Alerts and their outbox rows are written together, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from monitor.alerting.config import AlertingConfig, IncidentConfig, SilenceRule, SinkConfig
+from monitor.alerting.incidents import IncidentTracker, Progress
+from monitor.alerting.ledger import AlertLedger
+from monitor.alerting.secrets import Secret
+from monitor.schema import Severity
+from monitor.store import open_store, tables
+
+from .helpers import detection
+
+
+def config(silences=()):
+    return AlertingConfig(
+        incidents=IncidentConfig(resolve_after_steps=10),
+        sinks=[SinkConfig("console", "console", Severity.INFO),
+               SinkConfig("slack", "slack", Severity.WARNING, url=Secret("http://127.0.0.1:9/hook/x")),
+               SinkConfig("pager", "webhook", Severity.CRITICAL, url=Secret("http://127.0.0.1:9/pager"))],
+        silences=list(silences),
+    )
+
+
+@pytest.fixture
+def store(store_url):
+    s = open_store(store_url)
+    s.ensure_run("r")
+    yield s
+    s.close()
+
+
+def outbox(store):
+    o = tables.alert_outbox.c
+    with store.atomic() as conn:
+        return conn.execute(select(o.sink, o.kind).order_by(o.id)).all()
+
+
+def step(ledger, tracker, detections, last):
+    open_alerts, resolved = ledger.incidents(["r"])
+    changes = tracker.apply(detections, open_alerts, resolved, {("r", None): Progress(last)}, time.time())
+    ledger.record(changes, state=("watch/r", {"last": last}), detections=detections)
+    return changes
+
+
+def test_severity_routes_and_resolution_goes_where_the_opening_went(store):
+    cfg = config()
+    ledger, tracker = AlertLedger(store, cfg), IncidentTracker(cfg.incidents)
+    step(ledger, tracker, [detection(severity=Severity.WARNING)], 120)
+    assert outbox(store) == [("console", "opened"), ("slack", "opened")]
+    step(ledger, tracker, [detection(end=130, severity=Severity.CRITICAL)], 130)
+    assert outbox(store)[2:] == [("console", "escalated"), ("slack", "escalated"), ("pager", "escalated")]
+    step(ledger, tracker, [], 200)
+    assert sorted(outbox(store)[5:]) == [("console", "resolved"), ("pager", "resolved"), ("slack", "resolved")]
+    [alert] = ledger.alerts("r")
+    assert (alert.state, alert.severity, alert.end_step) == ("resolved", Severity.CRITICAL, 130)
+    assert store.load_state("watch/r") == {"last": 200}
+    assert len(store.read_detections("r")) == 1
+    assert int(store.list_runs()["open_alerts"].iloc[0]) == 0
+
+
+def test_a_restarted_ledger_sees_the_open_incident_and_sends_nothing_new(store):
+    cfg = config()
+    step(AlertLedger(store, cfg), IncidentTracker(cfg.incidents), [detection()], 120)
+    before = outbox(store)
+    # A new process: fresh objects, the same detection again (re-judged after a crash).
+    changes = step(AlertLedger(store, cfg), IncidentTracker(cfg.incidents), [detection()], 120)
+    assert changes == [] and outbox(store) == before
+    assert int(store.list_runs()["open_alerts"].iloc[0]) == 1
+
+
+def test_silenced_alerts_are_kept_but_sent_nowhere(store):
+    cfg = config([SilenceRule(run="r*", detector="nonfinite", max_severity=Severity.WARNING, reason="known")])
+    ledger, tracker = AlertLedger(store, cfg), IncidentTracker(cfg.incidents)
+    step(ledger, tracker, [detection(severity=Severity.WARNING)], 120)
+    assert outbox(store) == [] and len(ledger.alerts("r")) == 1
+    step(ledger, tracker, [detection(metric="train/grad_norm", severity=Severity.CRITICAL)], 120)
+    assert [k for _, k in outbox(store)] == ["opened"] * 3, "a critical alert is above the silence"
+    step(ledger, tracker, [], 200)
+    assert len(outbox(store)) == 6, "the silenced alert's resolution goes nowhere either"
+
+
+def test_expired_silence_no_longer_applies(store):
+    cfg = config([SilenceRule(until=time.time() - 1)])
+    step(AlertLedger(store, cfg), IncidentTracker(cfg.incidents), [detection()], 120)
+    assert len(outbox(store)) == 3
+
+
+def test_alert_and_outbox_are_one_transaction(store, monkeypatch):
+    cfg = config()
+
+    def crash(*_args):
+        raise RuntimeError("crash after the alert and outbox rows were written")
+
+    monkeypatch.setattr(store, "save_state", crash)
+    ledger, tracker = AlertLedger(store, cfg), IncidentTracker(cfg.incidents)
+    open_alerts, resolved = ledger.incidents(["r"])
+    changes = tracker.apply([detection()], open_alerts, resolved, {("r", None): Progress(120)}, time.time())
+    with pytest.raises(RuntimeError):
+        ledger.record(changes, state=("watch/r", {"last": 120}))
+    with store.atomic() as conn:
+        assert conn.execute(select(func.count()).select_from(tables.alerts)).scalar_one() == 0
+        assert conn.execute(select(func.count()).select_from(tables.alert_outbox)).scalar_one() == 0
