@@ -1,0 +1,81 @@
+"""Put a report together from a compared pair: tables, verdict, figures."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+
+from app.report.data_table import data_table
+from app.report.downstream_table import DownstreamTableConfig, downstream_table
+from app.report.energy import EnergyParams
+from app.report.energy_table import energy_table
+from app.report.figures import FigureConfig, build_figures
+from app.report.findings_table import findings_table
+from app.report.heldout_table import HeldoutTableConfig, heldout_table
+from app.report.model import Report
+from app.report.pair import ComparedPair
+from app.report.resume_table import resume_table
+from app.report.spike_table import SpikeTableConfig, spike_table
+from app.report.throughput_table import ThroughputTableConfig, throughput_table
+from app.report.train_table import TrainTableConfig, train_delta_table
+from app.report.verdict import decide
+
+
+@dataclass
+class ReportConfig:
+    """Every setting of a report; each part's defaults are documented next to its code."""
+
+    train: TrainTableConfig = field(default_factory=TrainTableConfig)
+    heldout: HeldoutTableConfig = field(default_factory=HeldoutTableConfig)
+    downstream: DownstreamTableConfig = field(default_factory=DownstreamTableConfig)
+    spikes: SpikeTableConfig = field(default_factory=SpikeTableConfig)
+    throughput: ThroughputTableConfig = field(default_factory=ThroughputTableConfig)
+    energy: EnergyParams = field(default_factory=EnergyParams)
+    figures: FigureConfig = field(default_factory=FigureConfig)
+    # False leaves the charts out (Markdown and JSON never carry them).
+    with_figures: bool = True
+
+
+def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Report:
+    config = config or ReportConfig()
+    tables = [
+        train_delta_table(pair, config.train),
+        heldout_table(pair, config.heldout),
+        downstream_table(pair, config.downstream),
+        spike_table(pair, config.spikes),
+        resume_table(pair),
+        data_table(pair),
+        throughput_table(pair, config.throughput),
+        energy_table(pair, config.energy),
+        findings_table(pair),
+    ]
+    verdict = decide(pair.detections, tables)
+    figures = build_figures(pair, tables, config.figures) if config.with_figures else []
+    notes = [f"{t.title}: {t.empty_reason}." for t in tables if not t.rows and t.empty_reason]
+    return Report(
+        run=pair.run.name,
+        reference=pair.reference.name,
+        generated_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        axis=pair.axis,
+        axis_reason=pair.axis_reason,
+        verdict=verdict,
+        tables=tables,
+        figures=figures,
+        detections=list(pair.detections) + list(pair.reference_detections),
+        notes=notes,
+        parameters=_parameters(config),
+    )
+
+
+def _parameters(config: ReportConfig) -> dict:
+    """The settings in plain JSON (detectors by their constructor arguments)."""
+    return {
+        "train": asdict(config.train),
+        "heldout": asdict(config.heldout),
+        "downstream": asdict(config.downstream),
+        "spikes": {"detector": config.spikes.detector.params(),
+                   "shared_within_steps": config.spikes.shared_within_steps},
+        "throughput": {"detector": config.throughput.detector.params()},
+        "energy": asdict(config.energy),
+        "figures": asdict(config.figures),
+    }

@@ -1,0 +1,166 @@
+"""The report's charts, drawn by the same figure functions as the dashboard (app/figures).
+
+Series are thinned to `max_points` with tsdownsample's MinMax (each bucket keeps its minimum and
+maximum, so spikes stay visible) before they are drawn: the HTML report carries the chart data
+inline, and a 1.4M-step series must never travel whole to a browser. The delta chart is the
+exception in what it reads, not in what it sends: it bins the full-resolution difference into 200
+means with a noise band, and only the bins are drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from tsdownsample import MinMaxDownsampler
+
+from monitor import schema
+from monitor.detectors.spike import SpikeDetector
+from monitor.schema import Detection, RunData
+
+from app import figures as F
+from app.report.model import FigureItem, Table
+from app.report.pair import ComparedPair
+
+PERF_KEYS = (schema.PERF_TOKENS_PER_S, schema.PERF_MFU, schema.PERF_STEP_TIME_S)
+DATA_KEYS = (schema.DATA_CURSOR, schema.DATA_EPOCH, schema.DATA_UNIQUE_FRACTION,
+             schema.DATA_SEEN_ONCE_FRACTION, schema.DATA_SEEN_2PLUS_FRACTION,
+             schema.DATA_EXPECTED_UNIQUE_FRACTION)
+
+
+@dataclass
+class FigureConfig:
+    """How much each chart may carry."""
+
+    # Points per drawn series: the store reader's default budget (monitor/store/reader.py), about
+    # 30 KB per series and drawn at once in Chromium.
+    max_points: int = 2000
+    # Downstream panels: the tasks whose difference is most significant come first.
+    downstream_tasks: int = 6
+    # Held-out sets drawn: C4 (the set reproductions quote) and those that differ most; eleven
+    # sets of two runs each make a legend taller than the chart.
+    heldout_sets: int = 4
+
+
+def thin(series: pd.Series, max_points: int) -> pd.DataFrame:
+    """(step, value) of the finite points of `series`, at most `max_points` of them."""
+    v = series.to_numpy(dtype=float)
+    s = series.index.to_numpy(dtype="int64")
+    keep = np.isfinite(v)
+    s, v = s[keep], v[keep]
+    if len(s) > max_points:
+        idx = MinMaxDownsampler().downsample(s, v, n_out=max_points)
+        s, v = s[idx], v[idx]
+    return pd.DataFrame({"step": s, "value": v})
+
+
+def thin_long(run: RunData, keys, max_points: int) -> pd.DataFrame:
+    parts = []
+    for key in keys:
+        frame = thin(run.series(key), max_points)
+        if len(frame):
+            parts.append(frame.assign(key=key)[["key", "step", "value"]])
+    if not parts:
+        return pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
+                             "value": pd.Series(dtype=float)})
+    return pd.concat(parts, ignore_index=True)
+
+
+def detections_frame(found: list[Detection]) -> pd.DataFrame:
+    columns = ["detector", "metric", "start_step", "end_step", "peak_step", "severity", "message", "score"]
+    if not found:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+    rows = [{**{c: getattr(d, c) for c in columns}, "severity": d.severity.value} for d in found]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def build_figures(pair: ComparedPair, tables: list[Table], config: FigureConfig | None = None) -> list[FigureItem]:
+    config = config or FigureConfig()
+    out: list[FigureItem] = []
+    run_name, ref_name = pair.run.name, pair.reference.name
+    x_title = "step" if pair.axis == "step" else "run step (reference placed at equal tokens)"
+    events = pair.run.events
+    loss_run = pair.run.series(schema.TRAIN_LOSS)
+    if len(loss_run):
+        # On the step axis the reference is drawn whole; on the token axis only where alignment
+        # placed it on the run's steps.
+        ref_loss = (pair.reference if pair.axis == "step" else pair.aligned_reference).series(schema.TRAIN_LOSS)
+        fig = F.loss_overlay(thin(loss_run, config.max_points), thin(ref_loss, config.max_points),
+                             run_name=run_name, reference_name=ref_name, x_title=x_title)
+        out.append(FigureItem("fig-overlay", "Train loss, run over reference", F.add_event_markers(fig, events),
+                              section="train_delta"))
+        a = pair.aligned_run.series(schema.TRAIN_LOSS)
+        b = pair.aligned_reference.series(schema.TRAIN_LOSS)
+        if len(a) and len(b):
+            delta = F.binned_delta(F.series_frame(a), F.series_frame(b))
+            fig = F.delta_figure(delta, run_name=run_name, reference_name=ref_name, x_title=x_title)
+            out.append(FigureItem("fig-delta", "Train loss delta with its noise band",
+                                  F.add_event_markers(fig, events),
+                                  "Binned mean of run − reference; the band is ±2 standard errors of the bin means.",
+                                  section="train_delta"))
+    sets = _top_sets(tables, config.heldout_sets)
+    heldout_keys = [k for k in pair.aligned_run.scalars.columns
+                    if k.startswith(schema.HELDOUT_PREFIX) and k[len(schema.HELDOUT_PREFIX):].split("/")[0] in sets]
+    if heldout_keys:
+        mine = F.heldout_frame(F.long_frame(pair.aligned_run, heldout_keys))
+        theirs = F.heldout_frame(F.long_frame(pair.aligned_reference, heldout_keys))
+        if len(mine):
+            fig = F.heldout_figure(mine, theirs, run_name=run_name, reference_name=ref_name, x_title=x_title)
+            out.append(FigureItem("fig-heldout", "Held-out loss at matching checkpoints", fig, section="heldout"))
+    tasks = _top_tasks(tables, config.downstream_tasks)
+    if tasks:
+        keys = [k for k in pair.aligned_run.scalars.columns if k.startswith(schema.DOWNSTREAM_PREFIX)]
+        mine = F.downstream_frame(F.long_frame(pair.aligned_run, keys))
+        theirs = F.downstream_frame(F.long_frame(pair.aligned_reference, keys))
+        fig = F.downstream_figure(mine, theirs, run_name=run_name, reference_name=ref_name, tasks=tasks,
+                                  max_tasks=config.downstream_tasks, x_title=x_title)
+        out.append(FigureItem("fig-downstream", "Downstream evals with the largest differences", fig,
+                              section="downstream"))
+    grad = pair.run.series(schema.TRAIN_GRAD_NORM)
+    if len(grad):
+        scores = SpikeDetector().score_series(pair.run)
+        score = scores[scores["key"] == schema.SPIKE_SCORE_GRAD_NORM].set_index("step")["value"]
+        spikes = [d for d in pair.detections if d.detector == "spike" and d.metric == schema.TRAIN_GRAD_NORM]
+        fig = F.grad_norm_figure(thin(grad, config.max_points), spikes=detections_frame(spikes),
+                                 spike_score=thin(score, config.max_points), x_title=x_title)
+        out.append(FigureItem("fig-grad-norm", f"Grad norm of {run_name} with its spikes", fig, section="spikes"))
+    perf = thin_long(pair.run, PERF_KEYS, config.max_points)
+    if len(perf):
+        stalls = [d for d in pair.detections if d.detector == "throughput" and d.metric == schema.PERF_STEP_TIME_S]
+        fig = F.throughput_figure(perf, stalls=detections_frame(stalls), x_title=x_title)
+        out.append(FigureItem("fig-throughput", f"Throughput of {run_name}", fig, section="throughput"))
+    data = thin_long(pair.run, DATA_KEYS, config.max_points)
+    if len(data):
+        out.append(FigureItem("fig-data", f"Data loader of {run_name}", F.data_figure(data, x_title=x_title),
+                              section="data"))
+    if pair.detections:
+        fig = F.alerts_timeline(detections_frame(pair.detections), x_title=x_title)
+        out.append(FigureItem("fig-findings", f"Findings on {run_name} over time", fig, section="findings"))
+    return out
+
+
+def _top_sets(tables: list[Table], k: int) -> list[str]:
+    """C4 first when present, then the held-out sets whose last shared Δ is largest in errors."""
+    for t in tables:
+        if t.id == "heldout" and t.rows:
+            last = [c.key for c in t.columns if c.key.startswith("at_")][-1]
+
+            def size(row) -> float:
+                e = row.get(last)
+                if e is None or not np.isfinite(e.value):
+                    return -1.0
+                return abs(e.value) / e.stderr if e.stderr else abs(e.value)
+
+            names = [r["set"] for r in sorted(t.rows, key=size, reverse=True)]
+            c4 = [n for n in names if n.startswith("c4")]
+            return (c4[:1] + [n for n in names if n not in c4[:1]])[:k]
+    return []
+
+
+def _top_tasks(tables: list[Table], k: int) -> list[str]:
+    """`<task>/<metric>` of the downstream rows with the largest |z| (rows come sorted by it)."""
+    for t in tables:
+        if t.id == "downstream":
+            return [f"{r['task']}/{r['metric']}" for r in t.rows[:k]]
+    return []

@@ -1,0 +1,30 @@
+"""The two runs a report compares, as stored and as aligned, with what the detectors found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from monitor.schema import Detection, RunData
+
+
+@dataclass
+class ComparedPair:
+    """Input of every table: built once per report (app/report/inputs.py)."""
+
+    run: RunData  # as stored, full resolution
+    reference: RunData
+    aligned_run: RunData  # both on the run's steps, only fairly comparable values (monitor.align)
+    aligned_reference: RunData
+    axis: str  # "step" or "tokens"
+    axis_reason: str
+    detections: list[Detection] = field(default_factory=list)  # the run, judged against the reference
+    reference_detections: list[Detection] = field(default_factory=list)  # the reference on its own
+
+    def findings(self, detectors: tuple[str, ...], metric: str | None = None,
+                 of_reference: bool = False) -> list[Detection]:
+        pool = self.reference_detections if of_reference else self.detections
+        return [d for d in pool if d.detector in detectors and (metric is None or d.metric == metric)]
+
+    def not_logged_by(self, key: str) -> list[str]:
+        """Names of the runs (as stored) that never logged a value of `key`."""
+        return [d.name for d in (self.run, self.reference) if d.series(key).empty]

@@ -1,0 +1,87 @@
+"""Spike scores of both runs, by the spike detector's own definitions.
+
+Two runs fed the same data order spike at the same steps (the SOAP and Muon runs in
+../shared/data both spike at 919 and 947), so the table sets the run's spikes beside the
+reference's, and counts how many of the run's spikes the reference shares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from monitor.detectors.spike import SCORE_KEYS, SpikeDetector
+from monitor.schema import Detection
+
+from app.report.model import Column, Table
+from app.report.pair import ComparedPair
+
+
+@dataclass
+class SpikeTableConfig:
+    """How spikes of the two runs are compared."""
+
+    # The detector whose definitions and score window the table uses (its defaults: OLMo-core's
+    # 10,000-step score window, our robust 6-sigma rule).
+    detector: SpikeDetector = field(default_factory=SpikeDetector)
+    # A run's spike is shared when the reference spiked within this many steps of it: the same
+    # batch hits both runs at the same step, give or take the logging interval.
+    shared_within_steps: int = 2
+
+
+def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None) -> Table:
+    config = config or SpikeTableConfig()
+    table = Table(
+        id="spikes",
+        title="Loss and grad-norm spikes",
+        columns=[
+            Column("run", "run", fmt=""),
+            Column("metric", "metric", fmt=""),
+            Column("spikes", "spikes", fmt="d"),
+            Column("shared", "shared with the other run", fmt=""),
+            Column("max_score", "max spike score", fmt=".2%"),
+            Column("final_score", "final spike score", fmt=".2%"),
+            Column("worst", "largest spike", fmt=""),
+        ],
+        note=(f"Spike score: share of the last {config.detector.score_window:,} logged steps that "
+              f"were spikes ({config.detector.definition} rule, the OLMo-core statistic). A spike "
+              f"is shared when the other run spiked within {config.shared_within_steps} steps."),
+    )
+    runs = ((pair.run, pair.detections, pair.reference, pair.reference_detections),
+            (pair.reference, pair.reference_detections, pair.run, pair.detections))
+    for data, found, other, other_found in runs:
+        scores = config.detector.score_series(data)
+        for metric, score_key in SCORE_KEYS.items():
+            if data.series(metric).empty:
+                continue
+            mine = _spikes(found, metric)
+            theirs = np.array(sorted(d.peak_step for d in _spikes(other_found, metric)))
+            shared = sum(_near(d.peak_step, theirs, config.shared_within_steps) for d in mine)
+            s = scores.loc[scores["key"] == score_key, "value"].to_numpy()
+            worst = max(mine, key=lambda d: d.score, default=None)
+            table.rows.append({
+                "run": data.name, "metric": metric, "spikes": len(mine),
+                # Stored detections sit on each run's own steps: comparable only on the step axis.
+                "shared": (f"{shared}/{len(mine)}" if other.series(metric).size and pair.axis == "step"
+                           else "—"),
+                "max_score": float(s.max()) if s.size else None,
+                "final_score": float(s[-1]) if s.size else None,
+                "worst": (f"step {worst.peak_step:,}: {worst.message}" if worst is not None else ""),
+                "peak_steps": [int(d.peak_step) for d in mine],
+            })
+    if not table.rows:
+        table.empty_reason = "neither run logged train loss or grad norm"
+    return table
+
+
+def _spikes(found: list[Detection], metric: str) -> list[Detection]:
+    return [d for d in found if d.detector == "spike" and d.metric == metric]
+
+
+def _near(step: int, others: np.ndarray, within: int) -> bool:
+    if others.size == 0:
+        return False
+    i = np.searchsorted(others, step)
+    nearest = [others[j] for j in (i - 1, i) if 0 <= j < others.size]
+    return any(abs(int(o) - step) <= within for o in nearest)

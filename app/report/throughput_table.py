@@ -1,0 +1,81 @@
+"""Throughput, MFU and goodput of both runs.
+
+Goodput follows the throughput detector's convention (monitor.detectors.throughput, after
+ml-goodput-measurement): the sum of ideal step times over the sum of actual step times, the ideal
+being the mean of the step times at most median + 3 MAD of their block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from monitor import schema
+from monitor.detectors.throughput import ThroughputDetector
+from monitor.schema import RunData
+
+from app.report.model import Column, Table
+from app.report.pair import ComparedPair
+
+
+@dataclass
+class ThroughputTableConfig:
+    """Whose definition of ideal step time the goodput uses."""
+
+    detector: ThroughputDetector = field(default_factory=ThroughputDetector)
+
+
+def throughput_table(pair: ComparedPair, config: ThroughputTableConfig | None = None) -> Table:
+    config = config or ThroughputTableConfig()
+    table = Table(
+        id="throughput",
+        title="Throughput, MFU and goodput",
+        columns=[
+            Column("run", "run", fmt=""),
+            Column("tokens_per_s", "tokens/s (median)", fmt=",.0f"),
+            Column("mfu", "MFU (median)", fmt=".1%"),
+            Column("step_time_s", "step time s (median)", fmt=".4g"),
+            Column("goodput", "goodput", fmt=".1%"),
+            Column("findings", "throughput findings", fmt=""),
+        ],
+        note="Goodput: ideal over actual step time, ideal = mean of the step times ≤ median + 3 MAD "
+             "of each block (ml-goodput-measurement's convention).",
+        flag_key="flagged",
+    )
+    for data, found in ((pair.run, pair.detections), (pair.reference, pair.reference_detections)):
+        row = {"run": data.name,
+               "tokens_per_s": _median(data, schema.PERF_TOKENS_PER_S),
+               "mfu": _median(data, schema.PERF_MFU),
+               "step_time_s": _median(data, schema.PERF_STEP_TIME_S),
+               "goodput": _goodput(data, config.detector)}
+        if all(row[k] is None for k in ("tokens_per_s", "mfu", "step_time_s")):
+            continue
+        hits = [d for d in found if d.detector == "throughput"]
+        kinds = sorted({d.metric for d in hits})
+        row["findings"] = f"{len(hits)} ({', '.join(kinds)})" if hits else ""
+        row["flagged"] = any(d.severity.rank >= 1 for d in hits)
+        table.rows.append(row)
+    if not table.rows:
+        table.empty_reason = "neither run logged throughput (perf/*)"
+    return table
+
+
+def _finite(data: RunData, key: str) -> np.ndarray:
+    v = data.series(key).to_numpy(dtype=float)
+    return v[np.isfinite(v)]
+
+
+def _median(data: RunData, key: str) -> float | None:
+    v = _finite(data, key)
+    return float(np.median(v)) if v.size else None
+
+
+def _goodput(data: RunData, detector: ThroughputDetector) -> float | None:
+    times = data.series(schema.PERF_STEP_TIME_S)
+    times = times[np.isfinite(times.to_numpy(dtype=float))]
+    if len(times) < 2:
+        return None
+    ideal, _ = detector.ideal_step_times(times)
+    total = float(times.sum())
+    return float(ideal.sum() / total) if total > 0 else None

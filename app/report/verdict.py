@@ -1,0 +1,162 @@
+"""The verdict: one sentence at the top of the report, with the numbers it rests on.
+
+The verdict is named by the most telling finding of the detectors (monitor/detectors), never by a
+judgement of its own. Findings are ranked by what they mean for the comparison: a run that went
+NaN, read its data wrongly or resumed wrongly makes every other difference a consequence, so those
+come before the loss comparisons, and the train-loss comparison comes before held-out and evals
+(memorization, which combines them, comes first of those). Spikes and throughput do not change
+whether two runs learned the same thing: on their own they leave the verdict at "tied" and are
+listed as caveats. When nothing fired, the sentence says how close the runs are, from the tables.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from monitor.schema import Detection, Severity
+
+from app.report import cells
+from app.report.model import Estimate, Table, Verdict
+
+
+@dataclass(frozen=True)
+class VerdictRule:
+    detector: str
+    kind: str
+    headline: str
+
+
+# Order of precedence (module docstring). `{direction}` is filled from the detection's evidence.
+RULES = (
+    VerdictRule("nonfinite", "nonfinite", "Run produced NaN/Inf"),
+    VerdictRule("data_invariants", "data_loader_invariant_broken", "Data-loader invariant broken"),
+    VerdictRule("memorization", "memorization_suspected", "Memorization suspected"),
+    VerdictRule("resume", "resume_inconsistent", "Resume inconsistent"),
+    VerdictRule("reference_divergence", "diverged_{direction}", "Diverged {direction} the reference"),
+    VerdictRule("heldout_divergence", "heldout_diverged", "Held-out loss diverged"),
+    VerdictRule("eval_regression", "evals_regressed", "Downstream evals regressed"),
+)
+# Findings that qualify a "tied" rather than overturn it.
+CAVEAT_DETECTORS = ("spike", "throughput")
+# Detections below this severity are listed among the findings but never name the verdict.
+MIN_VERDICT_SEVERITY = Severity.WARNING
+
+
+def decide(detections: list[Detection], tables: list[Table]) -> Verdict:
+    """The verdict for a run from its detections (against the reference) and the report tables."""
+    strong = [d for d in detections if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank]
+    fired = [(rule, _top([d for d in strong if d.detector == rule.detector])) for rule in RULES]
+    fired = [(rule, d) for rule, d in fired if d is not None]
+    if fired:
+        return _finding_verdict(fired, strong)
+    return _tied_verdict(detections, {t.id: t for t in tables})
+
+
+def _top(candidates: list[Detection]) -> Detection | None:
+    if not candidates:
+        return None
+    return max(candidates, key=lambda d: (Severity(d.severity).rank, _score(d)))
+
+
+def _score(d: Detection) -> float:
+    try:
+        s = float(d.score)
+    except (TypeError, ValueError):
+        return 0.0
+    return s if math.isfinite(s) else math.inf
+
+
+def _direction(d: Detection) -> str:
+    direction = str(d.evidence.get("direction", "")).lower()
+    if direction in ("above", "below"):
+        return direction
+    delta = d.evidence.get("delta")
+    if isinstance(delta, (int, float)) and math.isfinite(delta) and delta != 0:
+        return "below" if delta < 0 else "above"
+    return "from"
+
+
+def _finding_verdict(fired: list[tuple[VerdictRule, Detection]], strong: list[Detection]) -> Verdict:
+    rule, top = fired[0]
+    direction = _direction(top)
+    kind = rule.kind.format(direction=direction)
+    headline = rule.headline.format(direction=direction)
+    sentence = f"{headline}: {_clause(top)}."
+    others = [f"{r.headline.format(direction=_direction(d)).lower()} ({d.metric}, from step {d.start_step:,})"
+              for r, d in fired[1:]]
+    if others:
+        sentence += " Also " + "; ".join(others) + "."
+    evidence = [f"{k} = {_fmt(v)}" for k, v in top.evidence.items()]
+    evidence += [f"{d.detector} on {d.metric}: {d.message} (steps {d.start_step:,}–{d.end_step:,})"
+                 for _, d in fired[1:]]
+    behind = [top] + [d for _, d in fired[1:]]
+    severity = max((Severity(d.severity) for d in behind), key=lambda s: s.rank).value
+    return Verdict(kind=kind, headline=headline, sentence=sentence, evidence=evidence,
+                   detections=behind, severity=severity)
+
+
+def _clause(d: Detection) -> str:
+    message = d.message.rstrip(". ")
+    where = (f"at step {d.start_step:,}" if d.start_step == d.end_step
+             else f"steps {d.start_step:,}–{d.end_step:,}")
+    return f"{message} ({d.metric}, {where})"
+
+
+def _tied_verdict(detections: list[Detection], tables: dict[str, Table]) -> Verdict:
+    parts, evidence = [], []
+    train = tables.get("train_delta")
+    if train is not None and train.rows:
+        deltas = [r["delta"] for r in train.rows]
+        worst = max(deltas, key=lambda e: abs(e.value))
+        parts.append(f"train loss within {abs(worst.value):.3f} of the reference in every one of "
+                     f"{len(deltas)} windows")
+        evidence += [f"train Δ {r['window']}: {_est(r['delta'])}" for r in train.rows]
+    heldout = tables.get("heldout")
+    if heldout is not None and heldout.rows:
+        tied = [r.get("tied", "") for r in heldout.rows]
+        counts = [tuple(map(int, t.split("/"))) for t in tied if "/" in t]
+        if counts:
+            estimated = any(isinstance(e, Estimate) and e.estimated
+                            for r in heldout.rows for e in r.values())
+            within = next(c.label for c in heldout.columns if c.key == "tied")
+            parts.append(f"held-out loss {within} at {sum(a for a, _ in counts)} of "
+                         f"{sum(b for _, b in counts)} shared checkpoints over {len(heldout.rows)} sets"
+                         + (" (errors estimated from checkpoint scatter)" if estimated else ""))
+        last = [c for c in heldout.columns if c.key.startswith("at_")][-1:]
+        for r in heldout.rows:
+            if last and isinstance(r.get(last[0].key), Estimate):
+                evidence.append(f"held-out {r['set']} {last[0].label}: {_est(r[last[0].key])}")
+    downstream = tables.get("downstream")
+    if downstream is not None and downstream.rows:
+        n = len(downstream.rows)
+        logged = [r for r in downstream.rows if not r["delta"].estimated]
+        significant = sum(bool(r.get("significant")) for r in logged)
+        hinted = sum(bool(r.get("significant_estimated")) for r in downstream.rows)
+        if logged:
+            parts.append(f"{significant} of {len(logged)} downstream metrics with error bars differ significantly")
+        if len(logged) < n:
+            parts.append(f"{n - len(logged)} downstream metrics have no logged error bars "
+                         f"({hinted} differ by errors estimated from checkpoint scatter)")
+    caveats = [d for d in detections if d.detector in CAVEAT_DETECTORS]
+    kind = "tied_with_caveats" if caveats else "tied"
+    headline = "Tied with the reference"
+    sentence = f"{headline}: no divergence, memorization, data or resume finding"
+    sentence += ("; " + ", ".join(parts) + ".") if parts else "."
+    if caveats:
+        names = sorted({d.detector for d in caveats})
+        sentence += f" Caveats: {len(caveats)} {' and '.join(names)} finding(s), listed below."
+    if not parts:
+        sentence += " The two runs share no compared metric, so this says little."
+    return Verdict(kind=kind, headline=headline, sentence=sentence, evidence=evidence,
+                   detections=caveats, severity="warning" if caveats else "info")
+
+
+def _est(e: Estimate) -> str:
+    return cells.estimate(e, ".4f", signed=True)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
