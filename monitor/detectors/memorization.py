@@ -267,12 +267,8 @@ class Memorization(Detector):
         ok[: self.skip_checkpoints] = False
         if ok.sum() < self.min_trend_checkpoints:
             return []
-        x = np.log(steps[ok].astype(float)).reshape(-1, 1)
-        fit = TheilSenRegressor(random_state=0).fit(x, gap[ok])
-        resid = np.full(steps.size, np.nan)
-        resid[ok] = gap[ok] - fit.predict(x)
-        sigma = MAD_TO_SIGMA * float(np.median(np.abs(resid[ok] - np.median(resid[ok]))))
-        band = max(self.min_effect, self.z_threshold * sigma)
+        resid, sigma = self._trend_residuals(steps, gap, ok)
+        band = np.fmax(self.min_effect, self.z_threshold * sigma)
         with np.errstate(invalid="ignore"):
             flag = resid > band
         out = []
@@ -280,9 +276,9 @@ class Memorization(Detector):
             if b - a + 1 < self.persist_checkpoints:
                 continue
             k = a + int(np.nanargmax(resid[a:b + 1]))
-            evidence = {"delta": float(resid[k]), "band": band, "gap": float(gap[k]),
-                        "trend_gap": float(gap[k] - resid[k]), "sigma": sigma,
-                        "z": float(resid[k] / sigma) if sigma > 0 else float("inf"), "n": int(b - a + 1)}
+            evidence = {"delta": float(resid[k]), "band": float(band[k]), "gap": float(gap[k]),
+                        "trend_gap": float(gap[k] - resid[k]), "sigma": float(sigma[k]),
+                        "z": float(resid[k] / sigma[k]) if sigma[k] > 0 else float("inf"), "n": int(b - a + 1)}
             repeated = table["seen_2plus"].iloc[k]
             if np.isfinite(repeated):
                 evidence["seen_2plus_fraction"] = float(repeated)
@@ -293,6 +289,31 @@ class Memorization(Detector):
             out.append(self._detection(run, None, "eval/heldout/gap", steps[a], steps[b], steps[k], score,
                                        severity, message, evidence))
         return out
+
+    def _trend_residuals(self, steps: np.ndarray, gap: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Residual of each checkpoint's gap from a trend fitted on earlier checkpoints only.
+
+        Checkpoint i (counting usable ones) is judged by a Theil-Sen line through the first 2^k
+        usable checkpoints, 2^k <= i < 2^(k+1): always at least the first half of its history,
+        never itself or what follows, so a verdict never changes as the run goes on and a
+        memorizing stretch cannot bend the line it is judged by. One fit per doubling keeps a
+        run with thousands of checkpoints to a dozen fits.
+        """
+        idx = np.flatnonzero(ok)
+        resid = np.full(steps.size, np.nan)
+        sigma = np.full(steps.size, np.nan)
+        x_all = np.log(steps.astype(float)).reshape(-1, 1)
+        k = int(np.ceil(np.log2(self.min_trend_checkpoints)))
+        while (1 << k) < idx.size:
+            base = idx[: 1 << k]
+            judged = idx[1 << k: 1 << (k + 1)]
+            fit = TheilSenRegressor(random_state=0).fit(x_all[base], gap[base])
+            r_base = gap[base] - fit.predict(x_all[base])
+            scale = MAD_TO_SIGMA * float(np.median(np.abs(r_base - np.median(r_base))))
+            resid[judged] = gap[judged] - fit.predict(x_all[judged])
+            sigma[judged] = scale
+            k += 1
+        return resid, sigma
 
 
 def _heldout_steps(run: RunData) -> np.ndarray:

@@ -6,12 +6,13 @@ Three definitions of "this step is a spike" (all look only at earlier steps):
   spike while that sigma is below 1e-10), as in OLMo-core's StabilityMonitorCallback.
 * `olmo2`: |value - mean| >= 7 sigma of the previous 1,000 values, the OLMo 2 paper's
   definition behind its spike score.
-* `gapwatch` (the default): value - median of the previous 32 values > 6 sigma, where sigma is
-  the robust scale of step-to-step changes over the previous 128 values (MAD of |diff| / sqrt 2).
-  A trend does not inflate it (the loss falling 0.5 nats in 128 early steps makes OLMo-core's
-  sigma several times the real noise) and neither does an earlier spike in the window (one
-  spike cannot mask the next); grad norm is judged on a log scale, since it spikes
-  multiplicatively. Floors on sigma (1% of the level; 0.05 on the log scale) keep quantised
+* `gapwatch` (the default): value - expected > 6 sigma. Expected is the median of the previous
+  32 values plus the typical lag of that median behind the series (median deviation over the
+  previous 128 steps); sigma is the robust spread (scaled MAD) of those deviations over the
+  previous 128 steps. A trend does not inflate it (the loss falling 0.5 nats in 128 early steps
+  makes OLMo-core's sigma several times the real noise) and neither does an earlier spike in
+  the window (one spike cannot mask the next); grad norm is judged on a log scale, since it
+  spikes multiplicatively. Floors on sigma (1% of the level; 0.05 on the log scale) keep quantised
   logs (llm.c prints the grad norm to two decimals) from turning every tick into a spike.
 
 The spike score (the OLMo-core / OLMo 2 statistic) is the share of the last `score_window`
@@ -75,6 +76,8 @@ class SpikeDetector(Detector):
         center_window: int = 32,
         # Noise from the previous 128 step-to-step changes: OLMo-core's window length.
         scale_window: int = 128,
+        # A slower noise estimate (0 turns it off) of which the larger is used.
+        slow_scale_window: int = 512,
         log_scale: tuple[str, ...] = (TRAIN_GRAD_NORM,),
         # Noise floor as a share of the level: a loss excursion under 6% is not called a spike.
         min_relative_sigma: float = 0.01,
@@ -102,6 +105,7 @@ class SpikeDetector(Detector):
         self.threshold = threshold
         self.center_window = center_window
         self.scale_window = scale_window
+        self.slow_scale_window = slow_scale_window
         self.log_scale = tuple(log_scale)
         self.min_relative_sigma = min_relative_sigma
         self.min_log_sigma = min_log_sigma
@@ -118,7 +122,7 @@ class SpikeDetector(Detector):
         return [m for m in self.metrics if m in run.scalars.columns]
 
     def lookback(self, step_cadence: float) -> float:
-        history = max(self.center_window, self.scale_window + 1, self.olmo_core_window, self.olmo2_window)
+        history = max(self.center_window + self.scale_window + 1, self.olmo_core_window, self.olmo2_window) + 1
         return (self.score_window + history + self.unrecovered_points) * step_cadence
 
     def merge_gap(self, step_cadence: float) -> float:
@@ -126,16 +130,29 @@ class SpikeDetector(Detector):
 
     # --- the three rules -----------------------------------------------------------------------
     def gapwatch_z(self, x: pd.Series, log: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(z, level, sigma) of each value against the previous values, on the judged scale."""
+        """(z, expected value, sigma) of each value against the previous values, on the judged
+        scale (log for grad norm)."""
         y = np.log(np.clip(x, 1e-30, None)) if log else x
-        level = y.rolling(self.center_window).median().shift(1).to_numpy()
-        steps_abs = y.diff().abs()
-        sigma = (MAD_TO_SIGMA / np.sqrt(2)) * steps_abs.rolling(self.scale_window).median().shift(1).to_numpy()
-        floor = self.min_log_sigma if log else self.min_relative_sigma * np.abs(level)
-        sigma = np.fmax(sigma, floor)
+        level = y.rolling(self.center_window).median().shift(1)
+        # On a descent the trailing median lags the loss by ~half its window; the typical
+        # deviation from it over the scale window measures that lag, and its spread (a MAD,
+        # so an earlier spike does not count) is the noise.
+        dev = y - level
+        lag = dev.rolling(self.scale_window).median()
+        resid = (dev - lag).abs()
+        spread = resid.rolling(self.scale_window).median()
+        if self.slow_scale_window:
+            # A MAD over 128 points is itself uncertain by ~12%; the larger of it and a slower
+            # estimate keeps a low draw from turning a 5-sigma wobble into a "6-sigma" spike.
+            spread = np.fmax(spread, resid.rolling(self.slow_scale_window, min_periods=self.scale_window).median())
+        expected = (level + lag.shift(1)).to_numpy()
+        sigma = MAD_TO_SIGMA * spread.shift(1).to_numpy()
+        floor = self.min_log_sigma if log else self.min_relative_sigma * np.abs(expected)
+        # np.maximum keeps NaN: no verdict until the windows hold enough history.
+        sigma = np.maximum(sigma, floor)
         with np.errstate(invalid="ignore", divide="ignore"):
-            z = (y.to_numpy() - level) / sigma
-        return z, level, sigma
+            z = (y.to_numpy() - expected) / sigma
+        return z, expected, sigma
 
     def flags(self, x: pd.Series, metric: str) -> dict[str, np.ndarray]:
         z, _, _ = self.gapwatch_z(x, metric in self.log_scale)

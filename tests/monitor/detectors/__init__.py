@@ -1,0 +1,1 @@
+"""Detector tests: synthetic fire/silent cases, real runs, incremental mode."""
