@@ -108,9 +108,10 @@ def _raw(conn, run_id: int, key_id: int, lo: int, hi: int) -> tuple[np.ndarray, 
     ).all()
     if not rows:
         return np.empty(0, np.int64), np.empty(0, float)
-    arr = np.array(rows, dtype=object)
-    steps = arr[:, 0].astype(np.int64)
-    values = np.array([np.nan if v is None else v for v in arr[:, 1]], dtype=float)
+    # fromiter over the rows: np.array(rows) probes each SQLAlchemy Row as a mapping first, which
+    # raises and catches a KeyError per row and costs ~30 us a row (1.2 s for 36k rows).
+    steps = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    values = np.fromiter((np.nan if r[1] is None else r[1] for r in rows), dtype=float, count=len(rows))
     # Rows are ordered by attempt within a step: the last of each run of equal steps is the latest.
     last = np.append(steps[1:] != steps[:-1], True)
     return steps[last], values[last]
