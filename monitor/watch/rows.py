@@ -40,16 +40,20 @@ class Cursor:
     """Last step read from that attempt (behind a key's cursor while it replays)."""
     event_id: int = 0
     """Highest events-table id read."""
+    pending_events: list[dict[str, Any]] = field(default_factory=list)
+    """Events read but ahead of the rows (while catching up): handed over with their steps."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"key_last": self.key_last, "key_rows": self.key_rows, "attempt": self.attempt,
-                "attempt_last": self.attempt_last, "event_id": self.event_id}
+                "attempt_last": self.attempt_last, "event_id": self.event_id,
+                "pending_events": self.pending_events}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Cursor":
         return cls({k: int(v) for k, v in d.get("key_last", {}).items()},
                    {k: int(v) for k, v in d.get("key_rows", {}).items()},
-                   int(d.get("attempt", 0)), int(d.get("attempt_last", -1)), int(d.get("event_id", 0)))
+                   int(d.get("attempt", 0)), int(d.get("attempt_last", -1)), int(d.get("event_id", 0)),
+                   list(d.get("pending_events", [])))
 
 
 @dataclass
@@ -133,11 +137,12 @@ def read_batch(store, run: str, info: RunInfo, cursor: Cursor, m: Marks, window_
             parts.extend(conn.execute(select(mt.key_id, mt.step, mt.attempt, mt.value).where(cond)
                                       .order_by(mt.step, mt.attempt)).all())
         frame = _frame(parts, store.key_names(conn, {p[0] for p in parts}))
-        replay = frame[frame["step"] <= frame["key"].map(cursor.key_last).fillna(-1)]
+        seen = np.array([cursor.key_last.get(k, -1) for k in frame["key"]], dtype="int64")
+        replay = frame[frame["step"].to_numpy() <= seen]
         earlier = _earlier_attempts(conn, store, run_id, replay)
-        events = _events(conn, run_id, cursor.event_id, hi)
+        events = _events(conn, run_id, cursor, hi if more else None)
     rows = _run_data(info, frame, earlier, events)
-    _advance(cursor, frame, events, m, hi)
+    _advance(cursor, frame, m, hi)
     latest = frame.drop_duplicates(["key", "step"], keep="last")[["key", "step", "attempt"]]
     return Batch(rows=rows, attempts=latest.reset_index(drop=True), window_end=hi, more=more)
 
@@ -182,19 +187,26 @@ def _earlier_attempts(conn, store, run_id: int, replay: pd.DataFrame) -> pd.Data
     return frame.merge(replay[["key", "step"]].drop_duplicates(), on=["key", "step"])
 
 
-def _events(conn, run_id: int, after_id: int, hi: int) -> pd.DataFrame:
+def _events(conn, run_id: int, cursor: Cursor, hi: int | None) -> pd.DataFrame:
+    """New events up to step `hi` (all when None); later ones wait in the cursor for their rows, so
+    a detector never sees an event far ahead of the rows it judges."""
     e = tables.events.c
     raw = conn.execute(select(e.id, e.step, e.kind, e.attempt, e.payload)
-                       .where(and_(e.run_id == run_id, e.id > after_id, e.step <= hi))
-                       .order_by(e.step, e.id)).all()
-    if not raw:
-        out = empty_events()
-        out["id"] = pd.Series(dtype="int64")
-        return out
-    out = pd.DataFrame(raw, columns=["id", "step", "kind", "attempt", "payload"])
-    out["payload"] = out["payload"].map(json.loads)
+                       .where(and_(e.run_id == run_id, e.id > cursor.event_id)).order_by(e.id)).all()
+    if raw:
+        cursor.event_id = max(r[0] for r in raw)
+    waiting = cursor.pending_events + [
+        {"step": int(step), "kind": kind, "attempt": int(attempt), "payload": json.loads(payload)}
+        for _, step, kind, attempt, payload in raw
+    ]
+    due = [ev for ev in waiting if hi is None or ev["step"] <= hi]
+    cursor.pending_events = [ev for ev in waiting if not (hi is None or ev["step"] <= hi)]
+    if not due:
+        return empty_events()
+    out = pd.DataFrame(due, columns=["step", "kind", "attempt", "payload"])
     out["step"] = out["step"].astype("int64")
-    return out
+    out["attempt"] = out["attempt"].astype("int64")
+    return out.sort_values("step", kind="stable").reset_index(drop=True)
 
 
 def _run_data(info: RunInfo, frame: pd.DataFrame, earlier: pd.DataFrame, events: pd.DataFrame) -> RunData:
@@ -210,11 +222,11 @@ def _run_data(info: RunInfo, frame: pd.DataFrame, earlier: pd.DataFrame, events:
     repeated = both.duplicated(["key", "step"], keep=False)
     repeats = both.loc[repeated, ["key", "step", "attempt", "value"]].sort_values(["key", "step", "attempt"])
     nonfinite = latest.loc[~np.isfinite(latest["value"].to_numpy()), ["key", "step", "value"]]
-    return RunData(info=info, scalars=scalars, events=events.drop(columns="id").reset_index(drop=True),
+    return RunData(info=info, scalars=scalars, events=events,
                    repeats=repeats.reset_index(drop=True), logged_nonfinite=nonfinite.reset_index(drop=True))
 
 
-def _advance(cursor: Cursor, frame: pd.DataFrame, events: pd.DataFrame, m: Marks, hi: int) -> None:
+def _advance(cursor: Cursor, frame: pd.DataFrame, m: Marks, hi: int) -> None:
     for key, (_, last, n) in m.series.items():
         reached = min(last, hi)
         if reached > cursor.key_last.get(key, -1):
@@ -232,5 +244,3 @@ def _advance(cursor: Cursor, frame: pd.DataFrame, events: pd.DataFrame, m: Marks
             cursor.attempt, cursor.attempt_last = top, top_last
         elif top == cursor.attempt:
             cursor.attempt_last = max(cursor.attempt_last, top_last)
-    if len(events):
-        cursor.event_id = max(cursor.event_id, int(events["id"].max()))

@@ -8,6 +8,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
 from sqlalchemy import and_, func, select
 
 from monitor.align import align_pair
@@ -16,11 +18,10 @@ from monitor.detectors.base import (
     Detector,
     DetectorState,
     concat_rows,
-    restrict_columns,
     state_from_dict,
     state_to_dict,
 )
-from monitor.schema import TRAIN_TOKENS, Detection, RunData
+from monitor.schema import Detection, RunData
 from monitor.store import tables
 from monitor.watch import rows
 
@@ -51,6 +52,7 @@ class RunWatcher:
         self._axis_wanted = axis
         self._reference_data: RunData | None = None
         self._reference_marks: tuple | None = None
+        self._ref_cache: RunData | None = None
         self.restore()
 
     # --- state ---------------------------------------------------------------------------------
@@ -95,18 +97,76 @@ class RunWatcher:
             return None
         info = self.store.run_info(self.run)
         batch = rows.read_batch(self.store, self.run, info, self.cursor, m, self.window_steps)
-        reference = self._load_reference()
+        reference = self._aligned_reference(batch.rows)
         found: list[Detection] = []
         for detector in self.detectors:
             if detector.needs_reference and reference is None:
                 continue
             state = self.states.get(detector.name) or detector.new_state()
-            ref = self._aligned(detector, state, batch.rows, reference) if reference is not None else None
-            state, emitted = detector.update(state, batch.rows, ref)
+            state, emitted = detector.update(state, batch.rows, reference)
             self.states[detector.name] = state
             found.extend(emitted)
+        self._trim_reference()
         self._fill_attempts(found)
         return PollResult(found, rows.progress(self.run, self.cursor, m), batch.more, batch.window_end)
+
+    # --- the reference, aligned onto the run's steps -------------------------------------------
+    def _aligned_reference(self, new: RunData) -> RunData | None:
+        """The reference on every step the detectors will judge: their tails and the new rows.
+
+        Aligned values of steps judged before are kept between polls, so a poll aligns only its new
+        rows; when the reference itself changed (a live reference), everything is aligned again.
+        """
+        reference = self._load_reference()
+        if reference is None:
+            return None
+        if self._ref_cache is None:
+            view = new
+            for state in self.states.values():
+                if state.tail is not None:
+                    view = concat_rows(state.tail, view)
+            self._ref_cache = self._align(view, reference)
+        else:
+            fresh = self._align(new, reference)
+            cache = self._ref_cache
+            scalars = fresh.scalars.combine_first(cache.scalars) if len(cache.scalars) else fresh.scalars
+            scalars.index.name = "step"
+            nonfinite = pd.concat([cache.logged_nonfinite, fresh.logged_nonfinite], ignore_index=True)
+            # Events and repeats are the whole reference's every time: replace, never accumulate.
+            self._ref_cache = RunData(info=fresh.info, scalars=scalars.sort_index(), events=fresh.events,
+                                      repeats=fresh.repeats,
+                                      logged_nonfinite=nonfinite.drop_duplicates(["key", "step"], keep="last"))
+        return self._ref_cache
+
+    def _align(self, view: RunData, reference: RunData) -> RunData:
+        _, ref = align_pair(view, reference, axis=self.axis)
+        if self.axis == "auto":
+            # Pin the axis the first judgement chose, so every later poll compares alike.
+            self.axis = ref.info.config.get("alignment", {}).get("axis", "auto")
+        return ref
+
+    def _trim_reference(self) -> None:
+        """Keep each aligned column only from the first step a detector's tail still holds of it."""
+        cache = self._ref_cache
+        if cache is None or cache.scalars.empty:
+            return
+        keep_from: dict[str, int] = {}
+        for state in self.states.values():
+            tail = state.tail
+            if tail is None or tail.scalars.empty:
+                continue
+            first = int(tail.scalars.index[0])
+            for column in tail.scalars.columns:
+                keep_from[column] = min(first, keep_from.get(column, first))
+        scalars = cache.scalars[[c for c in cache.scalars.columns if c in keep_from]]
+        steps = scalars.index.to_numpy()
+        for column in scalars.columns:
+            scalars.loc[steps < keep_from[column], column] = np.nan
+        scalars = scalars[scalars.notna().any(axis=1)]
+        nf = cache.logged_nonfinite
+        nf = nf[nf["key"].map(keep_from).fillna(np.inf).to_numpy() <= nf["step"].to_numpy()]
+        self._ref_cache = RunData(info=cache.info, scalars=scalars, events=cache.events, repeats=cache.repeats,
+                                  logged_nonfinite=nf.reset_index(drop=True))
 
     def _load_reference(self) -> RunData | None:
         """The reference at full resolution, read again only when it grew (a live reference)."""
@@ -117,18 +177,8 @@ class RunWatcher:
         if self._reference_data is None or seen != self._reference_marks:
             self._reference_data = self.store.load_run(self.reference)
             self._reference_marks = seen
+            self._ref_cache = None
         return self._reference_data
-
-    def _aligned(self, detector: Detector, state: DetectorState, new: RunData, reference: RunData) -> RunData:
-        """The reference on the steps this detector will judge (its tail and the new rows)."""
-        cols = detector.columns(new) + ([TRAIN_TOKENS] if TRAIN_TOKENS in new.scalars.columns else [])
-        fresh = restrict_columns(new, cols)
-        view = fresh if state.tail is None else concat_rows(state.tail, fresh)
-        _, ref = align_pair(view, reference, axis=self.axis)
-        if self.axis == "auto":
-            # Pin the axis the first judgement chose, so every later poll compares alike.
-            self.axis = ref.info.config.get("alignment", {}).get("axis", "auto")
-        return ref
 
     def _fill_attempts(self, found: list[Detection]) -> None:
         """An incident belongs to the attempt that logged its first flagged step (stable while the

@@ -1,0 +1,105 @@
+"""The watch config from YAML/TOML and the environment; the webhook URL never shows."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from monitor.errors import GapwatchError
+from monitor.schema import Severity
+from monitor.watch.config import load_config
+
+from .helpers import detection
+
+URL = "https://hooks.slack.com/services/T000/B000/verySecretToken123"
+
+YAML = """
+poll_interval_s: 0.5
+dashboard_url: https://gapwatch.example.org
+incidents: {resolve_after_steps: 64, cooldown_steps: 400, resolve_after_steps_by_detector: {eval_regression: 3000}}
+delivery: {timeout_s: 2, backoff_max_s: 60}
+sinks:
+  - {name: console, kind: console}
+  - {name: slack, kind: slack, min_severity: critical, rate_per_minute: 30, burst: 3}
+  - {name: ops, kind: webhook, url_env: OPS_HOOK}
+silences:
+  - {run: "ablation-*", detector: spike, until: "2030-01-01T00:00:00Z", reason: known spikes}
+"""
+
+TOML = """
+poll_interval_s = 2
+[[sinks]]
+name = "slack"
+kind = "slack"
+[[silences]]
+metric = "perf/*"
+max_severity = "warning"
+until = 2030-01-01T00:00:00Z
+"""
+
+
+def test_yaml_config_with_secrets_from_the_environment(tmp_path):
+    path = tmp_path / "watch.yaml"
+    path.write_text(YAML)
+    cfg = load_config(path, env={"SLACK_WEBHOOK_URL": URL, "OPS_HOOK": "http://127.0.0.1:9/ops/abcdefgh123"})
+    assert cfg.poll_interval_s == 0.5
+    a = cfg.alerting
+    assert a.dashboard_url == "https://gapwatch.example.org"
+    assert (a.incidents.resolve_after_steps, a.incidents.cooldown_steps) == (64, 400)
+    assert a.incidents.resolve_after("eval_regression") == 3000
+    assert a.delivery.timeout_s == 2.0
+    slack = a.sink("slack")
+    assert slack.url.reveal() == URL and slack.min_severity is Severity.CRITICAL and slack.burst == 3
+    assert a.sink("ops").url_env == "OPS_HOOK" and a.sink("console").min_severity is Severity.INFO
+    assert a.silences[0].until == dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+    assert a.silenced(detection(run="ablation-3", detector="spike")) and not a.silenced(detection(detector="spike"))
+    shown = repr(cfg) + " ".join(s.describe() for s in a.sinks)
+    assert "verySecretToken123" not in shown and "abcdefgh123" not in shown
+    assert "URL from $SLACK_WEBHOOK_URL" in slack.describe()
+
+
+def test_toml_config(tmp_path):
+    path = tmp_path / "watch.toml"
+    path.write_text(TOML)
+    cfg = load_config(path, env={"SLACK_WEBHOOK_URL": URL})
+    assert cfg.poll_interval_s == 2.0 and [s.name for s in cfg.alerting.sinks] == ["slack"]
+    rule = cfg.alerting.silences[0]
+    assert rule.max_severity is Severity.WARNING
+    assert cfg.alerting.silenced(detection(metric="perf/mfu", severity=Severity.WARNING))
+    assert not cfg.alerting.silenced(detection(metric="perf/mfu", severity=Severity.CRITICAL))
+
+
+def test_defaults_are_the_console_plus_slack_when_its_variable_is_set():
+    assert [s.name for s in load_config(env={}).alerting.sinks] == ["console"]
+    sinks = load_config(env={"SLACK_WEBHOOK_URL": URL}).alerting.sinks
+    assert [(s.name, s.kind) for s in sinks] == [("console", "console"), ("slack", "slack")]
+
+
+@pytest.mark.parametrize("text, env, message", [
+    ("sinks: [{name: slack, kind: slack}]", {}, "environment variable $SLACK_WEBHOOK_URL is not set"),
+    ("sinks: [{name: slack, kind: slack}]", {"SLACK_WEBHOOK_URL": "ftp://verySecretToken123"},
+     "the URL in $SLACK_WEBHOOK_URL is not an http(s) URL"),
+    ("sinks: [{name: s, kind: pigeon, url: 'http://x/verySecretToken123'}]", {}, "kind must be one of"),
+    ("poll_interval: 3", {}, "unknown setting(s) ['poll_interval']"),
+    ("incidents: {cooldown_steps: lots}", {}, "incidents: cooldown_steps must be a number"),
+    ("sinks: [{name: c, kind: console, min_severity: loud}]", {}, "min_severity must be info, warning or critical"),
+    ("silences: [{until: yesterday}]", {}, "until 'yesterday' is not an ISO 8601 time"),
+    ("poll_interval_s: [1", {}, "is not valid YAML"),
+])
+def test_bad_config_is_one_clear_line_without_the_url(tmp_path, text, env, message):
+    path = tmp_path / "watch.yaml"
+    path.write_text(text)
+    with pytest.raises(GapwatchError) as err:
+        load_config(path, env=env)
+    line = str(err.value)
+    assert message in line and str(path) in line and "\n" not in line
+    assert "verySecretToken123" not in line
+
+
+def test_missing_file_and_unknown_suffix(tmp_path):
+    with pytest.raises(GapwatchError, match="cannot read watch config"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "w.ini").write_text("x")
+    with pytest.raises(GapwatchError, match="use a .yaml, .yml or .toml file"):
+        load_config(tmp_path / "w.ini")

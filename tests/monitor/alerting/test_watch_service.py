@@ -1,0 +1,106 @@
+"""The watch service in-process on real detectors: incidents, restarts, new runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from monitor import detectors as registry
+from monitor.alerting.sinks import build_sinks
+from monitor.store import open_store
+from monitor.watch.config import WatchConfig
+from monitor.watch.service import TARGET_REFRESH_POLLS, WatchService
+from monitor.watch.targets import TargetSpec
+
+from .helpers import slack_config
+
+STEPS = 6000
+DIVERGED = (1000, 4000)  # steps in which the run's loss sits 0.3 nats above its reference
+
+
+def losses(seed: int, diverge: bool) -> np.ndarray:
+    steps = np.arange(STEPS)
+    loss = 2.5 + 3.0 * np.exp(-steps / 500) + 0.02 * np.random.default_rng(seed).standard_normal(STEPS)
+    if diverge:
+        loss[DIVERGED[0]:DIVERGED[1]] += 0.3
+    return loss
+
+
+@pytest.fixture
+def store(sqlite_url):
+    s = open_store(sqlite_url)
+    s.ensure_run("ref", status="imported")
+    s.write_metrics("ref", pd.DataFrame({"step": np.arange(STEPS), "key": "train/loss", "value": losses(0, False)}))
+    s.ensure_run("r", reference="ref")
+    s.ensure_run("clean", reference="ref")
+    yield s
+    s.close()
+
+
+def service(store, receiver, runs=("r", "clean"), **spec):
+    config = WatchConfig(poll_interval_s=0.05, alerting=slack_config(receiver.url()))
+    targets = TargetSpec(runs=tuple(runs), **spec)
+    return WatchService(store, config, targets, detectors=lambda: registry.build(["reference_divergence", "nonfinite"]),
+                        sinks=build_sinks(config.alerting))
+
+
+def feed(store, svc, lo, hi, chunk=500):
+    """Log steps lo..hi of both runs chunk by chunk, the service polling after each chunk."""
+    bad, good = losses(1, True), losses(2, False)
+    for a in range(lo, hi, chunk):
+        sl = slice(a, min(a + chunk, hi))
+        store.write_metrics("r", pd.DataFrame({"step": np.arange(STEPS)[sl], "key": "train/loss", "value": bad[sl]}))
+        store.write_metrics("clean", pd.DataFrame({"step": np.arange(STEPS)[sl], "key": "train/loss",
+                                                   "value": good[sl]}))
+        svc.poll()
+        svc.deliver()
+
+
+def kinds(receiver):
+    return [r.body["blocks"][-1]["elements"][0]["text"].split(" · ")[1] for r in receiver.deliveries()]
+
+
+def test_a_long_divergence_sends_one_message_and_one_resolution(store, receiver):
+    svc = service(store, receiver)
+    feed(store, svc, 0, STEPS)
+    assert kinds(receiver) == ["opened", "resolved"]
+    [alert] = svc.ledger.alerts("r")
+    assert alert.detector == "reference_divergence" and alert.state == "resolved"
+    assert abs(alert.start_step - DIVERGED[0]) <= 100 and abs(alert.end_step - (DIVERGED[1] - 1)) <= 100
+    assert alert.evidence["direction"] == "above" and alert.evidence["delta"] == pytest.approx(0.3, abs=0.05)
+    assert svc.ledger.alerts("clean") == [], "a run tied with its reference must stay silent"
+    opened = receiver.deliveries()[0].body
+    assert "/run/r?start=" in opened["blocks"][-2]["elements"][0]["url"]
+
+
+def test_state_survives_a_restart_of_the_service(store, receiver):
+    first = service(store, receiver)
+    feed(store, first, 0, 2500)
+    assert kinds(receiver) == ["opened"]
+    first.save_states()
+    del first
+    second = service(store, receiver)
+    assert second.watchers == {}
+    second.poll()
+    watcher = next(iter(second.watchers.values()))
+    assert watcher.cursor.key_last["train/loss"] == 2499, "the saved cursor was picked up"
+    feed(store, second, 2500, STEPS)
+    assert kinds(receiver) == ["opened", "resolved"]
+    assert len(second.ledger.alerts("r")) == 1
+
+
+def test_watching_all_runs_finds_runs_that_appear_later(store, receiver):
+    svc = service(store, receiver, runs=(), all_runs=True)
+    svc.poll()
+    assert {t.run for t in svc._current} == {"r", "clean"}, "the imported reference is not watched itself"
+    store.ensure_run("late")
+    steps = np.arange(300)
+    values = np.where((steps >= 100) & (steps < 110), np.nan, 2.0)
+    store.write_metrics("late", pd.DataFrame({"step": steps, "key": "train/loss", "value": values}))
+    for _ in range(TARGET_REFRESH_POLLS):
+        svc.poll()
+    svc.deliver()
+    [alert] = svc.ledger.alerts("late")
+    assert (alert.detector, alert.state, alert.start_step) == ("nonfinite", "resolved", 100)
+    assert kinds(receiver) == ["opened", "resolved"]
