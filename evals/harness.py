@@ -7,6 +7,7 @@ fixed-shape batches, rolling windows for perplexity tasks, and greedy generation
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ from monitor.errors import GapwatchError
 
 from evals.protocols import LogitsFn, Tokenizer, TokenScorer
 from evals.scoring import BatchShape, as_token_scorer, logits_fn_of, score_rows
+
+log = logging.getLogger("gapwatch.evals")
 
 
 @dataclass(frozen=True)
@@ -83,15 +86,17 @@ class ScoringLM(TemplateLM):
 
     def _loglikelihood_tokens(self, requests: list[tuple[tuple[str, str], list[int], list[int]]],
                               disable_tqdm: bool = False, **kwargs: Any) -> list[tuple[float, bool]]:
-        rows, n_scored = [], []
-        for (context, _), context_enc, continuation_enc in requests:
-            if len(continuation_enc) > self.max_length - 1:
-                raise GapwatchError(
-                    f"continuation of {len(continuation_enc)} tokens does not fit max_length="
-                    f"{self.max_length} (context starts {context[:40]!r})")
+        rows, n_scored, cut = [], [], 0
+        for _, context_enc, continuation_enc in requests:
             # Keep the end of an over-long context: the tokens nearest the continuation matter most.
+            # A continuation longer than the context itself keeps its last max_length - 1 tokens
+            # (a model with a short context, e.g. a tiny test model, still gets a defined score).
             rows.append((context_enc + continuation_enc)[-self.max_length:])
-            n_scored.append(len(continuation_enc))
+            n_scored.append(min(len(continuation_enc), self.max_length - 1))
+            cut += len(continuation_enc) > self.max_length - 1
+        if cut:
+            log.warning("%d of %d continuations are longer than max_length=%d: only their last %d "
+                        "tokens were scored", cut, len(requests), self.max_length, self.max_length - 1)
         results = self._score_continuations(rows, n_scored, "loglikelihood", disable_tqdm)
         for (pair, _, _), result in zip(requests, results):
             self.cache_hook.add_partial("loglikelihood", pair, result)

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from evals.parity import ParityReport
 
 AnyMonitor = Monitor | NullMonitor
+# The event payload says which eval ran under "eval": "kind" is taken by the event's own kind
+# argument of Monitor.event(kind, step, **payload).
 
 
 def heldout_metrics(results: Iterable["HeldoutResult"]) -> dict[str, float]:
@@ -41,15 +43,15 @@ def parity_metrics(report: "ParityReport") -> dict[str, float]:
 def log_heldout(monitor: AnyMonitor, step: int, results: Iterable["HeldoutResult"]) -> None:
     results = list(results)
     monitor.log(step, heldout_metrics(results))
-    monitor.event(EventKind.EVAL, step, kind="heldout", sets=[r.name for r in results])
+    monitor.event(EventKind.EVAL, step, eval="heldout", sets=[r.name for r in results])
 
 
 def log_downstream(monitor: AnyMonitor, step: int, results: Iterable["DownstreamResult"]) -> None:
     results = list(results)
     monitor.log(step, downstream_metrics(results))
-    monitor.event(EventKind.EVAL, step, kind="downstream", tasks=sorted({r.task for r in results}))
+    monitor.event(EventKind.EVAL, step, eval="downstream", tasks=sorted({r.task for r in results}))
 
 
 def log_parity(monitor: AnyMonitor, step: int, report: "ParityReport") -> None:
     monitor.log(step, parity_metrics(report))
-    monitor.event(EventKind.EVAL, step, kind="parity", n_tokens=report.n_tokens)
+    monitor.event(EventKind.EVAL, step, eval="parity", n_tokens=report.n_tokens)
