@@ -1,0 +1,50 @@
+"""`gapwatch dashboard`: serve the live dashboard over a store (read-only)."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.options import add_store_argument
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="serve the live dashboard",
+        description="Serve the live dashboard (runs overview, run against reference, alerts) with waitress. "
+        "It binds 127.0.0.1 unless told otherwise; any other address needs "
+        "GAPWATCH_DASHBOARD_PASSWORD (basic auth, user $GAPWATCH_DASHBOARD_USER or 'gapwatch') or "
+        "GAPWATCH_DASHBOARD_TOKEN (bearer token; browsers open any page once with ?token=...).",
+    )
+    add_store_argument(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8050, help="port (default: 8050)")
+    parser.add_argument("--poll", type=float, default=2.0, metavar="SECONDS",
+                        help="seconds between live updates of an open page (default: 2)")
+    parser.add_argument("--max-points", type=int, default=2000,
+                        help="points per series in a view (default: 2000)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from app.dashboard.auth import AuthConfig
+    from app.dashboard.config import DashboardConfig
+    from app.dashboard.server import make_server
+    from monitor.errors import GapwatchError
+
+    if args.poll <= 0 or args.max_points < 100:
+        raise GapwatchError("--poll must be positive and --max-points at least 100")
+    config = DashboardConfig(store_url=args.store, host=args.host, port=args.port, poll_interval_s=args.poll,
+                             max_points=args.max_points)
+    server = make_server(config, AuthConfig.from_env())
+    # A failing callback is logged by Flask (and answered with a 500): show it on stderr.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"gapwatch dashboard on http://{host}:{server.effective_port}/ (Ctrl+C to stop)", flush=True)
+    try:
+        server.run()
+    finally:
+        server.close()
+    return 0

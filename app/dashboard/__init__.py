@@ -1,0 +1,1 @@
+"""The live dashboard: a Dash app over a read-only store, served by waitress (`gapwatch dashboard`)."""

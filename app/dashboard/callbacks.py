@@ -1,0 +1,177 @@
+"""The callbacks: thin glue between the page, the queries and the figures.
+
+Each reads its inputs, calls queries/panels/live, and returns what changed. The store and the
+config are captured by closures at registration; no module state is read or written.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from dash import ALL, ClientsideFunction, Dash, Input, Output, State, ctx, no_update
+
+from app import figures
+from app.dashboard import layout, live, panels, queries
+from app.dashboard.config import DashboardConfig
+from app.dashboard.routes import ViewSpec, parse_run_path, run_href
+from monitor.errors import GapwatchError
+from monitor.store import Store
+
+PANEL = {"type": "panel", "name": ALL}
+# Plotly reports a zoom as `xaxis.range[0]`/`xaxis.range[1]` (or `xaxis2...` on a lower panel of a
+# figure with shared x axes), a reset as `xaxis.autorange`.
+_RANGE_KEY = re.compile(r"^xaxis\d*\.range\[(0|1)\]$")
+_RANGE_LIST_KEY = re.compile(r"^xaxis\d*\.range$")
+_AUTORANGE_KEY = re.compile(r"^xaxis\d*\.autorange$")
+
+# Appends new points to the panels in the browser. `extendData` on a graph whose arrays came as
+# typed-array specs ({dtype, bdata}, how plotly sends NumPy arrays) would extend nothing, so the
+# traces to extend are first turned into plain arrays from plotly's decoded copy (`_fullData`);
+# only those traces, and only once.
+EXTEND_JS = """
+function(update, ids) {
+  const skip = window.dash_clientside.no_update;
+  if (!update) { return ids.map(() => skip); }
+  return ids.map((id) => {
+    const change = update[id.name];
+    if (!change) { return skip; }
+    const el = document.getElementById(JSON.stringify(id, Object.keys(id).sort()));
+    const gd = el && (el.classList.contains('js-plotly-plot') ? el : el.querySelector('.js-plotly-plot'));
+    if (!gd || !gd.data) { return skip; }
+    change[1].forEach((i) => {
+      ['x', 'y'].forEach((axis) => {
+        const v = gd.data[i][axis];
+        if (v && !Array.isArray(v)) { gd.data[i][axis] = Array.from(gd._fullData[i][axis]); }
+      });
+    });
+    return change;
+  });
+}
+"""
+
+
+def register(app: Dash, store: Store, config: DashboardConfig) -> None:
+    @app.callback(Output("page", "children"), Input("url", "pathname"), Input("url", "search"))
+    def route(pathname, search):
+        names = store.list_runs()["name"].tolist()
+        if pathname in (None, "", "/"):
+            return layout.overview_page(names)
+        spec = parse_run_path(pathname, search)
+        if spec is None:
+            return layout.not_found(pathname)
+        run = store.get_run(spec.run)
+        if run is None:
+            return layout.missing_run(spec.run)
+        return layout.run_page(spec, names, queries.link_range(spec.start, spec.end), run["reference"])
+
+    @app.callback(Output("runs-table", "children"), Input("poll", "n_intervals"), Input("url", "pathname"))
+    def runs_table(_n, _path):
+        return layout.runs_table(queries.overview(store, stale_after_s=config.stale_after_s))
+
+    @app.callback(Output("compare-link", "href"), Input("compare-a", "value"), Input("compare-b", "value"))
+    def compare_link(a, b):
+        return run_href(a, reference=b) if a and b else "/"
+
+    @app.callback(
+        Output("view", "data"),
+        Input("ref-select", "value"), Input("axis-select", "value"), Input(PANEL, "relayoutData"),
+        State("view", "data"), prevent_initial_call=True,
+    )
+    def change_view(reference, axis, _relayouts, view):
+        spec = ViewSpec.from_dict(view["spec"])
+        step_range = view["range"]
+        if ctx.triggered_id == "ref-select":
+            # "" is "no reference" (the dropdown cleared); None would mean "the run's own".
+            spec = ViewSpec(**{**spec.to_dict(), "reference": reference or ""})
+        elif ctx.triggered_id == "axis-select":
+            spec = ViewSpec(**{**spec.to_dict(), "axis": axis})
+        else:
+            zoom = _zoom(ctx.triggered[0]["value"] if ctx.triggered else None)
+            if zoom is None:
+                return no_update
+            step_range = _to_steps(store, spec, zoom) if zoom != "all" else None
+            if step_range == (tuple(view["range"]) if view["range"] else None):
+                return no_update
+        return {"spec": spec.to_dict(), "range": list(step_range) if step_range else None}
+
+    @app.callback(
+        Output(PANEL, "figure"), Output("live", "data"), Output("resolution", "children"),
+        Output("notices", "children"), Output("reset-link", "href"),
+        Input("view", "data"), Input("refresh", "data"),
+    )
+    def render(view, _refresh):
+        spec = ViewSpec.from_dict(view["spec"])
+        step_range = tuple(view["range"]) if view["range"] else None
+        data = queries.load_view(store, spec, config.max_points, step_range)
+        rendered = panels.build(data)
+        state = live.initial_state(store, data, rendered, time.time())
+        order = [o["id"]["name"] for o in ctx.outputs_list[0]]
+        reset = run_href(spec.run, reference=spec.reference or None, axis=spec.axis)
+        return ([rendered.figures[name] for name in order], state, rendered.resolution,
+                [f"{n}. " for n in data.notices], reset)
+
+    @app.callback(
+        Output("append", "data"), Output("refresh", "data"), Output("alerts-version", "data"),
+        Output("live", "data", allow_duplicate=True),
+        Input("poll", "n_intervals"), State("live", "data"), State("refresh", "data"),
+        State("alerts-version", "data"), prevent_initial_call=True,
+    )
+    def poll(_n, state, refresh, alerts_version):
+        if not state:
+            return no_update, no_update, no_update, no_update
+        try:
+            result = live.poll(store, state, max_points=config.max_points, full_refresh_s=config.full_refresh_s,
+                               now=time.time())
+        except GapwatchError:
+            # The run was deleted while the page was open: leave the page as it is.
+            return no_update, no_update, no_update, no_update
+        return (result.append if result.append else no_update,
+                refresh + 1 if result.refresh else no_update,
+                alerts_version + 1 if result.alerts_changed else no_update,
+                result.state)
+
+    app.clientside_callback(EXTEND_JS, Output(PANEL, "extendData"), Input("append", "data"), State(PANEL, "id"))
+
+    @app.callback(
+        Output("alerts-graph", "figure"), Output("alerts-list", "children"),
+        Input("view", "data"), Input("alerts-version", "data"),
+    )
+    def alerts(view, _version):
+        spec = ViewSpec.from_dict(view["spec"])
+        frame = queries.read_alerts(store, spec.run)
+        axis = queries.axis_for(store, store.run_info(spec.run), spec.axis) or queries.STEP_AXIS
+        steps = view["range"] or queries.run_extent(store, spec.run)
+        x_range = tuple(float(x) for x in axis.to_x(list(steps))) if steps else None
+        figure = figures.alerts_timeline(frame, x_title=axis.title, x_of_step=axis.to_x, x_range=x_range)
+        if x_range is not None:
+            figure.update_xaxes(range=list(x_range))
+        return figure, layout.alerts_list(frame, spec.run)
+
+
+def _zoom(relayout: dict | None):
+    """(x0, x1) of a zoom, "all" for a reset, None for anything else (autosize, legend clicks)."""
+    if not relayout:
+        return None
+    if any(_AUTORANGE_KEY.match(k) for k in relayout):
+        return "all"
+    ends: dict[int, float] = {}
+    for key, value in relayout.items():
+        m = _RANGE_KEY.match(key)
+        if m:
+            ends.setdefault(int(m.group(1)), value)
+        elif _RANGE_LIST_KEY.match(key) and isinstance(value, list) and len(value) == 2:
+            ends.setdefault(0, value[0])
+            ends.setdefault(1, value[1])
+    if 0 in ends and 1 in ends:
+        try:
+            return float(ends[0]), float(ends[1])
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _to_steps(store: Store, spec: ViewSpec, zoom: tuple[float, float]) -> tuple[int, int]:
+    axis = queries.axis_for(store, store.run_info(spec.run), spec.axis) or queries.STEP_AXIS
+    lo, hi = sorted(axis.to_steps(list(zoom)))
+    return max(0, int(lo)), max(0, int(hi) + 1)

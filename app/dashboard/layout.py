@@ -1,0 +1,171 @@
+"""The pages: runs overview, run page (run against a reference or any other run), not found.
+
+Every run name and metric key reaches the page as a text child or a prop value, which React
+renders as text; links carry names percent-encoded (routes.run_href). Nothing is passed as HTML.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from dash import dcc, html
+
+from app.dashboard.panels import PANELS
+from app.dashboard.routes import ViewSpec, run_href
+from app.figures.style import EVENT_COLORS, EVENT_DASH
+
+HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",
+                 "crashed": "#d62728"}
+PANEL_HEIGHT_PX = {"evals": 580, "throughput": 570, "data": 470}
+BORDER_STYLE = {"dot": "dotted", "dash": "dashed", "solid": "solid"}
+
+
+def shell(poll_interval_ms: int) -> html.Div:
+    """The frame around every page: the URL, the header and a container the router fills."""
+    return html.Div([
+        dcc.Location(id="url", refresh=False),
+        html.Header([dcc.Link("gapwatch", href="/", className="brand"),
+                     html.Span("runs against their reference", className="tagline")], className="top"),
+        html.Main(id="page"),
+        dcc.Interval(id="poll", interval=poll_interval_ms),
+    ])
+
+
+def overview_page(run_names: list[str]) -> html.Div:
+    options = [{"label": n, "value": n} for n in run_names]
+    return html.Div([
+        html.H1("Runs"),
+        html.Div(id="runs-table", className="table-wrap"),
+        html.H2("Compare two runs"),
+        html.Div([
+            dcc.Dropdown(id="compare-a", options=options, placeholder="run", className="pick"),
+            html.Span("against", className="between"),
+            dcc.Dropdown(id="compare-b", options=options, placeholder="reference", className="pick"),
+            dcc.Link("compare", id="compare-link", href="/", className="button"),
+        ], className="compare"),
+    ], id="overview")
+
+
+def runs_table(frame: pd.DataFrame) -> html.Table | html.P:
+    if not len(frame):
+        return html.P("No runs in this store yet.", className="muted")
+    head = html.Thead(html.Tr([html.Th(c) for c in (
+        "run", "health", "status", "reference", "last step", "tokens", "last metric", "open alerts")]))
+    body = []
+    for r in frame.itertuples(index=False):
+        # pandas stores a missing name as NaN, not None.
+        reference = dcc.Link(r.reference, href=run_href(r.reference)) if isinstance(r.reference, str) else "—"
+        body.append(html.Tr([
+            html.Td(dcc.Link(r.name, href=run_href(r.name), className="run-link")),
+            html.Td(html.Span(r.health, className="health", style={"background": HEALTH_COLORS.get(r.health, "#999")})),
+            html.Td(r.status),
+            html.Td(reference),
+            html.Td(_int(r.last_step)),
+            html.Td(_si(r.tokens)),
+            html.Td(_age(r.since_last_s)),
+            html.Td(str(r.open_alerts), className="alerts-count" + (" hot" if r.open_alerts else "")),
+        ], className="run-row"))
+    return html.Table([head, html.Tbody(body)], className="runs")
+
+
+def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] | None,
+             default_reference: str | None) -> html.Div:
+    others = [{"label": n, "value": n} for n in run_names if n != spec.run]
+    reference = spec.reference if spec.reference is not None else default_reference
+    view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None}
+    graphs = [
+        dcc.Graph(id={"type": "panel", "name": p}, className=f"panel panel-{p}",
+                  config={"displaylogo": False, "scrollZoom": False},
+                  style={"height": f"{PANEL_HEIGHT_PX.get(p, 340)}px"})
+        for p in PANELS
+    ]
+    return html.Div([
+        html.Div([
+            html.H1(spec.run, id="run-title"),
+            html.Div([
+                html.Label("reference"),
+                dcc.Dropdown(id="ref-select", options=others, value=reference, placeholder="none",
+                             className="pick"),
+                html.Label("x axis"),
+                dcc.RadioItems(id="axis-select", options=[{"label": " step", "value": "step"},
+                                                          {"label": " tokens", "value": "tokens"}],
+                               value=spec.axis, inline=True),
+                dcc.Link("show all steps", id="reset-link", href=run_href(spec.run, reference=spec.reference,
+                                                                            axis=spec.axis)),
+            ], className="controls"),
+        ], className="run-head"),
+        html.Div(id="notices", className="notices"),
+        html.Div([html.Span(id="resolution"), marker_key()], className="resolution"),
+        html.Div(graphs, className="panels"),
+        html.H2("Alerts"),
+        dcc.Graph(id="alerts-graph", config={"displaylogo": False}),
+        html.Ul(id="alerts-list", className="alerts"),
+        dcc.Store(id="view", data=view),
+        dcc.Store(id="live"),
+        dcc.Store(id="append"),
+        dcc.Store(id="refresh", data=0),
+        dcc.Store(id="alerts-version", data=0),
+    ], id="run-page")
+
+
+def marker_key() -> html.Span:
+    """What the vertical lines on every chart mean (colours and dashes of app.figures.style)."""
+    items = []
+    for kind in ("checkpoint", "resume", "restart"):
+        line = {"display": "inline-block", "width": "22px", "verticalAlign": "middle", "margin": "0 4px 0 12px",
+                "borderTop": f"2px {BORDER_STYLE[EVENT_DASH[kind]]} {EVENT_COLORS[kind]}"}
+        items += [html.Span(style=line), html.Span(kind)]
+    return html.Span(items, className="marker-key")
+
+
+def alerts_list(alerts: pd.DataFrame, run: str) -> list:
+    if not len(alerts):
+        return [html.Li("No alerts for this run.", className="muted")]
+    items = []
+    for a in alerts.itertuples(index=False):
+        items.append(html.Li([
+            html.Span(a.severity, className=f"sev sev-{a.severity}"),
+            html.Span(a.state, className="state"),
+            html.Span(f"{a.detector} · {a.metric}", className="what"),
+            dcc.Link(f"steps {a.start_step:,}–{a.end_step:,}", href=run_href(run, start=int(a.start_step),
+                                                                            end=int(a.end_step)),
+                     className="alert-link"),
+            html.Div(a.message, className="message"),
+        ], className="alert"))
+    return items
+
+
+def not_found(path: str) -> html.Div:
+    return html.Div([html.H1("Not found"), html.P(["Nothing at ", html.Code(path), ". ",
+                                                    dcc.Link("All runs", href="/")])])
+
+
+def missing_run(name: str) -> html.Div:
+    return html.Div([html.H1("No such run"), html.P(["The store has no run named ", html.Code(name), ". ",
+                                                      dcc.Link("All runs", href="/")])])
+
+
+def _int(v) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{int(v):,}"
+
+
+def _si(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.2f}{unit}"
+    return f"{v:.0f}"
+
+
+def _age(seconds) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "—"
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 86400:.1f} days ago"

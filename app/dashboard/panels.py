@@ -1,0 +1,130 @@
+"""The run page's figures, built from a ViewData with the plain figure functions of app.figures.
+
+Every figure gets the event markers, the highlighted step range of an alert link, the view's x
+range (so a zoom on one panel applies to all) and a `uirevision` that changes with the view, so a
+new figure's range is applied rather than the browser's previous zoom.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from app import figures
+from app.dashboard.queries import ViewData
+from app.figures.style import base_figure, note_empty
+from monitor.schema import (
+    PERF_MFU,
+    PERF_STEP_TIME_S,
+    PERF_TOKENS_PER_S,
+    SPIKE_SCORE_GRAD_NORM,
+    TRAIN_GRAD_NORM,
+    TRAIN_LOSS,
+)
+
+PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
+# Panels whose traces are logged series that live polling appends to (by trace uid).
+LIVE_PANELS = ("loss", "grad_norm", "throughput", "data")
+SPIKE_DETECTORS = ("spike",)
+STALL_DETECTORS = ("throughput",)
+
+
+@dataclass
+class RenderedView:
+    figures: dict[str, go.Figure]
+    traces: dict[str, list[list]]  # panel -> [[trace index, role, key], ...] of appendable series
+    resolution: str
+
+
+def build(view: ViewData) -> RenderedView:
+    run, ref = view.run, view.reference
+    x_title = run.axis.title
+    long = run.long
+    name = run.name
+    ref_name = ref.name if ref is not None else None
+    ref_long = ref.long if ref is not None else long.iloc[0:0]
+
+    def series(frame: pd.DataFrame, key: str) -> pd.DataFrame:
+        return figures.series_frame(frame, key)
+
+    train, ref_train = series(long, TRAIN_LOSS), series(ref_long, TRAIN_LOSS)
+    out: dict[str, go.Figure] = {}
+    out["loss"] = figures.loss_overlay(train, ref_train if ref is not None else None, run_name=name,
+                                       reference_name=ref_name, x_title=x_title)
+    if ref is not None:
+        windows, points = figures.reference_delta(train, ref_train)
+        out["delta"] = figures.delta_figure(windows, points, run_name=name, reference_name=ref_name, x_title=x_title)
+    else:
+        out["delta"] = _empty("train loss delta (run − reference)", x_title, "no reference run to compare with")
+
+    heldout, ref_heldout = figures.heldout_frame(long), figures.heldout_frame(ref_long)
+    out["heldout"] = figures.heldout_figure(heldout, ref_heldout, run_name=name, reference_name=ref_name,
+                                            x_title=x_title)
+    out["gap"] = figures.gap_figure(figures.train_heldout_gap(train, heldout),
+                                    figures.train_heldout_gap(ref_train, ref_heldout),
+                                    run_name=name, reference_name=ref_name, x_title=x_title)
+    out["evals"] = figures.downstream_figure(figures.downstream_frame(long), figures.downstream_frame(ref_long),
+                                             run_name=name, reference_name=ref_name, x_title=x_title)
+
+    detections = view.detections
+    spikes = detections[(detections["detector"].isin(SPIKE_DETECTORS)) & (detections["metric"] == TRAIN_GRAD_NORM)]
+    stalls = detections[detections["detector"].isin(STALL_DETECTORS)]
+    out["grad_norm"] = figures.grad_norm_figure(series(long, TRAIN_GRAD_NORM), spikes=spikes,
+                                                spike_score=series(long, SPIKE_SCORE_GRAD_NORM), x_title=x_title,
+                                                x_of_step=run.axis.to_x)
+    perf = long[long["key"].isin([PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S])]
+    out["throughput"] = figures.throughput_figure(perf, stalls=stalls, x_title=x_title, x_of_step=run.axis.to_x)
+    data_keys = [k for k in run.keys if k.startswith("data/")]
+    out["data"] = figures.data_figure(long[long["key"].isin(data_keys)], x_title=x_title)
+
+    x_range = _x_range(view)
+    highlight = None
+    if view.highlight is not None:
+        lo, hi = view.highlight
+        lo = hi if lo is None else lo
+        hi = lo if hi is None else hi
+        highlight = tuple(run.axis.to_x([lo, hi]))
+    revision = f"{view.spec.run}|{ref_name}|{view.axis_kind}|{view.step_range}"
+    for fig in out.values():
+        # The page explains the markers once (layout.marker_key), not in every legend.
+        figures.add_event_markers(fig, run.events, showlegend=False)
+        if highlight is not None:
+            figures.add_range_highlight(fig, *highlight)
+        if x_range is not None:
+            fig.update_xaxes(range=list(x_range), autorange=False)
+        fig.update_layout(uirevision=revision)
+    return RenderedView(figures=out, traces={p: _appendable(out[p]) for p in LIVE_PANELS},
+                        resolution=resolution_text(view))
+
+
+def _x_range(view: ViewData):
+    if view.step_range is None:
+        return None
+    return tuple(float(v) for v in view.run.axis.to_x(list(view.step_range)))
+
+
+def _appendable(fig: go.Figure) -> list[list]:
+    out = []
+    for i, trace in enumerate(fig.data):
+        uid = getattr(trace, "uid", None)
+        if uid and ":" in uid:
+            role, key = uid.split(":", 1)
+            out.append([i, role, key])
+    return out
+
+
+def resolution_text(view: ViewData) -> str:
+    """What the train-loss panel shows: every step, or downsampled buckets of how many steps."""
+    width = view.run.bucket_width.get(TRAIN_LOSS)
+    if width is None:
+        return "no train loss logged in this range"
+    points = int((view.run.long["key"] == TRAIN_LOSS).sum())
+    if width <= 1:
+        return f"full resolution: every logged step ({points} points)"
+    return f"downsampled: {points} points, min/max of buckets of ≥{width} steps (zoom in for every step)"
+
+
+def _empty(title: str, x_title: str, message: str) -> go.Figure:
+    return note_empty(base_figure(title, x_title), message)

@@ -1,0 +1,274 @@
+"""Everything the dashboard reads from the store, each read under a point budget or a row limit.
+
+Series come through `store.read_scalars` (rollups, `max_points`); events, detections and alerts
+are small tables read whole per run (alerts capped at `ALERT_LIMIT` rows, newest first).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import case, func, select
+
+from app.dashboard.axis import STEP_AXIS, AxisMap, interpolated_tokens, linear_tokens
+from app.dashboard.routes import ViewSpec
+from monitor.schema import (
+    DOWNSTREAM_PREFIX,
+    HELDOUT_PREFIX,
+    TRAIN_GRAD_NORM,
+    TRAIN_LOSS,
+    TRAIN_TOKENS,
+    RunInfo,
+)
+from monitor.store import Store, tables
+
+# What the run page draws, by key prefix. The reference contributes only what is compared.
+RUN_KEY_PREFIXES = (TRAIN_LOSS, TRAIN_GRAD_NORM, "perf/", "data/", "detect/spike_score/", HELDOUT_PREFIX,
+                    DOWNSTREAM_PREFIX)
+REFERENCE_KEY_PREFIXES = (TRAIN_LOSS, HELDOUT_PREFIX, DOWNSTREAM_PREFIX)
+# Counts of sequences (`.../n`) and bits per byte are not drawn; the loss and its stderr are.
+SKIPPED_SUFFIXES = ("/n", "/bpb")
+# Sparse series: a new point changes a derived panel (held-out gap, evals), so it re-renders the view.
+SPARSE_PREFIXES = (HELDOUT_PREFIX, DOWNSTREAM_PREFIX)
+MARKER_KINDS = ("checkpoint", "resume", "restart")
+# Alerts shown per run, newest first: a timeline of more than this is unreadable anyway.
+ALERT_LIMIT = 500
+# A link to a step range shows this share of the range again on each side, as context.
+LINK_CONTEXT_FRACTION = 0.5
+LINK_CONTEXT_MIN_STEPS = 10
+# Points used to interpolate a token axis from a logged `train/tokens` series.
+TOKEN_KNOTS = 2000
+
+ALERT_COLUMNS = ["id", "attempt", "detector", "metric", "state", "severity", "start_step", "end_step",
+                 "peak_step", "score", "message", "opened_at", "updated_at", "resolved_at"]
+DETECTION_COLUMNS = ["detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message"]
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+def wanted_keys(all_keys: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [k for k in all_keys if k.startswith(prefixes) and not k.endswith(SKIPPED_SUFFIXES)]
+
+
+def axis_for(store: Store, info: RunInfo, kind: str) -> AxisMap | None:
+    """The run's step<->x map for `kind`; None when a token axis cannot be built for it."""
+    if kind != "tokens":
+        return STEP_AXIS
+    if info.tokens_per_step:
+        return linear_tokens(info.tokens_per_step)
+    tokens = store.read_scalars(info.name, [TRAIN_TOKENS], max_points=TOKEN_KNOTS)
+    return interpolated_tokens(tokens["step"].to_numpy(), tokens["value"].to_numpy()) if len(tokens) else None
+
+
+@dataclass
+class RunSlice:
+    """One run's part of a view: its series (long frame key/step/value/x) and events, with x."""
+
+    info: RunInfo
+    axis: AxisMap
+    long: pd.DataFrame
+    bucket_width: dict[str, int]
+    events: pd.DataFrame
+    keys: list[str]
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def last_steps(self) -> dict[str, int]:
+        """The last step drawn of each key: live polling asks for what came after it."""
+        if not len(self.long):
+            return {}
+        return {k: int(v) for k, v in self.long.groupby("key")["step"].max().items()}
+
+
+@dataclass
+class ViewData:
+    spec: ViewSpec
+    axis_kind: str
+    run: RunSlice
+    reference: RunSlice | None
+    detections: pd.DataFrame
+    step_range: tuple[int, int] | None
+    highlight: tuple[int, int] | None
+    notices: list[str] = field(default_factory=list)
+
+
+def link_range(start: int | None, end: int | None) -> tuple[int, int] | None:
+    """The steps shown around a linked range [start, end]: the range plus context each side."""
+    if start is None and end is None:
+        return None
+    lo = start if start is not None else end
+    hi = end if end is not None else start
+    pad = max(int((hi - lo) * LINK_CONTEXT_FRACTION), LINK_CONTEXT_MIN_STEPS)
+    return max(0, lo - pad), hi + pad
+
+
+def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[int, int] | None) -> ViewData:
+    """Read what the run page draws for `spec` over `step_range` (the run's steps; None = all)."""
+    notices: list[str] = []
+    info = store.run_info(spec.run)
+    ref_name = spec.reference if spec.reference is not None else info.reference
+    ref_info = None
+    if ref_name:
+        if store.get_run(ref_name) is None:
+            notices.append(f"reference run {ref_name!r} is not in the store")
+            ref_name = None
+        else:
+            ref_info = store.run_info(ref_name)
+    axis_kind = spec.axis
+    run_axis = axis_for(store, info, axis_kind)
+    ref_axis = axis_for(store, ref_info, axis_kind) if ref_info is not None else None
+    if run_axis is None or (ref_info is not None and ref_axis is None):
+        missing = spec.run if run_axis is None else ref_name
+        notices.append(f"run {missing!r} has neither tokens_per_step nor train/tokens: showing steps")
+        axis_kind, run_axis, ref_axis = "step", STEP_AXIS, STEP_AXIS if ref_info is not None else None
+
+    run_slice = _read_slice(store, info, run_axis, RUN_KEY_PREFIXES, step_range, max_points)
+    reference = None
+    if ref_info is not None:
+        # The reference is read over the x range the run covers in this view, in its own steps.
+        x = run_slice.long["x"].to_numpy() if len(run_slice.long) else np.empty(0)
+        ref_range = None
+        if len(x):
+            lo, hi = ref_axis.to_steps([np.nanmin(x), np.nanmax(x)])
+            ref_range = (max(0, int(np.floor(lo))), int(np.ceil(hi)))
+        reference = _read_slice(store, ref_info, ref_axis, REFERENCE_KEY_PREFIXES, ref_range, max_points)
+    detections = _detections(store, spec.run, step_range)
+    highlight = (spec.start, spec.end) if spec.start is not None or spec.end is not None else None
+    return ViewData(spec=spec, axis_kind=axis_kind, run=run_slice, reference=reference, detections=detections,
+                    step_range=step_range, highlight=highlight, notices=notices)
+
+
+def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str, ...],
+                step_range: tuple[int, int] | None, max_points: int) -> RunSlice:
+    keys = wanted_keys(store.list_keys(info.name), prefixes)
+    if keys:
+        long = store.read_scalars(info.name, keys, step_range=step_range, max_points=max_points)
+        widths = {k: w for (_, k), w in long.attrs.get("bucket_width", {}).items()}
+        long = long.drop(columns="run")
+    else:
+        long = pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
+                             "value": pd.Series(dtype=float)})
+        widths = {}
+    long["x"] = axis.to_x(long["step"].to_numpy())
+    events = store.read_events(info.name, kinds=MARKER_KINDS)
+    if step_range is not None and len(events):
+        events = events[(events["step"] >= step_range[0]) & (events["step"] <= step_range[1])]
+    events = events.assign(x=axis.to_x(events["step"].to_numpy())) if len(events) else events.assign(x=pd.Series(dtype=float))
+    return RunSlice(info=info, axis=axis, long=long, bucket_width=widths, events=events, keys=keys)
+
+
+def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> pd.DataFrame:
+    found = store.read_detections(run)
+    frame = pd.DataFrame([{c: getattr(d, c) for c in DETECTION_COLUMNS} for d in found], columns=DETECTION_COLUMNS)
+    if len(frame):
+        frame["severity"] = frame["severity"].map(lambda s: getattr(s, "value", s))
+        if step_range is not None:
+            frame = frame[(frame["end_step"] >= step_range[0]) & (frame["start_step"] <= step_range[1])]
+    return frame.reset_index(drop=True)
+
+
+def read_alerts(store: Store, run: str, limit: int = ALERT_LIMIT) -> pd.DataFrame:
+    """The run's alerts (incidents), newest first, at most `limit`."""
+    a = tables.alerts.c
+    with store.engine.connect() as conn:
+        run_id = store.run_id(run)
+        rows = conn.execute(
+            select(*[getattr(a, c) for c in ALERT_COLUMNS]).where(a.run_id == run_id)
+            .order_by(a.updated_at.desc(), a.id.desc()).limit(limit)
+        ).all()
+    frame = pd.DataFrame(rows, columns=ALERT_COLUMNS)
+    for col in ("start_step", "end_step", "peak_step"):
+        frame[col] = frame[col].astype("int64")
+    return frame
+
+
+def run_extent(store: Store, run: str) -> tuple[int, int] | None:
+    """First and last step the run logged anything at (from the per-series marks, no scan)."""
+    sr = tables.series.c
+    run_id = store.run_id(run)
+    with store.engine.connect() as conn:
+        first, last = conn.execute(select(func.min(sr.first_step), func.max(sr.last_step))
+                                   .where(sr.run_id == run_id)).one()
+    return None if first is None else (int(first), int(last))
+
+
+def activity_signature(store: Store, run: str) -> list:
+    """Counts and latest changes of a run's events, detections and alerts: when it changes, the
+    panels derived from them are redrawn. One small aggregate query per table."""
+    run_id = store.run_id(run)
+    e, d, a = tables.events.c, tables.detections.c, tables.alerts.c
+    with store.engine.connect() as conn:
+        events = conn.execute(select(func.count(), func.max(e.id)).where(e.run_id == run_id)).one()
+        detections = conn.execute(select(func.count(), func.max(d.updated_at)).where(d.run_id == run_id)).one()
+        alerts = conn.execute(select(func.count(), func.max(a.updated_at)).where(a.run_id == run_id)).one()
+    return [list(events), list(detections), list(alerts)]
+
+
+def new_points(store: Store, run: str, last: dict[str, int], max_points: int) -> pd.DataFrame:
+    """Rows of `run` logged after each key's last drawn step (one read per distinct last step)."""
+    groups: dict[int, list[str]] = {}
+    for key, step in last.items():
+        groups.setdefault(int(step), []).append(key)
+    frames = [store.read_scalars(run, keys, since_step=step, max_points=max_points) for step, keys in groups.items()]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame({"run": pd.Series(dtype=str), "key": pd.Series(dtype=str),
+                             "step": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+    return pd.concat(frames, ignore_index=True)
+
+
+def overview(store: Store, now: float | None = None, stale_after_s: float = 600.0) -> pd.DataFrame:
+    """One row per run: name, status, last step, tokens, seconds since its last metric, open
+    alerts, the worst open severity, and health (critical / warning / stale / crashed / ok)."""
+    now = time.time() if now is None else now
+    runs = store.list_runs()
+    worst = _worst_open_severity(store)
+    rows = []
+    for r in runs.itertuples(index=False):
+        last_step = None if pd.isna(r.last_step) else int(r.last_step)
+        tokens = _tokens(store, r.name, r.tokens_per_step, last_step)
+        age = None if pd.isna(r.last_wall_time) else max(0.0, now - float(r.last_wall_time))
+        severity = worst.get(r.name)
+        if severity == "critical":
+            health = "critical"
+        elif r.status == "crashed":
+            health = "crashed"
+        elif severity is not None:
+            health = "warning"
+        elif r.status == "running" and age is not None and age > stale_after_s:
+            health = "stale"
+        else:
+            health = "ok"
+        reference = r.reference if isinstance(r.reference, str) and r.reference else None
+        rows.append({"name": r.name, "status": r.status, "reference": reference, "last_step": last_step,
+                     "tokens": tokens, "since_last_s": age, "open_alerts": int(r.open_alerts),
+                     "health": health, "project": r.project, "source": r.source})
+    return pd.DataFrame(rows, columns=["name", "status", "reference", "last_step", "tokens", "since_last_s",
+                                       "open_alerts", "health", "project", "source"])
+
+
+def _tokens(store: Store, run: str, tokens_per_step, last_step: int | None) -> float | None:
+    if last_step is None:
+        return None
+    if tokens_per_step and not pd.isna(tokens_per_step):
+        return float(tokens_per_step) * last_step
+    # A cumulative count: the largest value of a 4-point read is its last (rollups keep maxima).
+    tokens = store.read_scalars(run, [TRAIN_TOKENS], max_points=4)
+    return float(tokens["value"].max()) if len(tokens) else None
+
+
+def _worst_open_severity(store: Store) -> dict[str, str]:
+    a, r = tables.alerts.c, tables.runs.c
+    rank = case({name: value for name, value in SEVERITY_RANK.items()}, value=a.severity, else_=0)
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(r.name, func.max(rank)).select_from(tables.alerts.join(tables.runs, r.id == a.run_id))
+            .where(a.state == "open").group_by(r.name)
+        ).all()
+    names = {v: k for k, v in SEVERITY_RANK.items()}
+    return {name: names[int(level)] for name, level in rows}
+

@@ -1,0 +1,59 @@
+"""The data loader's cursor and its coverage of the corpus."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from app.figures.frames import series_frame
+from app.figures.overlay import line_trace, series_uid
+from app.figures.style import SERIES_COLORS, TEMPLATE, base_figure, note_empty
+from monitor.schema import (
+    DATA_CURSOR,
+    DATA_EPOCH,
+    DATA_EXPECTED_UNIQUE_FRACTION,
+    DATA_SEEN_2PLUS_FRACTION,
+    DATA_SEEN_ONCE_FRACTION,
+    DATA_UNIQUE_FRACTION,
+)
+
+COVERAGE = (
+    (DATA_UNIQUE_FRACTION, "seen ≥ once", None),
+    (DATA_SEEN_ONCE_FRACTION, "seen once", None),
+    (DATA_SEEN_2PLUS_FRACTION, "seen ≥ twice", None),
+    (DATA_EXPECTED_UNIQUE_FRACTION, "planned seen ≥ once", "dash"),
+)
+
+
+def data_figure(data: pd.DataFrame, *, x_title: str = "step") -> go.Figure:
+    """`data` is a long frame (key, step, value [, x]) of the data/* keys."""
+    keys = set(data["key"]) if len(data) else set()
+    has_cursor = bool(keys & {DATA_CURSOR, DATA_EPOCH})
+    has_coverage = any(k in keys for k, _, _ in COVERAGE)
+    if not (has_cursor or has_coverage):
+        return note_empty(base_figure("data loader", x_title), "no data-loader metrics logged")
+    rows = int(has_cursor) + int(has_coverage)
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        specs=[[{"secondary_y": True}]] * rows)
+    row = 1
+    if has_cursor:
+        if DATA_CURSOR in keys:
+            fig.add_trace(line_trace(series_frame(data, DATA_CURSOR), "cursor (records)", SERIES_COLORS[0],
+                                     uid=series_uid("run", DATA_CURSOR)), row=1, col=1)
+        if DATA_EPOCH in keys:
+            fig.add_trace(line_trace(series_frame(data, DATA_EPOCH), "epoch", SERIES_COLORS[1], dash="dot",
+                                     uid=series_uid("run", DATA_EPOCH)), row=1, col=1, secondary_y=True)
+            fig.update_yaxes(title_text="epoch", row=1, col=1, secondary_y=True, showgrid=False)
+        fig.update_yaxes(title_text="records", row=1, col=1, secondary_y=False)
+        row += 1
+    if has_coverage:
+        for i, (key, label, dash) in enumerate(COVERAGE):
+            if key in keys:
+                fig.add_trace(line_trace(series_frame(data, key), label, SERIES_COLORS[2 + i], dash=dash,
+                                         uid=series_uid("run", key)), row=row, col=1)
+        fig.update_yaxes(title_text="share of corpus", range=[0, 1.02], row=row, col=1, secondary_y=False)
+    fig.update_xaxes(title_text=x_title, row=rows, col=1)
+    fig.update_layout(template=TEMPLATE, height=170 + 150 * rows,
+                      title_text="data loader: cursor and coverage")
+    return fig

@@ -1,0 +1,180 @@
+"""Pure frame helpers that put store output or a RunData into the shapes the figures draw.
+
+No figure is built here and nothing is read: the dashboard and the report both call these on frames
+they already have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from monitor.detectors.reference_divergence import ReferenceDivergence
+from monitor.detectors.stats import cadence, shift_band, window_summaries
+from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData
+
+# Most windows of the delta across a view: about one per 6 px of a full-width chart. A zoomed-out
+# view of a million steps would otherwise hold ten thousand detector windows.
+DEFAULT_DELTA_WINDOWS = 200
+
+
+def empty_series() -> pd.DataFrame:
+    return pd.DataFrame({"step": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+
+
+def series_frame(source: pd.DataFrame | pd.Series, key: str | None = None, run: str | None = None) -> pd.DataFrame:
+    """One metric as a frame (step, value [, x]), sorted by step.
+
+    `source` is a long frame (read_scalars' output, or key/step/value) filtered by `key` and `run`,
+    or a Series indexed by step such as `RunData.series(key)`.
+    """
+    if isinstance(source, pd.Series):
+        out = pd.DataFrame({"step": source.index.to_numpy(dtype="int64"), "value": source.to_numpy(dtype=float)})
+        return out.sort_values("step", kind="stable").reset_index(drop=True)
+    mask = np.ones(len(source), dtype=bool)
+    if key is not None and "key" in source:
+        mask &= (source["key"] == key).to_numpy()
+    if run is not None and "run" in source:
+        mask &= (source["run"] == run).to_numpy()
+    cols = ["step", "value"] + (["x"] if "x" in source else [])
+    out = source.loc[mask, cols]
+    return out.sort_values("step", kind="stable").reset_index(drop=True)
+
+
+def long_frame(run_data: RunData, keys: Iterable[str] | None = None) -> pd.DataFrame:
+    """A RunData's metrics as a long frame (key, step, value), logged values only."""
+    wanted = list(keys) if keys is not None else list(run_data.scalars.columns)
+    parts = []
+    for key in wanted:
+        s = run_data.series(key)
+        parts.append(pd.DataFrame({"key": key, "step": s.index.to_numpy(dtype="int64"), "value": s.to_numpy(dtype=float)}))
+    if not parts:
+        return pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+    return pd.concat(parts, ignore_index=True)
+
+
+def with_x(frame: pd.DataFrame, x_of_step: Callable[[np.ndarray], np.ndarray], column: str = "step") -> pd.DataFrame:
+    """A copy of `frame` with column `x` = x_of_step(frame[column]) (e.g. steps to tokens)."""
+    out = frame.copy()
+    out["x"] = np.asarray(x_of_step(out[column].to_numpy()), dtype=float) if len(out) else np.empty(0)
+    return out
+
+
+def x_values(frame: pd.DataFrame) -> np.ndarray:
+    """The x to plot: column `x` when the caller mapped steps to another axis, else the step."""
+    return frame["x"].to_numpy() if "x" in frame else frame["step"].to_numpy()
+
+
+def reference_delta(run: pd.DataFrame, reference: pd.DataFrame, *, detector: ReferenceDivergence | None = None,
+                    max_windows: int = DEFAULT_DELTA_WINDOWS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run minus reference where both exist, as the reference-divergence detector judges it.
+
+    Returns (windows, points). `points` (x, delta) is the run minus the reference interpolated at
+    the run's points. `windows` (x, delta, band, n) holds the median of that difference in windows
+    of the detector's `window_points` logged steps (wider when the view would hold more than
+    `max_windows`), and `band`, the detector's threshold there: the larger of its minimum effect
+    plus the timing band of the reference, and `z_threshold` standard errors of the median (lag-1
+    autocorrelation accounted for). A median outside the band for `persist_windows` windows in a
+    row is what fires the detector. On a downsampled series the points are bucket extremes, whose
+    spread exceeds the per-step noise, so the standard-error part of the band errs wide there.
+    """
+    detector = detector or ReferenceDivergence()
+    rx, ry = _finite(run)
+    fx, fy = _finite(reference)
+    empty = (pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta", "band", "n")}),
+             pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta")}))
+    if len(rx) == 0 or len(fx) < 2:
+        return empty
+    order = np.argsort(fx, kind="stable")
+    fx, fy = fx[order], fy[order]
+    inside = (rx >= fx[0]) & (rx <= fx[-1])
+    rx, ry = rx[inside], ry[inside]
+    if len(rx) < 2:
+        return empty
+    d = ry - np.interp(rx, fx, fy)
+    width = max(detector.window_points * cadence(rx), (rx[-1] - rx[0]) / max_windows)
+    w = window_summaries(rx, d, width)
+    ref_w = window_summaries(fx, fy, width)
+    effect = detector.min_effect + shift_band(ref_w.mid_step, ref_w.median, w.mid_step,
+                                              detector.step_shift_tolerance)
+    band = np.maximum(effect, detector.z_threshold * np.nan_to_num(w.median_se, nan=0.0))
+    windows = pd.DataFrame({"x": w.mid_step.astype(float), "delta": w.median, "band": band,
+                            "n": w.n.astype(float)})
+    return windows, pd.DataFrame({"x": rx, "delta": d})
+
+
+def _finite(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    x = x_values(frame).astype(float)
+    y = frame["value"].to_numpy(dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    return x[keep], y[keep]
+
+
+def heldout_frame(long: pd.DataFrame) -> pd.DataFrame:
+    """Held-out losses as (set, step, loss, stderr [, x]) from `eval/heldout/<set>/{loss,stderr}` rows."""
+    return _stat_frame(long, HELDOUT_PREFIX, "set", "loss", value_stat="loss")
+
+
+def downstream_frame(long: pd.DataFrame) -> pd.DataFrame:
+    """Downstream evals as (task, step, value, stderr [, x]), task = `<task>/<metric>`."""
+    return _stat_frame(long, DOWNSTREAM_PREFIX, "task", "value", value_stat=None)
+
+
+def _stat_frame(long: pd.DataFrame, prefix: str, name_col: str, value_col: str, value_stat: str | None) -> pd.DataFrame:
+    extra = ["x"] if "x" in long else []
+    empty = pd.DataFrame({name_col: pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
+                          value_col: pd.Series(dtype=float), "stderr": pd.Series(dtype=float),
+                          **{c: pd.Series(dtype=float) for c in extra}})
+    if not len(long):
+        return empty
+    # Pick the keys first and filter rows by membership: string operations on every row of a
+    # long frame (tens of thousands) cost far more than on its few distinct keys.
+    keys = [k for k in long["key"].unique() if k.startswith(prefix)]
+    rows = long[long["key"].isin(keys)]
+    if not len(rows):
+        return empty
+    rest = rows["key"].str.slice(len(prefix))
+    if value_stat is not None:
+        # eval/heldout/<set>/<stat>
+        parts = rest.str.rsplit("/", n=1)
+        name, stat = parts.str[0], parts.str[1]
+        value_mask, stderr_mask = stat == value_stat, stat == "stderr"
+    else:
+        # eval/downstream/<task>/<metric>[/stderr|/n]
+        stat = rest.str.rsplit("/", n=1).str[1]
+        is_stderr, is_n = stat == "stderr", stat == "n"
+        name = rest.where(~(is_stderr | is_n), rest.str.rsplit("/", n=1).str[0])
+        value_mask, stderr_mask = ~(is_stderr | is_n), is_stderr
+    values = rows.loc[value_mask, ["step", "value"] + extra].assign(**{name_col: name[value_mask]})
+    values = values.rename(columns={"value": value_col})
+    errs = rows.loc[stderr_mask, ["step", "value"]].assign(**{name_col: name[stderr_mask]})
+    errs = errs.rename(columns={"value": "stderr"})
+    out = values.merge(errs, on=[name_col, "step"], how="left")
+    if not len(out):
+        return empty
+    return out[[name_col, "step", value_col, "stderr", *extra]].sort_values([name_col, "step"]).reset_index(drop=True)
+
+
+def train_heldout_gap(train: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFrame:
+    """Held-out loss minus train loss at each checkpoint, per set: (set, step, gap [, x]).
+
+    Train loss is interpolated (linearly in step) at the checkpoint steps; checkpoints outside the
+    train series' range are left out rather than extrapolated.
+    """
+    extra = ["x"] if "x" in heldout else []
+    empty = pd.DataFrame({"set": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
+                          "gap": pd.Series(dtype=float), **{c: pd.Series(dtype=float) for c in extra}})
+    ts = train["step"].to_numpy(dtype=float)
+    tv = train["value"].to_numpy(dtype=float)
+    keep = np.isfinite(tv)
+    ts, tv = ts[keep], tv[keep]
+    if len(ts) == 0 or not len(heldout):
+        return empty
+    h = heldout[(heldout["step"] >= ts.min()) & (heldout["step"] <= ts.max())]
+    if not len(h):
+        return empty
+    gap = h["loss"].to_numpy(dtype=float) - np.interp(h["step"].to_numpy(dtype=float), ts, tv)
+    out = h[["set", "step", *extra]].assign(gap=gap)
+    return out[["set", "step", "gap", *extra]].reset_index(drop=True)
