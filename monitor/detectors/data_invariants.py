@@ -10,8 +10,9 @@
   `records_per_epoch`. When it does not, the logged seen-once/seen-twice-or-more shares are
   compared with sampling with replacement: after x passes' worth of draws, Poisson(x) leaves
   e^-x unseen, x e^-x seen once and the rest more often (x = 1: 36.8% / 36.8% / 26.4%).
-* Epochs: `data/epoch` must change where the plan puts the boundaries (every records_per_epoch
-  records), up to a constant numbering offset.
+* Epochs: `data/epoch` must follow the plan: a fractional epoch (records consumed / records per
+  epoch) to within one global batch, an integer epoch counter changing where the boundaries fall
+  (every records_per_epoch records), up to a constant numbering offset.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ class DataInvariants(Detector):
         # step; anything else there is already wrong.
         offset = float(round(first_offset)) if -tol <= first_offset <= 1 + tol and abs(
             first_offset - round(first_offset)) <= tol else None
-        expected_offset = offset if offset is not None else float(np.clip(round(first_offset), 0, 1))
+        # A first step that is already wrong says nothing about the convention: assume the
+        # cursor counts the batches of steps 1..s (our trainer's, and the resume rule's).
+        expected_offset = offset if offset is not None else 0.0
         deviation = batches - steps - expected_offset
         bad = np.abs(deviation) > tol
         out = []
@@ -195,22 +198,30 @@ class DataInvariants(Detector):
             return []
         steps = epoch.index.to_numpy()
         consumed = (steps + (offset or 0.0)) * batch
-        planned = np.floor(consumed / epoch_records + 1e-9)
-        numbering = epoch.iloc[0] - planned[0]  # 0- or 1-based, whatever the loader uses
-        gap = epoch.to_numpy() - planned - numbering
-        # At a boundary, whether the epoch counter has ticked yet depends on when it is logged.
-        near = np.abs(consumed - np.round(consumed / epoch_records) * epoch_records) < batch
-        bad = (np.abs(gap) > 0.5) & ~(near & (np.abs(gap) <= 1.5))
+        logged = epoch.to_numpy()
+        if np.any(np.abs(logged - np.round(logged)) > 1e-9):
+            # A fractional epoch (records consumed / records per epoch): it must track the plan
+            # to within one global batch.
+            planned = consumed / epoch_records
+            gap = logged - planned
+            bad = np.abs(gap) > batch / epoch_records + 1e-9
+        else:
+            planned = np.floor(consumed / epoch_records + 1e-9)
+            planned = planned + (logged[0] - planned[0])  # 0- or 1-based, whatever the loader uses
+            gap = logged - planned
+            # At a boundary, whether the counter has ticked yet depends on when it is logged.
+            near = np.abs(consumed - np.round(consumed / epoch_records) * epoch_records) < batch
+            bad = (np.abs(gap) > 0.5) & ~(near & (np.abs(gap) <= 1.5))
         out = []
         for a, b in true_runs(bad):
-            evidence = {"epoch": float(epoch.iloc[a]), "expected_epoch": float(planned[a] + numbering),
+            k = a + int(np.argmax(np.abs(gap[a:b + 1])))
+            evidence = {"epoch": float(logged[a]), "expected_epoch": float(planned[a]), "delta": float(gap[k]),
                         "records_per_epoch": int(epoch_records), "global_batch_size": int(batch),
                         "n": int(b - a + 1)}
-            message = (f"data epoch {epoch.iloc[a]:.0f} at step {steps[a]} where the plan has epoch "
-                       f"{planned[a] + numbering:.0f}: epoch boundaries are not where "
-                       f"{epoch_records} records per epoch put them")
-            out.append(self._detection(run, None, DATA_EPOCH, steps[a], steps[b], steps[a],
-                                       float(abs(gap[a])), Severity.CRITICAL, message, evidence))
+            message = (f"data epoch {logged[a]:.4g} where the plan has {planned[a]:.4g}: epoch boundaries "
+                       f"are not where {epoch_records} records per epoch put them")
+            out.append(self._detection(run, None, DATA_EPOCH, steps[a], steps[b], steps[k],
+                                       float(abs(gap[k])), Severity.CRITICAL, message, evidence))
         return out
 
 

@@ -7,7 +7,7 @@ against the previous complete block (the first block against itself), so the ver
 never changes as later rows arrive.
 
 * Stall: an anomalous step at least `stall_ratio` times the ideal (consecutive ones form one).
-* Periodic pauses: anomalous steps at a near-constant spacing (garbage collection, synchronous
+* Periodic pauses: anomalous steps `pause_excess` over the ideal, at a near-constant spacing (garbage collection, synchronous
   checkpoints, evaluation), reported once with their period and the time they cost.
 * Drops: the median of `perf/mfu` or `perf/tokens_per_s` over `drop_block_points` steps falls
   more than `drop_fraction` below the median of the preceding `baseline_blocks` such medians
@@ -41,8 +41,11 @@ class ThroughputDetector(Detector):
         # An anomalous step that takes twice the ideal is a stall (small MADs in very steady runs
         # would otherwise call a few percent of jitter one).
         stall_ratio: float = 2.0,
-        # Periodic pauses: at least 5 anomalies whose spacing is within 10% of the commonest one,
-        # making up at least half of all anomalies.
+        # A pause worth timing is an anomalous step at least 10% over the ideal: the goodput
+        # bound alone (median + 3 unscaled MAD, about 2 sigma) also passes 2% of normal steps.
+        pause_excess: float = 0.10,
+        # Periodic pauses: at least 5 pauses whose spacing is within 10% of the commonest one,
+        # making up at least half of all pauses.
         periodic_min_count: int = 5,
         period_tolerance: float = 0.1,
         periodic_share: float = 0.5,
@@ -59,6 +62,7 @@ class ThroughputDetector(Detector):
         self.block_points = block_points
         self.mad_factor = mad_factor
         self.stall_ratio = stall_ratio
+        self.pause_excess = pause_excess
         self.periodic_min_count = periodic_min_count
         self.period_tolerance = period_tolerance
         self.periodic_share = periodic_share
@@ -123,7 +127,7 @@ class ThroughputDetector(Detector):
         steps = times.index.to_numpy()
         t = times.to_numpy()
         ideal, bound = self.ideal_step_times(times)
-        anomalous = t > bound
+        anomalous = (t > bound) & (t >= (1 + self.pause_excess) * ideal)
         goodput = float(ideal.sum() / t.sum()) if t.sum() > 0 else float("nan")
         out = []
         periodic = self._periodic(steps, anomalous)

@@ -14,6 +14,7 @@ from monitor.detectors import make_run
 from monitor.schema import (
     DATA_CURSOR,
     DATA_EPOCH,
+    DATA_EXPECTED_UNIQUE_FRACTION,
     DATA_SEEN_2PLUS_FRACTION,
     DATA_SEEN_ONCE_FRACTION,
     DATA_UNIQUE_FRACTION,
@@ -103,10 +104,12 @@ def grad_norm(steps: np.ndarray, seed: int) -> np.ndarray:
     return 0.3 * np.exp(ar1(steps.size, 0.08, 0.5, rng)) + 0.2 * np.exp(-steps / 300.0)
 
 
-def data_metrics(steps: np.ndarray, batch: int, epoch_records: int, shards: int = 1, seed: int = 0,
-                 offset: int = 1) -> pd.DataFrame:
-    """What a trainer's data loader logs. With shards > 1 the cursor advances `shards` global
-    batches per step and coverage follows sampling with replacement (the double-sharding bug)."""
+def data_metrics(steps: np.ndarray, batch: int, epoch_records: int, shards: int = 1, offset: int = 0,
+                 integer_epoch: bool = False) -> pd.DataFrame:
+    """What our trainer's data loader logs after step s (steps count from 1): cursor s * batch,
+    epoch = cursor / records per epoch, coverage shares. With shards > 1 the cursor advances
+    `shards` global batches per step and coverage follows sampling with replacement (the
+    double-sharding bug)."""
     consumed = (steps + offset) * batch
     cursor = consumed * shards
     x = consumed / epoch_records
@@ -114,14 +117,16 @@ def data_metrics(steps: np.ndarray, batch: int, epoch_records: int, shards: int 
         unique = np.minimum(x, 1.0)
         once = np.where(x <= 1, x, np.clip(2 - x, 0, 1))
         twice = np.where(x <= 1, 0.0, np.clip(x - 1, 0, 1))
-        epoch = np.floor(x)
     else:
         unique = 1 - np.exp(-x)
         once = x * np.exp(-x)
-        twice = 1 - unique - once
-        epoch = np.floor(cursor / epoch_records)
+        twice = unique - once
+    epoch = cursor / epoch_records
+    if integer_epoch:
+        epoch = np.floor(epoch)
     return pd.DataFrame({DATA_CURSOR: cursor.astype(float), DATA_EPOCH: epoch, DATA_UNIQUE_FRACTION: unique,
-                         DATA_SEEN_ONCE_FRACTION: once, DATA_SEEN_2PLUS_FRACTION: twice}, index=steps)
+                         DATA_SEEN_ONCE_FRACTION: once, DATA_SEEN_2PLUS_FRACTION: twice,
+                         DATA_EXPECTED_UNIQUE_FRACTION: np.minimum(x, 1.0)}, index=steps)
 
 
 def perf(steps: np.ndarray, seed: int, step_time: float = 0.5, jitter: float = 0.01) -> pd.DataFrame:
@@ -134,7 +139,7 @@ def perf(steps: np.ndarray, seed: int, step_time: float = 0.5, jitter: float = 0
 
 def full_run(name: str = "run", n_steps: int = 3000, seed: int = 1) -> RunData:
     """A clean run logging every kind of metric the detectors read."""
-    steps = np.arange(0, n_steps)
+    steps = np.arange(1, n_steps + 1)
     frame = pd.DataFrame({TRAIN_LOSS: train_loss(steps, seed), TRAIN_GRAD_NORM: grad_norm(steps, seed)}, index=steps)
     frame = frame.join(perf(steps, seed)).join(data_metrics(steps, 32, 10_000_000))
     frame = frame.join(heldout(steps, 250, seed), how="outer").join(downstream(steps, 500, seed), how="outer")

@@ -1,0 +1,86 @@
+"""Downstream-eval regressions: per task (two-proportion z), over all tasks, within the run;
+silent on noise of the same size the error bars predict."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.detectors.eval_regression import EvalRegression
+from monitor.schema import DOWNSTREAM_PREFIX, Severity, downstream_key
+
+from .synth import downstream, run
+
+STEPS = np.arange(1, 20_001)
+TASKS = ("hellaswag", "arc_easy", "piqa", "boolq", "winogrande", "openbookqa", "arc_challenge", "mmlu")
+
+
+def evals(seed, delta=0.0, tasks=TASKS[:4], n=2000, from_step=0):
+    frame = downstream(STEPS, 1000, seed, tasks=tasks, n=n)
+    acc = [c for c in frame if not c.endswith("/n")]
+    frame.loc[frame.index >= from_step, acc] += delta
+    return frame
+
+
+def test_silent_on_binomial_noise():
+    for seed in range(3):
+        assert EvalRegression().detect(run("r", evals(seed)), run("ref", evals(seed + 10))) == []
+
+
+def test_one_task_regressing_fires_with_its_z():
+    ours = evals(1)
+    key = downstream_key("hellaswag", "acc")
+    ours.loc[ours.index >= 12_000, key] -= 0.08
+    found = EvalRegression(within_run=False).detect(run("r", ours), run("ref", evals(2)))
+    (d,) = [f for f in found if f.metric != "eval/downstream/all"]  # the average may follow it
+    assert d.metric == key and d.start_step == 12_000 and d.evidence["z"] < d.evidence["z_bound"]
+    assert d.evidence["p_value"] < 1e-4 and d.severity == Severity.WARNING
+
+
+def test_aggregate_catches_a_small_drop_on_every_task():
+    # -0.03 on each of 8 tasks of 1,000 items: z about -1.3 per task, -3.8 on average
+    found = EvalRegression(within_run=False).detect(
+        run("r", evals(1, delta=-0.03, tasks=TASKS, from_step=10_000, n=1000)),
+        run("ref", evals(2, tasks=TASKS, n=1000)))
+    (agg,) = [d for d in found if d.metric == "eval/downstream/all"]
+    assert agg.start_step >= 10_000 and agg.evidence["tasks"] == 8
+    assert len(found) - 1 <= 2  # most tasks alone are not significant: the average adds the power
+
+
+def without_error_bars(frame):
+    return frame[[c for c in frame if not c.endswith("/n")]]
+
+
+def test_aggregate_without_error_bars_uses_the_spread_across_tasks():
+    ours = without_error_bars(evals(1, delta=-0.04, tasks=TASKS, from_step=10_000, n=20_000))
+    theirs = without_error_bars(evals(2, tasks=TASKS, n=20_000))
+    (d,) = EvalRegression(within_run=False).detect(run("r", ours), run("ref", theirs))
+    assert d.metric == "eval/downstream/all" and d.evidence["tasks"] == 8
+    clean = without_error_bars(evals(1, tasks=TASKS, n=20_000))
+    assert EvalRegression(within_run=False).detect(run("r", clean), run("ref", theirs)) == []
+
+
+def test_lower_is_better_metrics_are_turned():
+    bpb = downstream_key("hellaswag", "bpb")
+    frame = pd.DataFrame({bpb: np.linspace(1.2, 0.9, 20), bpb + "/stderr": 0.004}, index=np.arange(1, 21) * 1000)
+    worse = frame.copy()
+    worse.loc[worse.index >= 15_000, bpb] += 0.1
+    (d,) = EvalRegression(within_run=False).detect(run("r", worse), run("ref", frame))
+    assert d.metric == bpb and d.evidence["lower_is_better"] and d.evidence["delta"] < 0
+    assert EvalRegression(within_run=False).detect(run("r", frame), run("ref", worse)) == []  # run better
+
+
+def test_within_run_regression_since_best():
+    frame = evals(1, n=5000)
+    key = downstream_key("piqa", "acc")
+    frame.loc[frame.index >= 16_000, key] -= 0.1
+    (d,) = EvalRegression().detect(run("r", frame))
+    assert d.metric == key and d.start_step == 16_000 and d.evidence["best_step"] < 16_000
+    assert "regressed" in d.message
+    assert EvalRegression().detect(run("r", evals(1, n=5000))) == []
+
+
+def test_nothing_without_downstream_keys():
+    frame = pd.DataFrame({"train/loss": np.ones(10)}, index=np.arange(10))
+    assert EvalRegression().detect(run("r", frame), run("ref", frame)) == []
+    assert all(not c.startswith(DOWNSTREAM_PREFIX) for c in frame)

@@ -1,0 +1,75 @@
+"""Throughput: goodput-convention stalls, periodic pauses, MFU / tokens-per-second drops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.detectors.throughput import ThroughputDetector
+from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, Severity
+
+from .synth import perf, run
+
+STEPS = np.arange(1, 6001)
+
+
+def perf_run(name="r", **kw):
+    return run(name, perf(STEPS, 1, **kw))
+
+
+def test_clean_run_is_silent():
+    assert ThroughputDetector().detect(perf_run()) == []
+    assert ThroughputDetector().detect(perf_run(), perf_run("ref")) == []
+
+
+def test_ideal_step_time_is_the_goodput_mean_of_normal_steps():
+    r = perf_run()
+    t = r.scalars[PERF_STEP_TIME_S]
+    ideal, bound = ThroughputDetector(block_points=10_000).ideal_step_times(t)
+    med = np.median(t)
+    mad = np.median(np.abs(t - med))
+    assert bound[0] == pytest.approx(med + 3 * mad)
+    assert ideal[0] == pytest.approx(t[t <= med + 3 * mad].mean())
+
+
+def test_stall_fires():
+    r = perf_run()
+    r.scalars.loc[4000, PERF_STEP_TIME_S] = 5.0  # ten times the 0.5 s ideal
+    (d,) = ThroughputDetector().detect(r)
+    assert (d.metric, d.start_step, d.severity) == (PERF_STEP_TIME_S, 4000, Severity.WARNING)
+    assert d.evidence["ratio"] == pytest.approx(10, rel=0.05) and d.evidence["lost_s"] == pytest.approx(4.5, rel=0.05)
+
+
+def test_periodic_pauses_are_one_detection():
+    r = perf_run()
+    r.scalars.loc[STEPS[STEPS % 100 == 0], PERF_STEP_TIME_S] *= 1.3  # a collection every 100 steps
+    (d,) = ThroughputDetector().detect(r)
+    assert d.evidence["period_steps"] == 100 and d.evidence["n"] == 60
+    assert d.severity == Severity.INFO and "periodic" in d.message
+
+
+def test_low_goodput_is_reported():
+    r = perf_run()
+    # two overlapping cadences of 3x steps: about a quarter of the time lost
+    r.scalars.loc[STEPS[STEPS % 7 == 3], PERF_STEP_TIME_S] *= 3
+    r.scalars.loc[STEPS[STEPS % 11 == 5], PERF_STEP_TIME_S] *= 3
+    found = ThroughputDetector().detect(r)
+    goodput = [d for d in found if d.metric == "perf/goodput"]
+    assert len(goodput) == 1 and goodput[0].evidence["goodput"] < 0.8
+
+
+def test_mfu_drop_against_own_baseline():
+    r = perf_run()
+    r.scalars.loc[3000:, PERF_MFU] *= 0.75
+    (d,) = ThroughputDetector().detect(r)
+    assert d.metric == PERF_MFU and 2900 <= d.start_step <= 3100
+    assert d.evidence["delta"] == pytest.approx(-0.25, abs=0.02)
+
+
+def test_slower_than_reference():
+    ref = perf_run("ref")
+    slow = perf_run()
+    slow.scalars[PERF_TOKENS_PER_S] *= 0.8
+    found = ThroughputDetector().detect(slow, ref)
+    assert [d.metric for d in found] == [f"{PERF_TOKENS_PER_S}/vs_reference"]
+    assert found[0].severity == Severity.INFO and found[0].start_step == 1 and found[0].end_step == 6000
