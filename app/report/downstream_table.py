@@ -49,10 +49,10 @@ def downstream_table(pair: ComparedPair, config: DownstreamTableConfig | None = 
             Column("delta", "Δ run − ref", fmt=".4f", signed=True),
             Column("z", "z", fmt=".1f", signed=True),
             Column("q", "q (BH)", fmt=".3g"),
-            Column("better", "significantly better", fmt=""),
+            Column("better", f"better (q < {config.fdr:g})", fmt=""),
         ],
         note=(f"z = Δ / sqrt(se_run² + se_ref²); q: Benjamini-Hochberg adjusted p-value over the "
-              f"table's tasks; 'significantly better' names a run only when q < {config.fdr:g}. "
+              f"table's tasks; 'better' names a run only when q < {config.fdr:g}. "
               f"≈ marks an error estimated from the scatter between checkpoints (no run logged one): "
               f"it misses the eval set's sampling error, so a ≈ verdict is a hint, not a finding."),
         flag_key="flagged",

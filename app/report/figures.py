@@ -3,8 +3,8 @@
 Series are thinned to `max_points` with tsdownsample's MinMax (each bucket keeps its minimum and
 maximum, so spikes stay visible) before they are drawn: the HTML report carries the chart data
 inline, and a 1.4M-step series must never travel whole to a browser. The delta chart is the
-exception in what it reads, not in what it sends: it bins the full-resolution difference into 200
-means with a noise band, and only the bins are drawn.
+exception in what it reads, not in what it sends: its window medians and threshold come from the
+full-resolution difference, as the divergence detector judges it.
 """
 
 from __future__ import annotations
@@ -90,15 +90,17 @@ def build_figures(pair: ComparedPair, tables: list[Table], config: FigureConfig 
                              run_name=run_name, reference_name=ref_name, x_title=x_title)
         out.append(FigureItem("fig-overlay", "Train loss, run over reference", F.add_event_markers(fig, events),
                               section="train_delta"))
-        a = pair.aligned_run.series(schema.TRAIN_LOSS)
-        b = pair.aligned_reference.series(schema.TRAIN_LOSS)
-        if len(a) and len(b):
-            delta = F.binned_delta(F.series_frame(a), F.series_frame(b))
-            fig = F.delta_figure(delta, run_name=run_name, reference_name=ref_name, x_title=x_title)
-            out.append(FigureItem("fig-delta", "Train loss delta with its noise band",
+        # The detector's own windows and threshold (app.figures.reference_delta); the pointwise
+        # difference underneath is thinned like every other series.
+        windows, points = F.reference_delta(F.series_frame(loss_run), F.series_frame(ref_loss))
+        if len(windows):
+            points = thin(points.set_index("x")["delta"], config.max_points).rename(
+                columns={"step": "x", "value": "delta"})
+            fig = F.delta_figure(windows, points, run_name=run_name, reference_name=ref_name, x_title=x_title)
+            out.append(FigureItem("fig-delta", "Train loss delta and the divergence threshold",
                                   F.add_event_markers(fig, events),
-                                  "Binned mean of run − reference; the band is ±2 standard errors of the bin means.",
-                                  section="train_delta"))
+                                  "Window medians of run − reference; the band is the reference-divergence "
+                                  "detector's threshold.", section="train_delta"))
     sets = _top_sets(tables, config.heldout_sets)
     heldout_keys = [k for k in pair.aligned_run.scalars.columns
                     if k.startswith(schema.HELDOUT_PREFIX) and k[len(schema.HELDOUT_PREFIX):].split("/")[0] in sets]

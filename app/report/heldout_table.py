@@ -56,6 +56,7 @@ def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) 
     table.columns += [Column(f"at_{s}", f"Δ at step {s:,}", fmt=".4f", signed=True) for s in shown]
     table.columns += [
         Column("mean_delta", "mean Δ (all shared)", fmt=".4f", signed=True),
+        Column("max_abs_delta", "largest |Δ|", fmt=".4f"),
         Column("tied", f"within {config.z_tied:g} se", fmt=""),
         Column("flagged", "finding", fmt=""),
     ]
@@ -70,6 +71,7 @@ def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) 
         if values:
             mean = float(np.mean([e.value for e in values]))
             row["mean_delta"] = Estimate(mean, None)
+            row["max_abs_delta"] = float(max(abs(e.value) for e in values))
             judged = [e for e in values if e.stderr is not None and math.isfinite(e.stderr)]
             tied = sum(abs(e.value) <= config.z_tied * e.stderr for e in judged)
             row["tied"] = f"{tied}/{len(judged)}" if judged else "no error bars"

@@ -5,6 +5,7 @@ show (a gap in train loss, a held-out shift, spikes, stalls, resumes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -116,3 +117,54 @@ def write_run(store, data: RunData, reference: str | None = None) -> None:
 def store_run():
     """write_run(store, run_data, reference=None)."""
     return write_run
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+TEST_OUTPUT = Path(__file__).resolve().parents[3] / "test-output"
+
+
+@dataclass
+class PageVisit:
+    """What happened when a report was opened in the browser."""
+
+    console_errors: list[str]
+    requests: list[str]  # every URL the page asked for besides the report file itself
+    dialogs: list[str]  # alert()/confirm() that fired: escaped text must never run
+    plots: int  # plotly charts drawn (each with its SVG)
+    title: str
+    screenshot: Path
+
+
+@pytest.fixture(scope="session")
+def open_in_chromium():
+    """open(html_path, screenshot_name) -> PageVisit, in headless Debian Chromium via Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is required: apt-get install -y chromium"
+    TEST_OUTPUT.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+        def visit(path: Path, screenshot: str) -> PageVisit:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors, requests, dialogs = [], [], []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            url = path.resolve().as_uri()
+            page.goto(url, wait_until="load")
+            # Every chart has drawn its SVG once plotly has run.
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
+                                   "document.querySelectorAll('.js-plotly-plot').length", timeout=60_000)
+            plots = page.locator(".js-plotly-plot").count()
+            shot = TEST_OUTPUT / screenshot
+            page.screenshot(path=str(shot), full_page=True)
+            title = page.title()
+            page.close()
+            return PageVisit(errors, [u for u in requests if u != url], dialogs, plots, title, shot)
+
+        yield visit
+        browser.close()
