@@ -1,12 +1,20 @@
 """Reference runs from anywhere: `load(source)` reads a file, folder or URL into an ImportedRun.
 
-The format is detected from the source (see `detect_format`); metric names are mapped onto
-gapwatch's keys by a profile (`monitor.importers.profiles`), detected unless one is named.
-Parsers never touch a store; `monitor.importers.store_writer` writes an ImportedRun atomically.
+The format is detected from the source (`detect_format`); metric names are mapped onto gapwatch's
+keys by a profile (`monitor.importers.profiles`), detected from the names unless one is named.
+Parsers never touch a store: `monitor.importers.store_writer.write_run` writes an ImportedRun
+atomically and idempotently.
+
+Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-api`
+(`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
+a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl` and `csv`
+(generic metric logs), `llmc-log` (llm.c, modded-nanogpt and nanoGPT text logs).
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 from pathlib import Path
 
@@ -14,50 +22,87 @@ from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .normalize import apply_profile
-from .profiles import Profile, resolve_profile
+from .profiles import Profile, get_profile, resolve_profile
 
-FORMATS = ("llmc-log", "wandb-csv")
+FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
+           "csv", "llmc-log")
+WANDB_URL_SCHEME = "wandb://"
 _SNIFF_BYTES = 64 * 1024
 
 
 def detect_format(source: str | os.PathLike) -> str:
     """The importer for a source, from its URL scheme, name, and first bytes."""
+    text = str(source)
+    if text.startswith(WANDB_URL_SCHEME):
+        return "wandb-api"
     path = Path(source)
     if not path.exists():
         raise GapwatchError(f"{source}: no such file or directory")
-    if path.is_dir():
-        raise GapwatchError(f"{source}: no importer reads this folder")
-    suffix = path.suffix.lower()
-    head = _head(path)
-    if suffix in (".csv", ".tsv"):
-        return "wandb-csv"
-    from . import text_logs
+    from . import lm_eval_json, tensorboard_events, text_logs, wandb_csv, wandb_file
 
+    if path.is_dir():
+        if wandb_file.is_wandb_source(path):
+            return "wandb-file"
+        if any(tensorboard_events.is_event_file(f) for f in path.rglob("*tfevents*")):
+            return "tensorboard"
+        if any(path.rglob("*.json")):
+            return "lm-eval-json"
+        raise GapwatchError(f"{source}: no importer reads this folder (no .wandb run, "
+                            "TensorBoard event files or lm-eval results in it)")
+    if tensorboard_events.is_event_file(path):
+        return "tensorboard"
+    head = _head(path)
+    if head.startswith(":W&B"):
+        return "wandb-file"
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        header = next(csv.reader([head.split("\n", 1)[0]]), [])
+        return "wandb-csv" if wandb_csv.sniff([h.strip() for h in header]) else "csv"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix == ".json":
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return "jsonl"
+        if lm_eval_json.sniff(doc):
+            return "lm-eval-json"
+        raise GapwatchError(f"{source}: a JSON file that is not lm-eval results")
     if text_logs.sniff(head):
         return "llmc-log"
+    first = head.lstrip()[:1]
+    if first == "{":
+        return "jsonl"
     raise GapwatchError(f"{source}: unrecognised format (no importer reads this file)")
 
 
 def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
-         fmt: str | None = None, tokens_per_step: float | None = None,
-         profiles_file: str | os.PathLike | None = None) -> ImportedRun:
+         fmt: str | None = None, tokens_per_step: float | None = None, step: int | None = None,
+         profiles_file: str | os.PathLike | None = None, progress=None) -> ImportedRun:
     """Read one source into an ImportedRun with gapwatch metric keys.
 
     profile: a profile name or object; None detects it from the source's metric names.
     fmt: force an importer (one of FORMATS) instead of detecting it.
     tokens_per_step: tokens in one optimizer step, when the source does not say.
+    step: the step of an lm-eval results file whose model_args name no revision.
     profiles_file: the user's profile YAML (default: $GAPWATCH_PROFILES or the config dir).
+    progress: called with (done, total) while a large source is read.
     """
     fmt = fmt or detect_format(source)
-    raw, prefer = _parse(fmt, source, tokens_per_step)
+    if fmt not in FORMATS:
+        raise GapwatchError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
+    named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
+    step_key = named.step_key if isinstance(named, Profile) else None
+    raw, prefer = _parse(fmt, source, tokens_per_step=tokens_per_step, step=step,
+                         step_key=step_key, progress=progress)
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
     names = raw.scalars["key"].unique().tolist()
-    chosen = resolve_profile(profile, names, prefer=prefer, user_file=profiles_file)
+    chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file)
     return apply_profile(raw, chosen)
 
 
-def _parse(fmt: str, source, tokens_per_step) -> tuple[ImportedRun, str | None]:
+def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress):
     """The raw ImportedRun (source metric names) and the profile the format usually uses."""
     if fmt == "llmc-log":
         from .text_logs import parse_text_log
@@ -67,7 +112,29 @@ def _parse(fmt: str, source, tokens_per_step) -> tuple[ImportedRun, str | None]:
         from .wandb_csv import parse_wandb_csv
 
         return parse_wandb_csv(source, tokens_per_step=tokens_per_step), None
-    raise GapwatchError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt == "wandb-file":
+        from .wandb_file import parse_wandb_run
+
+        return parse_wandb_run(source, progress=progress), None
+    if fmt == "wandb-api":
+        from .wandb_api import parse_wandb_api
+
+        return parse_wandb_api(str(source), progress=progress), None
+    if fmt == "lm-eval-json":
+        from .lm_eval_json import parse_lm_eval
+
+        return parse_lm_eval(source, step=step), "gapwatch"
+    if fmt == "tensorboard":
+        from .tensorboard_events import parse_tensorboard
+
+        return parse_tensorboard(source), None
+    if fmt == "jsonl":
+        from .generic_table import parse_jsonl
+
+        return parse_jsonl(source, step_key=step_key), None
+    from .generic_table import parse_generic_csv
+
+    return parse_generic_csv(source, step_key=step_key), None
 
 
 def _head(path: Path) -> str:
@@ -86,4 +153,5 @@ __all__ = [
     "empty_scalars",
     "scalars_frame",
     "FORMATS",
+    "WANDB_URL_SCHEME",
 ]

@@ -37,19 +37,32 @@ def empty_scalars() -> pd.DataFrame:
     )
 
 
-def scalars_frame(steps, keys, values, attempts=None) -> pd.DataFrame:
-    """A long scalars frame with the column types every consumer expects."""
+def scalars_frame(steps, keys, values, attempts=None, wall_time=None) -> pd.DataFrame:
+    """A long scalars frame with the column types every consumer expects.
+
+    keys may be a pandas Categorical (kept as is: large imports repeat a few names millions of
+    times); anything else becomes str. wall_time (seconds since the epoch, NaN where unknown) is
+    added only when the source has it.
+    """
     steps = np.asarray(steps, dtype="int64")
     if attempts is None:
         attempts = np.ones(len(steps), dtype="int64")
-    return pd.DataFrame(
+    if isinstance(keys, pd.Categorical) or isinstance(
+            getattr(keys, "dtype", None), pd.CategoricalDtype):
+        key_col = pd.Series(keys, copy=False).array
+    else:
+        key_col = pd.Series(keys, dtype=str).to_numpy()
+    frame = pd.DataFrame(
         {
             "step": steps,
-            "key": pd.Series(keys, dtype=str).to_numpy(),
+            "key": key_col,
             "value": np.asarray(values, dtype="float64"),
             "attempt": np.asarray(attempts, dtype="int64"),
         }
     )
+    if wall_time is not None:
+        frame["wall_time"] = np.asarray(wall_time, dtype="float64")
+    return frame
 
 
 @dataclass
@@ -66,6 +79,7 @@ class ImportedRun:
     profile:    name of the metric-name profile that mapped the keys.
     key_map:    source metric name -> gapwatch key, for every source name that was kept.
     notes:      one line per thing a person should know about the import (skipped lines...).
+    live:       the source is still being written (a W&B run without its exit record).
     """
 
     name_hint: str
@@ -78,6 +92,7 @@ class ImportedRun:
     profile: str | None = None
     key_map: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    live: bool = False
 
     @property
     def keys(self) -> list[str]:
@@ -91,19 +106,31 @@ class ImportedRun:
         """The wide, full-resolution view detectors use: the later row of a repeated step wins."""
         name = name or self.name_hint
         long = self.scalars
-        # Later rows win: stable sort by (key, step) keeps file order among equal pairs, and
+        codes, names = pd.factorize(long["key"], sort=False)
+        steps = long["step"].to_numpy()
+        # Later rows win: a stable sort by (key, step) keeps file order among equal pairs, and
         # attempts only grow along the file, so "last" is also "latest attempt".
-        order = np.lexsort((long["step"].to_numpy(), long["key"].to_numpy()))
+        order = np.lexsort((steps, codes))
+        c, s = codes[order], steps[order]
+        same_as_next = np.zeros(len(c), dtype=bool)
+        same_as_next[:-1] = (c[1:] == c[:-1]) & (s[1:] == s[:-1])
+        same_as_prev = np.zeros(len(c), dtype=bool)
+        same_as_prev[1:] = same_as_next[:-1]
         ordered = long.iloc[order]
-        dup_later = ordered.duplicated(["key", "step"], keep="last")
-        latest = ordered[~dup_later]
-        repeated_pairs = ordered.duplicated(["key", "step"], keep=False)
-        repeats = ordered.loc[repeated_pairs, ["key", "step", "attempt", "value"]].reset_index(
-            drop=True
-        )
+        latest = ordered[~same_as_next]
+        repeats = ordered.loc[same_as_next | same_as_prev, ["key", "step", "attempt", "value"]]
+        repeats = repeats.reset_index(drop=True)
+        repeats["key"] = repeats["key"].astype(str)
         if len(latest):
-            wide = latest.pivot(index="step", columns="key", values="value").sort_index()
-            wide.columns.name = None
+            lc = c[~same_as_next]
+            row_steps, row_of = np.unique(s[~same_as_next], return_inverse=True)
+            grid = np.full((len(row_steps), len(names)), np.nan)
+            grid[row_of, lc] = latest["value"].to_numpy()
+            present = np.zeros(len(names), dtype=bool)
+            present[lc] = True
+            wide = pd.DataFrame(grid[:, present], index=pd.Index(row_steps, dtype="int64"),
+                                columns=pd.Index([str(n) for n in np.asarray(names)[present]]))
+            wide = wide[sorted(wide.columns)]
         else:
             wide = pd.DataFrame(index=pd.Index([], dtype="int64"))
         wide.index = wide.index.astype("int64")
@@ -111,6 +138,7 @@ class ImportedRun:
         wide = wide.astype("float64")
         finite = np.isfinite(latest["value"].to_numpy())
         nonfinite = latest.loc[~finite, ["key", "step", "value"]].reset_index(drop=True)
+        nonfinite["key"] = nonfinite["key"].astype(str)
         info = RunInfo(
             name=name,
             tokens_per_step=self.tokens_per_step,

@@ -23,13 +23,22 @@ def apply_profile(run: ImportedRun, profile: Profile) -> ImportedRun:
     frame = raw[kept]
     key_of = {src: key for src, (key, _) in mapping.items()}
     scale_of = {src: scale for src, (_, scale) in mapping.items()}
+    keys = frame["key"]
+    if isinstance(keys.dtype, pd.CategoricalDtype):
+        # Rename the few categories instead of millions of strings.
+        keys = keys.cat.remove_unused_categories()
+        new_keys = keys.cat.rename_categories([key_of[c] for c in keys.cat.categories])
+        scales = np.array([scale_of[c] for c in keys.cat.categories])[keys.cat.codes.to_numpy()]
+    else:
+        new_keys = keys.map(key_of).to_numpy()
+        scales = keys.map(scale_of).to_numpy(dtype="float64")
     values = frame["value"].to_numpy(dtype="float64")
-    scales = frame["key"].map(scale_of).to_numpy(dtype="float64")
     run.scalars = scalars_frame(
         frame["step"].to_numpy(),
-        frame["key"].map(key_of).to_numpy(),
+        new_keys,
         np.where(scales == 1.0, values, values * scales),
         frame["attempt"].to_numpy(),
+        wall_time=frame["wall_time"].to_numpy() if "wall_time" in frame else None,
     )
     run.profile = profile.name
     run.key_map = key_of

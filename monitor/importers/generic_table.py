@@ -1,0 +1,209 @@
+"""Generic metric logs: JSON Lines and CSV files that any trainer can write.
+
+Two shapes, told apart by their fields:
+* long: one value per line, `{"step": 10, "key": "train/loss", "value": 2.5}` (also `metric` or
+  `name` for the key), or CSV columns step,key,value;
+* wide: one step per line, `{"step": 10, "train/loss": 2.5, "optim": {"lr": 1e-4}}` (nested objects
+  become `optim/lr`), or a CSV with a step column and one column per metric.
+
+The step field is the profile's `step_key` when it has one, else the first of `step`, `_step`,
+`global_step`, `iteration`, `iter`, `trainer/global_step` that the file has.
+
+Rules (the same as for text logs, since these are appended by a running trainer):
+* null or empty is "not logged"; NaN and Infinity (JSON's non-standard spellings and CSV's) are
+  logged values; booleans become 1/0; text values are left out and counted.
+* A line that is not valid JSON, or lacks the step, or has a step that is not a whole number, is an
+  error naming the line. A last line without its newline is still being written and is left out.
+* A step lower than the previous line's step is a restart: a new attempt, whose values win, and a
+  `restart` event.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from monitor.errors import GapwatchError
+from monitor.schema import EventKind
+
+from .imported_run import ImportedRun, scalars_frame
+
+STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
+KEY_FIELDS = ("key", "metric", "name")
+LONG_VALUE_FIELD = "value"
+TIME_FIELDS = ("wall_time", "_timestamp", "timestamp", "time")
+NESTED_SEP = "/"
+
+
+def parse_jsonl(path: str | Path, step_key: str | None = None) -> ImportedRun:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise GapwatchError(f"{path}: not a UTF-8 text file") from None
+    lines = text.split("\n")
+    partial = lines.pop()
+    builder = _Builder(str(path))
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise GapwatchError(f"{path}: line {number}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise GapwatchError(f"{path}: line {number}: expected a JSON object")
+        builder.add_object(number, obj, step_key)
+    run = builder.result(path.stem)
+    if partial.strip():
+        run.notes.append(f"{path}: line {len(lines) + 1} has no newline yet (still being "
+                         "written): left out")
+    return run
+
+
+def parse_generic_csv(path: str | Path, step_key: str | None = None) -> ImportedRun:
+    path = Path(path)
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[],
+                            skipinitialspace=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GapwatchError(f"{path}: cannot read: {exc}") from None
+    except pd.errors.EmptyDataError:
+        raise GapwatchError(f"{path}: empty file") from None
+    except pd.errors.ParserError as exc:
+        raise GapwatchError(f"{path}: not a valid CSV file: {' '.join(str(exc).split())}") from None
+    builder = _Builder(str(path))
+    columns = list(table.columns)
+    for number, row in enumerate(table.itertuples(index=False, name=None), start=2):
+        builder.add_object(number, dict(zip(columns, row)), step_key, from_csv=True)
+    return builder.result(path.stem)
+
+
+def step_field(fields, step_key: str | None) -> str | None:
+    if step_key:
+        return step_key if step_key in fields else None
+    return next((f for f in STEP_FIELDS if f in fields), None)
+
+
+class _Builder:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.steps: list[int] = []
+        self.keys: list[str] = []
+        self.values: list[float] = []
+        self.attempts: list[int] = []
+        self.walls: list[float] = []
+        self.events: list[dict] = []
+        self.skipped: dict[str, int] = {}
+        self.attempt = 1
+        self.last_step: int | None = None
+        self.any_time = False
+
+    def add_object(self, number: int, obj: dict, step_key: str | None, from_csv=False) -> None:
+        field = step_field(obj, step_key)
+        if field is None:
+            wanted = step_key or " or ".join(STEP_FIELDS[:3])
+            raise GapwatchError(f"{self.source}: line {number}: no step field ({wanted})")
+        step = self._step(number, field, obj[field])
+        wall = self._wall(obj)
+        key_field = next((k for k in KEY_FIELDS if k in obj), None)
+        if key_field is not None and LONG_VALUE_FIELD in obj:
+            name = obj[key_field]
+            if not isinstance(name, str) or not name:
+                raise GapwatchError(f"{self.source}: line {number}: {key_field} must be a name")
+            self._value(number, step, name, obj[LONG_VALUE_FIELD], wall, from_csv)
+            return
+        for name, raw in _flatten(obj):
+            if name == field or name in TIME_FIELDS:
+                continue
+            self._value(number, step, name, raw, wall, from_csv)
+
+    def _step(self, number: int, field: str, raw) -> int:
+        value = _number(raw, from_csv=isinstance(raw, str))
+        if value is None or not math.isfinite(value) or value != int(value) or value < 0:
+            raise GapwatchError(
+                f"{self.source}: line {number}: step {raw!r} is not a whole number >= 0"
+            )
+        step = int(value)
+        if self.last_step is not None and step < self.last_step:
+            self.attempt += 1
+            self.events.append({
+                "step": step, "kind": EventKind.RESTART.value, "attempt": self.attempt,
+                "payload": {"reason": f"step went back from {self.last_step} to {step}",
+                            "line": number, "previous_step": self.last_step},
+            })
+        self.last_step = step
+        return step
+
+    def _wall(self, obj: dict) -> float:
+        for f in TIME_FIELDS:
+            if f in obj:
+                value = _number(obj[f], from_csv=isinstance(obj[f], str))
+                if value is not None and math.isfinite(value):
+                    self.any_time = True
+                    return value
+        return math.nan
+
+    def _value(self, number, step, name, raw, wall, from_csv) -> None:
+        if raw is None or (from_csv and str(raw).strip() == ""):
+            return
+        value = _number(raw, from_csv=from_csv)
+        if value is None:
+            if from_csv:
+                raise GapwatchError(
+                    f"{self.source}: line {number}: column {name!r}: {raw!r} is not a number"
+                )
+            self.skipped[name] = self.skipped.get(name, 0) + 1
+            return
+        self.steps.append(step)
+        self.keys.append(name)
+        self.values.append(value)
+        self.attempts.append(self.attempt)
+        self.walls.append(wall)
+
+    def result(self, name_hint: str) -> ImportedRun:
+        if not self.steps:
+            raise GapwatchError(f"{self.source}: no metric values found")
+        notes = []
+        if self.skipped:
+            listed = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items())[:6])
+            notes.append(f"{self.source}: left out values that are not numbers: {listed}")
+        return ImportedRun(
+            name_hint=name_hint,
+            scalars=scalars_frame(self.steps, self.keys, self.values, self.attempts,
+                                  wall_time=self.walls if self.any_time else None),
+            events=self.events,
+            source=self.source,
+            notes=notes,
+        )
+
+
+def _flatten(obj: dict, prefix: str = ""):
+    for name, value in obj.items():
+        full = f"{prefix}{name}"
+        if isinstance(value, dict):
+            yield from _flatten(value, full + NESTED_SEP)
+        else:
+            yield full, value
+
+
+def _number(raw, from_csv: bool) -> float | None:
+    """A float from a JSON value or CSV cell; None when it is not a number."""
+    if isinstance(raw, bool):
+        return 1.0 if raw else 0.0
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    if isinstance(raw, str):
+        text = raw.strip()
+        if from_csv and text.lower() in ("true", "false"):
+            return 1.0 if text.lower() == "true" else 0.0
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None

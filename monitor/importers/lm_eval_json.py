@@ -1,0 +1,158 @@
+"""lm-evaluation-harness results JSON: one file per checkpoint, or a folder of them.
+
+Both layouts the harness has written are read:
+* 0.3 (Pythia's published evals): `results[task][metric]` and `results[task][metric + "_stderr"]`;
+* 0.4: `results[task]["<metric>,<filter>"]` and `"<metric>_stderr,<filter>"`, with sample counts in
+  `n-samples[task].effective`.
+
+Each value becomes `eval/downstream/<task>/<metric>` (a filter other than `none` is appended to the
+metric: `exact_match_strict-match`), its standard error `.../stderr`, its sample count `.../n`.
+The step comes from `revision=stepN` (or `global_stepN`) in `config.model_args`, as the harness
+records the checkpoint it loaded, unless the caller gives one. Values that are not numbers (`N/A`
+standard errors) are left out. In a folder, two files that give different values for the same
+step and metric are an error naming both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+from monitor import schema
+from monitor.errors import GapwatchError
+from monitor.schema import EventKind
+
+from .imported_run import ImportedRun, scalars_frame
+
+FORMAT = "lm-eval-json"
+_REVISION = re.compile(r"(?:^|[,\s])revision=(?:global_)?step(\d+)(?:$|[,\s])")
+_STDERR_SUFFIX = "_stderr"
+
+
+def sniff(doc) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("results"), dict) and (
+        "config" in doc or "versions" in doc or "configs" in doc)
+
+
+def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
+    """One results file, or every `*.json` results file under a folder."""
+    path = Path(path)
+    files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+    docs = []
+    for file in files:
+        doc = _load(file)
+        if path.is_dir() and not sniff(doc):
+            continue
+        if not sniff(doc):
+            raise GapwatchError(f"{file}: not an lm-eval results file (no 'results' and 'config')")
+        docs.append((file, doc))
+    if not docs:
+        raise GapwatchError(f"{path}: no lm-eval results files")
+    seen: dict[tuple[int, str], tuple[float, Path]] = {}
+    steps, keys, values, events = [], [], [], []
+    for file, doc in docs:
+        at = step if step is not None else _step_of(file, doc)
+        tasks = []
+        for key, value in _metrics(file, doc):
+            prior = seen.get((at, key))
+            if prior is not None:
+                if not _same(prior[0], value):
+                    raise GapwatchError(
+                        f"{file}: {key} at step {at} is {value!r}, but {prior[1]} gives "
+                        f"{prior[0]!r} for the same step"
+                    )
+                continue
+            seen[(at, key)] = (value, file)
+            steps.append(at)
+            keys.append(key)
+            values.append(value)
+            tasks.append(key.split("/")[2])
+        events.append({"step": at, "kind": EventKind.EVAL.value,
+                       "payload": {"kind": "downstream", "tasks": sorted(set(tasks)),
+                                   "file": file.name}})
+    order = sorted(range(len(steps)), key=lambda i: steps[i])
+    config = dict(docs[0][1].get("config") or {})
+    return ImportedRun(
+        name_hint=path.stem if path.is_file() else path.name,
+        scalars=scalars_frame([steps[i] for i in order], [keys[i] for i in order],
+                              [values[i] for i in order]),
+        config={"lm_eval": _plain(config)},
+        summary={"versions": docs[0][1].get("versions", {})},
+        events=sorted(events, key=lambda e: e["step"]),
+        source=str(path),
+    )
+
+
+def _load(file: Path):
+    try:
+        return json.loads(file.read_text())
+    except OSError as exc:
+        raise GapwatchError(f"{file}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise GapwatchError(f"{file}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError:
+        raise GapwatchError(f"{file}: not a text file") from None
+
+
+def _step_of(file: Path, doc: dict) -> int:
+    args = (doc.get("config") or {}).get("model_args", "")
+    if isinstance(args, dict):
+        args = ",".join(f"{k}={v}" for k, v in args.items())
+    m = _REVISION.search(str(args))
+    if not m:
+        raise GapwatchError(
+            f"{file}: no revision=stepN in config.model_args ({str(args)[:80]!r}): "
+            "give the step (--step)"
+        )
+    return int(m.group(1))
+
+
+def _metrics(file: Path, doc: dict):
+    """(key, value) of every numeric metric, standard error and sample count in one file."""
+    n_samples = doc.get("n-samples") or {}
+    for task, metrics in doc["results"].items():
+        if not isinstance(metrics, dict):
+            raise GapwatchError(f"{file}: results[{task!r}] is not a mapping")
+        for name, value in metrics.items():
+            if name == "alias" or not _is_number(value):
+                continue
+            metric, _, flt = name.partition(",")
+            stat = None
+            if metric.endswith(_STDERR_SUFFIX):
+                metric, stat = metric[: -len(_STDERR_SUFFIX)], "stderr"
+            if flt and flt != "none":
+                metric = f"{metric}_{flt}"
+            try:
+                key = schema.downstream_key(task, metric, stat)
+            except ValueError as exc:
+                raise GapwatchError(f"{file}: results[{task!r}][{name!r}]: {exc}") from None
+            yield key, float(value)
+        n = (n_samples.get(task) or {}).get("effective") if isinstance(n_samples, dict) else None
+        if _is_number(n):
+            for metric in _base_metrics(metrics):
+                yield schema.downstream_key(task, metric, "n"), float(n)
+
+
+def _base_metrics(metrics: dict) -> list[str]:
+    out = []
+    for name, value in metrics.items():
+        metric, _, flt = name.partition(",")
+        if name == "alias" or metric.endswith(_STDERR_SUFFIX) or not _is_number(value):
+            continue
+        out.append(f"{metric}_{flt}" if flt and flt != "none" else metric)
+    return out
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _plain(value):
+    """JSON-safe copy (lm-eval configs may hold values json cannot write)."""
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,142 @@
+"""TensorBoard event files (`events.out.tfevents.*`), as MaxText and many trainers write them.
+
+Records are read with TensorBoard's own record reader (the one its event loader uses when
+TensorFlow is absent) and its `data_compat` migration, which turns old `simple_value` scalars into
+the scalar plugin's tensors, so both the TF1/PyTorch and the TF2/Flax ways of writing a scalar are
+read the same. Non-scalar summaries (histograms, images, text) are left out and counted.
+
+Rules:
+* A path to a folder reads every event file under it, oldest (by file name, which starts with the
+  creation time) first. Files in different subfolders are different TensorBoard runs: their tags
+  are prefixed with the subfolder (`eval/` + `loss`), as TensorBoard shows them.
+* A tag logged at a step no higher than its previous one is a restart (TensorBoard's own rule for
+  resumed runs): a new attempt starts, its values win, and a `restart` event records it.
+* A damaged record (checksum) is an error naming the file and record; a file that stops inside a
+  record is an error too, except when following a file that is still being written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitor.errors import GapwatchError
+from monitor.schema import EventKind
+
+from .imported_run import ImportedRun, scalars_frame
+
+FORMAT = "tensorboard"
+_MARKER = "tfevents"
+
+
+def is_event_file(path: Path) -> bool:
+    return path.is_file() and _MARKER in path.name
+
+
+def event_files(path: str | Path) -> list[Path]:
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    files = sorted((f for f in p.rglob("*") if is_event_file(f)),
+                   key=lambda f: (str(f.parent), f.name))
+    if not files:
+        raise GapwatchError(f"{path}: no TensorBoard event files (events.out.tfevents.*)")
+    return files
+
+
+def parse_tensorboard(path: str | Path) -> ImportedRun:
+    from tensorboard import data_compat
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.util import tensor_util
+
+    root = Path(path)
+    files = event_files(root)
+    folders = {f.parent for f in files}
+    steps, keys, values, attempts, walls, events = [], [], [], [], [], []
+    last_step: dict[str, int] = {}
+    attempt = 1
+    skipped: dict[str, int] = {}
+    for file in files:
+        prefix = ""
+        if len(folders) > 1 and root.is_dir():
+            rel = file.parent.relative_to(root).as_posix()
+            prefix = "" if rel == "." else rel + "/"
+        for number, raw in enumerate(_records(file), start=1):
+            try:
+                event = event_pb2.Event.FromString(raw)
+            except Exception:
+                raise GapwatchError(f"{file}: record {number}: not a TensorBoard event") from None
+            if not event.HasField("summary"):
+                continue
+            event = data_compat.migrate_event(event)
+            for value in event.summary.value:
+                tag = prefix + value.tag
+                scalar = _scalar(value, tensor_util)
+                if scalar is None:
+                    skipped[tag] = skipped.get(tag, 0) + 1
+                    continue
+                previous = last_step.get(tag)
+                if previous is not None and event.step <= previous:
+                    attempt += 1
+                    last_step.clear()
+                    events.append({
+                        "step": int(event.step), "kind": EventKind.RESTART.value,
+                        "attempt": attempt,
+                        "payload": {"reason": f"{tag} went back from step {previous} to "
+                                              f"{event.step}", "file": file.name},
+                    })
+                last_step[tag] = event.step
+                steps.append(event.step)
+                keys.append(tag)
+                values.append(scalar)
+                attempts.append(attempt)
+                walls.append(event.wall_time)
+    if not steps:
+        raise GapwatchError(f"{path}: no scalar summaries in the TensorBoard event files")
+    notes = []
+    if skipped:
+        listed = ", ".join(f"{k} ({n})" for k, n in sorted(skipped.items())[:6])
+        notes.append(f"{path}: left out summaries that are not scalars: {listed}")
+    return ImportedRun(
+        name_hint=root.name if root.is_dir() else root.parent.name or root.stem,
+        scalars=scalars_frame(steps, keys, values, attempts, wall_time=walls),
+        events=events,
+        source=str(root),
+        notes=notes,
+    )
+
+
+def _scalar(value, tensor_util) -> float | None:
+    if value.HasField("simple_value"):
+        return float(value.simple_value)
+    if value.metadata.plugin_data.plugin_name != "scalars" or not value.HasField("tensor"):
+        return None
+    array = tensor_util.make_ndarray(value.tensor)
+    if array.size != 1 or array.dtype.kind not in "fiub":
+        return None
+    return float(array.reshape(()).item())
+
+
+def _records(file: Path):
+    """Raw records of one event file, with damage and truncation reported, not swallowed."""
+    from tensorboard.compat.tensorflow_stub import errors
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
+
+    reader = PyRecordReader_New(str(file))
+    number = 0
+    while True:
+        number += 1
+        try:
+            reader.GetNext()
+        except errors.OutOfRangeError:
+            return
+        except errors.DataLossError as exc:
+            message = str(exc.message if hasattr(exc, "message") else exc)
+            if "crc" in message.lower():
+                raise GapwatchError(
+                    f"{file}: record {number}: checksum mismatch (the file is damaged)"
+                ) from None
+            raise GapwatchError(
+                f"{file}: truncated: the file stops inside record {number}; if a trainer is "
+                "still writing it, import it again or use --follow"
+            ) from None
+        yield reader.record()

@@ -1,0 +1,379 @@
+"""W&B run files (`run-<id>.wandb`) and offline run folders (`wandb/offline-run-*`).
+
+Reads history, config and summary, from the start or, for `--follow`, from where the last read
+stopped. Rules:
+* Metric names are W&B's (`train/loss`; a nested dict `{"a": {"b": 1}}` becomes `a.b`); names
+  starting with `_` are W&B's own (`_step`, `_runtime`, `_timestamp`, `_wandb.*`) and are not
+  metrics. `_step` is the step and `_timestamp` the wall time of each row.
+* Values that are not numbers (W&B media, histograms, tables, text) are left out and counted in
+  the notes; booleans become 1/0; NaN and Infinity are kept as logged values.
+* W&B history steps only grow (wandb drops a log to an earlier step), so a row whose `_step` is not
+  above the previous row's means a damaged file: an error naming the record.
+* The end of the file: without an `exit` record the run is still going (or was killed): the complete
+  records are imported and the run is marked live. A file that stops inside a chunk was cut short
+  (wandb writes whole 32 KiB blocks while running, so a live file never does this): an error, except
+  for a follower, which waits for the rest.
+* The summary is the last value of each summary key, from every summary record in file order
+  (W&B's own summary rules: a history row updates it, run.summary[...] sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from monitor.errors import GapwatchError
+
+from . import wandb_wire as wire
+from .imported_run import ImportedRun, scalars_frame
+from .wandb_log import FILE_HEADER, check_file_header, read_records
+from .wandb_records import NESTED_SEP, decode_exact, to_float
+
+FORMAT = "wandb-file"
+STEP_KEY = "_step"
+TIMESTAMP_KEY = "_timestamp"
+# Records decoded together. Bounds the index arrays of one batch (a few hundred MB at most for
+# wide rows) while keeping the per-batch overhead small.
+BATCH_RECORDS = 250_000
+
+
+def _two_byte(field_number: int) -> int:
+    """The record_tags() code of a length-delimited field numbered 16..2047."""
+    tag = (field_number << 3) | 2
+    return (tag & 0x7F | 0x80) + 256 * (tag >> 7)
+
+
+# Record types read exactly (config 5, run 17, exit 18, header 21) and types no importer needs
+# (output 4, files 6, stats 7, artifact 8, tbrecord 9, alert 10, telemetry 11, metric 12,
+# output_raw 13, final 20, footer 22, preempting 23, noop_link_artifact 24, use_artifact 25,
+# environment 26, output_logger 27, request 100). Any other first tag is decoded exactly too.
+_EXACT_TAGS = {0x2A, _two_byte(17), _two_byte(18), _two_byte(21)}
+_SKIP_TAGS = {(n << 3) | 2 for n in (4, 6, 7, 8, 9, 10, 11, 12, 13)} | {
+    _two_byte(n) for n in (20, 22, 23, 24, 25, 26, 27, 100)
+}
+
+
+def find_run_file(path: str | os.PathLike) -> Path:
+    """The `.wandb` file of a path that is one, or of an offline run folder holding one."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        raise GapwatchError(f"{path}: no such file or directory")
+    found = sorted(p.glob("*.wandb"))
+    if not found:
+        found = sorted(q for q in p.glob("*/*.wandb") if not q.parent.is_symlink())
+    if not found:
+        raise GapwatchError(f"{path}: no .wandb run file in this folder")
+    if len(found) > 1:
+        names = ", ".join(str(q.relative_to(p)) for q in found[:4])
+        raise GapwatchError(f"{path}: holds {len(found)} W&B runs ({names}); name one of them")
+    return found[0]
+
+
+def is_wandb_source(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    if p.is_file():
+        with open(p, "rb") as fh:
+            return fh.read(4) == FILE_HEADER[:4]
+    return p.is_dir() and (any(p.glob("*.wandb")) or any(p.glob("*/*.wandb")))
+
+
+@dataclass
+class NewRows:
+    """Metric rows found by one read: parallel arrays, in file order."""
+
+    step: np.ndarray
+    key: np.ndarray  # int32 codes into WandbRunReader.key_names
+    value: np.ndarray
+    wall_time: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+
+@dataclass
+class WandbRunReader:
+    """Reads one `.wandb` file; call `read` again to pick up what was appended since."""
+
+    path: Path
+    offset: int = len(FILE_HEADER)
+    records: int = 0
+    last_step: int | None = None
+    rows: int = 0
+    key_names: list[str] = field(default_factory=list)
+    summary: dict[str, str] = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    run_name: str | None = None
+    run_id: str | None = None
+    project: str | None = None
+    finished: bool = False
+    exit_code: int | None = None
+    skipped: dict[str, int] = field(default_factory=dict)
+    exact_records: int = 0
+    _codes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return str(self.path)
+
+    def read(self, follow: bool = False, progress=None) -> NewRows:
+        """Rows appended since the last read. A chunk cut off at the end of the file is an error
+        unless following (a follower reads it again next time)."""
+        try:
+            with open(self.path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size == 0:
+                    raise GapwatchError(f"{self.path}: empty file (not a W&B run file)")
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                    check_file_header(buf[:len(FILE_HEADER)], self.source)
+                    return self._read(buf, follow, progress)
+        except OSError as exc:
+            raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
+
+    def _read(self, buf, follow: bool, progress) -> NewRows:
+        data = np.frombuffer(buf, dtype=np.uint8)
+        found = read_records(buf, self.source, self.offset, self.records)
+        if found.torn_at is not None and not follow:
+            raise GapwatchError(
+                f"{self.path}: truncated: the file stops inside a record at byte "
+                f"{found.torn_at} of {len(buf)} (after {self.records + found.count} complete "
+                "records); if a run is still writing it, import it again or use --follow"
+            )
+        parts: list[NewRows] = []
+        for lo in range(0, found.count, BATCH_RECORDS):
+            hi = min(lo + BATCH_RECORDS, found.count)
+            parts.append(self._decode(buf, data, found, lo, hi))
+            if progress is not None:
+                progress(hi, found.count)
+        self.records += found.count
+        self.offset = found.next_offset
+        del data
+        if not parts:
+            empty = np.zeros(0)
+            return NewRows(empty.astype(np.int64), empty.astype(np.int32), empty, empty)
+        return NewRows(*(np.concatenate([getattr(p, f) for p in parts])
+                         for f in ("step", "key", "value", "wall_time")))
+
+    # --- one batch of records -----------------------------------------------------------------
+    def _decode(self, buf, data, found, lo: int, hi: int) -> NewRows:
+        """Records lo..hi of a read (record numbers start at self.records + lo)."""
+        base = self.records + lo
+        starts = found.starts[lo:hi]
+        stops = found.stops[lo:hi]
+        whole = starts >= 0
+        tags = np.full(len(starts), -1, dtype=np.int64)
+        tags[whole] = wire.record_tags(data, starts[whole], stops[whole])
+        hist = np.flatnonzero(tags == wire.HISTORY_TAG)
+        summ = np.flatnonzero(tags == wire.SUMMARY_TAG)
+        h_items = wire.read_items(data, starts[hist], stops[hist], wire.HISTORY_TAG)
+        s_items = wire.read_items(data, starts[summ], stops[summ], wire.SUMMARY_TAG)
+        exact_idx = np.unique(np.concatenate([
+            np.flatnonzero(~whole),
+            hist[h_items.bad],
+            summ[s_items.bad],
+            np.flatnonzero(whole & (tags != wire.HISTORY_TAG) & (tags != wire.SUMMARY_TAG)
+                           & ~np.isin(tags, list(_SKIP_TAGS))),
+        ]))
+        exact = decode_exact([(base + int(i), found.payload(buf, lo + int(i)))
+                              for i in exact_idx], self.source)
+        self.exact_records += len(exact_idx)
+        self._apply_run_facts(exact)
+
+        # History: vectorised items and exactly decoded ones, merged in record order.
+        names = wire.gather_strings(data, h_items.name_start, h_items.name_len)
+        values = wire.gather_strings(data, h_items.value_start, h_items.value_len)
+        recs = hist[h_items.record]
+        if exact.history:
+            e_rec, e_name, e_value = zip(*exact.history)
+            recs = np.concatenate([recs, np.asarray(e_rec, dtype=np.int64) - base])
+            names = pa.concat_arrays([names, pa.array(e_name, type=pa.large_string())])
+            values = pa.concat_arrays([values, pa.array(e_value, type=pa.large_string())])
+            order = np.argsort(recs, kind="stable")
+            recs = recs[order]
+            names = names.take(pa.array(order))
+            values = values.take(pa.array(order))
+        rows = self._rows(recs, names, values, base)
+
+        # Summary: the last update of each key in this batch, then applied in record order.
+        s_names = wire.gather_strings(data, s_items.name_start, s_items.name_len)
+        s_values = wire.gather_strings(data, s_items.value_start, s_items.value_len)
+        updates = _last_per_name(summ[s_items.record] + base, s_names, s_values)
+        updates += exact.summary
+        updates.sort(key=lambda t: t[0])
+        for _, name, value in updates:
+            if value is None:
+                self.summary.pop(name, None)
+            else:
+                self.summary[name] = value
+        return rows
+
+    def _rows(self, recs: np.ndarray, names: pa.Array, values: pa.Array, base: int) -> NewRows:
+        if len(recs) == 0:
+            empty = np.zeros(0)
+            return NewRows(empty.astype(np.int64), empty.astype(np.int32), empty, empty)
+        encoded = names.dictionary_encode()
+        dictionary = encoded.dictionary.to_pylist()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        row_recs, row_of_item = np.unique(recs, return_inverse=True)
+        nums, skipped = to_float(values)
+
+        local = {name: i for i, name in enumerate(dictionary)}
+        is_step = codes == local.get(STEP_KEY, -1)
+        per_row = np.bincount(row_of_item[is_step], minlength=len(row_recs))
+        if (per_row != 1).any():
+            bad = int(np.flatnonzero(per_row != 1)[0])
+            raise GapwatchError(
+                f"{self.path}: record {base + int(row_recs[bad]) + 1}: history row "
+                f"with {'no' if per_row[bad] == 0 else 'more than one'} _step"
+            )
+        step_f = np.empty(len(row_recs))
+        step_f[row_of_item[is_step]] = nums[is_step]
+        broken = ~np.isfinite(step_f) | (step_f != np.round(step_f)) | (step_f < 0)
+        if broken.any():
+            bad = int(np.flatnonzero(broken)[0])
+            raise GapwatchError(
+                f"{self.path}: record {base + int(row_recs[bad]) + 1}: _step "
+                f"{step_f[bad]!r} is not a whole number >= 0"
+            )
+        row_step = step_f.astype(np.int64)
+        previous = np.concatenate(([self.last_step if self.last_step is not None else -1],
+                                   row_step[:-1]))
+        back = np.flatnonzero(row_step <= previous)
+        if len(back):
+            i = int(back[0])
+            raise GapwatchError(
+                f"{self.path}: record {base + int(row_recs[i]) + 1}: step {row_step[i]} "
+                f"after step {previous[i]}: W&B steps only grow, so the file is damaged"
+            )
+        self.last_step = int(row_step[-1])
+        self.rows += len(row_recs)
+        row_time = np.full(len(row_recs), np.nan)
+        is_time = codes == local.get(TIMESTAMP_KEY, -1)
+        row_time[row_of_item[is_time]] = nums[is_time]
+
+        internal = np.array([name.startswith("_") for name in dictionary], dtype=bool)
+        keep = ~internal[codes] & ~skipped
+        if skipped.any():
+            for c, k in zip(*np.unique(codes[skipped & ~internal[codes]], return_counts=True)):
+                self.skipped[dictionary[c]] = self.skipped.get(dictionary[c], 0) + int(k)
+        to_global = np.array([self._code(name) for name in dictionary], dtype=np.int32)
+        return NewRows(
+            step=row_step[row_of_item[keep]],
+            key=to_global[codes[keep]],
+            value=nums[keep],
+            wall_time=row_time[row_of_item[keep]],
+        )
+
+    def _code(self, name: str) -> int:
+        code = self._codes.get(name)
+        if code is None:
+            code = self._codes[name] = len(self.key_names)
+            self.key_names.append(name)
+        return code
+
+    def _apply_run_facts(self, exact) -> None:
+        for run in exact.runs:
+            self.run_name = run.display_name or self.run_name
+            self.run_id = run.run_id or self.run_id
+            self.project = run.project or self.project
+        for parts, value in exact.config_updates:
+            if parts and parts[0].startswith("_"):
+                continue
+            _set_nested(self.config, parts, value)
+        for parts in exact.config_removes:
+            _del_nested(self.config, parts)
+        if exact.finished:
+            self.finished = True
+            self.exit_code = exact.exit_code
+
+    # --- results --------------------------------------------------------------------------------
+    def public_summary(self) -> dict:
+        out = {}
+        for name, text in self.summary.items():
+            if name.startswith("_"):
+                continue
+            try:
+                out[name] = json.loads(text)
+            except ValueError:
+                out[name] = text
+        return out
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.skipped:
+            listed = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items())[:6])
+            notes.append(f"{self.path}: left out values that are not numbers: {listed}")
+        if not self.finished:
+            notes.append(f"{self.path}: no exit record: the run is still going (or was stopped "
+                         "before wandb finished); imported what is there")
+        elif self.exit_code:
+            notes.append(f"{self.path}: the run exited with code {self.exit_code}")
+        return notes
+
+
+def parse_wandb_run(path: str | os.PathLike, progress=None) -> ImportedRun:
+    """A whole `.wandb` file (or offline run folder) as an ImportedRun with W&B's metric names."""
+    reader = WandbRunReader(find_run_file(path))
+    rows = reader.read(progress=progress)
+    return to_imported(reader, rows)
+
+
+def to_imported(reader: WandbRunReader, rows: NewRows) -> ImportedRun:
+    keys = pd_categorical(rows.key, reader.key_names)
+    run = ImportedRun(
+        name_hint=reader.run_name or reader.run_id or reader.path.stem,
+        scalars=scalars_frame(rows.step, keys, rows.value, wall_time=rows.wall_time),
+        config=dict(reader.config),
+        summary=reader.public_summary(),
+        source=str(reader.path),
+        notes=reader.notes(),
+        live=not reader.finished,
+    )
+    return run
+
+
+def _last_per_name(recs: np.ndarray, names: pa.Array, values: pa.Array) -> list:
+    """(record, name, json) of the last occurrence of each name."""
+    if len(recs) == 0:
+        return []
+    encoded = names.dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    _, first_from_end = np.unique(codes[::-1], return_index=True)
+    last = np.sort(len(codes) - 1 - first_from_end)
+    dictionary = encoded.dictionary.to_pylist()
+    texts = values.take(pa.array(last)).to_pylist()
+    return [(int(recs[i]), dictionary[codes[i]], t) for i, t in zip(last.tolist(), texts)]
+
+
+def pd_categorical(codes: np.ndarray, names: list[str]):
+    import pandas as pd
+
+    return pd.Categorical.from_codes(codes.astype(np.int32), categories=pd.Index(names, dtype=str)) \
+        if len(names) else pd.Categorical([], categories=pd.Index([], dtype=str))
+
+
+def _set_nested(target: dict, parts: tuple[str, ...], value) -> None:
+    for part in parts[:-1]:
+        nxt = target.get(part)
+        if not isinstance(nxt, dict):
+            nxt = target[part] = {}
+        target = nxt
+    target[parts[-1]] = value
+
+
+def _del_nested(target: dict, parts: tuple[str, ...]) -> None:
+    for part in parts[:-1]:
+        target = target.get(part)
+        if not isinstance(target, dict):
+            return
+    target.pop(parts[-1], None)
+
+
+__all__ = ["WandbRunReader", "parse_wandb_run", "find_run_file", "is_wandb_source", "NESTED_SEP"]

@@ -1,0 +1,200 @@
+"""The container format of W&B `.wandb` files: a LevelDB-style log of length-prefixed records.
+
+Layout (as wandb 0.31 writes it, checked against files it wrote):
+* a 7-byte file header: `:W&B`, the magic 0xBEE1 (little endian) and version 0;
+* then 32 KiB blocks counted from the start of the file; each holds chunks with a 7-byte header
+  (CRC-32 little endian, data length uint16 little endian, chunk type) and the data. The CRC is
+  plain (unmasked) CRC-32 of the type byte followed by the data;
+* a record that does not fit the rest of a block is split into FIRST, MIDDLE..., LAST chunks; a
+  block with fewer than 7 bytes left is padded with zeros;
+* while a run is going, wandb writes whole 32 KiB blocks, so a live file ends on a block boundary
+  and may end inside a record split over blocks (its LAST chunk not written yet).
+
+`read_records` finds the complete records from an offset and says where to continue. What it means
+when the data stops is the caller's decision: `pending` (a split record not finished: normal for a
+live file) and `torn_at` (the data stops inside a chunk: the file was cut short, or its writer is in
+the middle of a write). Damage (bad header, checksum mismatch, impossible chunk sequence) is a
+GapwatchError naming the file, the record number and the byte offset.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from monitor.errors import GapwatchError
+
+FILE_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
+BLOCK_SIZE = 32 * 1024
+CHUNK_HEADER = struct.Struct("<IHB")
+HEADER_SIZE = CHUNK_HEADER.size
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+# CRC-32 of the type byte alone: the running CRC each chunk's data continues from.
+_TYPE_CRC = tuple(zlib.crc32(bytes([t])) for t in range(5))
+
+
+@dataclass
+class LogRead:
+    """Complete records found from one position, and where to pick up next time.
+
+    A record stored in one chunk is the byte range starts[i]:stops[i] of the buffer; a record
+    split over blocks has starts[i] == -1 and its joined bytes in `split[i]`.
+    """
+
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    stops: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    split: dict[int, bytes] = field(default_factory=dict)
+    next_offset: int = len(FILE_HEADER)  # first chunk not consumed (a record boundary)
+    pending: bool = False  # the data ends inside a record split over blocks
+    torn_at: int | None = None  # the data ends inside a chunk that starts here
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    def payload(self, buf, i: int) -> bytes:
+        if self.starts[i] < 0:
+            return self.split[i]
+        return bytes(buf[self.starts[i]:self.stops[i]])
+
+
+def check_file_header(head: bytes, source: str) -> None:
+    if len(head) < len(FILE_HEADER):
+        raise GapwatchError(f"{source}: too short to be a W&B run file ({len(head)} bytes)")
+    if bytes(head[:4]) != FILE_HEADER[:4]:
+        raise GapwatchError(f"{source}: not a W&B run file (no ':W&B' header)")
+    if bytes(head[:len(FILE_HEADER)]) != FILE_HEADER:
+        magic, version = struct.unpack_from("<HB", head, 4)
+        raise GapwatchError(
+            f"{source}: unsupported W&B log header (magic {magic:#x}, version {version})"
+        )
+
+
+def read_records(buf, source: str, offset: int = len(FILE_HEADER),
+                 first_record: int = 0) -> LogRead:
+    """Locate and check every complete record in `buf` (the whole file, bytes or mmap) from
+    `offset` on; `first_record` is the number of the record at `offset` (for messages)."""
+    data = np.frombuffer(buf, dtype=np.uint8)
+    pos, length, kind, crc, torn_at = _walk_blocks(data, offset, source, first_record)
+    view = memoryview(buf)
+    # One C call per chunk; this is the only per-chunk Python left.
+    seeds = _TYPE_CRC
+    crc32 = zlib.crc32
+    actual = np.fromiter(
+        (crc32(view[p + HEADER_SIZE:p + HEADER_SIZE + n], seeds[t])
+         for p, n, t in zip(pos.tolist(), length.tolist(), kind.tolist())),
+        dtype=np.uint32, count=len(pos),
+    )
+    starts_record = (kind == FULL) | (kind == FIRST)
+    numbers = first_record + np.cumsum(starts_record) - starts_record.astype(np.int64)
+    wrong = np.flatnonzero(actual != crc)
+    if len(wrong):
+        i = int(wrong[0])
+        raise _damaged(source, int(numbers[i]), int(pos[i]),
+                       "checksum mismatch (the file is damaged)")
+    return _assemble(buf, pos, length, kind, numbers, torn_at, offset, source)
+
+
+def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
+    """Chunk headers from `offset` on, in file order. Chunks never cross a 32 KiB block, so every
+    block is walked at the same time: one numpy pass per chunk position within a block."""
+    n = len(data)
+    first_block = offset // BLOCK_SIZE
+    block_starts = np.arange(first_block, (n + BLOCK_SIZE - 1) // BLOCK_SIZE, dtype=np.int64)
+    cur = block_starts * BLOCK_SIZE
+    if len(cur):
+        cur[0] = offset
+    block_end = np.minimum((block_starts + 1) * BLOCK_SIZE, n)
+    full_end = (block_starts + 1) * BLOCK_SIZE
+    found = []
+    torn_at = None
+    active = np.flatnonzero((full_end - cur >= HEADER_SIZE) & (cur < n))
+    while len(active):
+        p = cur[active]
+        fits = p + HEADER_SIZE <= n
+        if not fits.all():
+            torn_at = int(p[~fits].min())
+        a, p = active[fits], p[fits]
+        h = data[p[:, None] + np.arange(HEADER_SIZE)].astype(np.int64)
+        crc = h[:, 0] | h[:, 1] << 8 | h[:, 2] << 16 | h[:, 3] << 24
+        length = h[:, 4] | h[:, 5] << 8
+        kind = h[:, 6]
+        padding = (crc == 0) & (length == 0) & (kind == 0)
+        stop = p + HEADER_SIZE + length
+        past_block = ~padding & (stop > full_end[a])
+        if past_block.any():
+            i = int(np.flatnonzero(past_block)[0])
+            raise _damaged(source, first_record, int(p[i]),
+                           f"a chunk of {int(length[i])} bytes runs past its 32 KiB block")
+        bad_kind = ~padding & (kind > LAST)
+        if bad_kind.any():
+            i = int(np.flatnonzero(bad_kind)[0])
+            raise _damaged(source, first_record, int(p[i]), f"unknown chunk type {int(kind[i])}")
+        cut = ~padding & (stop > n)
+        if cut.any():
+            torn_at = min(torn_at or n, int(p[cut].min()))
+        take = ~padding & ~cut
+        found.append((p[take], length[take], kind[take], crc[take]))
+        cur[a[take]] = stop[take]
+        nxt = a[take]
+        active = nxt[(full_end[nxt] - cur[nxt] >= HEADER_SIZE) & (cur[nxt] < n)]
+    if found:
+        pos, length, kind, crc = (np.concatenate(col) for col in zip(*found))
+        order = np.argsort(pos, kind="stable")
+        pos, length, kind, crc = pos[order], length[order], kind[order], crc[order]
+    else:
+        pos = length = kind = crc = np.zeros(0, dtype=np.int64)
+    if torn_at is not None:
+        keep = pos < torn_at
+        pos, length, kind, crc = pos[keep], length[keep], kind[keep], crc[keep]
+    return pos, length, kind, crc.astype(np.uint32), torn_at
+
+
+def _assemble(buf, pos, length, kind, numbers, torn_at, offset, source) -> LogRead:
+    """Records from chunks: FULL chunks are records; FIRST, MIDDLE..., LAST are joined."""
+    out = LogRead(torn_at=torn_at)
+    record_of_chunk = numbers - (numbers[0] if len(numbers) else 0)
+    starts = np.where(kind == FULL, pos + HEADER_SIZE, -1)
+    stops = np.where(kind == FULL, pos + HEADER_SIZE + length, -1)
+    begins = (kind == FULL) | (kind == FIRST)
+    out.starts = starts[begins]
+    out.stops = stops[begins]
+    split_chunks = np.flatnonzero(kind != FULL)
+    open_record = None
+    parts: list[bytes] = []
+    for i in split_chunks.tolist():
+        k = int(kind[i])
+        p = int(pos[i])
+        body = bytes(buf[p + HEADER_SIZE:p + HEADER_SIZE + int(length[i])])
+        if k == FIRST:
+            if open_record is not None:
+                raise _damaged(source, int(numbers[i]), p, "a split record starts inside another")
+            open_record, parts, first_pos = int(record_of_chunk[i]), [body], p
+        elif open_record is None:
+            raise _damaged(source, int(numbers[i]), p, "the rest of a split record without its start")
+        else:
+            if i > 0 and kind[i - 1] == FULL and int(record_of_chunk[i - 1]) >= open_record:
+                raise _damaged(source, int(numbers[i]), p, "a whole record inside a split one")
+            parts.append(body)
+            if k == LAST:
+                out.split[open_record] = b"".join(parts)
+                open_record = None
+    if len(pos):
+        last = len(pos) - 1
+        out.next_offset = int(pos[last] + HEADER_SIZE + length[last])
+    else:
+        out.next_offset = offset
+    if open_record is not None:
+        # The record's LAST chunk is not written yet: leave it for the next read.
+        out.pending = True
+        out.starts = out.starts[:open_record]
+        out.stops = out.stops[:open_record]
+        out.next_offset = first_pos
+    return out
+
+
+def _damaged(source: str, record: int, offset: int, problem: str) -> GapwatchError:
+    return GapwatchError(f"{source}: record {record + 1} at byte {offset}: {problem}")
