@@ -164,7 +164,7 @@ def _fingerprint(d: Detection) -> list:
 
 def _merge(old: Detection, new: Detection) -> Detection:
     """`new` continues `old` (it was cut by the start of the tail): keep old's first step."""
-    best = new if new.score >= old.score else old
+    best = new if new.score > old.score else old  # on a tie the first peak stands, as in detect
     severity = max(old.severity, new.severity, key=lambda s: s.rank)
     return Detection(
         run=new.run, detector=new.detector, metric=new.metric, start_step=old.start_step,

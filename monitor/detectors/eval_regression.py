@@ -11,7 +11,8 @@ Against the reference, at every checkpoint both runs evaluated:
   eval_keys.downstream_aggregate) with its z from the error bars, or, without error bars, the
   t statistic of the per-task values; again with the effect floor and persistence.
 
-Within the run (no reference needed), a metric whose current value is worse than its best
+Within the run (for metrics the reference does not log, or without a reference), a metric
+whose current value is worse than its best
 earlier value (on a 3-checkpoint running median, so one lucky eval is not the yardstick) by
 both the z bound and the effect floor has regressed since that checkpoint.
 """
@@ -74,8 +75,11 @@ class EvalRegression(Detector):
                     out.extend(self._per_task(run, reference, m, bound))
                 out.extend(self._aggregate(run, reference, shared))
             if self.within_run:
-                bound = sps.norm.isf(self.alpha / max(len(metrics), 1))
-                for m in metrics:
+                # Against its own past only where there is no reference to compare with.
+                theirs = set() if reference is None else set(reference.scalars.columns)
+                alone = [m for m in metrics if m.key not in theirs]
+                bound = sps.norm.isf(self.alpha / max(len(alone), 1))
+                for m in alone:
                     out.extend(self._within(run, m, bound))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
 

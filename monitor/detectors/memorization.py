@@ -102,11 +102,11 @@ class Memorization(Detector):
             if reference is not None:
                 ref = slice_rows(reference, float(new_ckpts[0]) - back, float(new_ckpts[-1]))
             rows = self.table(combined, ref, steps=new_ckpts)
-            table = pd.concat([pd.DataFrame(state.extra.get("table", [])), rows], ignore_index=True)
+            table = pd.concat([_table_from_json(state.extra.get("table", [])), rows], ignore_index=True)
             state.extra["table"] = _json_rows(table)
             state.extra["last_checkpoint"] = int(new_ckpts[-1])
             state.extra["reference"] = reference.name if reference is not None else None
-            found = self._judge(combined, reference, table)
+            found = self._judge(combined, reference, table, state.extra.setdefault("trend_fits", {}))
             emitted = reconcile(state, found, 0.0)
         back = self.lookback(cadence(combined.scalars.index.to_numpy()))
         state.tail = trim_rows(restrict_columns(combined, [self.metric, DATA_SEEN_2PLUS_FRACTION]), hi - back)
@@ -148,12 +148,13 @@ class Memorization(Detector):
             table["down_z"] = np.nan
         return table
 
-    def _judge(self, run: RunData, reference: RunData | None, table: pd.DataFrame) -> list:
+    def _judge(self, run: RunData, reference: RunData | None, table: pd.DataFrame,
+               fits: dict | None = None) -> list:
         out = []
         if reference is not None and len(table):
             out.extend(self._versus_reference(run, reference, table))
         if self.within_run and len(table):
-            out.extend(self._within_run(run, table))
+            out.extend(self._within_run(run, table, {} if fits is None else fits))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
 
     def train_at(self, run: RunData, steps: np.ndarray, other: RunData | None = None) -> pd.DataFrame:
@@ -260,14 +261,14 @@ class Memorization(Detector):
         return out
 
     # --- within the run -----------------------------------------------------------------------------------
-    def _within_run(self, run: RunData, table: pd.DataFrame) -> list:
+    def _within_run(self, run: RunData, table: pd.DataFrame, fits: dict) -> list:
         steps = table["step"].to_numpy()
         gap = table["heldout"].to_numpy(dtype=float) - table["train"].to_numpy(dtype=float)
         ok = np.isfinite(gap) & (steps > 0)
         ok[: self.skip_checkpoints] = False
         if ok.sum() < self.min_trend_checkpoints:
             return []
-        resid, sigma = self._trend_residuals(steps, gap, ok)
+        resid, sigma = self._trend_residuals(steps, gap, ok, fits)
         band = np.fmax(self.min_effect, self.z_threshold * sigma)
         with np.errstate(invalid="ignore"):
             flag = resid > band
@@ -290,14 +291,16 @@ class Memorization(Detector):
                                        severity, message, evidence))
         return out
 
-    def _trend_residuals(self, steps: np.ndarray, gap: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _trend_residuals(self, steps: np.ndarray, gap: np.ndarray, ok: np.ndarray,
+                         fits: dict) -> tuple[np.ndarray, np.ndarray]:
         """Residual of each checkpoint's gap from a trend fitted on earlier checkpoints only.
 
         Checkpoint i (counting usable ones) is judged by a Theil-Sen line through the first 2^k
         usable checkpoints, 2^k <= i < 2^(k+1): always at least the first half of its history,
         never itself or what follows, so a verdict never changes as the run goes on and a
         memorizing stretch cannot bend the line it is judged by. One fit per doubling keeps a
-        run with thousands of checkpoints to a dozen fits.
+        run with thousands of checkpoints to a dozen fits, and `fits` keeps them (intercept,
+        slope, residual sigma, keyed by the size and last step of the base) across updates.
         """
         idx = np.flatnonzero(ok)
         resid = np.full(steps.size, np.nan)
@@ -307,10 +310,14 @@ class Memorization(Detector):
         while (1 << k) < idx.size:
             base = idx[: 1 << k]
             judged = idx[1 << k: 1 << (k + 1)]
-            fit = TheilSenRegressor(random_state=0).fit(x_all[base], gap[base])
-            r_base = gap[base] - fit.predict(x_all[base])
-            scale = MAD_TO_SIGMA * float(np.median(np.abs(r_base - np.median(r_base))))
-            resid[judged] = gap[judged] - fit.predict(x_all[judged])
+            tag = f"{1 << k}@{int(steps[base[-1]])}"
+            if tag not in fits:
+                fit = TheilSenRegressor(random_state=0).fit(x_all[base], gap[base])
+                r_base = gap[base] - fit.predict(x_all[base])
+                scale = MAD_TO_SIGMA * float(np.median(np.abs(r_base - np.median(r_base))))
+                fits[tag] = [float(fit.intercept_), float(fit.coef_[0]), scale]
+            intercept, slope, scale = fits[tag]
+            resid[judged] = gap[judged] - (intercept + slope * x_all[judged, 0])
             sigma[judged] = scale
             k += 1
         return resid, sigma
@@ -326,8 +333,17 @@ def _heldout_steps(run: RunData) -> np.ndarray:
 
 def _json_rows(table: pd.DataFrame) -> list[dict]:
     """Table rows as JSON values (NaN as null)."""
-    return [{k: (None if isinstance(v, float) and v != v else (int(v) if k == "step" else float(v)))
+    return [{k: (None if v is None or v != v else (int(v) if k == "step" else float(v)))
              for k, v in row.items()} for row in table.to_dict("records")]
+
+
+def _table_from_json(rows: list[dict]) -> pd.DataFrame:
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows)
+    for col in table.columns:
+        table[col] = table[col].astype("int64") if col == "step" else pd.to_numeric(table[col]).astype(float)
+    return table
 
 
 def _finite(s: pd.Series) -> pd.Series:
@@ -336,10 +352,5 @@ def _finite(s: pd.Series) -> pd.Series:
 
 
 def _has_downstream(run: RunData, reference: RunData) -> bool:
-    return any(c.startswith("eval/downstream/") for c in set(run.scalars.columns) & set(reference.scalars.columns))
-
-
-def _last(run: RunData, key: str, at: int) -> float | None:
-    s = _finite(run.series(key))
-    s = s[s.index <= at]
-    return float(s.iloc[-1]) if len(s) else None
+    shared = set(run.scalars.columns) & set(reference.scalars.columns)
+    return any(c.startswith("eval/downstream/") for c in shared)
