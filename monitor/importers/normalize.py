@@ -49,8 +49,18 @@ def apply_profile(run: ImportedRun, profile: Profile) -> ImportedRun:
             + ", ".join(map(str, dropped[:8])) + (" ..." if len(dropped) > 8 else "")
         )
     if run.tokens_per_step is None:
-        run.tokens_per_step = constant_batch_tokens(run.scalars)
+        run.tokens_per_step = (config_tokens_per_step(run.config)
+                               or constant_batch_tokens(run.scalars)
+                               or derived_tokens_per_step(run.scalars))
     return run
+
+
+def config_tokens_per_step(config: dict) -> float | None:
+    """The run config's own `tokens_per_step`, when it is a positive number."""
+    value = config.get(schema.CONFIG_TOKENS_PER_STEP)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 def constant_batch_tokens(scalars: pd.DataFrame) -> float | None:

@@ -11,8 +11,8 @@ stopped. Rules:
   above the previous row's means a damaged file: an error naming the record.
 * The end of the file: without an `exit` record the run is still going (or was killed): the complete
   records are imported and the run is marked live. A file that stops inside a chunk was cut short
-  (wandb writes whole 32 KiB blocks while running, so a live file never does this): an error, except
-  for a follower, which waits for the rest.
+  (wandb writes whole chunks, so a live file ends between two): an error, except for a follower,
+  which waits for the rest.
 * The summary is the last value of each summary key, from every summary record in file order
   (W&B's own summary rules: a history row updates it, run.summary[...] sets it).
 """
@@ -41,6 +41,8 @@ TIMESTAMP_KEY = "_timestamp"
 # Records decoded together. Bounds the index arrays of one batch (a few hundred MB at most for
 # wide rows) while keeping the per-batch overhead small.
 BATCH_RECORDS = 250_000
+# Longest text summary value kept (a run name, a status); longer text is not a summary number.
+SUMMARY_TEXT_MAX = 200
 
 
 def _two_byte(field_number: int) -> int:
@@ -126,16 +128,23 @@ class WandbRunReader:
     def read(self, follow: bool = False, progress=None) -> NewRows:
         """Rows appended since the last read. A chunk cut off at the end of the file is an error
         unless following (a follower reads it again next time)."""
+        failure = None
         try:
             with open(self.path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size == 0:
                     raise GapwatchError(f"{self.path}: empty file (not a W&B run file)")
                 with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                    check_file_header(buf[:len(FILE_HEADER)], self.source)
-                    return self._read(buf, follow, progress)
+                    try:
+                        check_file_header(buf[:len(FILE_HEADER)], self.source)
+                        return self._read(buf, follow, progress)
+                    except GapwatchError as exc:
+                        # Raised again outside: the traceback's frames hold views of the map,
+                        # which must be gone before it is closed.
+                        failure = str(exc)
         except OSError as exc:
             raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
+        raise GapwatchError(failure)
 
     def _read(self, buf, follow: bool, progress) -> NewRows:
         data = np.frombuffer(buf, dtype=np.uint8)
@@ -295,14 +304,19 @@ class WandbRunReader:
 
     # --- results --------------------------------------------------------------------------------
     def public_summary(self) -> dict:
+        """Final summary values that are numbers, booleans or short text (W&B media, histograms
+        and tables stay in W&B)."""
         out = {}
         for name, text in self.summary.items():
             if name.startswith("_"):
                 continue
             try:
-                out[name] = json.loads(text)
+                value = json.loads(text)
             except ValueError:
-                out[name] = text
+                continue
+            if isinstance(value, (int, float, bool)) or (
+                    isinstance(value, str) and len(value) <= SUMMARY_TEXT_MAX):
+                out[name] = value
         return out
 
     def notes(self) -> list[str]:

@@ -7,8 +7,9 @@ Layout (as wandb 0.31 writes it, checked against files it wrote):
   plain (unmasked) CRC-32 of the type byte followed by the data;
 * a record that does not fit the rest of a block is split into FIRST, MIDDLE..., LAST chunks; a
   block with fewer than 7 bytes left is padded with zeros;
-* while a run is going, wandb writes whole 32 KiB blocks, so a live file ends on a block boundary
-  and may end inside a record split over blocks (its LAST chunk not written yet).
+* while a run is going, wandb writes whole blocks when busy and flushes the chunks it has when
+  idle, so a live file ends after a complete chunk, possibly inside a record split over blocks
+  (its LAST chunk not written yet), never inside a chunk.
 
 `read_records` finds the complete records from an offset and says where to continue. What it means
 when the data stops is the caller's decision: `pending` (a split record not finished: normal for a
@@ -198,3 +199,26 @@ def _assemble(buf, pos, length, kind, numbers, torn_at, offset, source) -> LogRe
 
 def _damaged(source: str, record: int, offset: int, problem: str) -> GapwatchError:
     return GapwatchError(f"{source}: record {record + 1} at byte {offset}: {problem}")
+
+
+def encode_log(payloads, header: bytes = FILE_HEADER) -> bytes:
+    """A log in the layout above holding these record payloads (what wandb's writer produces),
+    for building test and benchmark files without running a training job."""
+    out = bytearray(header)
+    for payload in payloads:
+        pos, first = 0, True
+        while True:
+            room = BLOCK_SIZE - len(out) % BLOCK_SIZE
+            if room < HEADER_SIZE:
+                out += b"\x00" * room
+                room = BLOCK_SIZE
+            take = min(room - HEADER_SIZE, len(payload) - pos)
+            last = pos + take == len(payload)
+            kind = FULL if first and last else FIRST if first else LAST if last else MIDDLE
+            body = payload[pos:pos + take]
+            out += CHUNK_HEADER.pack(zlib.crc32(body, _TYPE_CRC[kind]), take, kind) + body
+            pos += take
+            first = False
+            if last:
+                break
+    return bytes(out)

@@ -1,0 +1,288 @@
+"""`.wandb` run files: runs written by the real wandb package, a live one, damaged ones, and
+hand-built records that the fast reader must decode exactly as wandb's own classes do."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from wandb.proto import wandb_internal_pb2 as wpb
+
+from monitor import schema
+from monitor.errors import GapwatchError
+from monitor.importers import load
+from monitor.importers.wandb_file import WandbRunReader, find_run_file, parse_wandb_run
+from monitor.importers.wandb_log import (
+    BLOCK_SIZE, FILE_HEADER, HEADER_SIZE, encode_log, read_records,
+)
+from monitor.importers.wandb_records import decode_exact
+
+from .conftest import offline_run_dir, run_writer
+
+# How long a test waits for the child wandb process (it starts wandb's core service).
+LIVE_WAIT_S = 120
+
+
+def _exact_rows(path):
+    """Rows as wandb's own protobuf classes decode them: {(step, name): json text}."""
+    buf = path.read_bytes()
+    found = read_records(buf, str(path))
+    exact = decode_exact([(i, found.payload(buf, i)) for i in range(found.count)], str(path))
+    rows, steps = {}, {}
+    for rec, name, text in exact.history:
+        if name == "_step":
+            steps[rec] = int(text)
+    for rec, name, text in exact.history:
+        if not name.startswith("_"):
+            rows[(steps[rec], name)] = text
+    return rows, exact
+
+
+def test_real_run_matches_wandbs_own_decoder(rich_run):
+    path = find_run_file(rich_run)
+    run = parse_wandb_run(rich_run)
+    rows, exact = _exact_rows(path)
+    got = {(int(s), str(k)): v for s, k, v in
+           zip(run.scalars["step"], run.scalars["key"], run.scalars["value"])}
+    numeric = {}
+    for (step, name), text in rows.items():
+        value = __import__("json").loads(text)
+        if isinstance(value, bool):
+            numeric[(step, name)] = float(value)
+        elif isinstance(value, (int, float)):
+            numeric[(step, name)] = float(value)
+    assert got.keys() == numeric.keys()
+    for key, value in numeric.items():
+        assert (math.isnan(value) and math.isnan(got[key])) or got[key] == value, key
+    assert exact.finished and not run.live
+
+
+def test_real_run_values_config_summary(rich_run):
+    run = load(rich_run)
+    assert run.profile == "gapwatch" and run.name_hint == "rich-ref"
+    data = run.to_run_data("ref")
+    loss = data.series(schema.TRAIN_LOSS)
+    assert list(loss.index) == list(range(60)) and math.isnan(loss.loc[7])
+    grad = data.series(schema.TRAIN_GRAD_NORM)
+    assert grad.loc[8] == math.inf and grad.loc[9] == -math.inf
+    assert set(map(tuple, data.logged_nonfinite[["key", "step"]].values)) == {
+        (schema.TRAIN_LOSS, 7), (schema.TRAIN_GRAD_NORM, 8), (schema.TRAIN_GRAD_NORM, 9)}
+    assert data.series("flags/is_best").to_dict() == {0: 1.0, 10: 0.0, 20: 1.0, 30: 0.0,
+                                                       40: 1.0, 50: 0.0}
+    assert data.series("extra/eval.nested.acc").loc[20] == pytest.approx(0.25 + 20 / 240)
+    assert data.series(schema.heldout_key("c4")).index.tolist() == [0, 10, 20, 30, 40, 50]
+    assert run.config == {"lr": 3e-4, "model": {"d_model": 128, "layers": 2},
+                          "tokens_per_step": 4096}
+    assert run.tokens_per_step == 4096
+    assert run.summary["final/best_loss"] == 1.25
+    assert run.summary["train/loss"] == pytest.approx(4.0 - 59 / 60)
+    assert "hist/weights.values" not in run.summary
+    assert any("notes/long (6)" in n for n in run.notes)
+    wall = run.scalars["wall_time"].to_numpy()
+    assert np.isfinite(wall).all() and wall.min() > 1.6e9
+
+
+def test_live_run_then_follow_to_the_end(tmp_path):
+    proc = run_writer(tmp_path, "live", 400, wait=False)
+    try:
+        deadline = time.monotonic() + LIVE_WAIT_S
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        assert (tmp_path / "ready").exists(), "the wandb child never got going"
+        path = find_run_file(offline_run_dir(tmp_path))
+        run = parse_wandb_run(path)  # while wandb is still writing it
+        assert run.live and any("still going" in n for n in run.notes)
+        early = run.to_run_data("live").series(schema.TRAIN_LOSS)
+        assert list(early.index) == list(range(len(early)))
+        follower = WandbRunReader(path)
+        seen = len(follower.read(follow=True))
+        (tmp_path / "go").write_text("")
+        while not follower.finished and time.monotonic() < deadline:
+            seen += len(follower.read(follow=True))
+            time.sleep(0.2)
+        assert follower.finished, "the run never finished"
+        assert seen == 2 * 800  # 800 steps, two metrics
+        assert follower.last_step == 799
+    finally:
+        proc.wait(timeout=LIVE_WAIT_S)
+
+
+# --- damaged files ---------------------------------------------------------------------------------
+@pytest.fixture
+def rich_copy(rich_run, tmp_path):
+    copy = tmp_path / "run-copy.wandb"
+    shutil.copy(find_run_file(rich_run), copy)
+    return copy
+
+
+def test_truncated_file_is_an_error_naming_the_byte(rich_copy):
+    data = rich_copy.read_bytes()
+    cut = BLOCK_SIZE + 1000  # inside a chunk, not on a block boundary
+    rich_copy.write_bytes(data[:cut])
+    with pytest.raises(GapwatchError, match=r"truncated: the file stops inside a record at byte"):
+        load(rich_copy)
+    # A follower takes the complete records and waits for the rest.
+    reader = WandbRunReader(rich_copy)
+    assert len(reader.read(follow=True)) > 0 and reader.offset < cut
+
+
+def test_flipped_byte_fails_the_checksum(rich_copy):
+    data = bytearray(rich_copy.read_bytes())
+    found = read_records(bytes(data), "x")
+    victim = found.count // 2
+    while found.starts[victim] < 0:
+        victim += 1
+    data[int(found.starts[victim]) + 5] ^= 0xFF
+    rich_copy.write_bytes(bytes(data))
+    with pytest.raises(GapwatchError,
+                       match=rf"record {victim + 1} at byte \d+: checksum mismatch"):
+        load(rich_copy)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty file"),
+    (b"PK\x03\x04 not wandb", "not a W&B run file"),
+    (b":W&B\x00\x00\x00" + b"\x00" * 20, "unsupported W&B log header"),
+])
+def test_not_a_wandb_file(tmp_path, content, message):
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(content)
+    with pytest.raises(GapwatchError, match=message):
+        parse_wandb_run(path)
+
+
+def test_unknown_chunk_type(tmp_path):
+    body = _history(0, {"train/loss": "1.0"}).SerializeToString()
+    raw = bytearray(encode_log([body]))
+    raw[len(FILE_HEADER) + 6] = 9
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(GapwatchError, match="unknown chunk type 9"):
+        parse_wandb_run(path)
+
+
+def _history(step, items: dict[str, str], num: int = 1) -> wpb.Record:
+    rec = wpb.Record(num=num)
+    for name, text in {**items, "_step": str(step)}.items():
+        rec.history.item.add(nested_key=[name], value_json=text)
+    rec.history.step.SetInParent()
+    return rec
+
+
+def test_step_going_backwards_is_an_error(tmp_path):
+    records = [_history(s, {"train/loss": "1.5"}, num=i + 1).SerializeToString()
+               for i, s in enumerate([0, 1, 2, 1, 3])]
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(encode_log(records))
+    with pytest.raises(GapwatchError, match=r"record 4: step 1 after step 2: W&B steps only grow"):
+        parse_wandb_run(path)
+
+
+def test_history_row_without_step_is_an_error(tmp_path):
+    rec = wpb.Record(num=1)
+    rec.history.item.add(nested_key=["train/loss"], value_json="1.0")
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(encode_log([rec.SerializeToString()]))
+    with pytest.raises(GapwatchError, match="record 1: history row with no _step"):
+        parse_wandb_run(path)
+
+
+def test_folder_with_two_runs_must_name_one(rich_run, tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(find_run_file(rich_run), tmp_path / name / f"run-{name}.wandb")
+    with pytest.raises(GapwatchError, match="holds 2 W&B runs"):
+        load(tmp_path)
+
+
+# --- the fast reader against wandb's own classes on every record shape ---------------------------
+_names = st.text(alphabet="abcdefgh/_.-é", min_size=1, max_size=140).filter(
+    lambda s: not s.startswith("_"))
+_values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(
+        lambda x: "NaN" if math.isnan(x) else ("Infinity" if x == math.inf else
+                                                "-Infinity" if x == -math.inf else repr(x))),
+    st.integers(-10**12, 10**12).map(str),
+    st.booleans().map(lambda b: "true" if b else "false"),
+    st.text(max_size=200).map(lambda t: __import__("json").dumps(t)),
+)
+
+
+@st.composite
+def _records(draw):
+    out = []
+    steps = sorted(draw(st.sets(st.integers(0, 10**6), min_size=1, max_size=25)))
+    for i, step in enumerate(steps):
+        rec = wpb.Record(num=i + 1)
+        for name, text in draw(st.dictionaries(_names, _values, max_size=6)).items():
+            shape = draw(st.sampled_from(["nested", "parts", "key", "number", "integer"]))
+            item = rec.history.item.add()
+            if shape == "parts":
+                item.nested_key.extend(name.split("/") if "/" in name else [name, "x"])
+            elif shape == "key":
+                item.key = name
+            else:
+                item.nested_key.append(name)
+            if shape == "number" and text not in ("true", "false") and not text.startswith('"'):
+                item.number = float(text)
+            elif shape == "integer" and text.lstrip("-").isdigit():
+                item.integer = int(text)
+            else:
+                item.value_json = text
+        rec.history.item.add(nested_key=["_step"], value_json=str(step))
+        if draw(st.booleans()):
+            rec.history.step.SetInParent()
+        out.append(rec.SerializeToString())
+        if draw(st.booleans()):
+            summ = wpb.Record(num=i + 1)
+            summ.summary.update.add(nested_key=["_wandb", "runtime"], value_json="3")
+            summ.summary.update.add(key="_runtime", value_json="3")
+            out.append(summ.SerializeToString())
+        if draw(st.booleans()):
+            out.append(wpb.Record(num=i + 1, stats=wpb.StatsRecord()).SerializeToString())
+        if draw(st.integers(0, 9)) == 0:
+            out.append(b"x" * draw(st.integers(1, 3 * BLOCK_SIZE)))  # split over blocks
+            out[-1] = wpb.Record(
+                num=i + 1, output_raw=wpb.OutputRawRecord(line="y" * len(out[-1]))
+            ).SerializeToString()
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_records())
+def test_fast_reader_equals_wandbs_classes(tmp_path_factory, records):
+    path = tmp_path_factory.mktemp("h") / "run-h.wandb"
+    path.write_bytes(encode_log(records))
+    run = parse_wandb_run(path)
+    rows, _ = _exact_rows(path)
+    expected = {}
+    for key, text in rows.items():
+        value = __import__("json").loads(text)
+        if isinstance(value, (bool, int, float)):
+            expected[key] = float(value)
+    got = {(int(s), str(k)): v for s, k, v in
+           zip(run.scalars["step"], run.scalars["key"], run.scalars["value"])}
+    assert got.keys() == expected.keys()
+    for key in expected:
+        a, b = got[key], expected[key]
+        assert a == b or (math.isnan(a) and math.isnan(b)), key
+
+
+def test_records_split_over_blocks(tmp_path):
+    records = [_history(s, {"train/loss": repr(1.0 / (s + 1)), "note/pad": '"' + "p" * 900 + '"'},
+                        num=s + 1).SerializeToString() for s in range(200)]
+    raw = encode_log(records)
+    found = read_records(raw, "x")
+    assert found.split, "expected records split over block boundaries"
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(raw)
+    data = parse_wandb_run(path).to_run_data("x")
+    assert len(data.series("train/loss")) == 200
+    assert data.series("train/loss").loc[199] == pytest.approx(1 / 200)
+    assert HEADER_SIZE == 7

@@ -1,0 +1,65 @@
+"""Writes real W&B offline runs with the wandb package, in a child process (wandb keeps global
+state per process). Run as `python wandb_writer.py DIR KIND [STEPS]`:
+
+* rich: every kind of value a reference run holds (floats, ints, NaN, +/-Inf, booleans, nested
+  dicts, text, a value over 127 bytes, a histogram), explicit summary values and nested config;
+* live: logs STEPS steps, creates DIR/ready, waits (at most 60 s) for DIR/go, logs STEPS more
+  steps and finishes: a run that is still being written while a test reads it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_ERROR_REPORTING="false",
+                  WANDB_CONSOLE="off")
+
+import wandb  # noqa: E402  (after the environment that keeps it offline and quiet)
+
+
+def rich(root: Path, steps: int) -> None:
+    run = wandb.init(project="gapwatch-test", name="rich-ref", dir=str(root),
+                     config={"lr": 3e-4, "model": {"d_model": 128, "layers": 2},
+                             "tokens_per_step": 4096})
+    for step in range(steps):
+        row = {"train/loss": 4.0 - step / steps, "train/grad_norm": 0.5, "optim/lr": 3e-4,
+               "train/tokens": 4096 * (step + 1), "perf/steps": step}
+        if step == 7:
+            row["train/loss"] = math.nan
+        if step == 8:
+            row["train/grad_norm"] = math.inf
+        if step == 9:
+            row["train/grad_norm"] = -math.inf
+        if step % 10 == 0:
+            row["eval/heldout/c4/loss"] = 3.5 - step / (2 * steps)
+            row["eval"] = {"nested": {"acc": 0.25 + step / (4 * steps)}}
+            row["flags/is_best"] = step % 20 == 0
+            row["notes/text"] = "checkpoint saved"
+            row["notes/long"] = "x" * 300
+            row["hist/weights"] = wandb.Histogram([1.0, 2.0, 2.5, 3.0])
+        wandb.log(row, step=step)
+    run.summary["final/best_loss"] = 1.25
+    run.finish()
+
+
+def live(root: Path, steps: int) -> None:
+    run = wandb.init(project="gapwatch-test", name="live-ref", dir=str(root))
+    for step in range(steps):
+        wandb.log({"train/loss": 5.0 - step * 1e-3, "optim/lr": 1e-4}, step=step)
+    (root / "ready").write_text(run.id)
+    deadline = time.monotonic() + 60
+    while not (root / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for step in range(steps, 2 * steps):
+        wandb.log({"train/loss": 5.0 - step * 1e-3, "optim/lr": 1e-4}, step=step)
+    run.finish()
+
+
+if __name__ == "__main__":
+    out, kind = Path(sys.argv[1]), sys.argv[2]
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 60
+    {"rich": rich, "live": live}[kind](out, n)
