@@ -30,11 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
     import signal
-    import sys
     import threading
 
     from monitor import detectors as registry
-    from monitor.alerting.secrets import RedactingFilter
     from monitor.errors import GapwatchError
     from monitor.store import open_store
     from monitor.watch.config import load_config
@@ -54,19 +52,14 @@ def run(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise GapwatchError(str(exc.args[0])) from None
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    # Whatever a library logs passes this filter: no sink URL reaches the terminal or a log file.
-    handler.addFilter(RedactingFilter(*[s.url for s in config.alerting.sinks if s.url is not None]))
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
-    log = logging.getLogger("gapwatch.watch")
-
     targets = TargetSpec(runs=tuple(args.run or ()), reference=args.reference, all_runs=args.all)
     store = open_store(args.store)
     try:
-        service = WatchService(store, config, targets, detectors=lambda: registry.build(names))
         watched = "every run" if args.all else ", ".join(
             f"{t.run} (reference: {t.reference or 'none'})" for t in targets.resolve(store))
+        _log_to_stderr(config)
+        log = logging.getLogger("gapwatch.watch")
+        service = WatchService(store, config, targets, detectors=lambda: registry.build(names))
         log.info("watching %s in %s; every %.1f s; sinks: %s", watched, store.url.redacted(),
                  config.poll_interval_s, "; ".join(s.describe() for s in config.alerting.sinks))
         if threading.current_thread() is threading.main_thread():
@@ -79,3 +72,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _log_to_stderr(config) -> None:
+    import logging
+    import sys
+
+    from monitor.alerting.secrets import RedactingFilter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    # Whatever a library logs passes this filter: no sink URL reaches the terminal or a log file.
+    handler.addFilter(RedactingFilter(*[s.url for s in config.alerting.sinks if s.url is not None]))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)

@@ -153,10 +153,13 @@ class WatchService:
         deliverer.start()
         try:
             while not self.stop_event.is_set():
+                started = time.monotonic()
                 self.poll()
                 if max_polls is not None and self._polls >= max_polls:
                     break
-                self.stop_event.wait(self.config.poll_interval_s)
+                # Polls start every interval (not an interval after the last one ended), so a
+                # slow poll does not stretch the time a flagged step waits to be seen.
+                self.stop_event.wait(max(0.0, self.config.poll_interval_s - (time.monotonic() - started)))
         finally:
             self.stop_event.set()
             self._wake_delivery.set()

@@ -9,6 +9,8 @@ only when it was answered 2xx; every wait here is bounded.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +40,9 @@ class Mode:
     body: str = "ok"
     retry_after: str | None = None
     hang_s: float = 0.0
+    kill_pid: int | None = None
+    """Accept the request (as Slack would: the message is posted), then SIGKILL this process before
+    answering: the sender dies between the receiver's success and its own bookkeeping."""
 
 
 class Receiver:
@@ -71,6 +76,10 @@ class Receiver:
                     status = 503
                 with receiver._lock:
                     receiver.requests.append(Recorded(self.path, dict(self.headers), body, status))
+                if mode.kill_pid is not None:
+                    os.kill(mode.kill_pid, signal.SIGKILL)
+                    receiver.mode = Mode(status=503, body="sender is dead")
+                    return
                 payload = (mode.body if status != 503 or not mode.hang_s else "hung").encode()
                 try:
                     self.send_response(status)
@@ -111,6 +120,9 @@ class Receiver:
 
     def hang(self, seconds: float) -> None:
         self.mode = Mode(hang_s=seconds)
+
+    def accept_then_kill(self, pid: int) -> None:
+        self.mode = Mode(kill_pid=pid)
 
     def close(self) -> None:
         self.down()

@@ -1,0 +1,54 @@
+"""`gapwatch watch` on the command line: one clear line for mistakes, a console alert with --once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.cli import main
+from monitor.store import open_store
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def store_with_nan(sqlite_url):
+    with open_store(sqlite_url) as store:
+        store.ensure_run("r")
+        steps = np.arange(200)
+        store.write_metrics("r", pd.DataFrame({"step": steps, "key": "train/loss",
+                                               "value": np.where(steps == 150, np.nan, 2.0)}))
+    return sqlite_url
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--all", "--reference", "b"], "--reference goes with --run"),
+    (["--run", "nope"], "no run named 'nope'"),
+    (["--run", "r", "--detectors", "nonfinite,psychic"], "unknown detector(s) psychic"),
+    (["--run", "r", "--poll-interval", "0"], "--poll-interval must be positive"),
+    (["--run", "r", "--config", "/nonexistent/watch.yaml"], "cannot read watch config"),
+])
+def test_mistakes_end_in_one_line(store_with_nan, capsys, argv, message):
+    assert main(["watch", "--store", store_with_nan, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gapwatch watch: error: ") and message in err and err.count("\n") == 1
+
+
+def test_once_prints_the_alert_on_the_console_and_exits(store_with_nan, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SLACK_WEBHOOK_URL"}
+    out = subprocess.run([sys.executable, "-m", "app", "watch", "--run", "r", "--store", store_with_nan, "--once",
+                          "--detectors", "nonfinite"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    [line] = [x for x in out.stdout.splitlines() if "alert #" in x]
+    assert line.startswith("CRITICAL") and "nonfinite on r train/loss steps 150-150" in line
+    assert "/run/r?start=100&end=200" in line
+    assert "sinks: console: console, severity >= info" in out.stderr
+    with open_store(store_with_nan) as store:
+        assert store.load_state("watch/r")["cursor"]["key_last"] == {"train/loss": 199}
+        assert len(store.read_detections("r")) == 1
