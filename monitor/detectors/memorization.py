@@ -305,7 +305,7 @@ class Memorization(Detector):
         idx = np.flatnonzero(ok)
         resid = np.full(steps.size, np.nan)
         sigma = np.full(steps.size, np.nan)
-        x_all = np.log(steps.astype(float)).reshape(-1, 1)
+        x_all = np.log(np.maximum(steps, 1).astype(float)).reshape(-1, 1)
         k = int(np.ceil(np.log2(self.min_trend_checkpoints)))
         while (1 << k) < idx.size:
             base = idx[: 1 << k]
