@@ -15,7 +15,7 @@ from app.report.heldout_table import HeldoutTableConfig, heldout_table
 from app.report.model import Report
 from app.report.pair import ComparedPair
 from app.report.resume_table import resume_table
-from app.report.spike_table import SpikeTableConfig, spike_table
+from app.report.spike_table import SpikeTableConfig, spike_scores, spike_table
 from app.report.throughput_table import ThroughputTableConfig, throughput_table
 from app.report.train_table import TrainTableConfig, train_delta_table
 from app.report.verdict import decide
@@ -38,11 +38,12 @@ class ReportConfig:
 
 def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Report:
     config = config or ReportConfig()
+    scores = spike_scores(pair, config.spikes)
     tables = [
         train_delta_table(pair, config.train),
         heldout_table(pair, config.heldout),
         downstream_table(pair, config.downstream),
-        spike_table(pair, config.spikes),
+        spike_table(pair, config.spikes, scores),
         resume_table(pair),
         data_table(pair),
         throughput_table(pair, config.throughput),
@@ -50,7 +51,7 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         findings_table(pair),
     ]
     verdict = decide(pair.detections, tables)
-    figures = build_figures(pair, tables, config.figures) if config.with_figures else []
+    figures = build_figures(pair, tables, config.figures, scores) if config.with_figures else []
     notes = [f"{t.title}: {t.empty_reason}." for t in tables if not t.rows and t.empty_reason]
     return Report(
         run=pair.run.name,

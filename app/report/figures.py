@@ -75,7 +75,10 @@ def detections_frame(found: list[Detection]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def build_figures(pair: ComparedPair, tables: list[Table], config: FigureConfig | None = None) -> list[FigureItem]:
+def build_figures(pair: ComparedPair, tables: list[Table], config: FigureConfig | None = None,
+                  spike_scores: dict[str, pd.DataFrame] | None = None) -> list[FigureItem]:
+    """`spike_scores`: each run's spike-score series by name (spike_table.spike_scores), when the
+    caller has them already."""
     config = config or FigureConfig()
     out: list[FigureItem] = []
     run_name, ref_name = pair.run.name, pair.reference.name
@@ -121,7 +124,9 @@ def build_figures(pair: ComparedPair, tables: list[Table], config: FigureConfig 
                               section="downstream"))
     grad = pair.run.series(schema.TRAIN_GRAD_NORM)
     if len(grad):
-        scores = SpikeDetector().score_series(pair.run)
+        scores = (spike_scores or {}).get(pair.run.name)
+        if scores is None:
+            scores = SpikeDetector().score_series(pair.run)
         score = scores[scores["key"] == schema.SPIKE_SCORE_GRAD_NORM].set_index("step")["value"]
         spikes = [d for d in pair.detections if d.detector == "spike" and d.metric == schema.TRAIN_GRAD_NORM]
         fig = F.grad_norm_figure(thin(grad, config.max_points), spikes=detections_frame(spikes),

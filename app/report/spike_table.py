@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from monitor.detectors.spike import SCORE_KEYS, SpikeDetector
 from monitor.schema import Detection
@@ -30,8 +31,17 @@ class SpikeTableConfig:
     shared_within_steps: int = 2
 
 
-def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None) -> Table:
+def spike_scores(pair: ComparedPair, config: SpikeTableConfig | None = None) -> dict[str, pd.DataFrame]:
+    """Each run's spike-score series (step, key, value), by run name: computed once per report,
+    since the rolling statistics behind it cost seconds on a million-step run."""
     config = config or SpikeTableConfig()
+    return {data.name: config.detector.score_series(data) for data in (pair.run, pair.reference)}
+
+
+def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None,
+                scores: dict[str, pd.DataFrame] | None = None) -> Table:
+    config = config or SpikeTableConfig()
+    scores = scores if scores is not None else spike_scores(pair, config)
     table = Table(
         id="spikes",
         title="Loss and grad-norm spikes",
@@ -51,14 +61,14 @@ def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None) -> T
     runs = ((pair.run, pair.detections, pair.reference, pair.reference_detections),
             (pair.reference, pair.reference_detections, pair.run, pair.detections))
     for data, found, other, other_found in runs:
-        scores = config.detector.score_series(data)
+        mine_scores = scores[data.name]
         for metric, score_key in SCORE_KEYS.items():
             if data.series(metric).empty:
                 continue
             mine = _spikes(found, metric)
             theirs = np.array(sorted(d.peak_step for d in _spikes(other_found, metric)))
             shared = sum(_near(d.peak_step, theirs, config.shared_within_steps) for d in mine)
-            s = scores.loc[scores["key"] == score_key, "value"].to_numpy()
+            s = mine_scores.loc[mine_scores["key"] == score_key, "value"].to_numpy()
             worst = max(mine, key=lambda d: d.score, default=None)
             table.rows.append({
                 "run": data.name, "metric": metric, "spikes": len(mine),
