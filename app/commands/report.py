@@ -61,6 +61,7 @@ def choose_format(fmt: str | None, output: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from monitor.detection import DetectConfig
     from monitor.store import open_store
 
     from app.report import ReportConfig, build_report, load_pair, render
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             raise GapwatchError(f"--windows must be at least 1, not {args.windows}")
         config.train = replace(config.train, windows=args.windows)
     with open_store(args.store, read_only=True) as store:
-        pair = load_pair(store, args.run, args.reference, axis=args.axis, progress=progress)
+        pair = load_pair(store, args.run, args.reference, detect=DetectConfig(axis=args.axis), progress=progress)
     progress("building tables, verdict and charts")
     report = build_report(pair, config)
     progress(f"writing {fmt}")

@@ -16,7 +16,7 @@ from app.report.model import Report
 from app.report.pair import ComparedPair
 from app.report.resume_table import resume_table
 from app.report.spike_table import SpikeTableConfig, spike_scores, spike_table
-from app.report.throughput_table import ThroughputTableConfig, throughput_table
+from app.report.throughput_table import throughput_table
 from app.report.train_table import TrainTableConfig, train_delta_table
 from app.report.verdict import decide
 
@@ -29,7 +29,6 @@ class ReportConfig:
     heldout: HeldoutTableConfig = field(default_factory=HeldoutTableConfig)
     downstream: DownstreamTableConfig = field(default_factory=DownstreamTableConfig)
     spikes: SpikeTableConfig = field(default_factory=SpikeTableConfig)
-    throughput: ThroughputTableConfig = field(default_factory=ThroughputTableConfig)
     energy: EnergyParams = field(default_factory=EnergyParams)
     figures: FigureConfig = field(default_factory=FigureConfig)
     # False leaves the charts out (Markdown and JSON never carry them).
@@ -38,7 +37,7 @@ class ReportConfig:
 
 def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Report:
     config = config or ReportConfig()
-    scores = spike_scores(pair, config.spikes)
+    scores = spike_scores(pair)
     tables = [
         train_delta_table(pair, config.train),
         heldout_table(pair, config.heldout),
@@ -46,7 +45,7 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         spike_table(pair, config.spikes, scores),
         resume_table(pair),
         data_table(pair),
-        throughput_table(pair, config.throughput),
+        throughput_table(pair),
         energy_table(pair, config.energy),
         findings_table(pair),
     ]
@@ -64,19 +63,18 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         figures=figures,
         detections=list(pair.detections) + list(pair.reference_detections),
         notes=notes,
-        parameters=_parameters(config),
+        parameters=_parameters(config, pair),
     )
 
 
-def _parameters(config: ReportConfig) -> dict:
-    """The settings in plain JSON (detectors by their constructor arguments)."""
+def _parameters(config: ReportConfig, pair: ComparedPair) -> dict:
+    """The settings in plain JSON, the detectors' included."""
     return {
+        "detect": {"detectors": pair.detect.detectors, "params": pair.detect.params, "axis": pair.detect.axis},
         "train": asdict(config.train),
         "heldout": asdict(config.heldout),
         "downstream": asdict(config.downstream),
-        "spikes": {"detector": config.spikes.detector.params(),
-                   "shared_within_steps": config.spikes.shared_within_steps},
-        "throughput": {"detector": config.throughput.detector.params()},
+        "spikes": asdict(config.spikes),
         "energy": asdict(config.energy),
         "figures": asdict(config.figures),
     }

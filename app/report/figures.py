@@ -16,12 +16,12 @@ import pandas as pd
 from tsdownsample import MinMaxDownsampler
 
 from monitor import schema
-from monitor.detectors.spike import SpikeDetector
 from monitor.schema import Detection, RunData
 
 from app import figures as F
 from app.report.model import FigureItem, Table
 from app.report.pair import ComparedPair
+from app.report.spike_table import spike_detector
 
 PERF_KEYS = (schema.PERF_TOKENS_PER_S, schema.PERF_MFU, schema.PERF_STEP_TIME_S)
 DATA_KEYS = (schema.DATA_CURSOR, schema.DATA_EPOCH, schema.DATA_UNIQUE_FRACTION,
@@ -126,7 +126,7 @@ def build_figures(pair: ComparedPair, tables: list[Table], config: FigureConfig 
     if len(grad):
         scores = (spike_scores or {}).get(pair.run.name)
         if scores is None:
-            scores = SpikeDetector().score_series(pair.run)
+            scores = spike_detector(pair).score_series(pair.run)
         score = scores[scores["key"] == schema.SPIKE_SCORE_GRAD_NORM].set_index("step")["value"]
         spikes = [d for d in pair.detections if d.detector == "spike" and d.metric == schema.TRAIN_GRAD_NORM]
         fig = F.grad_norm_figure(thin(grad, config.max_points), spikes=detections_frame(spikes),

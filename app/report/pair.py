@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pandas as pd
+
+from monitor.detection import DetectConfig
 from monitor.schema import Detection, RunData
 
 
@@ -19,6 +22,9 @@ class ComparedPair:
     axis_reason: str
     detections: list[Detection] = field(default_factory=list)  # the run, judged against the reference
     reference_detections: list[Detection] = field(default_factory=list)  # the reference on its own
+    # Series the detectors produced (spike scores), by run name: long frames (step, key, value).
+    detector_series: dict[str, pd.DataFrame] = field(default_factory=dict)
+    detect: DetectConfig = field(default_factory=DetectConfig)  # how the detectors were set up
 
     def findings(self, detectors: tuple[str, ...], metric: str | None = None,
                  of_reference: bool = False) -> list[Detection]:

@@ -7,7 +7,7 @@ reference's, and counts how many of the run's spikes the reference shares.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -23,25 +23,33 @@ from app.report.pair import ComparedPair
 class SpikeTableConfig:
     """How spikes of the two runs are compared."""
 
-    # The detector whose definitions and score window the table uses (its defaults: OLMo-core's
-    # 10,000-step score window, our robust 6-sigma rule).
-    detector: SpikeDetector = field(default_factory=SpikeDetector)
     # A run's spike is shared when the reference spiked within this many steps of it: the same
     # batch hits both runs at the same step, give or take the logging interval.
     shared_within_steps: int = 2
 
 
-def spike_scores(pair: ComparedPair, config: SpikeTableConfig | None = None) -> dict[str, pd.DataFrame]:
-    """Each run's spike-score series (step, key, value), by run name: computed once per report,
-    since the rolling statistics behind it cost seconds on a million-step run."""
-    config = config or SpikeTableConfig()
-    return {data.name: config.detector.score_series(data) for data in (pair.run, pair.reference)}
+def spike_detector(pair: ComparedPair) -> SpikeDetector:
+    """The spike detector as the pair was judged with it (its definition and score window)."""
+    return SpikeDetector(**pair.detect.params.get("spike", {}))
+
+
+def spike_scores(pair: ComparedPair) -> dict[str, pd.DataFrame]:
+    """Each run's spike-score series (step, key, value) by run name: the series the detectors
+    produced when they judged the pair, else computed here (seconds on a million-step run)."""
+    out = {}
+    for data in (pair.run, pair.reference):
+        series = pair.detector_series.get(data.name)
+        if series is None or not series["key"].isin(SCORE_KEYS.values()).any():
+            series = spike_detector(pair).score_series(data)
+        out[data.name] = series
+    return out
 
 
 def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None,
                 scores: dict[str, pd.DataFrame] | None = None) -> Table:
     config = config or SpikeTableConfig()
-    scores = scores if scores is not None else spike_scores(pair, config)
+    scores = scores if scores is not None else spike_scores(pair)
+    detector = spike_detector(pair)
     table = Table(
         id="spikes",
         title="Loss and grad-norm spikes",
@@ -54,8 +62,8 @@ def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None,
             Column("final_score", "final spike score", fmt=".2%"),
             Column("worst", "largest spike", fmt=""),
         ],
-        note=(f"Spike score: share of the last {config.detector.score_window:,} logged steps that "
-              f"were spikes ({config.detector.definition} rule, the OLMo-core statistic). A spike "
+        note=(f"Spike score: share of the last {detector.score_window:,} logged steps that "
+              f"were spikes ({detector.definition} rule, the OLMo-core statistic). A spike "
               f"is shared when the other run spiked within {config.shared_within_steps} steps."),
     )
     runs = ((pair.run, pair.detections, pair.reference, pair.reference_detections),

@@ -7,8 +7,6 @@ being the mean of the step times at most median + 3 MAD of their block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from monitor import schema
@@ -19,15 +17,9 @@ from app.report.model import Column, Table
 from app.report.pair import ComparedPair
 
 
-@dataclass
-class ThroughputTableConfig:
-    """Whose definition of ideal step time the goodput uses."""
-
-    detector: ThroughputDetector = field(default_factory=ThroughputDetector)
-
-
-def throughput_table(pair: ComparedPair, config: ThroughputTableConfig | None = None) -> Table:
-    config = config or ThroughputTableConfig()
+def throughput_table(pair: ComparedPair) -> Table:
+    # The detector as the pair was judged with it: its block length and MAD factor define "ideal".
+    detector = ThroughputDetector(**pair.detect.params.get("throughput", {}))
     table = Table(
         id="throughput",
         title="Throughput, MFU and goodput",
@@ -48,7 +40,7 @@ def throughput_table(pair: ComparedPair, config: ThroughputTableConfig | None = 
                "tokens_per_s": _median(data, schema.PERF_TOKENS_PER_S),
                "mfu": _median(data, schema.PERF_MFU),
                "step_time_s": _median(data, schema.PERF_STEP_TIME_S),
-               "goodput": _goodput(data, config.detector)}
+               "goodput": _goodput(data, detector)}
         if all(row[k] is None for k in ("tokens_per_s", "mfu", "step_time_s")):
             continue
         hits = [d for d in found if d.detector == "throughput"]
