@@ -8,6 +8,7 @@ notification is written, so every retry of it, in any process, carries the same 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -51,7 +52,8 @@ def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | N
         "start_step": alert.start_step,
         "end_step": alert.end_step,
         "peak_step": alert.peak_step,
-        "score": alert.score,
+        # JSON has no NaN or Infinity: a non-finite score travels as text.
+        "score": alert.score if alert.score is None or math.isfinite(alert.score) else str(alert.score),
         "message": alert.message,
         "evidence": alert.evidence,
         "opened_at": alert.opened_at,

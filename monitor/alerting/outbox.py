@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from monitor.alerting.backoff import retry_delay
 from monitor.alerting.config import AlertingConfig
 from monitor.alerting.ratelimit import TokenBucket
-from monitor.alerting.sinks.base import Sink
+from monitor.alerting.sinks.base import SendResult, Sink, one_line
 from monitor.store import tables
 
 log = logging.getLogger("gapwatch.alerting.outbox")
@@ -97,7 +97,7 @@ class Outbox:
             if not self._claim(row.id, now):
                 continue
             attempted += 1
-            outcome = sink.send(json.loads(row.payload))
+            outcome = self._send(sink, row)
             if outcome.ok:
                 self._mark_delivered(row.id)
                 blocked.discard(order_key)
@@ -116,6 +116,14 @@ class Outbox:
             log.warning("%s: %s notification of alert %s not delivered (try %d): %s; next try in %.1f s",
                         row.sink, row.kind, row.alert_id, tries, outcome.error, delay)
         return result
+
+    def _send(self, sink: Sink, row) -> SendResult:
+        """A sink's answer; a sink that raises (a bug, a payload it cannot render) counts as a failed
+        try, so one bad notification is retried and logged instead of stopping all delivery."""
+        try:
+            return sink.send(json.loads(row.payload))
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            return SendResult(ok=False, error=one_line(f"{type(exc).__name__}: {exc}"))
 
     def seconds_until_due(self) -> float | None:
         """Seconds until the earliest undelivered notification of a known sink is due; None if none."""

@@ -86,6 +86,9 @@ class WatchService:
             except GapwatchError as exc:
                 log.warning("%s: %s", target.run, exc)
                 self.watchers.pop(target, None)
+            except Exception:  # noqa: BLE001 - one run's bad data must not stop the watch of the others
+                log.exception("%s: judging new rows failed; will retry from the saved state", target.run)
+                self.watchers.pop(target, None)
         if queued:
             self._wake_delivery.set()
         return queued
@@ -135,6 +138,9 @@ class WatchService:
                 due = self.outbox.seconds_until_due()
             except (OperationalError, DBAPIError) as exc:
                 log.warning("outbox: store unavailable (%s); will retry", _first_line(exc))
+                due = None
+            except Exception:  # noqa: BLE001 - the delivery thread must outlive any one failure
+                log.exception("outbox: delivery pass failed; will retry")
                 due = None
             wait = self.config.poll_interval_s if due is None else min(max(due, 0.01), self.config.poll_interval_s)
             self._wake_delivery.wait(wait)

@@ -18,7 +18,7 @@ from monitor.alerting.sinks import build_sinks
 from monitor.schema import Severity
 from monitor.store import open_store, tables
 
-from .helpers import detection, drain, queue_incidents, slack_config
+from .helpers import FAST_DELIVERY, detection, drain, queue_incidents, slack_config
 
 SECRET_PART = "s3cr3tT0kenValue"
 
@@ -218,3 +218,22 @@ def test_the_webhook_url_never_reaches_store_logs_or_errors(sqlite_url, receiver
         assert SECRET_PART.encode() not in path.read_bytes(), path
     assert SECRET_PART not in caplog.text
     assert "HTTP 500" in caplog.text  # the failure was logged, masked
+
+
+def test_a_sink_that_raises_is_a_failed_try_not_a_dead_delivery_loop(store):
+    import io
+
+    from monitor.alerting.config import AlertingConfig
+    from monitor.alerting.sinks.console import ConsoleSink
+
+    config = AlertingConfig(sinks=[SinkConfig("console", "console", Severity.INFO)], delivery=FAST_DELIVERY)
+    queue_incidents(store, config, [detection()])
+    closed = io.StringIO()
+    closed.close()
+    outbox = Outbox(store, {"console": ConsoleSink("console", closed)}, config)
+    assert outbox.deliver_due().failed == 1
+    assert "closed file" in outbox_rows(store)[0]["last_error"]
+    out = io.StringIO()
+    outbox.sinks["console"] = ConsoleSink("console", out)
+    drain(outbox, lambda: outbox.pending_count() == 0)
+    assert "alert #1" in out.getvalue()
