@@ -3,6 +3,8 @@
 ```yaml
 poll_interval_s: 1.0
 dashboard_url: https://gapwatch.example.org
+detectors: [reference_divergence, memorization, spike, nonfinite]     # default: all
+detector_params: {spike: {threshold: 7.0}}
 incidents: {resolve_after_steps: 128, cooldown_steps: 1000}
 delivery: {timeout_s: 5, backoff_max_s: 300}
 sinks:
@@ -16,6 +18,7 @@ silences:
 Webhook URLs are secrets: a sink names the environment variable that holds its URL (`url_env`;
 Slack defaults to `SLACK_WEBHOOK_URL`), or the file holds it under `url`. With no file, the console
 is the sink, plus Slack when `SLACK_WEBHOOK_URL` is set. No message here ever contains a URL.
+`GAPWATCH_DASHBOARD_URL` sets the dashboard address alert links use when the file does not.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from monitor.errors import GapwatchError
 from monitor.schema import Severity
 
 SLACK_ENV = "SLACK_WEBHOOK_URL"
+# Where alert links point when the file does not say (the dashboard's public address).
+DASHBOARD_ENV = "GAPWATCH_DASHBOARD_URL"
 
 
 @dataclass
@@ -56,6 +61,10 @@ class WatchConfig:
     crash the service re-judges at most these seconds of rows, which sends nothing twice."""
     axis: str = "auto"
     """Alignment axis with the reference: auto, step or tokens (see monitor/align.py)."""
+    detectors: list[str] | None = None
+    """Registry names of the detectors to run; None runs them all."""
+    detector_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Constructor arguments per detector, e.g. {spike: {threshold: 7.0}}."""
     alerting: AlertingConfig = field(default_factory=AlertingConfig)
     """Incidents, delivery, sinks and silences."""
 
@@ -100,7 +109,7 @@ def _build(raw: dict[str, Any], env: Mapping[str, str]) -> WatchConfig:
     delivery = _fill(DeliveryConfig, raw.pop("delivery", {}) or {}, "delivery")
     sinks_raw = raw.pop("sinks", None)
     silences_raw = raw.pop("silences", []) or []
-    dashboard_url = raw.pop("dashboard_url", AlertingConfig.dashboard_url)
+    dashboard_url = raw.pop("dashboard_url", None) or env.get(DASHBOARD_ENV) or AlertingConfig.dashboard_url
     if not isinstance(silences_raw, list):
         raise ValueError("silences must be a list")
     sinks = _sinks(sinks_raw, env)
@@ -145,6 +154,8 @@ def _coerce(value: Any, type_text: str, where: str) -> Any:
             raise ValueError(f"{where} must be info, warning or critical, not {value!r}") from None
     if base.startswith("dict") and not isinstance(value, dict):
         raise ValueError(f"{where} must be a mapping")
+    if base.startswith("list") and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ValueError(f"{where} must be a list of names")
     return value
 
 

@@ -17,6 +17,8 @@ URL = "https://hooks.slack.com/services/T000/B000/verySecretToken123"
 YAML = """
 poll_interval_s: 0.5
 dashboard_url: https://gapwatch.example.org
+detectors: [spike, nonfinite]
+detector_params: {spike: {threshold: 7.0}}
 incidents: {resolve_after_steps: 64, cooldown_steps: 400, resolve_after_steps_by_detector: {eval_regression: 3000}}
 delivery: {timeout_s: 2, backoff_max_s: 60}
 sinks:
@@ -44,6 +46,7 @@ def test_yaml_config_with_secrets_from_the_environment(tmp_path):
     path.write_text(YAML)
     cfg = load_config(path, env={"SLACK_WEBHOOK_URL": URL, "OPS_HOOK": "http://127.0.0.1:9/ops/abcdefgh123"})
     assert cfg.poll_interval_s == 0.5
+    assert cfg.detectors == ["spike", "nonfinite"] and cfg.detector_params == {"spike": {"threshold": 7.0}}
     a = cfg.alerting
     assert a.dashboard_url == "https://gapwatch.example.org"
     assert (a.incidents.resolve_after_steps, a.incidents.cooldown_steps) == (64, 400)
@@ -71,7 +74,11 @@ def test_toml_config(tmp_path):
 
 
 def test_defaults_are_the_console_plus_slack_when_its_variable_is_set():
-    assert [s.name for s in load_config(env={}).alerting.sinks] == ["console"]
+    defaults = load_config(env={})
+    assert [s.name for s in defaults.alerting.sinks] == ["console"] and defaults.detectors is None
+    assert defaults.alerting.dashboard_url == "http://127.0.0.1:8050"
+    assert load_config(env={"GAPWATCH_DASHBOARD_URL": "https://dash.example"}).alerting.dashboard_url == \
+        "https://dash.example"
     sinks = load_config(env={"SLACK_WEBHOOK_URL": URL}).alerting.sinks
     assert [(s.name, s.kind) for s in sinks] == [("console", "console"), ("slack", "slack")]
 
@@ -86,6 +93,7 @@ def test_defaults_are_the_console_plus_slack_when_its_variable_is_set():
     ("sinks: [{name: c, kind: console, min_severity: loud}]", {}, "min_severity must be info, warning or critical"),
     ("silences: [{until: yesterday}]", {}, "until 'yesterday' is not an ISO 8601 time"),
     ("poll_interval_s: [1", {}, "is not valid YAML"),
+    ("detectors: spike", {}, "detectors must be a list of names"),
 ])
 def test_bad_config_is_one_clear_line_without_the_url(tmp_path, text, env, message):
     path = tmp_path / "watch.yaml"

@@ -32,9 +32,13 @@ def store_with_nan(sqlite_url):
     (["--run", "nope"], "no run named 'nope'"),
     (["--run", "r", "--detectors", "nonfinite,psychic"], "unknown detector(s) psychic"),
     (["--run", "r", "--poll-interval", "0"], "--poll-interval must be positive"),
+    (["--run", "r", "--config", "{bad_params}"], "detector settings: "),
     (["--run", "r", "--config", "/nonexistent/watch.yaml"], "cannot read watch config"),
 ])
-def test_mistakes_end_in_one_line(store_with_nan, capsys, argv, message):
+def test_mistakes_end_in_one_line(store_with_nan, capsys, tmp_path, argv, message):
+    bad_params = tmp_path / "watch.yaml"
+    bad_params.write_text("detector_params: {spike: {sensitivity: 11}}")
+    argv = [a.replace("{bad_params}", str(bad_params)) for a in argv]
     assert main(["watch", "--store", store_with_nan, *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gapwatch watch: error: ") and message in err and err.count("\n") == 1
