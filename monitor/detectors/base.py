@@ -208,11 +208,23 @@ def _unplain_detection(d: dict[str, Any]) -> dict[str, Any]:
 
 # --- RunData pieces ------------------------------------------------------------------------------
 def _span(run: RunData) -> tuple[float, float]:
-    steps = [run.scalars.index.to_numpy(), run.events["step"].to_numpy()]
-    allsteps = np.concatenate([s for s in steps if s.size]) if any(s.size for s in steps) else None
-    if allsteps is None:
-        return 0.0, 0.0
-    return float(allsteps.min()), float(allsteps.max())
+    """First and last step of anything in the run (scalars are sorted; events need not be)."""
+    ends = []
+    if len(run.scalars):
+        ends += [float(run.scalars.index[0]), float(run.scalars.index[-1])]
+    if len(run.events):
+        ev = run.events["step"].to_numpy()
+        ends += [float(ev.min()), float(ev.max())]
+    return (min(ends), max(ends)) if ends else (0.0, 0.0)
+
+
+def finite(run: RunData, key: str) -> pd.Series:
+    """The finite values of one metric, by step (unlogged cells and logged NaN/Inf dropped)."""
+    if key not in run.scalars.columns:
+        return pd.Series(dtype=float, index=pd.Index([], dtype="int64", name="step"), name=key)
+    col = run.scalars[key]
+    ok = np.isfinite(col.to_numpy(dtype=float))
+    return col if ok.all() else col[ok]
 
 
 def make_run(info: RunInfo | str, scalars: pd.DataFrame, events: pd.DataFrame | None = None,
@@ -234,20 +246,20 @@ def make_run(info: RunInfo | str, scalars: pd.DataFrame, events: pd.DataFrame | 
 
 
 def restrict_columns(run: RunData, cols: list[str]) -> RunData:
+    """Only `cols` (those the run has), and only rows where one of them was logged."""
     cols = [c for c in cols if c in run.scalars.columns]
     scalars = run.scalars[cols]
-    scalars = scalars[scalars.notna().any(axis=1) | _nonfinite_rows(run, cols, scalars.index)]
+    logged = ~np.isnan(scalars.to_numpy(dtype=float)).all(axis=1) if cols else np.zeros(len(scalars), dtype=bool)
     nf = run.logged_nonfinite
-    return RunData(info=run.info, scalars=scalars, events=run.events,
-                   repeats=run.repeats[run.repeats["key"].isin(cols)],
-                   logged_nonfinite=nf[nf["key"].isin(cols)])
-
-
-def _nonfinite_rows(run: RunData, cols: list[str], index: pd.Index) -> np.ndarray:
-    nf = run.logged_nonfinite
-    if nf.empty:
-        return np.zeros(len(index), dtype=bool)
-    return index.isin(nf.loc[nf["key"].isin(cols), "step"])
+    if len(nf):
+        nf = nf[nf["key"].isin(cols)]
+        logged |= scalars.index.isin(nf["step"])
+    if not logged.all():
+        scalars = scalars[logged]
+    rep = run.repeats
+    if len(rep):
+        rep = rep[rep["key"].isin(cols)]
+    return RunData(info=run.info, scalars=scalars, events=run.events, repeats=rep, logged_nonfinite=nf)
 
 
 def concat_rows(old: RunData, new: RunData) -> RunData:
@@ -255,17 +267,21 @@ def concat_rows(old: RunData, new: RunData) -> RunData:
     a, b = old.scalars, new.scalars
     if a.empty:
         scalars = b
-    elif b.empty or a.index[-1] < b.index[0]:
-        scalars = pd.concat([a, b], axis=0)
+    elif b.empty:
+        scalars = a
+    elif a.index[-1] < b.index[0]:
+        scalars = pd.concat([a, b], axis=0)  # the usual case: rows only ever appended
     else:
-        scalars = b.combine_first(a)
-    scalars = scalars.sort_index()
+        scalars = b.combine_first(a).sort_index()
     scalars.index.name = "step"
-    events = _cat(old.events, new.events).sort_values("step", kind="stable").reset_index(drop=True)
-    nf = _cat(old.logged_nonfinite, new.logged_nonfinite).drop_duplicates(["key", "step"], keep="last")
-    return RunData(info=new.info, scalars=scalars, events=events,
-                   repeats=_cat(old.repeats, new.repeats).reset_index(drop=True),
-                   logged_nonfinite=nf.reset_index(drop=True))
+    events = old.events
+    if len(new.events):
+        events = _cat(old.events, new.events).sort_values("step", kind="stable").reset_index(drop=True)
+    nf = old.logged_nonfinite
+    if len(new.logged_nonfinite):
+        nf = _cat(nf, new.logged_nonfinite).drop_duplicates(["key", "step"], keep="last").reset_index(drop=True)
+    repeats = old.repeats if new.repeats.empty else _cat(old.repeats, new.repeats).reset_index(drop=True)
+    return RunData(info=new.info, scalars=scalars, events=events, repeats=repeats, logged_nonfinite=nf)
 
 
 def _cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -281,13 +297,16 @@ def slice_rows(run: RunData, lo: float, hi: float) -> RunData:
     idx = run.scalars.index
     a = int(idx.searchsorted(lo, side="left")) if math.isfinite(lo) else 0
     b = int(idx.searchsorted(hi, side="right")) if math.isfinite(hi) else len(idx)
-    ev, rep, nf = run.events, run.repeats, run.logged_nonfinite
-    return RunData(
-        info=run.info, scalars=run.scalars.iloc[a:b],
-        events=ev[(ev["step"] >= lo) & (ev["step"] <= hi)],
-        repeats=rep[(rep["step"] >= lo) & (rep["step"] <= hi)],
-        logged_nonfinite=nf[(nf["step"] >= lo) & (nf["step"] <= hi)],
-    )
+    return RunData(info=run.info, scalars=run.scalars.iloc[a:b], events=_between(run.events, lo, hi),
+                   repeats=_between(run.repeats, lo, hi), logged_nonfinite=_between(run.logged_nonfinite, lo, hi))
+
+
+def _between(frame: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    steps = frame["step"].to_numpy()
+    keep = (steps >= lo) & (steps <= hi)
+    return frame if keep.all() else frame[keep]
 
 
 def trim_rows(run: RunData, keep_from: float, keep_first_row: bool = False) -> RunData:

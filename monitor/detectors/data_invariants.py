@@ -33,7 +33,7 @@ from monitor.schema import (
     Severity,
 )
 
-from .base import Detector
+from .base import Detector, finite
 from .stats import true_runs
 
 COLUMNS = (DATA_CURSOR, DATA_EPOCH, DATA_UNIQUE_FRACTION, DATA_SEEN_ONCE_FRACTION,
@@ -91,7 +91,7 @@ class DataInvariants(Detector):
         batch = self.global_batch_size or run.info.global_batch_size
         epoch_records = self.records_per_epoch or run.info.records_per_epoch
         out = []
-        cursor = _finite(run.series(DATA_CURSOR))
+        cursor = finite(run, DATA_CURSOR)
         offset = None
         if batch and len(cursor):
             found, offset = self._cursor(run, cursor, batch)
@@ -145,11 +145,11 @@ class DataInvariants(Detector):
 
     # --- coverage --------------------------------------------------------------------------------
     def _coverage(self, run: RunData, batch, epoch_records: int, offset) -> list:
-        unique = _finite(run.series(DATA_UNIQUE_FRACTION))
+        unique = finite(run, DATA_UNIQUE_FRACTION)
         if unique.empty:
             return []
         steps = unique.index.to_numpy()
-        expected = _finite(run.series(DATA_EXPECTED_UNIQUE_FRACTION)).reindex(unique.index)
+        expected = finite(run, DATA_EXPECTED_UNIQUE_FRACTION).reindex(unique.index)
         passes = None
         if batch:
             passes = (steps + (offset or 0.0)) * batch / epoch_records
@@ -159,8 +159,8 @@ class DataInvariants(Detector):
             return []
         gap = unique.to_numpy() - expected.to_numpy()
         bad = np.abs(gap) > self.coverage_tolerance
-        once = run.series(DATA_SEEN_ONCE_FRACTION).reindex(unique.index).to_numpy(dtype=float)
-        twice = run.series(DATA_SEEN_2PLUS_FRACTION).reindex(unique.index).to_numpy(dtype=float)
+        once = finite(run, DATA_SEEN_ONCE_FRACTION).reindex(unique.index).to_numpy(dtype=float)
+        twice = finite(run, DATA_SEEN_2PLUS_FRACTION).reindex(unique.index).to_numpy(dtype=float)
         out = []
         for a, b in true_runs(bad):
             k = a + int(np.argmax(np.abs(gap[a:b + 1])))
@@ -193,7 +193,7 @@ class DataInvariants(Detector):
 
     # --- epoch boundaries ------------------------------------------------------------------------
     def _epochs(self, run: RunData, batch: int, epoch_records: int, offset) -> list:
-        epoch = _finite(run.series(DATA_EPOCH))
+        epoch = finite(run, DATA_EPOCH)
         if epoch.empty:
             return []
         steps = epoch.index.to_numpy()
@@ -235,7 +235,3 @@ def _pace(steps: np.ndarray, batches: np.ndarray, a: int, b: int) -> float | Non
         return float(batches[a] / steps[a])
     return float(batches[a]) if batches[a] > 0 else None
 
-
-def _finite(s: pd.Series) -> pd.Series:
-    v = s.to_numpy(dtype=float)
-    return s[np.isfinite(v)].astype(float)

@@ -14,6 +14,8 @@ import pandas as pd
 
 from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData
 
+from .base import finite
+
 # Metric names whose smaller values are better (bits per byte, perplexity, losses); every other
 # downstream metric (accuracy, exact match, F1, log-likelihood of the answer) is better larger.
 LOWER_IS_BETTER = re.compile(r"(^|[_/.\-])(bpb|bits|ppl|perplexity|loss|nll|ce|error|wer)([_/.\-]|$)")
@@ -88,9 +90,7 @@ def _at(run: RunData, key: str, steps: np.ndarray) -> np.ndarray:
 def matching_steps(run: RunData, reference: RunData, key: str) -> np.ndarray:
     """Steps at which both runs logged a finite value of `key` (after alignment, the checkpoints
     the two share)."""
-    a, b = run.series(key), reference.series(key)
-    a = a[np.isfinite(a.to_numpy(dtype=float))]
-    b = b[np.isfinite(b.to_numpy(dtype=float))]
+    a, b = finite(run, key), finite(reference, key)
     return a.index.intersection(b.index).to_numpy()
 
 

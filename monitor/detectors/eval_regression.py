@@ -27,7 +27,7 @@ from scipy import stats as sps
 
 from monitor.schema import DOWNSTREAM_PREFIX, RunData, Severity
 
-from .base import Detector
+from .base import Detector, finite
 from .eval_keys import DownstreamMetric, downstream_aggregate, downstream_metrics, matching_steps, \
     oriented_difference, stderr_of
 from .stats import signed_runs, true_runs
@@ -136,8 +136,7 @@ class EvalRegression(Detector):
 
     # --- within the run ----------------------------------------------------------------------------
     def _within(self, run: RunData, m: DownstreamMetric, bound: float) -> list:
-        x = run.series(m.key)
-        x = x[np.isfinite(x.to_numpy(dtype=float))]
+        x = finite(run, m.key)
         if len(x) < self.best_smoothing + self.persist_checkpoints:
             return []
         steps = x.index.to_numpy()

@@ -27,7 +27,7 @@ from scipy import stats as sps
 
 from monitor.schema import HELDOUT_PREFIX, RunData, Severity
 
-from .base import Detector
+from .base import Detector, finite
 from .eval_keys import heldout_sets, matching_steps
 from .stats import MEDIAN_SE_FACTOR, shift_band, signed_runs
 
@@ -110,8 +110,7 @@ class HeldoutDivergence(Detector):
             if stat == "loss" and "stderr" in ours and "stderr" in other:
                 se = np.sqrt(run.scalars[ours["stderr"]].reindex(steps).to_numpy(dtype=float) ** 2
                              + reference.scalars[other["stderr"]].reindex(steps).to_numpy(dtype=float) ** 2)
-            ref_all = reference.series(key)
-            ref_all = ref_all[np.isfinite(ref_all.to_numpy(dtype=float))]
+            ref_all = finite(reference, key)
             shift = shift_band(ref_all.index.to_numpy(dtype=float), ref_all.to_numpy(dtype=float),
                                steps.astype(float), self.step_shift_tolerance)
             out[(name, stat)] = pd.DataFrame({"step": steps, "d": r - f, "se": se, "run": r, "reference": f,

@@ -30,7 +30,7 @@ from sklearn.linear_model import TheilSenRegressor
 
 from monitor.schema import DATA_SEEN_2PLUS_FRACTION, HELDOUT_PREFIX, TRAIN_LOSS, RunData, Severity
 
-from .base import Detector, concat_rows, reconcile, restrict_columns, slice_rows, trim_rows
+from .base import Detector, concat_rows, finite, reconcile, restrict_columns, slice_rows, trim_rows
 from .eval_keys import downstream_aggregate, heldout_sets
 from .stats import MAD_TO_SIGMA, MEDIAN_SE_FACTOR, cadence, effective_n, true_runs
 
@@ -125,7 +125,7 @@ class Memorization(Detector):
         t = self.train_at(run, steps)
         table = pd.DataFrame({"step": steps, "heldout": own["heldout"].to_numpy(dtype=float),
                               "train": t["train"].to_numpy()})
-        seen = _finite(run.series(DATA_SEEN_2PLUS_FRACTION))
+        seen = finite(run, DATA_SEEN_2PLUS_FRACTION)
         table["seen_2plus"] = seen.reindex(steps, method="ffill").to_numpy() if len(seen) else np.nan
         cols = ["d_train", "d_train_se", "d_held", "d_held_se", "sets", "down_z"]
         if reference is None:
@@ -160,9 +160,9 @@ class Memorization(Detector):
     def train_at(self, run: RunData, steps: np.ndarray, other: RunData | None = None) -> pd.DataFrame:
         """Per checkpoint: median of the train loss (or of run - other) over the window of logged
         steps ending there, its standard error and the points used."""
-        x = _finite(run.series(self.metric))
+        x = finite(run, self.metric)
         if other is not None:
-            y = _finite(other.series(self.metric))
+            y = finite(other, self.metric)
             common = x.index.intersection(y.index)
             x = x.loc[common] - y.loc[common]
         idx = x.index.to_numpy()
@@ -345,10 +345,6 @@ def _table_from_json(rows: list[dict]) -> pd.DataFrame:
         table[col] = table[col].astype("int64") if col == "step" else pd.to_numeric(table[col]).astype(float)
     return table
 
-
-def _finite(s: pd.Series) -> pd.Series:
-    v = s.to_numpy(dtype=float)
-    return s[np.isfinite(v)].astype(float)
 
 
 def _has_downstream(run: RunData, reference: RunData) -> bool:

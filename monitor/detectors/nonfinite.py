@@ -14,7 +14,7 @@ import pandas as pd
 
 from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, RunData, Severity
 
-from .base import Detector
+from .base import Detector, finite
 from .stats import true_runs
 
 
@@ -76,8 +76,7 @@ class NonFiniteDetector(Detector):
         return out
 
     def _exploding(self, run: RunData) -> list:
-        x = run.series(self.explode_metric)
-        x = x[np.isfinite(x.to_numpy(dtype=float))]
+        x = finite(run, self.explode_metric)
         if len(x) <= self.explode_min_points:
             return []
         base = x.rolling(self.baseline_points, min_periods=min(32, self.baseline_points)).median().shift(1)

@@ -25,7 +25,7 @@ from sklearn.isotonic import IsotonicRegression
 
 from monitor.schema import TRAIN_LOSS, RunData, Severity
 
-from .base import Detector
+from .base import Detector, finite
 from .stats import cadence, mad_sigma, shift_band, signed_runs, window_summaries
 
 
@@ -80,8 +80,8 @@ class ReferenceDivergence(Detector):
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         if reference is None:
             return []
-        r = _finite(run.series(self.metric))
-        f = _finite(reference.series(self.metric))
+        r = finite(run, self.metric)
+        f = finite(reference, self.metric)
         common = r.index.intersection(f.index)
         if len(common) < self.persist_windows * 2:
             return []
@@ -135,11 +135,6 @@ class ReferenceDivergence(Detector):
                    f"(band ±{band[k]:.3f}, z={z[k]:.1f}) for {b - a + 1} windows: {hint}")
         return self._detection(run, reference, self.metric, start, end, int(w.mid_step[k]),
                                score, severity, message, evidence)
-
-
-def _finite(s):
-    v = s.to_numpy(dtype=float)
-    return s[np.isfinite(v)].astype(float)
 
 
 def _noise_evidence(r, f, limit: int) -> dict:

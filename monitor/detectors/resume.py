@@ -15,7 +15,7 @@ import numpy as np
 
 from monitor.schema import DATA_CURSOR, TRAIN_LOSS, EventKind, RunData, Severity
 
-from .base import Detector
+from .base import Detector, finite
 from .stats import cadence
 
 
@@ -139,8 +139,7 @@ def _cursor_offset(run: RunData, before: int) -> float:
     batch = run.info.global_batch_size
     if DATA_CURSOR not in run.scalars.columns or not batch:
         return 0.0
-    cur = run.series(DATA_CURSOR)
-    cur = cur[np.isfinite(cur.to_numpy(dtype=float))]
+    cur = finite(run, DATA_CURSOR)
     if cur.empty:
         return 0.0
     earlier = cur[cur.index < before]

@@ -36,7 +36,7 @@ from monitor.schema import (
     Severity,
 )
 
-from .base import Detector
+from .base import Detector, finite
 from .stats import MAD_TO_SIGMA, true_runs
 
 DEFINITIONS = ("gapwatch", "olmo_core", "olmo2")
@@ -173,7 +173,7 @@ class SpikeDetector(Detector):
         """Long frame (step, key, value) of the spike score of each metric, by `definition`."""
         frames = []
         for metric in self.columns(run):
-            x = _finite(run.series(metric))
+            x = finite(run, metric)
             if x.empty or metric not in SCORE_KEYS:
                 continue
             score = self.spike_scores(self.flags(x, metric)[self.definition])
@@ -187,7 +187,7 @@ class SpikeDetector(Detector):
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         out = []
         for metric in self.columns(run):
-            x = _finite(run.series(metric))
+            x = finite(run, metric)
             if len(x) < 2:
                 continue
             out.extend(self._metric(run, metric, x))
@@ -252,10 +252,6 @@ class SpikeDetector(Detector):
                                        severity, message, evidence))
         return out
 
-
-def _finite(s: pd.Series) -> pd.Series:
-    v = s.to_numpy(dtype=float)
-    return s[np.isfinite(v)].astype(float)
 
 
 def _fallback_level(y: np.ndarray, a: int) -> tuple[float, float]:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, RunData, Severity
 
-from .base import Detector
+from .base import Detector, finite
 from .stats import cadence, signed_runs, true_runs, window_summaries
 
 
@@ -82,11 +82,11 @@ class ThroughputDetector(Detector):
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         out = []
-        times = _finite(run.series(PERF_STEP_TIME_S))
+        times = finite(run, PERF_STEP_TIME_S)
         if len(times) >= 2:
             out.extend(self._step_times(run, times))
         for metric in self.drop_metrics:
-            x = _finite(run.series(metric))
+            x = finite(run, metric)
             if len(x) >= 2:
                 out.extend(self._drops(run, metric, x))
                 if reference is not None:
@@ -205,7 +205,7 @@ class ThroughputDetector(Detector):
         return out
 
     def _vs_reference(self, run: RunData, reference: RunData, metric: str, x: pd.Series) -> list:
-        y = _finite(reference.series(metric))
+        y = finite(reference, metric)
         if len(y) < 2:
             return []
         width = self.drop_block_points * cadence(x.index.to_numpy())
@@ -228,7 +228,3 @@ class ThroughputDetector(Detector):
                                        w.mid_step[iw][k], float(-rel[k]), Severity.INFO, message, evidence))
         return out
 
-
-def _finite(s: pd.Series) -> pd.Series:
-    v = s.to_numpy(dtype=float)
-    return s[np.isfinite(v)].astype(float)
