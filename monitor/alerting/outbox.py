@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from monitor.alerting.backoff import retry_delay
 from monitor.alerting.config import AlertingConfig
 from monitor.alerting.ratelimit import TokenBucket
+from monitor.alerting.secrets import redact
 from monitor.alerting.sinks.base import SendResult, Sink, one_line
 from monitor.store import tables
 
@@ -123,7 +124,8 @@ class Outbox:
         try:
             return sink.send(json.loads(row.payload))
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            return SendResult(ok=False, error=one_line(f"{type(exc).__name__}: {exc}"))
+            secrets = [s.url for s in self.config.sinks]
+            return SendResult(ok=False, error=one_line(redact(f"{type(exc).__name__}: {exc}", *secrets)))
 
     def seconds_until_due(self) -> float | None:
         """Seconds until the earliest undelivered notification of a known sink is due; None if none."""

@@ -71,7 +71,11 @@ class WatchService:
     def poll(self) -> int:
         """One pass over every target; returns the notifications queued."""
         if not self._current or (self.targets.all_runs and self._polls % TARGET_REFRESH_POLLS == 0):
-            self._current = self.targets.resolve(self.store)
+            try:
+                self._current = self.targets.resolve(self.store)
+            except (OperationalError, DBAPIError) as exc:
+                log.warning("store unavailable (%s); will retry", _first_line(exc))
+                return 0
         self._polls += 1
         queued = 0
         for target in self._current:
