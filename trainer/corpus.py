@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import re
 import sys
 import sysconfig
@@ -102,7 +103,11 @@ def _stdlib_root() -> Path:
 
 def _stdlib_files() -> list[Path]:
     root = _stdlib_root()
-    return sorted(p for p in root.rglob("*.py") if not _STDLIB_SKIP & set(p.relative_to(root).parts))
+    found = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d not in _STDLIB_SKIP]  # never descend into them
+        found += [Path(folder) / f for f in files if f.endswith(".py")]
+    return sorted(found)
 
 
 def _stdlib_documents() -> Iterator[Document]:

@@ -69,11 +69,15 @@ class Faults:
         return saved_step + 1 if self.name == "resume-off-by-one" else saved_step
 
     def lr_scale(self, step: jax.Array) -> jax.Array:
-        """Multiplier of the learning rate at `step` (0-based update index)."""
-        if self.name != "loss-spike":
-            return jnp.ones((), jnp.float32)
+        """Multiplier of the learning rate at `step` (0-based update index).
+
+        The same computation runs in every run (an empty window when there is no spike), so clean
+        and faulty runs compile the same program and share compilation caches.
+        """
+        spiking = self.name == "loss-spike"
         first = self.config.at_step - 1  # at_step counts from 1 like logged steps
-        inside = (step >= first) & (step < first + self.config.spike_steps)
+        length = self.config.spike_steps if spiking else 0
+        inside = (step >= first) & (step < first + length)
         return jnp.where(inside, jnp.float32(self.config.spike_factor), jnp.float32(1.0))
 
     def poison(self, step: int, tokens: np.ndarray, vocab_size: int) -> None:

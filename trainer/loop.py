@@ -1,8 +1,10 @@
 """One training process: resume or start, train to the step budget, checkpoint, report.
 
-The per-step body runs under `jax.transfer_guard_device_to_host("disallow_explicit")`: any fetch of
-a device value on the training thread, implicit or explicit, raises. Metrics leave the device on
-the logging threads (trainer/sinks.py). The loop keeps at most `max_in_flight` steps dispatched
+The per-step body runs under `jax.transfer_guard("disallow")`: an implicit transfer on the training
+thread (`float(loss)`, `np.asarray(x)`, a Python scalar sent to the device) raises on accelerators;
+the batch goes to the devices by an explicit transfer. Metrics leave the device on the logging
+threads (trainer/sinks.py). On CPU, where device memory is host memory and JAX guards no
+device-to-host "transfer", tests/trainer check the same rule by probing every fetch. The loop keeps at most `max_in_flight` steps dispatched
 ahead of the device by waiting for an older step to *finish* (`block_until_ready`, which moves no
 data): the device always has the next step queued, and the loop's period is the device's step time.
 Checkpoints and evaluations are the deliberate, periodic exceptions, outside the guard.
@@ -98,6 +100,7 @@ class _Trainer:
     # --- set-up ----------------------------------------------------------------------------------
     def run(self) -> TrainResult:
         cfg, opts = self.config, self.options
+        enable_compilation_cache()
         model = cfg.model
         mesh = data_parallel_mesh()
         global_batch = cfg.data.global_batch_size
@@ -239,7 +242,7 @@ class _Trainer:
         gc.disable()  # collections happen at gc_every steps only, never in the middle of a step
         try:
             for step in range(start + 1, cfg.steps + 1):
-                with jax.transfer_guard_device_to_host("disallow_explicit"):
+                with jax.transfer_guard("disallow"):
                     batch = hosts.next_batch(step)
                     if poison_rows:
                         self.faults.poison(step, batch["tokens"], cfg.model.vocab_size)
@@ -304,6 +307,17 @@ class _Trainer:
             sinks.event(EventKind.CHECKPOINT, step, path=str(self.options.checkpoint_dir() / str(step)))
             ran = True
         return ran
+
+
+def enable_compilation_cache() -> None:
+    """Keep compiled steps on disk, so a restarted or resumed process skips recompilation.
+
+    Leaves a cache directory already configured (JAX_COMPILATION_CACHE_DIR, or by the embedding
+    program) alone; otherwise uses the per-user cache directory.
+    """
+    if not jax.config.jax_compilation_cache_dir:
+        directory = Path(platformdirs.user_cache_dir("gapwatch")) / "jax-compilation"
+        jax.config.update("jax_compilation_cache_dir", str(directory))
 
 
 def _heldout_name(cfg: TrainConfig) -> str:

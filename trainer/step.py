@@ -65,7 +65,7 @@ def make_train_step(
         }
         metrics = {
             schema.TRAIN_LOSS: loss,
-            schema.TRAIN_GRAD_NORM: optax.global_norm(grads),
+            schema.TRAIN_GRAD_NORM: optax.tree.norm(grads),
             schema.OPTIM_LR: lr,
             schema.DATA_CURSOR: cursor,
             schema.DATA_EPOCH: cursor / records_per_epoch,
