@@ -31,14 +31,15 @@ def run(args: argparse.Namespace) -> int:
 
     from app.dashboard.auth import AuthConfig
     from app.dashboard.config import DashboardConfig
-    from app.dashboard.server import make_server
+    from app.dashboard.server import make_server, open_app
     from monitor.errors import GapwatchError
 
     if args.poll <= 0 or args.max_points < 100:
         raise GapwatchError("--poll must be positive and --max-points at least 100")
     config = DashboardConfig(store_url=args.store, host=args.host, port=args.port, poll_interval_s=args.poll,
                              max_points=args.max_points)
-    server = make_server(config, AuthConfig.from_env())
+    app = open_app(config, AuthConfig.from_env())
+    server = make_server(app, config)
     # A failing callback is logged by Flask (and answered with a 500): show it on stderr.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     host = f"[{args.host}]" if ":" in args.host else args.host

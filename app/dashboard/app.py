@@ -35,9 +35,8 @@ table.runs th { background: #fafafa; font-weight: 600; color: #555; }
 .controls .pick { width: 260px; }
 .resolution { font-size: 13px; color: #555; margin: 4px 0 8px; display: flex; justify-content: space-between; }
 .notices { color: #a15c00; font-size: 13px; }
-.panels { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+.panels { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; align-items: start; }
 .panel { background: #fff; box-shadow: 0 1px 2px rgba(0,0,0,.08); }
-.panel-evals, .panel-throughput, .panel-data { grid-column: span 1; }
 @media (max-width: 1100px) { .panels { grid-template-columns: 1fr; } }
 ul.alerts { list-style: none; padding: 0; }
 li.alert { background: #fff; padding: 8px 12px; margin-bottom: 6px; box-shadow: 0 1px 2px rgba(0,0,0,.08); font-size: 14px; }
@@ -66,6 +65,8 @@ def create_app(store: Store, config: DashboardConfig | None = None, auth: AuthCo
         index_string=INDEX,
     )
     install(app.server, auth or AuthConfig())
+    # Flask's registry for per-app objects: lets the server (and tests) reach the store it reads.
+    app.server.extensions["gapwatch_store"] = store
     app.layout = shell(int(config.poll_interval_s * 1000))
     callbacks.register(app, store, config)
     return app

@@ -17,7 +17,6 @@ from app.figures.style import EVENT_COLORS, EVENT_DASH
 
 HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",
                  "crashed": "#d62728"}
-PANEL_HEIGHT_PX = {"evals": 580, "throughput": 570, "data": 470}
 BORDER_STYLE = {"dot": "dotted", "dash": "dashed", "solid": "solid"}
 
 
@@ -74,10 +73,10 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
     others = [{"label": n, "value": n} for n in run_names if n != spec.run]
     reference = spec.reference if spec.reference is not None else default_reference
     view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None}
+    # No height on the graphs: each figure carries its own (an empty panel is a short note).
     graphs = [
         dcc.Graph(id={"type": "panel", "name": p}, className=f"panel panel-{p}",
-                  config={"displaylogo": False, "scrollZoom": False},
-                  style={"height": f"{PANEL_HEIGHT_PX.get(p, 340)}px"})
+                  config={"displaylogo": False, "scrollZoom": False})
         for p in PANELS
     ]
     return html.Div([

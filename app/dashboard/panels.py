@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from app import figures
 from app.dashboard.queries import ViewData
+from app.figures.overlay import parse_series_uid
 from app.figures.style import base_figure, note_empty
 from monitor.schema import (
     PERF_MFU,
@@ -108,10 +109,9 @@ def _x_range(view: ViewData):
 def _appendable(fig: go.Figure) -> list[list]:
     out = []
     for i, trace in enumerate(fig.data):
-        uid = getattr(trace, "uid", None)
-        if uid and ":" in uid:
-            role, key = uid.split(":", 1)
-            out.append([i, role, key])
+        parsed = parse_series_uid(getattr(trace, "uid", None))
+        if parsed is not None:
+            out.append([i, *parsed])
     return out
 
 

@@ -174,8 +174,8 @@ def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> p
 def read_alerts(store: Store, run: str, limit: int = ALERT_LIMIT) -> pd.DataFrame:
     """The run's alerts (incidents), newest first, at most `limit`."""
     a = tables.alerts.c
+    run_id = store.run_id(run)
     with store.engine.connect() as conn:
-        run_id = store.run_id(run)
         rows = conn.execute(
             select(*[getattr(a, c) for c in ALERT_COLUMNS]).where(a.run_id == run_id)
             .order_by(a.updated_at.desc(), a.id.desc()).limit(limit)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from dash import Dash
 from waitress import create_server
 from waitress.server import BaseWSGIServer
 
@@ -37,15 +38,18 @@ def check_bind(host: str, auth: AuthConfig) -> None:
         )
 
 
-def make_server(config: DashboardConfig, auth: AuthConfig) -> BaseWSGIServer:
-    """A bound waitress server for the dashboard (call `.run()` to serve, `.close()` to stop)."""
+def open_app(config: DashboardConfig, auth: AuthConfig) -> Dash:
+    """The dashboard app over the configured store, after the bind rule has passed."""
     check_bind(config.host, auth)
     # Read-only: the dashboard must never be able to change what the trainer and detectors wrote.
     store = open_store(config.store_url, read_only=True)
-    app = create_app(store, config, auth)
+    return create_app(store, config, auth)
+
+
+def make_server(app: Dash, config: DashboardConfig) -> BaseWSGIServer:
+    """A bound waitress server for the app (call `.run()` to serve, `.close()` to stop)."""
     try:
         return create_server(app.server, host=config.host, port=config.port, threads=config.threads,
                              ident="gapwatch")
     except OSError as exc:
-        store.close()
         raise GapwatchError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None

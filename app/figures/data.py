@@ -44,7 +44,8 @@ def data_figure(data: pd.DataFrame, *, x_title: str = "step") -> go.Figure:
         if DATA_EPOCH in keys:
             fig.add_trace(line_trace(series_frame(data, DATA_EPOCH), "epoch", SERIES_COLORS[1], dash="dot",
                                      uid=series_uid("run", DATA_EPOCH)), row=1, col=1, secondary_y=True)
-            fig.update_yaxes(title_text="epoch", row=1, col=1, secondary_y=True, showgrid=False)
+            fig.update_yaxes(title_text="epoch", row=1, col=1, secondary_y=True, showgrid=False, dtick=1,
+                             rangemode="tozero")
         fig.update_yaxes(title_text="records", row=1, col=1, secondary_y=False)
         row += 1
     if has_coverage:

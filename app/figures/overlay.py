@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -17,9 +19,22 @@ LOG_AXIS_RATIO = 4.0
 
 
 def series_uid(role: str, key: str) -> str:
-    """The trace uid of one logged series (`run:train/loss`, `reference:train/loss`): a live view
-    finds the trace to append new steps to by it."""
-    return f"{role}:{key}"
+    """The trace uid of one logged series of a run (`role` "run" or "reference"): a live view finds
+    the trace to append new steps to by it. Plotly puts uids into CSS class names, so every
+    character but [a-z0-9-] is written as `_<hex>_` (`train/loss` -> `train_2f_loss`)."""
+    return f"{role}-" + _UID_UNSAFE.sub(lambda m: f"_{ord(m.group()):x}_", key)
+
+
+def parse_series_uid(uid: str | None) -> tuple[str, str] | None:
+    """(role, key) of a `series_uid`, None for any other uid."""
+    if not uid or "-" not in uid:
+        return None
+    role, encoded = uid.split("-", 1)
+    return role, _UID_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), encoded)
+
+
+_UID_UNSAFE = re.compile(r"[^a-z0-9-]")
+_UID_ESCAPE = re.compile(r"_([0-9a-f]+)_")
 
 
 def line_trace(frame: pd.DataFrame, name: str, color: str, *, dash: str | None = None, width: float = 1.4,

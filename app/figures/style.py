@@ -43,10 +43,11 @@ TEMPLATE = go.layout.Template(
 def text(value: object) -> str:
     """User text made inert for plotly, which renders a subset of HTML in names, titles and hovers.
 
-    Plotly decodes entities when it draws, so an escaped `<b>` shows as the literal characters.
-    `%` is escaped too because hover templates read `%{...}` as a substitution.
+    Plotly decodes `&lt;`, `&gt;` and `&amp;` when it draws, so an escaped `<b>` shows as the literal
+    characters; with `<` escaped no tag can form, so quotes need nothing (plotly would show
+    `&quot;` as is). User text is never put into a hover *template*, where `%{...}` substitutes.
     """
-    return html.escape(str(value), quote=True).replace("%", "&#37;")
+    return html.escape(str(value), quote=False)
 
 
 def base_figure(title: str, x_title: str, y_title: str = "", height: int = 320) -> go.Figure:
@@ -58,7 +59,14 @@ def base_figure(title: str, x_title: str, y_title: str = "", height: int = 320) 
     return fig
 
 
+# An empty panel is a one-line note, not a tall grid of meaningless ticks.
+EMPTY_HEIGHT = 150
+
+
 def note_empty(fig: go.Figure, message: str = "no data") -> go.Figure:
     fig.add_annotation(text=message, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
                        font=dict(size=14, color="#888"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(height=EMPTY_HEIGHT, margin=dict(t=40, b=10))
     return fig

@@ -156,9 +156,10 @@ def add_alert(store: Store, run: str, detector: str, metric: str, severity: str,
               message: str, state: str = "open") -> None:
     """An alert row written straight into the alerts table, as the watch service would."""
     now = time.time()
+    run_id = store.run_id(run)  # before the write transaction: a second connection would wait on it
     with store.engine.begin() as conn:
         conn.execute(insert(tables.alerts).values(
-            run_id=store.run_id(run), attempt=1, detector=detector, metric=metric, state=state, severity=severity,
+            run_id=run_id, attempt=1, detector=detector, metric=metric, state=state, severity=severity,
             start_step=start, end_step=end, peak_step=end, score=2.0, message=message, evidence="{}",
             opened_at=now, updated_at=now, resolved_at=now if state == "resolved" else None,
         ))

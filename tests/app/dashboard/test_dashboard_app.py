@@ -1,0 +1,100 @@
+"""The app end to end without a browser: the command, the read-only store, callbacks over HTTP,
+and no shared state between two apps in one process."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import dash._callback
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.cli import main
+from app.dashboard.app import create_app
+from app.dashboard.config import DashboardConfig
+from app.dashboard.auth import AuthConfig
+from app.dashboard.server import make_server, open_app
+from monitor.errors import GapwatchError
+from monitor.schema import TRAIN_LOSS
+from monitor.store import open_store
+
+
+PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
+
+
+def post_callback(app, output_part: str, inputs: list[dict], outputs) -> dict:
+    """POST one callback as dash-renderer does; `output_part` picks it from the app's callback map."""
+    output = next(k for k in app.callback_map if output_part in k)
+    client = app.server.test_client()
+    body = {"output": output, "outputs": outputs, "inputs": inputs, "changedPropIds": [], "state": []}
+    response = client.post("/_dash-update-component", json=body)
+    assert response.status_code == 200, response.text
+    return json.loads(response.text)["response"]
+
+
+def test_render_callback_sends_typed_arrays_within_budget(demo_url):
+    with open_store(demo_url, read_only=True) as store:
+        app = create_app(store, DashboardConfig(max_points=500))
+        outputs = [[{"id": {"name": p, "type": "panel"}, "property": "figure"} for p in PANELS],
+                   {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
+                   {"id": "notices", "property": "children"}, {"id": "reset-link", "property": "href"}]
+        view = {"spec": {"run": "olmo-repro"}, "range": None}
+        response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": view},
+                                                    {"id": "refresh", "property": "data", "value": 0}], outputs)
+    figures = {json.loads(k)["name"]: v["figure"] for k, v in response.items() if k.startswith("{")}
+    assert sorted(figures) == sorted(PANELS)
+    run = next(t for t in figures["loss"]["data"] if t.get("uid") == "run-train_2f_loss")
+    assert set(run["y"]) == {"dtype", "bdata"}  # base64 typed array, not a list of numbers
+    n = len(np.frombuffer(base64.b64decode(run["y"]["bdata"]), dtype=run["y"]["dtype"]))
+    assert 0 < n <= 500
+    assert response["resolution"]["children"].startswith("downsampled")
+
+
+def test_two_apps_share_nothing(tmp_path):
+    stores = []
+    for name in ("first", "second"):
+        url = f"sqlite:///{tmp_path / name}.db"
+        with open_store(url) as store:
+            store.ensure_run(f"run-{name}")
+            store.write_metrics(f"run-{name}", pd.DataFrame({"step": [0], "key": TRAIN_LOSS, "value": [1.0]}))
+        stores.append(open_store(url, read_only=True))
+    apps = [create_app(s) for s in stores]
+    assert dash._callback.GLOBAL_CALLBACK_LIST == [] and dash._callback.GLOBAL_CALLBACK_MAP == {}
+    for app, name in zip(apps, ("first", "second")):
+        response = post_callback(app, "runs-table.children",
+                                 [{"id": "poll", "property": "n_intervals", "value": None},
+                                  {"id": "url", "property": "pathname", "value": "/"}],
+                                 {"id": "runs-table", "property": "children"})
+        text = json.dumps(response)
+        other = "second" if name == "first" else "first"
+        assert f"run-{name}" in text and f"run-{other}" not in text
+    for s in stores:
+        s.close()
+
+
+def test_server_opens_the_store_read_only(demo_url, tmp_path):
+    config = DashboardConfig(store_url=demo_url, port=0)
+    app = open_app(config, AuthConfig())
+    store = app.server.extensions["gapwatch_store"]
+    assert store.read_only
+    with pytest.raises(Exception, match="readonly"):
+        store.ensure_run("written-by-the-dashboard")
+    server = make_server(app, config)
+    try:
+        assert int(server.effective_port) > 0
+    finally:
+        server.close()
+        store.close()
+    with pytest.raises(GapwatchError, match="no gapwatch store at"):
+        open_app(DashboardConfig(store_url=f"sqlite:///{tmp_path / 'missing.db'}"), AuthConfig())
+
+
+def test_command_refuses_public_bind_without_auth(demo_url, capsys, monkeypatch):
+    monkeypatch.delenv("GAPWATCH_DASHBOARD_PASSWORD", raising=False)
+    monkeypatch.delenv("GAPWATCH_DASHBOARD_TOKEN", raising=False)
+    assert main(["dashboard", "--store", demo_url, "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to serve on 0.0.0.0 without authentication" in err and "Traceback" not in err
+    assert main(["dashboard", "--store", demo_url, "--poll", "0"]) == 2

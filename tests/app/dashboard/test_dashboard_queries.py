@@ -1,0 +1,128 @@
+"""What the dashboard reads: point budgets, ranges, the reference's part, overview health, alerts."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.dashboard import panels, queries
+from app.dashboard.routes import ViewSpec
+from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS
+from monitor.store import open_store
+
+RUN, REFERENCE = "olmo-repro", "olmo-reference"
+
+
+@pytest.fixture
+def both_backends(store_url, demo):
+    """The demo run on SQLite and on PostgreSQL (smaller: 1,200 steps)."""
+    demo.build(store_url, steps=1200)
+    with open_store(store_url, read_only=True) as store:
+        yield store
+
+
+def test_view_is_downsampled_to_the_budget_and_full_resolution_when_zoomed(both_backends):
+    store = both_backends
+    view = queries.load_view(store, ViewSpec(run=RUN), max_points=500, step_range=None)
+    per_key = view.run.long.groupby("key").size()
+    assert per_key.max() <= 500
+    assert view.run.bucket_width[TRAIN_LOSS] > 1
+    assert view.reference is not None and view.reference.name == REFERENCE
+    zoom = queries.load_view(store, ViewSpec(run=RUN), max_points=500, step_range=(300, 599))
+    loss = zoom.run.long[zoom.run.long["key"] == TRAIN_LOSS]
+    assert loss["step"].tolist() == list(range(300, 600))
+    assert zoom.run.bucket_width[TRAIN_LOSS] == 1
+    assert "full resolution" in panels.resolution_text(zoom)
+    ref_loss = zoom.reference.long[zoom.reference.long["key"] == TRAIN_LOSS]
+    assert ref_loss["step"].min() == 300 and ref_loss["step"].max() == 599
+
+
+def test_spikes_survive_downsampling(demo_url):
+    with open_store(demo_url, read_only=True) as store:
+        view = queries.load_view(store, ViewSpec(run=RUN), max_points=200, step_range=None)
+    grad = view.run.long[view.run.long["key"] == TRAIN_GRAD_NORM]
+    assert len(grad) <= 200
+    assert grad["value"].max() == pytest.approx(2.0)  # the largest logged spike is drawn
+
+
+def test_reference_is_read_over_the_runs_x_range_on_a_token_axis(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        store.ensure_run("ref", tokens_per_step=2000)
+        store.ensure_run("run", tokens_per_step=1000, reference="ref")
+        store.write_metrics("ref", pd.DataFrame({"step": np.arange(1000), "key": TRAIN_LOSS, "value": 3.0}))
+        store.write_metrics("run", pd.DataFrame({"step": np.arange(400), "key": TRAIN_LOSS, "value": 3.0}))
+    with open_store(url, read_only=True) as store:
+        view = queries.load_view(store, ViewSpec(run="run", axis="tokens"), max_points=2000, step_range=None)
+    ref_steps = view.reference.long["step"]
+    # The run reached 399 * 1000 tokens; the reference (2,000 a step) got there at step ~200.
+    assert ref_steps.max() == 200 and view.axis_kind == "tokens"
+    assert view.reference.long["x"].max() == pytest.approx(400_000)
+
+
+def test_token_axis_falls_back_to_steps_with_a_notice(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        store.ensure_run("run", reference="gone")
+        store.write_metrics("run", pd.DataFrame({"step": np.arange(10), "key": TRAIN_LOSS, "value": 3.0}))
+    with open_store(url, read_only=True) as store:
+        view = queries.load_view(store, ViewSpec(run="run", axis="tokens"), max_points=2000, step_range=None)
+    assert view.axis_kind == "step" and view.reference is None
+    assert any("'gone' is not in the store" in n for n in view.notices)
+    assert any("neither tokens_per_step nor train/tokens" in n for n in view.notices)
+
+
+def test_link_range_adds_context_around_the_alert():
+    assert queries.link_range(1000, 1200) == (900, 1300)
+    assert queries.link_range(5, 5) == (0, 15)
+    assert queries.link_range(None, None) is None
+
+
+def test_overview_health(tmp_path, demo):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    demo.build(url, steps=300, alerts=False)
+    now = time.time()
+    with open_store(url) as store:
+        store.ensure_run("quiet", status="running", tokens_per_step=10)
+        store.write_metrics("quiet", pd.DataFrame({"step": [0, 1], "key": TRAIN_LOSS, "value": 3.0,
+                                                   "wall_time": now - 3600}))
+        store.ensure_run("fell-over", status="crashed")
+        store.ensure_run("empty")
+    with open_store(url, read_only=True) as store:
+        rows = queries.overview(store, now=now, stale_after_s=600).set_index("name")
+    assert rows.loc["olmo-repro", "health"] == "ok"
+    assert rows.loc["quiet", "health"] == "stale"
+    assert rows.loc["quiet", "tokens"] == 10.0 and rows.loc["quiet", "since_last_s"] == pytest.approx(3600, abs=5)
+    assert rows.loc["fell-over", "health"] == "crashed"
+    assert pd.isna(rows.loc["empty", "last_step"]) and rows.loc["empty", "health"] == "ok"
+    with open_store(url) as store:
+        demo.add_alert(store, "quiet", "throughput", "perf/step_time_s", "warning", 0, 1, "slow")
+        demo.add_alert(store, "olmo-repro", "spike", TRAIN_LOSS, "critical", 5, 5, "spike", state="resolved")
+    with open_store(url, read_only=True) as store:
+        rows = queries.overview(store, now=now).set_index("name")
+    assert rows.loc["quiet", "health"] == "warning" and rows.loc["quiet", "open_alerts"] == 1
+    assert rows.loc["olmo-repro", "health"] == "ok"  # its alert is resolved
+
+
+def test_read_alerts_newest_first(tmp_path, demo):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    demo.build(url, steps=300, alerts=False)
+    with open_store(url) as store:
+        demo.add_alert(store, "olmo-repro", "spike", TRAIN_LOSS, "warning", 10, 10, "first")
+        time.sleep(0.01)
+        demo.add_alert(store, "olmo-repro", "memorization", TRAIN_LOSS, "critical", 100, 200, "second")
+    with open_store(url, read_only=True) as store:
+        alerts = queries.read_alerts(store, "olmo-repro")
+        assert alerts["message"].tolist() == ["second", "first"]
+        assert alerts["start_step"].dtype == "int64"
+        assert queries.read_alerts(store, "olmo-repro", limit=1)["message"].tolist() == ["second"]
+
+
+def test_new_points_reads_only_after_each_keys_last_step(demo_url):
+    with open_store(demo_url, read_only=True) as store:
+        rows = queries.new_points(store, RUN, {TRAIN_LOSS: 2990, TRAIN_GRAD_NORM: 2995}, max_points=2000)
+    assert rows[rows["key"] == TRAIN_LOSS]["step"].tolist() == list(range(2991, 3000))
+    assert rows[rows["key"] == TRAIN_GRAD_NORM]["step"].tolist() == list(range(2996, 3000))

@@ -1,0 +1,32 @@
+"""URLs: what a link says is what the page shows, whatever characters a run name holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.dashboard.routes import ViewSpec, parse_run_path, run_href
+
+
+@pytest.mark.parametrize("name", ["olmo-7b", "a/b?c=d&e=f#g", '<script>alert("x")</script>', "ünïcode run", "%2F"])
+def test_run_links_round_trip_any_name(name):
+    href = run_href(name, reference="ref/1", axis="tokens", start=10, end=20)
+    path, _, search = href.partition("?")
+    assert "/" not in path[len("/run/"):] and "<" not in href and "#" not in href
+    assert parse_run_path(path, "?" + search) == ViewSpec(run=name, reference="ref/1", axis="tokens", start=10, end=20)
+
+
+def test_alert_link_form_of_the_slack_sink():
+    assert parse_run_path("/run/olmo-7b", "?start=900&end=1000") == ViewSpec(run="olmo-7b", start=900, end=1000)
+
+
+def test_bad_query_values_are_ignored_and_ranges_ordered():
+    spec = parse_run_path("/run/x", "?start=abc&end=50&axis=bogus")
+    assert spec == ViewSpec(run="x", start=None, end=50, axis="step")
+    assert parse_run_path("/run/x", "?start=90&end=10") == ViewSpec(run="x", start=10, end=90)
+
+
+def test_other_paths_are_not_runs():
+    assert parse_run_path("/", "") is None
+    assert parse_run_path("/run/", "") is None
+    assert parse_run_path("/runs/x", "") is None
+    assert run_href("x") == "/run/x"

@@ -1,0 +1,214 @@
+"""The figure functions: what each draws, NumPy arrays on the wire, escaping, empty input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from app import figures
+from app.figures.overlay import parse_series_uid, series_uid
+from monitor.schema import (
+    DATA_CURSOR,
+    DATA_UNIQUE_FRACTION,
+    PERF_MFU,
+    PERF_STEP_TIME_S,
+    PERF_TOKENS_PER_S,
+    TRAIN_LOSS,
+    downstream_key,
+    heldout_key,
+)
+
+HOSTILE = '<img src=x onerror="alert(1)">&<b>'
+
+
+def series(steps, values) -> pd.DataFrame:
+    return pd.DataFrame({"step": np.asarray(steps, dtype="int64"), "value": np.asarray(values, dtype=float)})
+
+
+def long(rows: dict[str, tuple]) -> pd.DataFrame:
+    return pd.concat([pd.DataFrame({"key": k, "step": np.asarray(s, dtype="int64"), "value": np.asarray(v, dtype=float)})
+                      for k, (s, v) in rows.items()], ignore_index=True)
+
+
+def detections(**cols) -> pd.DataFrame:
+    base = {"detector": "spike", "metric": "train/grad_norm", "severity": "warning", "message": "m"}
+    n = len(cols["start_step"])
+    return pd.DataFrame({**{k: [v] * n for k, v in base.items()}, **cols,
+                         "peak_step": cols.get("peak_step", cols["start_step"])})
+
+
+def wire(fig: go.Figure) -> dict:
+    return json.loads(fig.to_json())
+
+
+def by_uid(fig: go.Figure, uid: str):
+    return next(t for t in fig.data if t.uid == uid)
+
+
+def test_overlay_draws_run_over_reference_as_typed_arrays():
+    s = np.arange(5000)
+    fig = figures.loss_overlay(series(s, 3 + np.exp(-s / 500)), series(s, 3.01 + np.exp(-s / 500)),
+                               run_name="a", reference_name="b")
+    assert [t.uid for t in fig.data] == [series_uid("reference", TRAIN_LOSS), series_uid("run", TRAIN_LOSS)]
+    for trace in wire(fig)["data"]:
+        # NumPy arrays travel as base64 typed arrays, never as JSON lists of numbers.
+        assert set(trace["x"]) == {"dtype", "bdata"} and set(trace["y"]) == {"dtype", "bdata"}
+    assert len(fig.to_json()) < 100_000
+
+
+def test_overlay_switches_to_log_axis_only_for_a_wide_range():
+    s = np.arange(100)
+    assert figures.loss_overlay(series(s, 10 - s * 0.08), run_name="a").layout.yaxis.type == "log"
+    assert figures.loss_overlay(series(s, 3 - s * 0.001), run_name="a").layout.yaxis.type is None
+
+
+def test_names_are_escaped_in_every_figure_that_shows_them():
+    s = np.arange(10)
+    overlay = figures.loss_overlay(series(s, s), series(s, s), run_name=HOSTILE, reference_name=HOSTILE)
+    held = pd.DataFrame({"set": [HOSTILE], "step": [5], "loss": [3.0], "stderr": [0.1]})
+    heldout = figures.heldout_figure(held, held, run_name=HOSTILE, reference_name=HOSTILE)
+    alerts = figures.alerts_timeline(detections(start_step=[1], end_step=[2], message=[HOSTILE], detector=[HOSTILE]))
+    for fig in (overlay, heldout, alerts):
+        text = fig.to_json()
+        assert "<img" not in text and "<b>" not in text
+        assert "&lt;img" in text
+
+
+def test_series_uid_round_trips_and_is_css_safe():
+    for key in (TRAIN_LOSS, "eval/heldout/c4.en/loss", "train/grad_norm"):
+        uid = series_uid("run", key)
+        assert all(c.isalnum() or c in "-_" for c in uid)
+        assert parse_series_uid(uid) == ("run", key)
+    assert parse_series_uid(None) is None
+
+
+def test_delta_figure_draws_band_around_zero_and_window_medians():
+    s = np.arange(3000)
+    rng = np.random.default_rng(0)
+    windows, points = figures.reference_delta(series(s, 3 + rng.normal(0, 0.01, 3000) - 0.2),
+                                              series(s, 3 + rng.normal(0, 0.01, 3000)))
+    fig = figures.delta_figure(windows, points, run_name="a", reference_name="b")
+    names = [t.name for t in fig.data]
+    assert names[0] == "pointwise" and "divergence threshold" in names
+    median = fig.data[-1]
+    assert np.allclose(median.y, -0.2, atol=0.01)
+
+
+def test_heldout_figure_has_error_bars_per_set_and_run():
+    frame = figures.heldout_frame(long({
+        heldout_key("c4_en", "loss"): ([100, 200], [3.1, 3.0]), heldout_key("c4_en", "stderr"): ([100, 200], [0.01, 0.02]),
+        heldout_key("pile", "loss"): ([100, 200], [2.9, 2.8]),
+    }))
+    fig = figures.heldout_figure(frame, frame, run_name="run", reference_name="ref")
+    assert len(fig.data) == 4
+    c4_run = next(t for t in fig.data if t.name == "c4_en · run")
+    assert list(c4_run.error_y.array) == [0.01, 0.02]
+    assert next(t for t in fig.data if t.name == "pile · run").error_y.array is None  # no stderr logged
+
+
+def test_downstream_figure_one_panel_per_task_up_to_the_limit():
+    rows = {}
+    for task in ("arc", "boolq", "hellaswag", "mmlu", "piqa", "sciq", "winogrande"):
+        rows[downstream_key(task, "acc")] = ([1000, 2000], [0.5, 0.6])
+        rows[downstream_key(task, "acc", "stderr")] = ([1000, 2000], [0.02, 0.02])
+    frame = figures.downstream_frame(long(rows))
+    fig = figures.downstream_figure(frame, frame, run_name="run", reference_name="ref")
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["arc/acc", "boolq/acc", "hellaswag/acc", "mmlu/acc", "piqa/acc", "sciq/acc"]
+    assert "6 of 7 tasks" in fig.layout.title.text
+    chosen = figures.downstream_figure(frame, None, run_name="run", tasks=["piqa/acc"])
+    assert [a.text for a in chosen.layout.annotations] == ["piqa/acc"]
+    assert list(chosen.data[0].error_y.array) == [0.02, 0.02]
+
+
+def test_grad_norm_marks_each_spike_at_its_value():
+    s = np.arange(1000)
+    g = np.full(1000, 0.3)
+    g[400] = 2.0
+    fig = figures.grad_norm_figure(series(s, g), spikes=detections(start_step=[400]),
+                                   spike_score=series(s, np.where(s >= 400, 0.001, 0.0)))
+    spikes = next(t for t in fig.data if t.name.startswith("spikes"))
+    assert list(spikes.x) == [400] and list(spikes.y) == [2.0]
+    assert next(t for t in fig.data if t.name == "spike score").yaxis == "y2"
+
+
+def test_throughput_has_three_panels_and_shades_stalls_on_each():
+    s = np.arange(200)
+    step_time = np.full(200, 0.5)
+    step_time[100:110] = 3.0
+    perf = long({PERF_TOKENS_PER_S: (s, 1000 / step_time), PERF_MFU: (s, 0.2 / step_time),
+                 PERF_STEP_TIME_S: (s, step_time)})
+    fig = figures.throughput_figure(perf, stalls=detections(start_step=[100], end_step=[109], detector=["throughput"]))
+    assert {t.yaxis for t in fig.data if t.uid} == {"y", "y2", "y3"}
+    assert [(sh.x0, sh.x1, sh.yref) for sh in fig.layout.shapes] == [(100, 109, "y domain"), (100, 109, "y2 domain"),
+                                                                    (100, 109, "y3 domain")]
+    stall = next(t for t in fig.data if t.name.startswith("stalls"))
+    assert stall.yaxis == "y3" and list(stall.y) == [3.0]
+
+
+def test_data_figure_splits_cursor_and_coverage():
+    s = np.arange(100)
+    fig = figures.data_figure(long({DATA_CURSOR: (s, s * 64), DATA_UNIQUE_FRACTION: (s, s / 200)}))
+    assert len({t.xaxis for t in fig.data}) == 2
+    cover = figures.data_figure(long({DATA_UNIQUE_FRACTION: (s, s / 200)}))
+    assert len({t.xaxis for t in cover.data}) == 1
+
+
+def test_event_markers_on_every_panel_with_checkpoints_thinned():
+    s = np.arange(200)
+    perf = long({PERF_TOKENS_PER_S: (s, s), PERF_MFU: (s, s), PERF_STEP_TIME_S: (s, s)})
+    fig = figures.throughput_figure(perf)
+    events = pd.DataFrame({"step": list(range(0, 200, 2)) * 3 + [150, 151],
+                           "kind": ["checkpoint"] * 300 + ["resume", "restart"]})
+    figures.add_event_markers(fig, events, max_per_kind=20)
+    marks = [t for t in fig.data if t.legendgroup and t.legendgroup.startswith("event-")]
+    assert len(marks) == 3 * 3  # three kinds on each of three panels
+    panels = {t.xaxis for t in marks}
+    assert panels == {"x", "x2", "x3"}
+    checkpoint = next(t for t in marks if t.legendgroup == "event-checkpoint")
+    assert len(checkpoint.x) == 3 * 20 and checkpoint.name == "checkpoint (20 of 100 shown)"
+    assert list(next(t for t in marks if t.legendgroup == "event-resume").x[:2]) == [150, 150]
+    # Each marker axis lies over its panel's own y axis and spans it whatever the data range.
+    overlays = {t.yaxis for t in marks}
+    for name in overlays:
+        axis = fig.layout["yaxis" + name[1:]]
+        assert tuple(axis.range) == (0, 1) and axis.overlaying in ("y", "y2", "y3")
+
+
+def test_range_highlight_on_every_panel():
+    s = np.arange(50)
+    fig = figures.throughput_figure(long({PERF_TOKENS_PER_S: (s, s), PERF_MFU: (s, s)}))
+    figures.add_range_highlight(fig, 10, 20)
+    assert [(sh.xref, sh.yref) for sh in fig.layout.shapes] == [("x", "y domain"), ("x2", "y2 domain")]
+
+
+def test_alerts_timeline_bars_span_their_steps_and_stay_visible_when_one_step():
+    frame = detections(start_step=[100, 500], end_step=[400, 500], severity=["critical", "warning"],
+                       detector=["reference_divergence", "spike"])
+    fig = figures.alerts_timeline(frame, x_range=(0, 1000))
+    critical = next(t for t in fig.data if t.name == "critical")
+    warning = next(t for t in fig.data if t.name == "warning")
+    assert list(critical.base) == [100] and list(critical.x) == [300]
+    assert warning.x[0] >= 4  # a one-step alert still has a visible width
+
+
+def test_every_function_accepts_empty_frames():
+    empty = series([], [])
+    empty_long = long({TRAIN_LOSS: ([], [])})
+    none = pd.DataFrame(columns=["detector", "metric", "severity", "start_step", "end_step", "peak_step", "message"])
+    made = [
+        figures.loss_overlay(empty, empty, run_name="a"),
+        figures.delta_figure(*figures.reference_delta(empty, empty), run_name="a", reference_name="b"),
+        figures.heldout_figure(figures.heldout_frame(empty_long), None, run_name="a"),
+        figures.gap_figure(figures.train_heldout_gap(empty, figures.heldout_frame(empty_long)), run_name="a"),
+        figures.downstream_figure(figures.downstream_frame(empty_long), run_name="a"),
+        figures.grad_norm_figure(empty),
+        figures.throughput_figure(empty_long),
+        figures.data_figure(empty_long),
+        figures.alerts_timeline(none),
+    ]
+    for fig in made:
+        assert fig.layout.annotations and fig.layout.annotations[-1].text.startswith("no ")

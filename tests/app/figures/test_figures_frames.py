@@ -1,0 +1,88 @@
+"""The pure frame helpers: key parsing, the train–held-out gap, the delta against the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app import figures
+from monitor.detectors.reference_divergence import ReferenceDivergence
+from monitor.schema import TRAIN_LOSS, RunData, RunInfo, downstream_key, heldout_key
+
+
+def series(steps, values) -> pd.DataFrame:
+    return pd.DataFrame({"step": np.asarray(steps, dtype="int64"), "value": np.asarray(values, dtype=float)})
+
+
+def test_series_frame_from_long_frames_and_run_data():
+    long = pd.DataFrame({"run": ["a", "a", "b"], "key": [TRAIN_LOSS] * 3, "step": [2, 1, 1], "value": [2.0, 1.0, 9.0]})
+    out = figures.series_frame(long, TRAIN_LOSS, run="a")
+    assert out["step"].tolist() == [1, 2] and out["value"].tolist() == [1.0, 2.0]
+    scalars = pd.DataFrame({TRAIN_LOSS: [3.0, np.nan, 2.0]}, index=pd.Index([0, 1, 2], name="step"))
+    data = RunData(info=RunInfo(name="r"), scalars=scalars)
+    assert figures.series_frame(data.series(TRAIN_LOSS))["step"].tolist() == [0, 2]
+    assert figures.long_frame(data)["step"].tolist() == [0, 2]
+
+
+def test_with_x_maps_steps_to_tokens():
+    out = figures.with_x(series([0, 10], [1, 2]), lambda s: s * 4096.0)
+    assert out["x"].tolist() == [0.0, 40960.0]
+
+
+def test_heldout_and_downstream_frames_parse_keys():
+    long = pd.DataFrame({
+        "key": [heldout_key("c4_en", "loss"), heldout_key("c4_en", "stderr"), heldout_key("c4_en", "n"),
+                downstream_key("arc_easy", "acc"), downstream_key("arc_easy", "acc", "stderr"),
+                downstream_key("arc_easy", "acc", "n"), TRAIN_LOSS],
+        "step": [100] * 7, "value": [3.0, 0.01, 500, 0.6, 0.02, 1000, 2.9],
+    })
+    held = figures.heldout_frame(long)
+    assert held.to_dict("records") == [{"set": "c4_en", "step": 100, "loss": 3.0, "stderr": 0.01}]
+    down = figures.downstream_frame(long)
+    assert down.to_dict("records") == [{"task": "arc_easy/acc", "step": 100, "value": 0.6, "stderr": 0.02}]
+
+
+def test_train_heldout_gap_interpolates_train_loss_at_checkpoints():
+    train = series([0, 100, 200], [4.0, 3.0, 2.0])
+    held = pd.DataFrame({"set": ["c4", "c4", "c4"], "step": [50, 200, 300], "loss": [3.6, 2.2, 2.0],
+                         "stderr": [0.01] * 3})
+    gap = figures.train_heldout_gap(train, held)
+    assert gap["step"].tolist() == [50, 200]  # 300 is past the train loss: not extrapolated
+    assert gap["gap"].tolist() == pytest.approx([0.1, 0.2])
+
+
+def test_reference_delta_follows_the_detectors_threshold():
+    rng = np.random.default_rng(1)
+    s = np.arange(5000)
+    ref = 3 + 5 * (s + 50.0) ** -0.4 + rng.normal(0, 0.02, len(s))
+    tied = series(s, ref + rng.normal(0, 0.02, len(s)))
+    below = series(s, ref - 0.15 + rng.normal(0, 0.02, len(s)))
+    detector = ReferenceDivergence()
+    windows, points = figures.reference_delta(tied, series(s, ref))
+    assert len(points) == len(s)
+    # Window medians of pure noise stay inside the band; the band is at least the minimum effect.
+    assert (np.abs(windows["delta"]) < windows["band"]).all()
+    assert (windows["band"] >= detector.min_effect).all()
+    # Each window spans the detector's window of logged steps (100 at one step apart).
+    assert np.median(np.diff(windows["x"])) == pytest.approx(detector.window_points, rel=0.05)
+    low, _ = figures.reference_delta(below, series(s, ref))
+    late = low[low["x"] > 1000]
+    assert (late["delta"] < -late["band"]).all()
+    assert late["delta"].median() == pytest.approx(-0.15, abs=0.01)
+
+
+def test_reference_delta_caps_windows_on_a_long_view_and_uses_only_overlap():
+    s = np.arange(0, 1_000_000, 500)  # a downsampled million-step view: 2,000 points
+    windows, points = figures.reference_delta(series(s, np.ones(len(s))), series(s[:1000], np.ones(1000)))
+    assert points["x"].max() <= s[999]
+    assert len(windows) <= 200
+
+
+def test_reference_delta_on_a_token_axis_compares_equal_tokens():
+    s = np.arange(2000)
+    run = figures.with_x(series(s, 3 - s * 1e-4), lambda v: v * 1000.0)
+    # The reference's batch is twice as large: its step k has the tokens of the run's step 2k.
+    ref = figures.with_x(series(s[:1000], 3 - 2 * s[:1000] * 1e-4), lambda v: v * 2000.0)
+    windows, points = figures.reference_delta(run, ref)
+    assert np.abs(points["delta"]).max() < 1e-9
