@@ -46,7 +46,9 @@ class RunSpec:
 def make_run(spec: RunSpec) -> RunData:
     rng = np.random.default_rng(spec.seed)
     steps = np.arange(1, spec.steps + 1)
-    curve = 2.5 + 3.0 * np.exp(-steps / 400.0)
+    # Curves are functions of tokens seen, so a run with twice the batch learns twice as fast per step.
+    scale = spec.tokens_per_step / TOKENS_PER_STEP
+    curve = 2.5 + 3.0 * np.exp(-steps * scale / 400.0)
     loss = curve + rng.normal(0, spec.train_noise, steps.size)
     loss[steps >= spec.shift_from] += spec.train_shift
     grad = 0.3 + rng.normal(0, 0.01, steps.size)
@@ -69,16 +71,16 @@ def make_run(spec: RunSpec) -> RunData:
     frame = pd.DataFrame(cols, index=pd.Index(steps, name="step", dtype="int64"))
     ev = steps % spec.heldout_every == 0
     e_steps = steps[ev]
-    e_curve = 2.6 + 3.0 * np.exp(-e_steps / 400.0)
+    e_curve = 2.6 + 3.0 * np.exp(-e_steps * scale / 400.0)
     for name, offset in (("c4", 0.0), ("wikitext", 0.4)):
         values = e_curve + offset + rng.normal(0, HELDOUT_STDERR, e_steps.size) + spec.heldout_shift
         frame.loc[e_steps, schema.heldout_key(name, "loss")] = values
         if spec.heldout_stderr:
             frame.loc[e_steps, schema.heldout_key(name, "stderr")] = HELDOUT_STDERR
-    acc = 0.3 + 0.2 * (1 - np.exp(-e_steps / 800.0)) + rng.normal(0, DOWNSTREAM_STDERR, e_steps.size)
+    acc = 0.3 + 0.2 * (1 - np.exp(-e_steps * scale / 800.0)) + rng.normal(0, DOWNSTREAM_STDERR, e_steps.size)
     frame.loc[e_steps, schema.downstream_key("hellaswag", "acc")] = acc + spec.acc_shift
     frame.loc[e_steps, schema.downstream_key("hellaswag", "acc", "stderr")] = DOWNSTREAM_STDERR
-    bpb = 1.2 - 0.3 * (1 - np.exp(-e_steps / 800.0)) + rng.normal(0, DOWNSTREAM_STDERR, e_steps.size)
+    bpb = 1.2 - 0.3 * (1 - np.exp(-e_steps * scale / 800.0)) + rng.normal(0, DOWNSTREAM_STDERR, e_steps.size)
     frame.loc[e_steps, schema.downstream_key("arc_easy", "bpb")] = bpb + spec.bpb_shift
     frame.loc[e_steps, schema.downstream_key("arc_easy", "bpb", "stderr")] = DOWNSTREAM_STDERR
     piqa = 0.6 + rng.normal(0, DOWNSTREAM_STDERR, e_steps.size)

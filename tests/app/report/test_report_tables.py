@@ -179,3 +179,19 @@ def test_estimates_render_with_their_marker():
     assert cell(Estimate(0.003, 0.002, estimated=True), col) == "+0.0030 ± ≈0.0020"
     assert cell(None, col) == "—"
     assert cell(float("nan"), col) == "—"
+
+
+def test_reference_with_twice_the_batch_is_compared_at_equal_tokens(synthetic):
+    # The reference takes half as many steps of twice the tokens; evals every 50 of its steps are
+    # the run's every 100 in tokens.
+    ref = synthetic(name="ref", seed=2, steps=1500, tokens_per_step=8192, heldout_every=50)
+    pair = compare(synthetic(name="run", seed=1), ref)
+    assert pair.axis == "tokens"
+    train = train_delta_table(pair)
+    assert len(train.rows) == TrainTableConfig().windows
+    for row in train.rows[1:]:  # the first window holds the steep start, where interpolation is rough
+        assert abs(row["delta"].value) < 0.02
+    heldout = heldout_table(pair)
+    c4 = heldout.rows[0]
+    assert c4["checkpoints"] == 30  # every run checkpoint found its reference partner at equal tokens
+    assert abs(c4["at_3000"].value) < 4 * c4["at_3000"].stderr
