@@ -78,7 +78,8 @@ def detect_format(source: str | os.PathLike) -> str:
 
 def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
          fmt: str | None = None, tokens_per_step: float | None = None, step: int | None = None,
-         profiles_file: str | os.PathLike | None = None, progress=None) -> ImportedRun:
+         profiles_file: str | os.PathLike | None = None, progress=None,
+         api_config=None) -> ImportedRun:
     """Read one source into an ImportedRun with gapwatch metric keys.
 
     profile: a profile name or object; None detects it from the source's metric names.
@@ -87,6 +88,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     step: the step of an lm-eval results file whose model_args name no revision.
     profiles_file: the user's profile YAML (default: $GAPWATCH_PROFILES or the config dir).
     progress: called with (done, total) while a large source is read.
+    api_config: how a wandb:// source's server is reached (wandb_api.ApiConfig).
     """
     fmt = fmt or detect_format(source)
     if fmt not in FORMATS:
@@ -94,15 +96,18 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
     step_key = named.step_key if isinstance(named, Profile) else None
     raw, prefer = _parse(fmt, source, tokens_per_step=tokens_per_step, step=step,
-                         step_key=step_key, progress=progress)
+                         step_key=step_key, progress=progress, api_config=api_config)
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
+    if fmt != "wandb-api":
+        # The source's identity in the store: the same file wherever it is imported from.
+        raw.source = str(Path(raw.source or source).resolve())
     names = raw.scalars["key"].unique().tolist()
     chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file)
     return apply_profile(raw, chosen)
 
 
-def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress):
+def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config):
     """The raw ImportedRun (source metric names) and the profile the format usually uses."""
     if fmt == "llmc-log":
         from .text_logs import parse_text_log
@@ -119,7 +124,7 @@ def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress):
     if fmt == "wandb-api":
         from .wandb_api import parse_wandb_api
 
-        return parse_wandb_api(str(source), progress=progress), None
+        return parse_wandb_api(str(source), api_config, progress=progress), None
     if fmt == "lm-eval-json":
         from .lm_eval_json import parse_lm_eval
 

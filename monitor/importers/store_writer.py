@@ -57,11 +57,14 @@ def row_fingerprint(scalars: pd.DataFrame) -> int:
 
 
 def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
-              reference_of: str | None = None, progress=None) -> WriteResult:
+              reference_of: str | None = None, progress=None,
+              previous_rows: int | None = None) -> WriteResult:
     """Put `run` into `store` as run `name` (see module docstring for the rules).
 
     reference_of: a run already in the store whose reference this one becomes.
     progress: called with (rows_written, rows_to_write) as chunks go in.
+    previous_rows: set by followers that read only what a source appended: run.scalars are the
+        source's rows from this index on, and the store must hold exactly the rows before.
     """
     state_name = STATE_PREFIX + name
     scalars = run.scalars
@@ -84,18 +87,28 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
                         f"{run.source} into it would mix two sources: choose another --run name"
                     )
                 done = int(state.get("rows", 0))
-                if done > len(scalars):
+                if previous_rows is not None:
+                    if previous_rows != done:
+                        raise GapwatchError(
+                            f"run {name!r}: the store holds {done} rows of {run.source} but "
+                            f"the follower read from row {previous_rows}: import it again"
+                        )
+                    done = 0  # run.scalars hold only the new rows
+                elif done > len(scalars):
                     raise GapwatchError(
                         f"{run.source}: has {len(scalars)} rows but {done} were imported into "
                         f"run {name!r} before: the source was rewritten; import it under "
                         "another --run name"
                     )
-                if row_fingerprint(scalars.iloc[:done]) != int(state.get("fingerprint", 0)):
+                if done and row_fingerprint(scalars.iloc[:done]) != int(
+                        state.get("fingerprint", 0)):
                     raise GapwatchError(
                         f"{run.source}: rows imported into run {name!r} before have changed "
                         "since: import it under another --run name"
                     )
                 fingerprint = int(state.get("fingerprint", 0))
+        if previous_rows is not None and state is None and previous_rows:
+            raise GapwatchError(f"run {name!r}: nothing imported yet to follow on from")
         status = RunStatus.RUNNING if run.live else RunStatus.IMPORTED
         config = dict(run.config)
         if run.summary:
@@ -116,9 +129,12 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
             progress(0, 0)
         events = store.write_events(name, run.events) if run.events else 0
         fingerprint = (fingerprint + row_fingerprint(new)) % (1 << 64)
+        rows_total = len(scalars) + (previous_rows or 0)
+        last_step = int(scalars["step"].max()) if len(scalars) else (
+            (state or {}).get("last_step"))
         store.save_state(state_name, {
-            "source": run.source, "rows": len(scalars), "fingerprint": fingerprint,
-            "profile": run.profile, "updated_at": time.time(),
+            "source": run.source, "rows": rows_total, "fingerprint": fingerprint,
+            "profile": run.profile, "last_step": last_step, "updated_at": time.time(),
         })
         if reference_of:
             if store.get_run(reference_of) is None:
@@ -126,7 +142,12 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
                     f"--reference-of {reference_of!r}: no such run in {store.url.redacted()}"
                 )
             store.update_run(reference_of, reference=name)
-    return WriteResult(name, total, len(scalars), events, existing is None)
+    return WriteResult(name, total, rows_total, events, existing is None)
+
+
+def import_state(store, name: str) -> dict | None:
+    """What earlier imports into run `name` recorded (source, rows, last_step...), or None."""
+    return store.load_state(STATE_PREFIX + name)
 
 
 def _store_frame(scalars: pd.DataFrame) -> pd.DataFrame:

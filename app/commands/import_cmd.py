@@ -1,0 +1,117 @@
+"""`gapwatch import SOURCE --run NAME`: bring a reference run (or any run) into the store."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.options import add_store_argument
+
+FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, lm-eval-json, tensorboard, jsonl, csv, "
+               "llmc-log (default: detected)")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "import",
+        help="import a run from W&B, TensorBoard, lm-eval, CSV/JSONL or a training log",
+        description="Import a run into the store, atomically and idempotently: importing the same "
+        "source again writes nothing, a source that grew adds only its new rows. SOURCE is a "
+        ".wandb file or offline run folder, wandb://entity/project/run_id, a W&B CSV export, "
+        "lm-eval results (a file or a folder), TensorBoard event files (a file or a folder), a "
+        "JSONL or CSV metric log, or an llm.c / modded-nanogpt / nanoGPT log.",
+    )
+    parser.add_argument("source", metavar="SOURCE", help="file, folder or wandb:// URL")
+    parser.add_argument("--run", required=True, metavar="NAME", help="run name in the store")
+    parser.add_argument("--profile", metavar="NAME", default=None,
+                        help="metric-name profile: gapwatch, olmo, maxtext, llmc, nanogpt or a "
+                        "user profile (default: detected from the metric names)")
+    parser.add_argument("--profiles-file", metavar="PATH", default=None,
+                        help="user profile YAML (default: $GAPWATCH_PROFILES, else profiles.yaml "
+                        "in the per-user config directory)")
+    parser.add_argument("--format", dest="fmt", metavar="FORMAT", default=None, help=FORMAT_HELP)
+    parser.add_argument("--follow", action="store_true",
+                        help="keep importing what the source appends until it finishes")
+    parser.add_argument("--poll-interval", type=float, default=30.0, metavar="SECONDS",
+                        help="seconds between reads with --follow (default: 30)")
+    parser.add_argument("--idle-timeout", type=float, default=None, metavar="SECONDS",
+                        help="with --follow, stop after this long without new rows")
+    parser.add_argument("--reference-of", metavar="RUN", default=None,
+                        help="make the imported run the reference of this run in the store")
+    parser.add_argument("--project", default=None, help="project to file the run under")
+    parser.add_argument("--tokens-per-step", type=float, default=None, metavar="N",
+                        help="tokens in one optimizer step, when the source does not say")
+    parser.add_argument("--step", type=int, default=None,
+                        help="step of an lm-eval results file whose model_args have no revision")
+    parser.add_argument("--wandb-base-url", metavar="URL", default=None,
+                        help="W&B server for wandb:// sources (default: $WANDB_BASE_URL, else "
+                        "W&B's cloud)")
+    add_store_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+    )
+
+    from monitor.errors import GapwatchError
+    from monitor.importers import detect_format, load
+    from monitor.importers.follow import FollowConfig, follow
+    from monitor.importers.store_writer import write_run
+    from monitor.importers.wandb_api import ApiConfig
+    from monitor.store import open_store
+
+    if args.poll_interval <= 0:
+        raise GapwatchError("--poll-interval must be positive")
+    if args.tokens_per_step is not None and args.tokens_per_step <= 0:
+        raise GapwatchError("--tokens-per-step must be positive")
+    console = Console(stderr=True)
+    api_config = ApiConfig(base_url=args.wandb_base_url)
+    fmt = args.fmt or detect_format(args.source)
+    load_kwargs = {"tokens_per_step": args.tokens_per_step, "profiles_file": args.profiles_file}
+    write_kwargs = {"project": args.project, "reference_of": args.reference_of}
+    store = open_store(args.store)
+    try:
+        if args.follow:
+            config = FollowConfig(poll_interval_s=args.poll_interval,
+                                  idle_timeout_s=args.idle_timeout)
+
+            def report(poll):
+                state = "finished" if poll.finished else "following"
+                console.print(f"poll {poll.poll}: {poll.rows_new} new rows, "
+                              f"{poll.rows_total} in all ({state})")
+
+            follow(store, args.run, args.source, fmt, profile=args.profile,
+                   load_kwargs=load_kwargs, write_kwargs=write_kwargs, config=config,
+                   api_config=api_config, on_poll=report)
+            return 0
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            reading = progress.add_task(f"reading {fmt}", total=None)
+
+            def read_progress(done, total):
+                progress.update(reading, completed=done, total=total or None)
+
+            imported = load(args.source, args.profile, fmt=fmt, step=args.step,
+                            progress=read_progress, api_config=api_config, **load_kwargs)
+            progress.update(reading, visible=False)
+            writing = progress.add_task("writing rows", total=len(imported.scalars))
+
+            def write_progress(done, total):
+                progress.update(writing, completed=done, total=total or None)
+
+            result = write_run(store, args.run, imported, progress=write_progress, **write_kwargs)
+        for note in imported.notes:
+            console.print(f"note: {note}", highlight=False)
+        what = "created" if result.created else "updated"
+        console.print(
+            f"{what} run {args.run!r} from {imported.source} (profile {imported.profile}): "
+            f"{result.rows_new:,} new rows, {result.rows_total:,} in all, "
+            f"{len(imported.keys)} metrics" + (", still running" if imported.live else ""),
+            highlight=False,
+        )
+        return 0
+    finally:
+        store.close()

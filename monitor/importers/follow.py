@@ -1,0 +1,152 @@
+"""`import --follow`: keep a store run up to date with a source that is still growing.
+
+Each poll writes what is new, in its own transaction (so a reader sees whole polls only):
+* `.wandb` files are read from where the last poll stopped (a chunk still being written is left
+  for the next poll), and following ends when the file's exit record arrives;
+* W&B runs on a server are asked for the steps after the last one imported, and following ends
+  when the run's state is finished, crashed, failed or killed;
+* every other format is read whole again; the store writer takes only the rows after those it
+  already has (they grow by appending), and following ends after `idle_timeout_s` without new
+  rows, if set.
+Ctrl-C stops following between polls; nothing half-written stays behind.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+from .imported_run import ImportedRun
+from .normalize import apply_profile
+from .profiles import Profile, resolve_profile
+from .store_writer import import_state, write_run
+
+
+@dataclass
+class FollowConfig:
+    """How often and how long a growing source is followed."""
+
+    poll_interval_s: float = 30.0  # W&B's own history uploads every ~15-30 s; polling faster
+    # than that mostly finds nothing new
+    idle_timeout_s: float | None = None  # stop after this long without new rows (None: never)
+    max_polls: int | None = None  # stop after this many polls (None: no limit)
+
+
+@dataclass
+class PollResult:
+    poll: int
+    rows_new: int
+    rows_total: int
+    finished: bool
+
+
+def follow(store, name: str, source: str, fmt: str, *, profile: str | Profile | None = None,
+           load_kwargs: dict | None = None, write_kwargs: dict | None = None,
+           config: FollowConfig | None = None, api_config=None,
+           on_poll: Callable[[PollResult], None] | None = None,
+           sleep: Callable[[float], None] = time.sleep) -> PollResult:
+    """Poll `source` into run `name` until it is done or a limit is reached; the last result."""
+    config = config or FollowConfig()
+    load_kwargs = dict(load_kwargs or {})
+    write_kwargs = dict(write_kwargs or {})
+    poller = _poller(store, name, source, fmt, profile, load_kwargs, api_config)
+    poll = 0
+    idle_since = time.monotonic()
+    while True:
+        poll += 1
+        run, previous, finished = poller()
+        result = write_run(store, name, run, previous_rows=previous, **write_kwargs)
+        # Only the first poll names the run it is the reference of.
+        write_kwargs.pop("reference_of", None)
+        outcome = PollResult(poll, result.rows_new, result.rows_total, finished)
+        if on_poll is not None:
+            on_poll(outcome)
+        if result.rows_new:
+            idle_since = time.monotonic()
+        if finished:
+            return outcome
+        if config.max_polls is not None and poll >= config.max_polls:
+            return outcome
+        if (config.idle_timeout_s is not None
+                and time.monotonic() - idle_since >= config.idle_timeout_s):
+            return outcome
+        sleep(config.poll_interval_s)
+
+
+def _poller(store, name, source, fmt, profile, load_kwargs, api_config):
+    """A function returning (ImportedRun to write, previous_rows or None, source finished)."""
+    if fmt == "wandb-file":
+        return _WandbFilePoller(source, profile, load_kwargs)
+    if fmt == "wandb-api":
+        return _WandbApiPoller(store, name, source, profile, load_kwargs, api_config)
+    from . import load
+
+    def reload():
+        return load(source, profile, fmt=fmt, **load_kwargs), None, False
+
+    return reload
+
+
+class _WandbFilePoller:
+    def __init__(self, source, profile, load_kwargs) -> None:
+        from .wandb_file import WandbRunReader, find_run_file
+
+        self.reader = WandbRunReader(find_run_file(source))
+        self.profile = profile
+        self.user_file = load_kwargs.get("profiles_file")
+        self.tokens_per_step = load_kwargs.get("tokens_per_step")
+        self.rows = 0
+        self.first = True
+
+    def __call__(self):
+        from .wandb_file import to_imported
+
+        previous = None if self.first else self.rows
+        new = self.reader.read(follow=True)
+        run = to_imported(self.reader, new)
+        run = self._map(run)
+        self.first = False
+        self.rows += len(run.scalars)
+        return run, previous, self.reader.finished
+
+    def _map(self, run: ImportedRun) -> ImportedRun:
+        if self.tokens_per_step is not None:
+            run.tokens_per_step = float(self.tokens_per_step)
+        if not isinstance(self.profile, Profile):
+            self.profile = resolve_profile(self.profile, run.scalars["key"].unique().tolist(),
+                                           user_file=self.user_file)
+        return apply_profile(run, self.profile)
+
+
+class _WandbApiPoller(_WandbFilePoller):
+    def __init__(self, store, name, source, profile, load_kwargs, api_config) -> None:
+        from .wandb_api import ApiConfig, WandbApiReader
+
+        self.reader = WandbApiReader(source, api_config or ApiConfig())
+        self.profile = profile
+        self.user_file = load_kwargs.get("profiles_file")
+        self.tokens_per_step = load_kwargs.get("tokens_per_step")
+        state = import_state(store, name)
+        # Carry on after the last step an earlier import of this run took.
+        if state and state.get("source") == source and state.get("last_step") is not None:
+            self.reader.last_step = int(state["last_step"])
+            self.rows = int(state.get("rows", 0))
+            self.first = False
+        else:
+            self.rows = 0
+            self.first = True
+
+    def __call__(self):
+        from .wandb_api import to_imported
+
+        previous = None if self.first else self.rows
+        steps, keys, values, walls = self.reader.read()
+        run = self._map(to_imported(self.reader, steps, keys, values, walls))
+        self.first = False
+        self.rows += len(run.scalars)
+        return run, previous, self.reader.finished
+
+
+__all__ = ["FollowConfig", "PollResult", "follow"]

@@ -1,0 +1,255 @@
+"""W&B runs on a server: `wandb://entity/project/run_id`, read through wandb's public API.
+
+`wandb.Api(overrides={"base_url": ...}).run(path).scan_history()` pages through the history
+(wandb's core service asks the server for pages of `page_size` steps). The server is the one in
+$WANDB_BASE_URL, or given, else W&B's cloud.
+
+Before wandb is involved the server is probed with one short HTTP request, because `wandb.Api`
+against a dead or wrong address waits out its own timeout and then reports "invalid credentials",
+which sends people looking in the wrong place. The probe reports the real cause in one line
+(connection refused, name not resolved, timed out, an HTTP error status) within
+`ApiConfig.probe_timeout_s`.
+
+Rules are those of W&B history (see wandb_file): names starting with `_` are W&B's own, `_step` is
+the step, `_timestamp` the wall time, non-numeric values are left out and counted, steps only grow.
+A run whose state is `running` is imported as live; `follow` polls it for new steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import socket
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from monitor.errors import GapwatchError
+
+from .imported_run import ImportedRun, scalars_frame
+
+FORMAT = "wandb-api"
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+_URL = re.compile(r"^wandb://(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?P<run>[^/\s]+)/?$")
+# Run states after which no more history will come.
+DONE_STATES = ("finished", "crashed", "failed", "killed")
+SUMMARY_TEXT_MAX = 200
+
+
+@dataclass
+class ApiConfig:
+    """How the W&B server is reached."""
+
+    base_url: str | None = None  # None: $WANDB_BASE_URL, else W&B's cloud
+    api_key: str | None = None  # None: $WANDB_API_KEY or wandb's own login
+    page_size: int = 1000  # history rows per page (wandb's own default)
+    probe_timeout_s: float = 5.0  # the reachability probe; a live server answers in well under 1 s
+    timeout_s: int = 30  # wandb.Api's HTTP timeout once the server is known to answer
+
+
+def parse_url(url: str) -> tuple[str, str, str]:
+    m = _URL.match(url.strip())
+    if not m:
+        raise GapwatchError(f"{url}: expected wandb://entity/project/run_id")
+    return m.group("entity"), m.group("project"), m.group("run")
+
+
+def resolve_base_url(config: ApiConfig) -> str:
+    return (config.base_url or os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def probe(base_url: str, timeout_s: float) -> None:
+    """Raise a one-line GapwatchError unless the server answers HTTP at all."""
+    request = urllib.request.Request(f"{base_url}/graphql", data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500:
+            raise GapwatchError(
+                f"W&B server {base_url} answered HTTP {exc.code} ({exc.reason}): it is up but "
+                "failing"
+            ) from None
+        return  # 4xx: it speaks HTTP; wandb will say what it wants
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, socket.timeout | TimeoutError):
+            why = f"no answer within {timeout_s:g} s"
+        elif isinstance(reason, ConnectionRefusedError):
+            why = "connection refused (nothing listens there)"
+        elif isinstance(reason, socket.gaierror):
+            why = f"host name not resolved ({reason.strerror})"
+        else:
+            why = str(reason)
+        raise GapwatchError(f"W&B server {base_url} is unreachable: {why}") from None
+    except (TimeoutError, socket.timeout):
+        raise GapwatchError(
+            f"W&B server {base_url} is unreachable: no answer within {timeout_s:g} s"
+        ) from None
+    except (ConnectionError, OSError) as exc:
+        raise GapwatchError(f"W&B server {base_url} is unreachable: {exc}") from None
+
+
+@dataclass
+class WandbApiReader:
+    """One run on a W&B server; `read` returns the steps logged since the last read."""
+
+    url: str
+    config: ApiConfig = field(default_factory=ApiConfig)
+    last_step: int | None = None
+    key_names: list[str] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    state: str | None = None
+    run_name: str | None = None
+    run_config: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+    _codes: dict[str, int] = field(default_factory=dict)
+    _api: object = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in DONE_STATES
+
+    def read(self, progress=None):
+        """(steps, keys as str, values, wall times) of the rows after self.last_step."""
+        run = self._run()
+        self.state = run.state
+        self.run_name = run.name or run.id
+        self.run_config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
+        self.summary = _public_summary(run.summary_metrics)
+        start = 0 if self.last_step is None else self.last_step + 1
+        steps, keys, values, walls = [], [], [], []
+        total = max(0, int(run.lastHistoryStep) + 1 - start)
+        try:
+            for n, row in enumerate(run.scan_history(page_size=self.config.page_size,
+                                                     min_step=start, use_cache=False), 1):
+                self._row(row, steps, keys, values, walls)
+                if progress is not None and n % self.config.page_size == 0:
+                    progress(n, total)
+        except GapwatchError:
+            raise
+        except Exception as exc:  # wandb raises its own CommError/ApiError types
+            raise GapwatchError(f"{self.url}: reading history failed: {_one_line(exc)}") from None
+        if progress is not None:
+            progress(total, total)
+        return (np.asarray(steps, dtype=np.int64), keys, np.asarray(values, dtype=float),
+                np.asarray(walls, dtype=float))
+
+    def _row(self, row: dict, steps, keys, values, walls) -> None:
+        if "_step" not in row:
+            raise GapwatchError(f"{self.url}: a history row has no _step")
+        step = int(row["_step"])
+        if self.last_step is not None and step <= self.last_step:
+            raise GapwatchError(
+                f"{self.url}: step {step} after step {self.last_step}: W&B steps only grow"
+            )
+        self.last_step = step
+        wall = row.get("_timestamp")
+        wall = float(wall) if isinstance(wall, (int, float)) else math.nan
+        for name, value in _flatten(row):
+            if name.startswith("_"):
+                continue
+            number = _scalar(value)
+            if number is None:
+                if value is not None:
+                    self.skipped[name] = self.skipped.get(name, 0) + 1
+                continue
+            steps.append(step)
+            keys.append(name)
+            values.append(number)
+            walls.append(wall)
+
+    def _run(self):
+        entity, project, run_id = parse_url(self.url)
+        if self._api is None:
+            base = resolve_base_url(self.config)
+            probe(base, self.config.probe_timeout_s)
+            self._api = _make_api(base, self.config)
+        # wandb.Api caches run objects; a follower needs the run's current state each time.
+        self._api.flush()
+        try:
+            return self._api.run(f"{entity}/{project}/{run_id}")
+        except Exception as exc:
+            text = _one_line(exc)
+            if "not found" in text.lower() or "could not find" in text.lower():
+                raise GapwatchError(f"{self.url}: no such run on the server") from None
+            raise GapwatchError(f"{self.url}: {text}") from None
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.skipped:
+            listed = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items())[:6])
+            notes.append(f"{self.url}: left out values that are not numbers: {listed}")
+        if not self.finished:
+            notes.append(f"{self.url}: the run is {self.state or 'in an unknown state'}: "
+                         "imported what the server has so far")
+        return notes
+
+
+def _make_api(base: str, config: ApiConfig):
+    import wandb
+
+    try:
+        return wandb.Api(overrides={"base_url": base}, api_key=config.api_key,
+                         timeout=config.timeout_s)
+    except Exception as exc:
+        raise GapwatchError(f"W&B server {base}: {_one_line(exc)}") from None
+
+
+def parse_wandb_api(url: str, config: ApiConfig | None = None, progress=None) -> ImportedRun:
+    reader = WandbApiReader(url, config or ApiConfig())
+    steps, keys, values, walls = reader.read(progress=progress)
+    return to_imported(reader, steps, keys, values, walls)
+
+
+def to_imported(reader: WandbApiReader, steps, keys, values, walls) -> ImportedRun:
+    return ImportedRun(
+        name_hint=reader.run_name or parse_url(reader.url)[2],
+        scalars=scalars_frame(steps, keys, values, wall_time=walls),
+        config=dict(reader.run_config),
+        summary=dict(reader.summary),
+        source=reader.url,
+        notes=reader.notes(),
+        live=not reader.finished,
+    )
+
+
+def _flatten(row: dict, prefix: str = ""):
+    for name, value in row.items():
+        if isinstance(value, dict) and "_type" not in value:
+            yield from _flatten(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
+
+
+def _scalar(value) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
+        return float(value)
+    return None
+
+
+def _public_summary(summary) -> dict:
+    out = {}
+    for name, value in dict(summary or {}).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, (int, float, bool)) or (
+                isinstance(value, str) and len(value) <= SUMMARY_TEXT_MAX):
+            out[name] = value
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+__all__ = ["ApiConfig", "WandbApiReader", "parse_wandb_api", "parse_url", "probe"]
