@@ -83,11 +83,11 @@ class TrainConfig:
 
 
 PRESETS: dict[str, TrainConfig] = {
-    # Unit tests and quick checks: a model of 0.2M parameters on 0.3 MB of standard library text,
+    # Unit tests and quick checks: a model of 0.2M parameters on 0.1 MB of standard library text,
     # read by 8 data hosts.
     "tiny": TrainConfig(
         model=preset("tiny"),
-        data=DataConfig(corpus=CorpusSpec(max_train_chars=300_000, max_heldout_chars=20_000),
+        data=DataConfig(corpus=CorpusSpec(max_train_chars=100_000, max_heldout_chars=20_000),
                         global_batch_size=8, data_hosts=8),
         optim=OptimConfig(lr=1e-2, warmup_steps=10),
         steps=100,

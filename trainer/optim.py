@@ -40,14 +40,16 @@ LrFn = Callable[[jax.Array], jax.Array]
 
 
 def schedule(config: OptimConfig, total_steps: int) -> LrFn:
-    """Learning rate for the update made at (0-based) step `step`."""
-    return optax.warmup_cosine_decay_schedule(
+    """Learning rate for the update made at (0-based) step `step`: the first update already uses
+    peak / warmup_steps (a warmup from 0 would waste it), the last one the final rate."""
+    curve = optax.warmup_cosine_decay_schedule(
         init_value=0.0,
         peak_value=config.lr,
         warmup_steps=max(config.warmup_steps, 1),
         decay_steps=max(total_steps, config.warmup_steps + 1),
         end_value=config.lr * config.final_lr_fraction,
     )
+    return lambda step: curve(step + 1)
 
 
 def _decay_mask(params) -> dict:
