@@ -86,9 +86,12 @@ def judge(run: RunData, reference: RunData | None, config: DetectConfig | None =
             skipped.append(detector.name)
             continue
         progress(f"{detector.name}")
-        found.extend(detector.detect(run, aligned))
         if config.write_series and isinstance(detector, SpikeDetector):
-            series.append(change_points(detector.score_series(run)))
+            spikes, scores = detector.detect_with_scores(run)
+            found.extend(spikes)
+            series.append(change_points(scores))
+        else:
+            found.extend(detector.detect(run, aligned))
     found.sort(key=lambda d: (d.start_step, d.detector, d.metric))
     return DetectResult(run=run.name, reference=reference.name if reference is not None else None,
                         detections=found, series=pd.concat(series, ignore_index=True), skipped=skipped,

@@ -153,7 +153,7 @@ class DataInvariants(Detector):
         passes = None
         if batch:
             passes = (steps + (offset or 0.0)) * batch / epoch_records
-            planned = np.array([1.0 - planned_shares(x)[0] for x in passes])
+            planned = np.minimum(passes, 1.0)  # seen at least once, passing without replacement
             expected = expected.fillna(pd.Series(planned, index=unique.index))
         if expected.isna().all():
             return []

@@ -101,8 +101,8 @@ class NonFiniteDetector(Detector):
 def _nonfinite_cells(run: RunData) -> pd.DataFrame:
     """(key, step) of every value the run logged as NaN or +-Inf."""
     parts = [run.logged_nonfinite[["key", "step"]]]
-    values = run.scalars.to_numpy(dtype=float)
-    rows, cols = np.nonzero(np.isinf(values))
-    if rows.size:
-        parts.append(pd.DataFrame({"key": run.scalars.columns[cols], "step": run.scalars.index[rows]}))
+    for key in run.scalars.columns:  # column by column: no copy of a wide million-row frame
+        rows = np.flatnonzero(np.isinf(run.scalars[key].to_numpy(dtype=float)))
+        if rows.size:
+            parts.append(pd.DataFrame({"key": key, "step": run.scalars.index[rows]}))
     return pd.concat(parts, ignore_index=True).drop_duplicates().sort_values(["key", "step"])

@@ -7,19 +7,24 @@ Three definitions of "this step is a spike" (all look only at earlier steps):
 * `olmo2`: |value - mean| >= 7 sigma of the previous 1,000 values, the OLMo 2 paper's
   definition behind its spike score.
 * `gapwatch` (the default): value - expected > 6 sigma. Expected is the median of the previous
-  32 values plus the typical lag of that median behind the series (median deviation over the
-  previous 128 steps); sigma is the robust spread (scaled MAD) of those deviations over the
-  previous 128 steps. A trend does not inflate it (the loss falling 0.5 nats in 128 early steps
-  makes OLMo-core's sigma several times the real noise) and neither does an earlier spike in
-  the window (one spike cannot mask the next); grad norm is judged on a log scale, since it
-  spikes multiplicatively. Floors on sigma (1% of the level; 0.05 on the log scale) keep quantised
-  logs (llm.c prints the grad norm to two decimals) from turning every tick into a spike.
+  32 values plus the typical lag of that median behind the series; sigma is the robust spread
+  (scaled MAD) of the deviations from it. Lag and spread are measured on the previous complete
+  block of 128 logged values (and sigma is at least the median spread of the previous four
+  blocks, since a MAD of 128 values is itself uncertain by ~12%). A trend does not inflate this
+  sigma (the loss falling 0.5 nats in 128 early steps makes OLMo-core's several times the real
+  noise), and neither does an earlier spike (one spike cannot mask the next). Grad norm is
+  judged on a log scale, since it spikes multiplicatively; floors on sigma keep quantised logs
+  (llm.c prints the grad norm to two decimals) from turning every tick into a spike.
 
 The spike score (the OLMo-core / OLMo 2 statistic) is the share of the last `score_window`
 logged steps with a spike; `score_series` returns it as the `detect/spike_score/*` series.
 Each spike becomes a detection covering its excursion until the value is back within
-`recover_sigma` of the level before the spike: INFO when it recovers within `recovery_points`,
-WARNING when it takes longer, CRITICAL when it has not recovered after `unrecovered_points`.
+`recover_sigma` of the level before it: INFO when it recovers within `recovery_points`, WARNING
+when it takes longer, CRITICAL when it has not recovered after `unrecovered_points`.
+
+Incremental mode keeps ~1,200 recent values per metric and, for the spike score, the positions
+of the spikes among the last `score_window` values, so an update costs the same at step 10,000
+and at step 1,000,000.
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ from monitor.schema import (
     Severity,
 )
 
-from .base import Detector, finite
-from .stats import MAD_TO_SIGMA, true_runs
+from .base import Detector, DetectorState, concat_rows, finite, reconcile, restrict_columns, trim_rows
+from .stats import MAD_TO_SIGMA, row_medians, true_runs
 
 DEFINITIONS = ("gapwatch", "olmo_core", "olmo2")
 SCORE_KEYS = {TRAIN_LOSS: SPIKE_SCORE_LOSS, TRAIN_GRAD_NORM: SPIKE_SCORE_GRAD_NORM}
@@ -74,10 +79,10 @@ class SpikeDetector(Detector):
         # Level = median of the previous 32 values: short enough to follow the early-training
         # fall, long enough that a spike cannot move it.
         center_window: int = 32,
-        # Noise from the previous 128 step-to-step changes: OLMo-core's window length.
+        # Lag and noise from blocks of 128 values: OLMo-core's window length.
         scale_window: int = 128,
-        # A slower noise estimate (0 turns it off) of which the larger is used.
-        slow_scale_window: int = 512,
+        # Sigma is at least the median spread of this many previous blocks (512 values).
+        slow_blocks: int = 4,
         log_scale: tuple[str, ...] = (TRAIN_GRAD_NORM,),
         # Noise floor as a share of the level: a loss excursion under 6% is not called a spike.
         min_relative_sigma: float = 0.01,
@@ -105,7 +110,7 @@ class SpikeDetector(Detector):
         self.threshold = threshold
         self.center_window = center_window
         self.scale_window = scale_window
-        self.slow_scale_window = slow_scale_window
+        self.slow_blocks = slow_blocks
         self.log_scale = tuple(log_scale)
         self.min_relative_sigma = min_relative_sigma
         self.min_log_sigma = min_log_sigma
@@ -121,41 +126,48 @@ class SpikeDetector(Detector):
     def columns(self, run: RunData) -> list[str]:
         return [m for m in self.metrics if m in run.scalars.columns]
 
+    def history_points(self) -> int:
+        """Values before a point that its verdict depends on, under every rule."""
+        ours = self.center_window + (self.slow_blocks + 1) * self.scale_window
+        return max(ours, self.olmo_core_window, self.olmo2_window) + 1
+
     def lookback(self, step_cadence: float) -> float:
-        history = max(self.center_window + self.scale_window + 1, self.olmo_core_window, self.olmo2_window) + 1
-        return (self.score_window + history + self.unrecovered_points) * step_cadence
+        return (self.history_points() + self.unrecovered_points) * step_cadence
 
     def merge_gap(self, step_cadence: float) -> float:
         return 0.0  # two spikes are two detections, however close
 
     # --- the three rules -----------------------------------------------------------------------
-    def gapwatch_z(self, x: pd.Series, log: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(z, expected value, sigma) of each value against the previous values, on the judged
-        scale (log for grad norm)."""
+    def gapwatch_z(self, x: pd.Series, log: bool, first: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(z, expected value, sigma) of each value against earlier values, on the judged scale
+        (log for grad norm). `first` is the position of x[0] in the whole series: blocks are
+        counted from the start of the run, so a run judged in pieces meets the same blocks."""
         y = np.log(np.clip(x, 1e-30, None)) if log else x
-        level = y.rolling(self.center_window).median().shift(1)
-        # On a descent the trailing median lags the loss by ~half its window; the typical
-        # deviation from it over the scale window measures that lag, and its spread (a MAD,
-        # so an earlier spike does not count) is the noise.
-        dev = y - level
-        lag = dev.rolling(self.scale_window).median()
-        resid = (dev - lag).abs()
-        spread = resid.rolling(self.scale_window).median()
-        if self.slow_scale_window:
-            # A MAD over 128 points is itself uncertain by ~12%; the larger of it and a slower
-            # estimate keeps a low draw from turning a 5-sigma wobble into a "6-sigma" spike.
-            spread = np.fmax(spread, resid.rolling(self.slow_scale_window, min_periods=self.scale_window).median())
-        expected = (level + lag.shift(1)).to_numpy()
-        sigma = MAD_TO_SIGMA * spread.shift(1).to_numpy()
+        level = y.rolling(self.center_window).median().shift(1).to_numpy()
+        dev = y.to_numpy() - level
+        size = self.scale_window
+        block = (np.arange(dev.size) + first) // size
+        lag, spread = _block_stats(dev, block, first, size)
+        # Trades exactness for speed: lag and spread come from the previous complete block (one
+        # per 128 values), not a window sliding with every step; each stays fully causal.
+        prev = block - block[0] - 1
+        ok = prev >= 0
+        lag_at = np.full(dev.size, np.nan)
+        sig_at = np.full(dev.size, np.nan)
+        lag_at[ok] = lag[prev[ok]]
+        slow = pd.Series(spread).rolling(self.slow_blocks, min_periods=1).median().to_numpy()
+        sig_at[ok] = MAD_TO_SIGMA * np.fmax(spread[prev[ok]], slow[prev[ok]])
+        expected = level + lag_at
         floor = self.min_log_sigma if log else self.min_relative_sigma * np.abs(expected)
         # np.maximum keeps NaN: no verdict until the windows hold enough history.
-        sigma = np.maximum(sigma, floor)
+        sigma = np.maximum(sig_at, floor)
         with np.errstate(invalid="ignore", divide="ignore"):
             z = (y.to_numpy() - expected) / sigma
         return z, expected, sigma
 
-    def flags(self, x: pd.Series, metric: str) -> dict[str, np.ndarray]:
-        z, _, _ = self.gapwatch_z(x, metric in self.log_scale)
+    def flags(self, x: pd.Series, metric: str, first: int = 0, z: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        if z is None:
+            z = self.gapwatch_z(x, metric in self.log_scale, first)[0]
         with np.errstate(invalid="ignore"):
             ours = z > self.threshold
         return {
@@ -171,34 +183,76 @@ class SpikeDetector(Detector):
 
     def score_series(self, run: RunData) -> pd.DataFrame:
         """Long frame (step, key, value) of the spike score of each metric, by `definition`."""
-        frames = []
-        for metric in self.columns(run):
-            x = finite(run, metric)
-            if x.empty or metric not in SCORE_KEYS:
-                continue
-            score = self.spike_scores(self.flags(x, metric)[self.definition])
-            frames.append(pd.DataFrame({"step": x.index.to_numpy(), "key": SCORE_KEYS[metric], "value": score}))
-        if not frames:
-            return pd.DataFrame({"step": pd.Series(dtype="int64"), "key": pd.Series(dtype=str),
-                                 "value": pd.Series(dtype=float)})
-        return pd.concat(frames, ignore_index=True)
+        return self.detect_with_scores(run)[1]
 
-    # --- detections ------------------------------------------------------------------------------
+    # --- batch ---------------------------------------------------------------------------------
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
-        out = []
+        return self.detect_with_scores(run)[0]
+
+    def detect_with_scores(self, run: RunData) -> tuple[list, pd.DataFrame]:
+        """The detections and the spike-score series from one pass over the run."""
+        out, frames = [], []
         for metric in self.columns(run):
             x = finite(run, metric)
             if len(x) < 2:
                 continue
-            out.extend(self._metric(run, metric, x))
-        return sorted(out, key=lambda d: (d.start_step, d.metric))
+            z, expected, sigma = self.gapwatch_z(x, metric in self.log_scale)
+            every = self.flags(x, metric, z=z)
+            scores = {k: self.spike_scores(v) for k, v in every.items()}
+            out.extend(self._excursions(run, metric, x, z, expected, sigma, every, scores))
+            if metric in SCORE_KEYS:
+                frames.append(pd.DataFrame({"step": x.index.to_numpy(), "key": SCORE_KEYS[metric],
+                                            "value": scores[self.definition]}))
+        series = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            {"step": pd.Series(dtype="int64"), "key": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
+        return sorted(out, key=lambda d: (d.start_step, d.metric)), series
 
-    def _metric(self, run: RunData, metric: str, x: pd.Series) -> list:
+    # --- incremental ---------------------------------------------------------------------------
+    def update(self, state: DetectorState, new_rows: RunData,
+               reference: RunData | None = None) -> tuple[DetectorState, list]:
+        """Judges the new values with ~1,200 earlier ones; the spike score comes from the
+        positions of earlier spikes kept in the state (`extra["spikes"]`)."""
+        fresh = restrict_columns(new_rows, self.columns(new_rows))
+        if fresh.scalars.empty:
+            return state, []
+        combined = fresh if state.tail is None else concat_rows(state.tail, fresh)
+        last_seen = state.last_step if state.last_step is not None else -np.inf
+        memory = state.extra.setdefault("spikes", {})
+        found = []
+        for metric in self.columns(combined):
+            x = finite(combined, metric)
+            if x.empty:
+                continue
+            mem = memory.setdefault(metric, {"n": 0, "flags": {k: [] for k in DEFINITIONS}})
+            steps = x.index.to_numpy()
+            old = int(np.searchsorted(steps, last_seen, side="right"))
+            first = mem["n"] - old  # position of x[0] in the whole run
+            z, expected, sigma = self.gapwatch_z(x, metric in self.log_scale, max(first, 0))
+            every = self.flags(x, metric, z=z)
+            scores = {}
+            for name, flags in every.items():
+                earlier = np.asarray(mem["flags"][name], dtype=np.int64)
+                fresh_pos = first + old + np.flatnonzero(flags[old:])
+                merged = np.concatenate([earlier, fresh_pos])
+                scores[name] = _scores_at(merged, first + np.arange(x.size), self.score_window)
+                keep_from = first + x.size - self.score_window
+                mem["flags"][name] = merged[merged > keep_from].tolist()
+            mem["n"] = first + x.size
+            found += self._excursions(combined, metric, x, z, expected, sigma, every, scores)
+        emitted = reconcile(state, found, 0.0)
+        hi = float(combined.scalars.index[-1])
+        cadence = float(np.median(np.diff(combined.scalars.index.to_numpy()))) if len(combined.scalars) > 1 else 1.0
+        state.tail = trim_rows(combined, hi - self.lookback(max(cadence, 1.0)))
+        state.last_step = int(hi)
+        first_kept = float(state.tail.scalars.index[0]) if len(state.tail.scalars) else hi
+        state.open = {m: d for m, d in state.open.items() if d.end_step >= first_kept}
+        state.reported = {k: fp for k, fp in state.reported.items() if fp[0] >= first_kept}
+        return state, emitted
+
+    # --- excursions become detections ------------------------------------------------------------
+    def _excursions(self, run, metric, x, z, expected, sigma, every, scores) -> list:
         log = metric in self.log_scale
-        z, level, sigma = self.gapwatch_z(x, log)
-        every = self.flags(x, metric)
         chosen = every[self.definition]
-        scores = {k: self.spike_scores(v) for k, v in every.items()}
         y = np.log(np.clip(x.to_numpy(), 1e-30, None)) if log else x.to_numpy()
         steps = x.index.to_numpy()
         out = []
@@ -206,15 +260,14 @@ class SpikeDetector(Detector):
         for a, _ in true_runs(chosen):
             if a < i_next:
                 continue  # inside the excursion of an earlier spike
-            base, sig = level[a], sigma[a]
+            base, sig = expected[a], sigma[a]
             if not np.isfinite(base) or not np.isfinite(sig):
                 base, sig = _fallback_level(y, a)
             horizon = min(len(y), a + self.unrecovered_points + 1)
             elevated = y[a:horizon] - base > self.recover_sigma * sig
             back = np.flatnonzero(~elevated)
             recovered = back.size > 0
-            end = a + (int(back[0]) - 1 if recovered else horizon - a - 1)
-            end = max(end, a)
+            end = max(a + (int(back[0]) - 1 if recovered else horizon - a - 1), a)
             i_next = end + 1
             k = a + int(np.nanargmax(y[a:end + 1]))
             excursion = end - a + 1
@@ -231,17 +284,10 @@ class SpikeDetector(Detector):
             baseline = float(np.exp(base)) if log else float(base)
             ratio = value / baseline if baseline else float("inf")
             evidence = {
-                "value": value,
-                "baseline": baseline,
-                "ratio": ratio,
-                "z": zk,
-                "sigma": float(sig),
-                "scale": "log" if log else "linear",
-                "excursion_steps": int(excursion),
-                "recovered": bool(recovered),
-                "definition": self.definition,
-                "olmo_core_flag": bool(every["olmo_core"][k]),
-                "olmo2_flag": bool(every["olmo2"][k]),
+                "value": value, "baseline": baseline, "ratio": ratio, "z": zk, "sigma": float(sig),
+                "scale": "log" if log else "linear", "excursion_steps": int(excursion),
+                "recovered": bool(recovered), "definition": self.definition,
+                "olmo_core_flag": bool(every["olmo_core"][k]), "olmo2_flag": bool(every["olmo2"][k]),
                 "spike_score": float(scores[self.definition][k]),
                 "spike_score_olmo_core": float(scores["olmo_core"][k]),
                 "spike_score_olmo2": float(scores["olmo2"][k]),
@@ -252,6 +298,32 @@ class SpikeDetector(Detector):
                                        severity, message, evidence))
         return out
 
+
+def _block_stats(dev: np.ndarray, block: np.ndarray, first: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Median and MAD of `dev` in each block of `size` values (NaN for blocks not yet complete
+    or with too few defined values)."""
+    n_blocks = int(block[-1] - block[0] + 1)
+    head = first % size  # values of the first block that lie before this piece
+    grid = np.full(n_blocks * size, np.nan)
+    grid[head:head + dev.size] = dev
+    grid = grid.reshape(n_blocks, size)
+    complete = np.ones(n_blocks, dtype=bool)
+    complete[-1] = (head + dev.size) % size == 0
+    if head:
+        complete[0] = False  # values before the piece are not here
+    enough = np.sum(np.isfinite(grid), axis=1) >= size // 2
+    with np.errstate(invalid="ignore"):
+        lag = np.where(complete & enough, row_medians(grid), np.nan)
+        spread = np.where(complete & enough, row_medians(np.abs(grid - lag[:, None])), np.nan)
+    return lag, spread
+
+
+def _scores_at(flag_positions: np.ndarray, positions: np.ndarray, window: int) -> np.ndarray:
+    """Share of spikes among the `window` values ending at each position (fewer at the start)."""
+    flag_positions = np.sort(flag_positions)
+    hi = np.searchsorted(flag_positions, positions, side="right")
+    lo = np.searchsorted(flag_positions, positions - window, side="right")
+    return (hi - lo) / np.minimum(window, positions + 1)
 
 
 def _fallback_level(y: np.ndarray, a: int) -> tuple[float, float]:

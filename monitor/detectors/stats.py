@@ -91,9 +91,9 @@ def window_summaries(steps: np.ndarray, values: np.ndarray, width: float) -> Win
     row = np.repeat(np.arange(uniq.size), counts)
     col = np.arange(ids.size) - np.repeat(start, counts)
     grid[row, col] = values
-    med = np.nanmedian(grid, axis=1)
+    med = row_medians(grid)
     dev = grid - med[:, None]
-    sigma = MAD_TO_SIGMA * np.nanmedian(np.abs(dev), axis=1)
+    sigma = MAD_TO_SIGMA * row_medians(np.abs(dev))
     lagged = np.nansum(dev[:, 1:] * dev[:, :-1], axis=1)
     power = np.nansum(dev * dev, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -101,6 +101,21 @@ def window_summaries(steps: np.ndarray, values: np.ndarray, width: float) -> Win
     last = start + counts - 1
     mid = start + (counts - 1) // 2
     return Windows(uniq, steps[start], steps[last], steps[mid], counts, med, sigma, rho)
+
+
+def row_medians(grid: np.ndarray) -> np.ndarray:
+    """Median of the finite values of each row (NaN for a row with none).
+
+    np.nanmedian on many short rows goes through masked arrays and costs ~10x more; sorting
+    puts NaN last, so each row's median sits at the middle of its finite prefix.
+    """
+    ordered = np.sort(grid, axis=1)
+    count = np.sum(np.isfinite(grid), axis=1)
+    rows = np.arange(grid.shape[0])
+    lo = np.clip((count - 1) // 2, 0, None)
+    hi = np.clip(count // 2, 0, grid.shape[1] - 1)
+    med = (ordered[rows, lo] + ordered[rows, hi]) / 2.0
+    return np.where(count > 0, med, np.nan)
 
 
 def true_runs(mask: np.ndarray) -> list[tuple[int, int]]:
