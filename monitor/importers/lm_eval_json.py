@@ -29,6 +29,8 @@ from .imported_run import ImportedRun, scalars_frame
 FORMAT = "lm-eval-json"
 _REVISION = re.compile(r"(?:^|[,\s])revision=(?:global_)?step(\d+)(?:$|[,\s])")
 _STDERR_SUFFIX = "_stderr"
+# Bookkeeping fields of a task's results, not metrics (lm-eval 0.4 writes them beside the metrics).
+_NOT_METRICS = {"alias", "name", "sample_len", "sample_count"}
 
 
 def sniff(doc) -> bool:
@@ -116,7 +118,7 @@ def _metrics(file: Path, doc: dict):
         if not isinstance(metrics, dict):
             raise GapwatchError(f"{file}: results[{task!r}] is not a mapping")
         for name, value in metrics.items():
-            if name == "alias" or not _is_number(value):
+            if name in _NOT_METRICS or not _is_number(value):
                 continue
             metric, _, flt = name.partition(",")
             stat = None
@@ -130,6 +132,8 @@ def _metrics(file: Path, doc: dict):
                 raise GapwatchError(f"{file}: results[{task!r}][{name!r}]: {exc}") from None
             yield key, float(value)
         n = (n_samples.get(task) or {}).get("effective") if isinstance(n_samples, dict) else None
+        if not _is_number(n):
+            n = metrics.get("sample_len")
         if _is_number(n):
             for metric in _base_metrics(metrics):
                 yield schema.downstream_key(task, metric, "n"), float(n)
@@ -139,7 +143,7 @@ def _base_metrics(metrics: dict) -> list[str]:
     out = []
     for name, value in metrics.items():
         metric, _, flt = name.partition(",")
-        if name == "alias" or metric.endswith(_STDERR_SUFFIX) or not _is_number(value):
+        if name in _NOT_METRICS or metric.endswith(_STDERR_SUFFIX) or not _is_number(value):
             continue
         out.append(f"{metric}_{flt}" if flt and flt != "none" else metric)
     return out

@@ -59,7 +59,7 @@ class Rule:
             return None
         if self.key is None:
             return None, self.scale
-        parts = {k: schema.slug(v) for k, v in m.groupdict().items() if v is not None}
+        parts = {k: schema.slug(v) if v else "" for k, v in m.groupdict().items()}
         return self.key.format(**parts), self.scale
 
 
@@ -138,8 +138,10 @@ GAPWATCH = Profile(
         + [
             Rule(r"eval/heldout/(?P<set>[^/]+)/(?P<stat>loss|bpb|stderr|n)",
                  "eval/heldout/{set}/{stat}"),
-            Rule(r"eval/downstream/(?P<task>[^/]+)/(?P<metric>[^/]+)(?P<stat>/stderr|/n)?",
-                 "eval/downstream/{task}/{metric}{stat}"),
+            Rule(r"eval/downstream/(?P<task>[^/]+)/(?P<metric>[^/]+)/(?P<stat>stderr|n)",
+                 "eval/downstream/{task}/{metric}/{stat}"),
+            Rule(r"eval/downstream/(?P<task>[^/]+)/(?P<metric>[^/]+)",
+                 "eval/downstream/{task}/{metric}"),
         ]
     ),
 )

@@ -43,9 +43,13 @@ _PANEL_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+)$")
 _STEP_ROUNDING_TOL = 1e-6
 
 
+# Columns only W&B exports have: a plain `step` column is any trainer's CSV (generic_table).
+_WANDB_STEP_COLUMNS = ("_step", "Step")
+
+
 def sniff(header: list[str]) -> bool:
     cols = set(header)
-    return bool(cols & set(STEP_COLUMNS)) or bool(cols & set(TOKEN_COLUMNS))
+    return bool(cols & set(_WANDB_STEP_COLUMNS)) or bool(cols & set(TOKEN_COLUMNS))
 
 
 def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,

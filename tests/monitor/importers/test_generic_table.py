@@ -1,0 +1,86 @@
+"""Generic JSON Lines and CSV metric logs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from monitor import schema
+from monitor.errors import GapwatchError
+from monitor.importers import detect_format, load
+
+
+def _jsonl(path, objs, partial=""):
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs) + partial)
+    return path
+
+
+def test_wide_jsonl_with_nested_values_nan_and_text(tmp_path):
+    path = _jsonl(tmp_path / "m.jsonl", [
+        {"step": 0, "train": {"loss": 3.0, "grad_norm": 1.0}, "optim/lr": 1e-4, "note": "hi",
+         "wall_time": 1.7e9},
+        {"step": 1, "train": {"loss": float("nan"), "grad_norm": float("inf")}, "ok": True},
+    ])
+    assert detect_format(path) == "jsonl"
+    run = load(path)
+    data = run.to_run_data("j")
+    assert data.series(schema.TRAIN_LOSS).loc[0] == 3.0 and math.isnan(
+        data.series(schema.TRAIN_LOSS).loc[1])
+    assert data.series(schema.TRAIN_GRAD_NORM).loc[1] == math.inf
+    assert data.series("extra/ok").to_dict() == {1: 1.0}
+    assert any("note (1)" in n for n in run.notes)
+    assert run.scalars["wall_time"].iloc[0] == 1.7e9
+
+
+def test_long_jsonl_and_restart(tmp_path):
+    path = _jsonl(tmp_path / "long.jsonl", [
+        {"step": 5, "key": "train/loss", "value": 2.0},
+        {"step": 6, "key": "train/loss", "value": 1.9},
+        {"step": 5, "key": "train/loss", "value": 2.1},  # resumed from step 5
+        {"step": 6, "key": "train/loss", "value": 1.8},
+    ], partial='{"step": 7, "key": "train/lo')
+    run = load(path)
+    assert run.attempts == 2 and run.events[0]["kind"] == "restart"
+    assert run.to_run_data("l").series(schema.TRAIN_LOSS).to_dict() == {5: 2.1, 6: 1.8}
+    assert any("still being written" in n for n in run.notes)
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"step": 1, "loss": 2.0}', '{"step": 2, "loss": '], "line 2: not valid JSON"),
+    (['{"loss": 2.0}'], "line 1: no step field"),
+    (['{"step": 1.5, "loss": 2.0}'], "line 1: step 1.5 is not a whole number"),
+    (['[1, 2]'], "line 1: expected a JSON object"),
+])
+def test_bad_jsonl_lines(tmp_path, lines, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(GapwatchError, match=message):
+        load(path)
+
+
+def test_generic_csv_wide_and_long(tmp_path):
+    wide = tmp_path / "wide.csv"
+    wide.write_text("iteration,loss,lr\n0,3.0,0.1\n1,2.5,\n2,NaN,0.1\n")
+    assert detect_format(wide) == "csv"
+    data = load(wide).to_run_data("w")
+    assert data.series(schema.TRAIN_LOSS).index.tolist() == [0, 1, 2]
+    assert data.series(schema.OPTIM_LR).index.tolist() == [0, 2]
+    long = tmp_path / "long.csv"
+    long.write_text("step,metric,value\n0,train/loss,3\n1,train/loss,2\n")
+    assert load(long).to_run_data("l").series(schema.TRAIN_LOSS).to_dict() == {0: 3.0, 1: 2.0}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("step,loss\n0,3.0\n1,abc\n")
+    with pytest.raises(GapwatchError, match=r"line 3: column 'loss': 'abc' is not a number"):
+        load(bad)
+
+
+def test_profile_step_key(tmp_path):
+    path = _jsonl(tmp_path / "n.jsonl", [
+        {"iter": 10, "train/loss": 3.0, "val/loss": 3.1, "lr": 1e-3, "mfu": 35.0},
+        {"iter": 20, "train/loss": 2.9, "val/loss": 3.0, "lr": 1e-3, "mfu": 36.0},
+    ])
+    data = load(path, profile="nanogpt").to_run_data("n")
+    assert data.series(schema.heldout_key("val")).to_dict() == {10: 3.1, 20: 3.0}
+    assert data.series(schema.PERF_MFU).loc[20] == pytest.approx(0.36)

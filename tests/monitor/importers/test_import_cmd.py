@@ -1,0 +1,58 @@
+"""`gapwatch import` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from app.cli import main
+from monitor import schema
+from monitor.store import open_store
+
+
+def test_import_then_again(sqlite_url, shared_data, capsys):
+    src = shared_data / "runs/olmo-wandb-exports/ladder/peteish-moreeval__190M-1xC.csv"
+    assert main(["import", str(src), "--run", "olmo-190m", "--store", sqlite_url]) == 0
+    out = capsys.readouterr().err
+    assert "created run 'olmo-190m'" in out and "profile olmo" in out
+    assert main(["import", str(src), "--run", "olmo-190m", "--store", sqlite_url]) == 0
+    assert "0 new rows" in capsys.readouterr().err
+    store = open_store(sqlite_url)
+    assert len(store.load_run("olmo-190m").series("eval/heldout/c4_en-validation/loss")) == 37
+    store.close()
+
+
+def test_errors_are_one_line_with_exit_code_2(sqlite_url, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("_step,train/loss\n2,1.0\n1,0.9\n")
+    assert main(["import", str(bad), "--run", "x", "--store", sqlite_url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gapwatch import: error:") and "line 3" in err and "\n" not in err
+    assert main(["import", "wandb://e/p/r", "--run", "x", "--store", sqlite_url,
+                 "--wandb-base-url", "http://127.0.0.1:1"]) == 2
+    assert "unreachable" in capsys.readouterr().err
+
+
+def test_follow_a_growing_jsonl_until_idle(sqlite_url, tmp_path, capsys):
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "train/loss": 3 - s / 100}) + "\n"
+                           for s in range(10)))
+
+    def append_later():
+        time.sleep(0.5)
+        with log.open("a") as fh:
+            fh.write("".join(json.dumps({"step": s, "train/loss": 3 - s / 100}) + "\n"
+                             for s in range(10, 15)))
+
+    writer = threading.Thread(target=append_later)
+    writer.start()
+    code = main(["import", str(log), "--run", "j", "--store", sqlite_url, "--follow",
+                 "--poll-interval", "0.2", "--idle-timeout", "2"])
+    writer.join()
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "poll 1: 10 new rows" in err and "5 new rows" in err
+    store = open_store(sqlite_url)
+    assert store.load_run("j").series(schema.TRAIN_LOSS).index.max() == 14
+    store.close()

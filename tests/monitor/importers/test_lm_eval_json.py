@@ -1,0 +1,114 @@
+"""lm-eval results: every real Pythia results file in ../shared/data, and a 0.4 file written by
+the real lm-eval harness."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from monitor.errors import GapwatchError
+from monitor.importers import detect_format, load
+
+LAMBADA_PPL = "eval/downstream/lambada_openai/ppl"
+
+
+def test_every_pythia_folder(shared_data):
+    folders = sorted((shared_data / "runs" / "pythia-evals").glob("pythia-*/zero-shot"))
+    assert len(folders) == 8
+    for folder in folders:
+        run = load(folder)
+        assert run.profile == "gapwatch", folder
+        data = run.to_run_data("p")
+        assert len(data.scalars) == 27, folder  # 27 checkpoints each
+        assert {0, 1000, 143000} <= set(data.scalars.index)
+        assert "eval/downstream/arc_easy/acc/stderr" in data.scalars.columns
+        assert len(run.events) == len(list(folder.glob("*.json")))
+
+
+def test_pythia_160m_regresses_late_on_lambada(shared_data):
+    data = load(shared_data / "runs/pythia-evals/pythia-160m/zero-shot").to_run_data("160m")
+    ppl = data.series(LAMBADA_PPL)
+    # The data README: lambada perplexity 28.6 at step 73k, 38.1 at 143k.
+    assert ppl.loc[73000] == pytest.approx(28.6, abs=0.1)
+    assert ppl.loc[143000] == pytest.approx(38.1, abs=0.1)
+
+
+def test_single_file_step_from_revision(shared_data):
+    path = shared_data / "runs/pythia-evals/pythia-70m/zero-shot/70m_step3000.json"
+    assert detect_format(path) == "lm-eval-json"
+    data = load(path).to_run_data("70m")
+    assert list(data.scalars.index) == [3000]
+    doc = json.loads(path.read_text())
+    assert data.series("eval/downstream/piqa/acc").loc[3000] == doc["results"]["piqa"]["acc"]
+
+
+def test_missing_revision_needs_a_step(tmp_path):
+    path = tmp_path / "res.json"
+    path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6, "acc_stderr": 0.01}},
+                                "config": {"model_args": "pretrained=m"}}))
+    with pytest.raises(GapwatchError, match="no revision=stepN .* give the step"):
+        load(path)
+    data = load(path, step=500).to_run_data("x")
+    assert data.series("eval/downstream/piqa/acc").to_dict() == {500: 0.6}
+    assert data.series("eval/downstream/piqa/acc/stderr").to_dict() == {500: 0.01}
+
+
+def test_conflicting_files_in_a_folder(tmp_path):
+    for name, acc in (("a.json", 0.6), ("b.json", 0.7)):
+        (tmp_path / name).write_text(json.dumps({
+            "results": {"piqa": {"acc": acc}}, "config": {"model_args": "revision=step10"}}))
+    with pytest.raises(GapwatchError, match=r"b.json: eval/downstream/piqa/acc at step 10 is 0.7"):
+        load(tmp_path, fmt="lm-eval-json")
+
+
+def test_broken_json_names_the_line(tmp_path):
+    path = tmp_path / "res.json"
+    path.write_text('{"results": {\n "piqa": {"acc": 0.6,}\n}}')
+    with pytest.raises(GapwatchError, match="line 2: not valid JSON"):
+        load(path, fmt="lm-eval-json")
+
+
+def test_results_written_by_the_real_harness(tmp_path):
+    from lm_eval import simple_evaluate
+    from lm_eval.api.model import LM
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"q": f"q{i}", "a": i % 2}) + "\n" for i in range(8)))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "tiny.yaml").write_text(
+        "task: tiny_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {data}\ntest_split: test\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{q}}"\ndoc_to_choice: ["no", "yes"]\ndoc_to_target: a\n'
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+    )
+
+    class AlwaysYes(LM):
+        """Scores "yes" above "no" on every question: accuracy = share of "yes" answers."""
+
+        def loglikelihood(self, requests):
+            return [(-1.0 if r.args[1].strip() == "yes" else -2.0, False) for r in requests]
+
+        def loglikelihood_rolling(self, requests):
+            raise AssertionError("not used by a multiple-choice task")
+
+        def generate_until(self, requests):
+            raise AssertionError("not used by a multiple-choice task")
+
+    results = simple_evaluate(model=AlwaysYes(), tasks=["tiny_choice"],
+                              task_manager=TaskManager(include_path=str(tasks),
+                                                       include_defaults=False),
+                              model_args="pretrained=tiny,revision=step1200")
+    tracker = EvaluationTracker(output_path=str(tmp_path / "out"))
+    tracker.save_results_aggregated(results=results, samples=None)
+    (written,) = (tmp_path / "out").rglob("results_*.json")
+    run = load(written)
+    data = run.to_run_data("tiny")
+    assert list(data.scalars.index) == [1200]
+    assert data.series("eval/downstream/tiny_choice/acc").loc[1200] == 0.5
+    assert data.series("eval/downstream/tiny_choice/acc/n").loc[1200] == 8
+    assert data.series("eval/downstream/tiny_choice/acc/stderr").loc[1200] > 0
+    assert not any("sample_len" in k for k in data.scalars.columns)

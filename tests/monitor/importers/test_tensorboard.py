@@ -1,0 +1,85 @@
+"""TensorBoard event files written by real writers: PyTorch's SummaryWriter (simple_value
+scalars) and TensorBoard's own event writer with TF2-style tensor scalars, as MaxText writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.util import tensor_util
+from torch.utils.tensorboard import SummaryWriter
+
+from monitor import schema
+from monitor.errors import GapwatchError
+from monitor.importers import detect_format, load
+from monitor.importers.tensorboard_events import event_files
+
+
+def _maxtext_style(logdir, steps, start=0):
+    """Scalars as tensors with the scalars plugin's metadata (TF2 / Flax summary writers)."""
+    writer = EventFileWriter(str(logdir))
+    for step in range(start, start + steps):
+        values = []
+        for tag, value in (("learning/loss", 4.0 - step * 0.01),
+                           ("perf/step_time_seconds", 0.25),
+                           ("learning/current_learning_rate", 3e-4)):
+            meta = summary_pb2.SummaryMetadata(
+                plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+            values.append(summary_pb2.Summary.Value(
+                tag=tag, metadata=meta,
+                tensor=tensor_util.make_tensor_proto(np.float32(value))))
+        writer.add_event(event_pb2.Event(step=step, wall_time=1.7e9 + step,
+                                         summary=summary_pb2.Summary(value=values)))
+    writer.close()
+
+
+def test_maxtext_tensor_scalars_map_with_the_maxtext_profile(tmp_path):
+    _maxtext_style(tmp_path, 50)
+    assert detect_format(tmp_path) == "tensorboard"
+    run = load(tmp_path)
+    assert run.profile == "maxtext"
+    data = run.to_run_data("mt")
+    assert list(data.series(schema.TRAIN_LOSS).index) == list(range(50))
+    assert data.series(schema.TRAIN_LOSS).loc[10] == pytest.approx(3.9)
+    assert data.series(schema.PERF_STEP_TIME_S).loc[3] == pytest.approx(0.25)
+    assert data.series(schema.OPTIM_LR).loc[3] == pytest.approx(3e-4)
+
+
+def test_pytorch_writer_with_histograms_and_two_subfolders(tmp_path):
+    for sub, offset in (("train", 0.0), ("eval", 1.0)):
+        writer = SummaryWriter(str(tmp_path / sub))
+        for step in range(0, 30, 3):
+            writer.add_scalar("loss", 3.0 + offset - step * 0.01, step)
+        writer.add_histogram("weights", np.arange(10.0), 3)
+        writer.close()
+    run = load(tmp_path, profile="gapwatch")
+    data = run.to_run_data("pt")
+    # Two TensorBoard runs in subfolders: tags are prefixed as TensorBoard shows them.
+    assert set(data.scalars.columns) == {"train/loss", "eval/loss"}
+    assert data.series("eval/loss").loc[3] == pytest.approx(3.97)
+    assert any("weights" in n for n in run.notes)
+
+
+def test_resumed_writer_is_a_restart(tmp_path):
+    _maxtext_style(tmp_path, 20)
+    _maxtext_style(tmp_path, 15, start=10)  # a new process resumed from step 10
+    run = load(tmp_path)
+    assert run.attempts == 2 and run.events[0]["step"] == 10
+    data = run.to_run_data("r")
+    assert len(data.series(schema.TRAIN_LOSS)) == 25
+    assert set(data.repeats["attempt"]) == {1, 2}
+
+
+def test_truncated_and_damaged_event_files(tmp_path):
+    _maxtext_style(tmp_path, 40)
+    (path,) = event_files(tmp_path)
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-7])
+    with pytest.raises(GapwatchError, match="truncated: the file stops inside record"):
+        load(tmp_path)
+    damaged = bytearray(raw)
+    damaged[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(GapwatchError, match=r"record \d+: checksum mismatch"):
+        load(tmp_path)
