@@ -25,9 +25,9 @@ import numpy as np
 from monitor import schema
 from monitor.schema import RunData
 
-# Keys under which a run's config may say how many accelerators it used (ours first, then the
+# Keys under which a run's config says how many accelerators it used (our trainer's `devices` first, then the
 # names other trainers' configs use).
-GPU_COUNT_CONFIG_KEYS = ("num_devices", "num_gpus", "n_gpus", "gpus", "world_size", "device_count")
+GPU_COUNT_CONFIG_KEYS = ("devices", "num_devices", "num_gpus", "n_gpus", "gpus", "world_size", "device_count")
 
 
 @dataclass

@@ -18,6 +18,7 @@ def energy_table(pair: ComparedPair, params: EnergyParams | None = None) -> Tabl
             Column("run", "run", fmt=""),
             Column("gpus", "GPUs", fmt="d"),
             Column("compute_hours", "hours", fmt=",.3g"),
+            Column("redone_steps", "redone steps", fmt=","),
             Column("gpu_hours", "GPU-hours", fmt=",.4g"),
             Column("energy_kwh", "energy kWh", fmt=",.4g"),
             Column("co2_kg", "CO₂e kg", fmt=",.4g"),

@@ -44,8 +44,8 @@ def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) 
         title=f"Held-out {config.stat} per set at matching checkpoints",
         columns=[Column("set", "set", fmt="")],
         note=(f"Δ = run − reference ± standard error of the difference. ≈ marks an error estimated "
-              f"from the scatter of Δ across checkpoints (no run logged one). The last column counts the "
-              f"shared checkpoints where |Δ| ≤ {config.z_tied:g} se."),
+              f"from the scatter of Δ across checkpoints (no run logged one). 'within {config.z_tied:g} se' "
+              f"counts the shared checkpoints where |Δ| ≤ {config.z_tied:g} se."),
         flag_key="flagged",
     )
     if not sets:

@@ -78,3 +78,15 @@ def test_long_tables_fold_in_html_and_are_cut_in_markdown(synthetic):
     assert "<summary>15 more rows</summary>" in html
     md = render_markdown(report, max_rows=10)
     assert "_30 more rows in the HTML and JSON reports._" in md
+
+
+def test_findings_table_lists_every_detection_most_severe_first(report):
+    from monitor.schema import Severity
+
+    rows = report.table("findings").rows
+    assert len(rows) == len(report.detections) > 0
+    ranks = [Severity(r["severity"]).rank for r in rows]
+    assert ranks == sorted(ranks, reverse=True)
+    assert {r["detector"] for r in rows} >= {"memorization", "reference_divergence", "spike", "throughput"}
+    with pytest.raises(KeyError):
+        report.table("no-such-table")
