@@ -246,8 +246,9 @@ class _Trainer:
                     batch = hosts.next_batch(step)
                     if poison_rows:
                         self.faults.poison(step, batch["tokens"], cfg.model.vocab_size)
-                    device_batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, global_shapes[k])
-                                    for k, v in batch.items()}
+                    with jax.transfer_guard_host_to_device("allow"):  # the one intended transfer
+                        device_batch = {k: jax.make_array_from_process_local_data(
+                            batch_sharding, v, global_shapes[k]) for k, v in batch.items()}
                     state, metrics = step_fn(state, device_batch)
                     in_flight.append(metrics[schema.TRAIN_LOSS])
                     if len(in_flight) > cfg.max_in_flight:
