@@ -8,7 +8,6 @@ import json
 import pytest
 
 from monitor.importers import load
-from monitor.store import open_store
 
 from app.cli import main
 from app.report import build_report, compare
@@ -47,16 +46,18 @@ def test_rerun_of_the_same_config_is_compared_at_matching_checkpoints(shared_dat
 
 @pytest.fixture(scope="module")
 def olmo_store(tmp_path_factory, shared_data):
-    """A SQLite store holding the 1B run and its rerun as imported from the CSV exports."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('olmo') / 'store.db'}"
-    with open_store(url) as store:
-        for name, file, reference in (("peteish-1B-rerun", "peteish-moreeval__1B-1xC-rerun.csv", None),
-                                      ("peteish-1B", "peteish-moreeval__1B-1xC.csv", "peteish-1B-rerun")):
-            imported = load(shared_data / LADDER / file)
-            with store.atomic():
-                store.ensure_run(name, source="wandb-csv", config=imported.config, status="imported",
-                                 tokens_per_step=imported.tokens_per_step, reference=reference)
-                store.write_metrics(name, imported.scalars)
+    """A SQLite store holding the 1B run and its rerun, brought in by `gapwatch import`, the rerun
+    recorded as the run's reference."""
+    root = tmp_path_factory.mktemp("olmo")
+    url = f"sqlite:///{root / 'store.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        # Module-scoped: runs before the per-test isolation of the user directories.
+        mp.setenv("XDG_CONFIG_HOME", str(root / "config"))
+        base = shared_data / LADDER
+        assert main(["import", str(base / "peteish-moreeval__1B-1xC.csv"), "--run", "peteish-1B",
+                     "--store", url]) == 0
+        assert main(["import", str(base / "peteish-moreeval__1B-1xC-rerun.csv"), "--run", "peteish-1B-rerun",
+                     "--reference-of", "peteish-1B", "--store", url]) == 0
     return url
 
 
