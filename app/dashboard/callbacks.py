@@ -63,7 +63,9 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         run = store.get_run(spec.run)
         if run is None:
             return layout.missing_run(spec.run)
-        return layout.run_page(spec, names, queries.link_range(spec.start, spec.end), run["reference"])
+        reference = spec.reference if spec.reference is not None else run["reference"]
+        tasks = queries.downstream_tasks(store, [n for n in (spec.run, reference) if n and n in names])
+        return layout.run_page(spec, names, queries.link_range(spec.start, spec.end), run["reference"], tasks)
 
     @app.callback(Output("runs-table", "children"), Input("poll", "n_intervals"), Input("url", "pathname"))
     def runs_table(_n, _path):
@@ -98,13 +100,13 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
     @app.callback(
         Output(PANEL, "figure"), Output("live", "data"), Output("resolution", "children"),
         Output("notices", "children"), Output("reset-link", "href"),
-        Input("view", "data"), Input("refresh", "data"),
+        Input("view", "data"), Input("refresh", "data"), Input("task-select", "value"),
     )
-    def render(view, _refresh):
+    def render(view, _refresh, tasks):
         spec = ViewSpec.from_dict(view["spec"])
         step_range = tuple(view["range"]) if view["range"] else None
         data = queries.load_view(store, spec, config.max_points, step_range)
-        rendered = panels.build(data)
+        rendered = panels.build(data, tasks)
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
         reset = run_href(spec.run, reference=spec.reference or None, axis=spec.axis)
@@ -132,6 +134,18 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
                 result.state)
 
     app.clientside_callback(EXTEND_JS, Output(PANEL, "extendData"), Input("append", "data"), State(PANEL, "id"))
+
+    @app.callback(Output("url", "search"), Input("alerts-graph", "clickData"), State("view", "data"),
+                  prevent_initial_call=True)
+    def open_clicked_alert(click, view):
+        """A click on an alert's bar opens its step range, as the links under the timeline do."""
+        points = (click or {}).get("points") or []
+        if not points or "customdata" not in points[0]:
+            return no_update
+        start, end = (int(v) for v in points[0]["customdata"])
+        spec = ViewSpec.from_dict(view["spec"])
+        return "?" + run_href(spec.run, reference=spec.reference, axis=spec.axis, start=start,
+                              end=end).partition("?")[2]
 
     @app.callback(
         Output("alerts-graph", "figure"), Output("alerts-list", "children"),

@@ -13,6 +13,7 @@ from dash import dcc, html
 
 from app.dashboard.panels import PANELS
 from app.dashboard.routes import ViewSpec, run_href
+from app.figures.evals import DEFAULT_MAX_TASKS
 from app.figures.style import EVENT_COLORS, EVENT_DASH
 
 HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",
@@ -69,7 +70,7 @@ def runs_table(frame: pd.DataFrame) -> html.Table | html.P:
 
 
 def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] | None,
-             default_reference: str | None) -> html.Div:
+             default_reference: str | None, tasks: list[str]) -> html.Div:
     others = [{"label": n, "value": n} for n in run_names if n != spec.run]
     reference = spec.reference if spec.reference is not None else default_reference
     view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None}
@@ -96,6 +97,11 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
         ], className="run-head"),
         html.Div(id="notices", className="notices"),
         html.Div([html.Span(id="resolution"), marker_key()], className="resolution"),
+        html.Div([
+            html.Label("downstream tasks"),
+            dcc.Dropdown(id="task-select", options=[{"label": t, "value": t} for t in tasks], multi=True,
+                         placeholder=f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}", className="tasks"),
+        ], className="task-row", style=None if tasks else {"display": "none"}),
         html.Div(graphs, className="panels"),
         html.H2("Alerts"),
         dcc.Graph(id="alerts-graph", config={"displaylogo": False}),

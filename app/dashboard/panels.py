@@ -39,7 +39,8 @@ class RenderedView:
     resolution: str
 
 
-def build(view: ViewData) -> RenderedView:
+def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
+    """Every panel of the run page; `tasks` picks the downstream evals shown (None: the first few)."""
     run, ref = view.run, view.reference
     x_title = run.axis.title
     long = run.long
@@ -67,7 +68,8 @@ def build(view: ViewData) -> RenderedView:
                                     figures.train_heldout_gap(ref_train, ref_heldout),
                                     run_name=name, reference_name=ref_name, x_title=x_title)
     out["evals"] = figures.downstream_figure(figures.downstream_frame(long), figures.downstream_frame(ref_long),
-                                             run_name=name, reference_name=ref_name, x_title=x_title)
+                                             run_name=name, reference_name=ref_name, x_title=x_title,
+                                             tasks=tasks or None)
 
     detections = view.detections
     spikes = detections[(detections["detector"].isin(SPIKE_DETECTORS)) & (detections["metric"] == TRAIN_GRAD_NORM)]

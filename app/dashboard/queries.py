@@ -52,6 +52,14 @@ def wanted_keys(all_keys: list[str], prefixes: tuple[str, ...]) -> list[str]:
     return [k for k in all_keys if k.startswith(prefixes) and not k.endswith(SKIPPED_SUFFIXES)]
 
 
+def downstream_tasks(store: Store, runs: list[str]) -> list[str]:
+    """`<task>/<metric>` of every downstream eval the runs logged (their stderr and n left out)."""
+    keys = set()
+    for run in runs:
+        keys.update(k for k in store.list_keys(run) if k.startswith(DOWNSTREAM_PREFIX))
+    return sorted(k[len(DOWNSTREAM_PREFIX):] for k in keys if not k.endswith(("/stderr", "/n")))
+
+
 def axis_for(store: Store, info: RunInfo, kind: str) -> AxisMap | None:
     """The run's step<->x map for `kind`; None when a token axis cannot be built for it."""
     if kind != "tokens":
@@ -153,12 +161,45 @@ def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str,
         long = pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
                              "value": pd.Series(dtype=float)})
         widths = {}
+    long = _with_last_points(store, info.name, long, widths, step_range)
     long["x"] = axis.to_x(long["step"].to_numpy())
     events = store.read_events(info.name, kinds=MARKER_KINDS)
     if step_range is not None and len(events):
         events = events[(events["step"] >= step_range[0]) & (events["step"] <= step_range[1])]
     events = events.assign(x=axis.to_x(events["step"].to_numpy())) if len(events) else events.assign(x=pd.Series(dtype=float))
     return RunSlice(info=info, axis=axis, long=long, bucket_width=widths, events=events, keys=keys)
+
+
+def _with_last_points(store: Store, run: str, long: pd.DataFrame, widths: dict[str, int],
+                      step_range: tuple[int, int] | None) -> pd.DataFrame:
+    """Downsampled series end at their last logged step: bucket extremes rarely include it, and
+    live polling appends from the last drawn step, so without it every poll would re-read (and
+    append at full resolution) the tail of the last bucket."""
+    if not len(long) or not any(w > 1 for w in widths.values()):
+        return long
+    drawn = long.groupby("key")["step"].max()
+    wanted: dict[int, list[str]] = {}
+    for key, last in last_logged_steps(store, run).items():
+        if widths.get(key, 1) > 1 and key in drawn.index and last > drawn[key] and \
+                (step_range is None or last <= step_range[1]):
+            wanted.setdefault(last, []).append(key)
+    tails = [store.read_scalars(run, keys, step_range=(last, last)).drop(columns="run")
+             for last, keys in wanted.items()]
+    if not tails:
+        return long
+    return pd.concat([long, *tails], ignore_index=True).sort_values(["key", "step"], kind="stable",
+                                                                    ignore_index=True)
+
+
+def last_logged_steps(store: Store, run: str) -> dict[str, int]:
+    """The last step of each of the run's series (the store's per-series marks, no scan)."""
+    sr, k = tables.series.c, tables.metric_keys.c
+    run_id = store.run_id(run)
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(k.name, sr.last_step).join_from(tables.series, tables.metric_keys,
+                                                                    k.id == sr.key_id)
+                            .where(sr.run_id == run_id)).all()
+    return {name: int(last) for name, last in rows}
 
 
 def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> pd.DataFrame:

@@ -46,7 +46,8 @@ def parse_run_path(pathname: str | None, search: str | None) -> ViewSpec | None:
     if not pathname or not pathname.startswith(RUN_PREFIX) or len(pathname) == len(RUN_PREFIX):
         return None
     run = unquote(pathname[len(RUN_PREFIX):])
-    query = parse_qs((search or "").lstrip("?"))
+    # Blank values kept: `ref=` is "no reference", unlike no `ref` at all ("the run's own").
+    query = parse_qs((search or "").lstrip("?"), keep_blank_values=True)
 
     def one(name: str) -> str | None:
         values = query.get(name)

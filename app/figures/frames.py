@@ -20,10 +20,6 @@ from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData
 DEFAULT_DELTA_WINDOWS = 200
 
 
-def empty_series() -> pd.DataFrame:
-    return pd.DataFrame({"step": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
-
-
 def series_frame(source: pd.DataFrame | pd.Series, key: str | None = None, run: str | None = None) -> pd.DataFrame:
     """One metric as a frame (step, value [, x]), sorted by step.
 

@@ -17,7 +17,7 @@ SPIKE_SCORE_COLOR = "#9467bd"
 
 
 def peak_markers(series: pd.DataFrame, detections: pd.DataFrame, name: str,
-                 x_of_step: Callable[[np.ndarray], np.ndarray] | None = None, yaxis: str | None = None) -> go.Scatter:
+                 x_of_step: Callable[[np.ndarray], np.ndarray] | None = None) -> go.Scatter:
     """A marker at each detection's peak step, at the series' value there (interpolated on the
     points drawn, which on a downsampled series keep each bucket's extremes, so a spike is there)."""
     to_x = x_of_step or (lambda s: s)
@@ -30,7 +30,7 @@ def peak_markers(series: pd.DataFrame, detections: pd.DataFrame, name: str,
     severity = detections["severity"] if "severity" in detections else pd.Series("warning", index=detections.index)
     hover = (detections["message"].map(text) + "<br>step " + detections["peak_step"].astype("int64").astype(str)).to_numpy()
     return go.Scatter(
-        x=x, y=y, mode="markers", name=name, yaxis=yaxis, hovertext=hover, hoverinfo="text",
+        x=x, y=y, mode="markers", name=name, hovertext=hover, hoverinfo="text",
         marker=dict(symbol="x", size=10, line=dict(width=2),
                     color=[SEVERITY_COLORS.get(s, "#d62728") for s in severity]),
     )

@@ -24,11 +24,11 @@ from monitor.store import open_store
 PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
 
 
-def post_callback(app, output_part: str, inputs: list[dict], outputs) -> dict:
+def post_callback(app, output_part: str, inputs: list[dict], outputs, state: list[dict] | None = None) -> dict:
     """POST one callback as dash-renderer does; `output_part` picks it from the app's callback map."""
     output = next(k for k in app.callback_map if output_part in k)
     client = app.server.test_client()
-    body = {"output": output, "outputs": outputs, "inputs": inputs, "changedPropIds": [], "state": []}
+    body = {"output": output, "outputs": outputs, "inputs": inputs, "changedPropIds": [], "state": state or []}
     response = client.post("/_dash-update-component", json=body)
     assert response.status_code == 200, response.text
     return json.loads(response.text)["response"]
@@ -42,7 +42,9 @@ def test_render_callback_sends_typed_arrays_within_budget(demo_url):
                    {"id": "notices", "property": "children"}, {"id": "reset-link", "property": "href"}]
         view = {"spec": {"run": "olmo-repro"}, "range": None}
         response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": view},
-                                                    {"id": "refresh", "property": "data", "value": 0}], outputs)
+                                                    {"id": "refresh", "property": "data", "value": 0},
+                                                    {"id": "task-select", "property": "value", "value": None}],
+                                 outputs)
     figures = {json.loads(k)["name"]: v["figure"] for k, v in response.items() if k.startswith("{")}
     assert sorted(figures) == sorted(PANELS)
     run = next(t for t in figures["loss"]["data"] if t.get("uid") == "run-train_2f_loss")
@@ -98,3 +100,20 @@ def test_command_refuses_public_bind_without_auth(demo_url, capsys, monkeypatch)
     err = capsys.readouterr().err
     assert "refusing to serve on 0.0.0.0 without authentication" in err and "Traceback" not in err
     assert main(["dashboard", "--store", demo_url, "--poll", "0"]) == 2
+
+
+def test_clicking_an_alert_bar_opens_its_step_range(demo_url):
+    with open_store(demo_url, read_only=True) as store:
+        app = create_app(store)
+        view = {"spec": {"run": "olmo-repro", "reference": None, "axis": "tokens"}, "range": None}
+        click = {"points": [{"customdata": [1200, 1500], "x": 300, "base": 1200}]}
+        response = post_callback(app, "url.search", [{"id": "alerts-graph", "property": "clickData", "value": click}],
+                                 {"id": "url", "property": "search"},
+                                 state=[{"id": "view", "property": "data", "value": view}])
+        assert response["url"]["search"] == "?axis=tokens&start=1200&end=1500"
+        # Dash sends clickData with no customdata when a click lands on no bar: nothing happens.
+        body = {"output": "url.search", "outputs": {"id": "url", "property": "search"}, "changedPropIds": [],
+                "inputs": [{"id": "alerts-graph", "property": "clickData", "value": {"points": [{"x": 3}]}}],
+                "state": [{"id": "view", "property": "data", "value": view}]}
+        answer = app.server.test_client().post("/_dash-update-component", json=body)
+        assert json.loads(answer.get_data())["response"] == {}  # no_update: the page stays

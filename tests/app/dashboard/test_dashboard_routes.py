@@ -25,6 +25,11 @@ def test_bad_query_values_are_ignored_and_ranges_ordered():
     assert parse_run_path("/run/x", "?start=90&end=10") == ViewSpec(run="x", start=10, end=90)
 
 
+def test_an_empty_reference_means_none_and_a_missing_one_the_runs_own():
+    assert parse_run_path("/run/x", "?ref=").reference == ""
+    assert parse_run_path("/run/x", "").reference is None
+
+
 def test_other_paths_are_not_runs():
     assert parse_run_path("/", "") is None
     assert parse_run_path("/run/", "") is None
