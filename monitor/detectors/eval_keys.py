@@ -16,9 +16,14 @@ from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData
 
 from .base import finite
 
-# Metric names whose smaller values are better (bits per byte, perplexity, losses); every other
-# downstream metric (accuracy, exact match, F1, log-likelihood of the answer) is better larger.
+# Metric names whose smaller values are better (bits per byte, perplexity, losses) and those whose
+# larger values are better (accuracies, exact match, F1, probability of the answer). Anything else
+# (bias scores such as CrowS-Pairs' likelihood_difference or pct_stereotype) has no better
+# direction, so it is never called a regression.
 LOWER_IS_BETTER = re.compile(r"(^|[_/.\-])(bpb|bits|ppl|perplexity|loss|nll|ce|error|wer)([_/.\-]|$)")
+HIGHER_IS_BETTER = re.compile(
+    r"(^|[_/.\-])(acc|accuracy|acc_norm|len_norm|exact_match|em|f1|mc1|mc2|soft|soft_log|bleu|rouge\w*|"
+    r"pass@\d+|correct|score)([_/.\-]|$)")
 
 
 def heldout_sets(columns) -> dict[str, dict[str, str]]:
@@ -47,6 +52,12 @@ class DownstreamMetric:
     def lower_is_better(self) -> bool:
         return bool(LOWER_IS_BETTER.search(self.metric.lower()))
 
+    @property
+    def oriented(self) -> bool:
+        """Whether the metric has a better direction at all."""
+        name = self.metric.lower()
+        return bool(LOWER_IS_BETTER.search(name) or HIGHER_IS_BETTER.search(name))
+
 
 def downstream_metrics(columns) -> list[DownstreamMetric]:
     cols = set(columns)
@@ -58,8 +69,10 @@ def downstream_metrics(columns) -> list[DownstreamMetric]:
         if len(parts) < 2 or parts[-1] in ("stderr", "n") and len(parts) >= 3:
             continue
         se, n = f"{key}/stderr", f"{key}/n"
-        out.append(DownstreamMetric(parts[0], "/".join(parts[1:]), key,
-                                    se if se in cols else None, n if n in cols else None))
+        metric = DownstreamMetric(parts[0], "/".join(parts[1:]), key, se if se in cols else None,
+                                  n if n in cols else None)
+        if metric.oriented:
+            out.append(metric)
     return out
 
 

@@ -12,9 +12,12 @@ Against the reference, at every checkpoint both runs evaluated:
   t statistic of the per-task values; again with the effect floor and persistence.
 
 Within the run (for metrics the reference does not log, or without a reference), a metric
-whose current value is worse than its best
-earlier value (on a 3-checkpoint running median, so one lucky eval is not the yardstick) by
-both the z bound and the effect floor has regressed since that checkpoint.
+whose current value is worse than its best earlier value (on a 3-checkpoint running median, so
+one lucky eval is not the yardstick, and only among values significantly better than the first
+evaluation, since early evals wander around chance) by both the z bound and the effect floor has
+regressed since that checkpoint.
+
+Metrics without a better direction (bias scores) are left alone.
 """
 
 from __future__ import annotations
@@ -146,6 +149,12 @@ class EvalRegression(Detector):
         if not np.isfinite(se).any():
             return []
         smooth = pd.Series(v).rolling(self.best_smoothing).median().to_numpy()
+        # A "best" must be significantly better than the first evaluation (the untrained model):
+        # early evals wander around chance, and falling back from a lucky draw at chance level
+        # is not a regression.
+        with np.errstate(invalid="ignore"):
+            learned = (smooth - v[0]) / np.sqrt(se ** 2 + se[0] ** 2) > bound
+        smooth = np.where(learned, smooth, np.nan)
         best_before = pd.Series(smooth).cummax().shift(1).to_numpy()
         best_at = _argbest(smooth)
         with np.errstate(invalid="ignore", divide="ignore"):
