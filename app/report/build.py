@@ -50,7 +50,7 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         findings_table(pair),
     ]
     verdict = decide(pair.detections, tables)
-    figures = build_figures(pair, tables, config.figures, scores) if config.with_figures else []
+    figures = build_figures(pair, tables, scores, config.figures) if config.with_figures else []
     notes = [f"{t.title}: {t.empty_reason}." for t in tables if not t.rows and t.empty_reason]
     return Report(
         run=pair.run.name,

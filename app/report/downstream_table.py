@@ -68,7 +68,7 @@ def downstream_table(pair: ComparedPair, config: DownstreamTableConfig | None = 
         delta = r.value - f.value
         se = math.hypot(r.stderr, f.stderr) if r.stderr is not None and f.stderr is not None else None
         z = delta / se if se and se > 0 else None
-        hits = [d for d in pair.detections if d.detector in EVAL_DETECTORS and d.metric == m.key]
+        hits = pair.findings(EVAL_DETECTORS, m.key)
         rows.append({
             "task": m.task, "metric": m.metric, "key": m.key, "step": int(last[0]),
             "run": r, "reference": f, "delta": Estimate(delta, se, estimated=estimated),

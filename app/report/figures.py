@@ -21,7 +21,6 @@ from monitor.schema import Detection, RunData
 from app import figures as F
 from app.report.model import FigureItem, Table
 from app.report.pair import ComparedPair
-from app.report.spike_table import spike_detector
 
 PERF_KEYS = (schema.PERF_TOKENS_PER_S, schema.PERF_MFU, schema.PERF_STEP_TIME_S)
 DATA_KEYS = (schema.DATA_CURSOR, schema.DATA_EPOCH, schema.DATA_UNIQUE_FRACTION,
@@ -75,75 +74,93 @@ def detections_frame(found: list[Detection]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def build_figures(pair: ComparedPair, tables: list[Table], config: FigureConfig | None = None,
-                  spike_scores: dict[str, pd.DataFrame] | None = None) -> list[FigureItem]:
-    """`spike_scores`: each run's spike-score series by name (spike_table.spike_scores), when the
-    caller has them already."""
+def build_figures(pair: ComparedPair, tables: list[Table], spike_scores: dict[str, pd.DataFrame],
+                  config: FigureConfig | None = None) -> list[FigureItem]:
+    """Every chart the pair has data for; `spike_scores` by run name (spike_table.spike_scores)."""
     config = config or FigureConfig()
-    out: list[FigureItem] = []
-    run_name, ref_name = pair.run.name, pair.reference.name
     x_title = "step" if pair.axis == "step" else "run step (reference placed at equal tokens)"
-    events = pair.run.events
-    loss_run = pair.run.series(schema.TRAIN_LOSS)
-    if len(loss_run):
-        # On the step axis the reference is drawn whole; on the token axis only where alignment
-        # placed it on the run's steps.
-        ref_loss = (pair.reference if pair.axis == "step" else pair.aligned_reference).series(schema.TRAIN_LOSS)
-        fig = F.loss_overlay(thin(loss_run, config.max_points), thin(ref_loss, config.max_points),
-                             run_name=run_name, reference_name=ref_name, x_title=x_title)
-        out.append(FigureItem("fig-overlay", "Train loss, run over reference", F.add_event_markers(fig, events),
-                              section="train_delta"))
-        # The detector's own windows and threshold (app.figures.reference_delta); the pointwise
-        # difference underneath is thinned like every other series.
-        windows, points = F.reference_delta(F.series_frame(loss_run), F.series_frame(ref_loss))
-        if len(windows):
-            points = thin(points.set_index("x")["delta"], config.max_points).rename(
-                columns={"step": "x", "value": "delta"})
-            fig = F.delta_figure(windows, points, run_name=run_name, reference_name=ref_name, x_title=x_title)
-            out.append(FigureItem("fig-delta", "Train loss delta and the divergence threshold",
-                                  F.add_event_markers(fig, events),
-                                  "Window medians of run − reference; the band is the reference-divergence "
-                                  "detector's threshold.", section="train_delta"))
-    sets = _top_sets(tables, config.heldout_sets)
-    heldout_keys = [k for k in pair.aligned_run.scalars.columns
-                    if k.startswith(schema.HELDOUT_PREFIX) and k[len(schema.HELDOUT_PREFIX):].split("/")[0] in sets]
-    if heldout_keys:
-        mine = F.heldout_frame(F.long_frame(pair.aligned_run, heldout_keys))
-        theirs = F.heldout_frame(F.long_frame(pair.aligned_reference, heldout_keys))
-        if len(mine):
-            fig = F.heldout_figure(mine, theirs, run_name=run_name, reference_name=ref_name, x_title=x_title)
-            out.append(FigureItem("fig-heldout", "Held-out loss at matching checkpoints", fig, section="heldout"))
-    tasks = _top_tasks(tables, config.downstream_tasks)
-    if tasks:
-        keys = [k for k in pair.aligned_run.scalars.columns if k.startswith(schema.DOWNSTREAM_PREFIX)]
-        mine = F.downstream_frame(F.long_frame(pair.aligned_run, keys))
-        theirs = F.downstream_frame(F.long_frame(pair.aligned_reference, keys))
-        fig = F.downstream_figure(mine, theirs, run_name=run_name, reference_name=ref_name, tasks=tasks,
-                                  max_tasks=config.downstream_tasks, x_title=x_title)
-        out.append(FigureItem("fig-downstream", "Downstream evals with the largest differences", fig,
-                              section="downstream"))
-    grad = pair.run.series(schema.TRAIN_GRAD_NORM)
-    if len(grad):
-        scores = (spike_scores or {}).get(pair.run.name)
-        if scores is None:
-            scores = spike_detector(pair).score_series(pair.run)
-        score = scores[scores["key"] == schema.SPIKE_SCORE_GRAD_NORM].set_index("step")["value"]
-        spikes = [d for d in pair.detections if d.detector == "spike" and d.metric == schema.TRAIN_GRAD_NORM]
-        fig = F.grad_norm_figure(thin(grad, config.max_points), spikes=detections_frame(spikes),
-                                 spike_score=thin(score, config.max_points), x_title=x_title)
-        out.append(FigureItem("fig-grad-norm", f"Grad norm of {run_name} with its spikes", fig, section="spikes"))
-    perf = thin_long(pair.run, PERF_KEYS, config.max_points)
-    if len(perf):
-        stalls = [d for d in pair.detections if d.detector == "throughput" and d.metric == schema.PERF_STEP_TIME_S]
-        fig = F.throughput_figure(perf, stalls=detections_frame(stalls), x_title=x_title)
-        out.append(FigureItem("fig-throughput", f"Throughput of {run_name}", fig, section="throughput"))
-    data = thin_long(pair.run, DATA_KEYS, config.max_points)
-    if len(data):
-        out.append(FigureItem("fig-data", f"Data loader of {run_name}", F.data_figure(data, x_title=x_title),
-                              section="data"))
+    out: list[FigureItem] = []
+    out += _train_figures(pair, config, x_title)
+    out += _heldout_figure(pair, _top_sets(tables, config.heldout_sets), x_title)
+    out += _downstream_figure(pair, _top_tasks(tables, config.downstream_tasks), config, x_title)
+    out += _grad_norm_figure(pair, spike_scores[pair.run.name], config, x_title)
+    out += _system_figures(pair, config, x_title)
     if pair.detections:
         fig = F.alerts_timeline(detections_frame(pair.detections), x_title=x_title)
-        out.append(FigureItem("fig-findings", f"Findings on {run_name} over time", fig, section="findings"))
+        out.append(FigureItem("fig-findings", f"Findings on {pair.run.name} over time", fig, section="findings"))
+    return out
+
+
+def _train_figures(pair: ComparedPair, config: FigureConfig, x_title: str) -> list[FigureItem]:
+    loss_run = pair.run.series(schema.TRAIN_LOSS)
+    if not len(loss_run):
+        return []
+    run_name, ref_name, events = pair.run.name, pair.reference.name, pair.run.events
+    # On the step axis the reference is drawn whole; on the token axis only where alignment placed
+    # it on the run's steps.
+    ref_loss = (pair.reference if pair.axis == "step" else pair.aligned_reference).series(schema.TRAIN_LOSS)
+    fig = F.loss_overlay(thin(loss_run, config.max_points), thin(ref_loss, config.max_points),
+                         run_name=run_name, reference_name=ref_name, x_title=x_title)
+    out = [FigureItem("fig-overlay", "Train loss, run over reference", F.add_event_markers(fig, events),
+                      section="train_delta")]
+    # The detector's own windows and threshold (app.figures.reference_delta); the pointwise
+    # difference underneath is thinned like every other series.
+    windows, points = F.reference_delta(F.series_frame(loss_run), F.series_frame(ref_loss))
+    if len(windows):
+        points = thin(points.set_index("x")["delta"], config.max_points).rename(columns={"step": "x", "value": "delta"})
+        fig = F.delta_figure(windows, points, run_name=run_name, reference_name=ref_name, x_title=x_title)
+        out.append(FigureItem("fig-delta", "Train loss delta and the divergence threshold",
+                              F.add_event_markers(fig, events),
+                              "Window medians of run − reference; the band is the reference-divergence "
+                              "detector's threshold.", section="train_delta"))
+    return out
+
+
+def _heldout_figure(pair: ComparedPair, sets: list[str], x_title: str) -> list[FigureItem]:
+    keys = [k for k in pair.aligned_run.scalars.columns
+            if k.startswith(schema.HELDOUT_PREFIX) and k[len(schema.HELDOUT_PREFIX):].split("/")[0] in sets]
+    mine = F.heldout_frame(F.long_frame(pair.aligned_run, keys))
+    if not len(mine):
+        return []
+    theirs = F.heldout_frame(F.long_frame(pair.aligned_reference, keys))
+    fig = F.heldout_figure(mine, theirs, run_name=pair.run.name, reference_name=pair.reference.name, x_title=x_title)
+    return [FigureItem("fig-heldout", "Held-out loss at matching checkpoints", fig, section="heldout")]
+
+
+def _downstream_figure(pair: ComparedPair, tasks: list[str], config: FigureConfig, x_title: str) -> list[FigureItem]:
+    if not tasks:
+        return []
+    keys = [k for k in pair.aligned_run.scalars.columns if k.startswith(schema.DOWNSTREAM_PREFIX)]
+    mine = F.downstream_frame(F.long_frame(pair.aligned_run, keys))
+    theirs = F.downstream_frame(F.long_frame(pair.aligned_reference, keys))
+    fig = F.downstream_figure(mine, theirs, run_name=pair.run.name, reference_name=pair.reference.name,
+                              tasks=tasks, max_tasks=config.downstream_tasks, x_title=x_title)
+    return [FigureItem("fig-downstream", "Downstream evals with the largest differences", fig, section="downstream")]
+
+
+def _grad_norm_figure(pair: ComparedPair, scores: pd.DataFrame, config: FigureConfig,
+                      x_title: str) -> list[FigureItem]:
+    grad = pair.run.series(schema.TRAIN_GRAD_NORM)
+    if not len(grad):
+        return []
+    score = scores[scores["key"] == schema.SPIKE_SCORE_GRAD_NORM].set_index("step")["value"]
+    spikes = pair.findings(("spike",), schema.TRAIN_GRAD_NORM)
+    fig = F.grad_norm_figure(thin(grad, config.max_points), spikes=detections_frame(spikes),
+                             spike_score=thin(score, config.max_points), x_title=x_title)
+    return [FigureItem("fig-grad-norm", f"Grad norm of {pair.run.name} with its spikes", fig, section="spikes")]
+
+
+def _system_figures(pair: ComparedPair, config: FigureConfig, x_title: str) -> list[FigureItem]:
+    out = []
+    perf = thin_long(pair.run, PERF_KEYS, config.max_points)
+    if len(perf):
+        stalls = pair.findings(("throughput",), schema.PERF_STEP_TIME_S)
+        fig = F.throughput_figure(perf, stalls=detections_frame(stalls), x_title=x_title)
+        out.append(FigureItem("fig-throughput", f"Throughput of {pair.run.name}", fig, section="throughput"))
+    data = thin_long(pair.run, DATA_KEYS, config.max_points)
+    if len(data):
+        out.append(FigureItem("fig-data", f"Data loader of {pair.run.name}", F.data_figure(data, x_title=x_title),
+                              section="data"))
     return out
 
 

@@ -75,7 +75,7 @@ def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) 
             judged = [e for e in values if e.stderr is not None and math.isfinite(e.stderr)]
             tied = sum(abs(e.value) <= config.z_tied * e.stderr for e in judged)
             row["tied"] = f"{tied}/{len(judged)}" if judged else "no error bars"
-        hits = [d for d in pair.detections if d.detector in HELDOUT_DETECTORS and d.metric == key]
+        hits = pair.findings(HELDOUT_DETECTORS, key)
         row["flagged"] = "; ".join(sorted({d.detector for d in hits}))
         table.rows.append(row)
     return table

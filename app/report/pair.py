@@ -26,10 +26,9 @@ class ComparedPair:
     detector_series: dict[str, pd.DataFrame] = field(default_factory=dict)
     detect: DetectConfig = field(default_factory=DetectConfig)  # how the detectors were set up
 
-    def findings(self, detectors: tuple[str, ...], metric: str | None = None,
-                 of_reference: bool = False) -> list[Detection]:
-        pool = self.reference_detections if of_reference else self.detections
-        return [d for d in pool if d.detector in detectors and (metric is None or d.metric == metric)]
+    def findings(self, detectors: tuple[str, ...], metric: str | None = None) -> list[Detection]:
+        """The run's detections by these detectors (on this metric, when given)."""
+        return [d for d in self.detections if d.detector in detectors and (metric is None or d.metric == metric)]
 
     def not_logged_by(self, key: str) -> list[str]:
         """Names of the runs (as stored) that never logged a value of `key`."""
