@@ -23,10 +23,9 @@ from app.report.render_json import plain
 
 # Nothing may be fetched: no connect, no images or fonts from anywhere but data: URLs. Inline
 # scripts and styles are the report's own.
-CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; "
+CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; "
                            "style-src 'unsafe-inline'; img-src data: blob:; font-src data:")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
-NUMERIC_FORMATS = (".", ",", "d", "%")
 # Rows shown before a table folds the rest into a <details>: the downstream table of an OLMo run has ~80.
 DEFAULT_MAX_ROWS = 25
 
@@ -96,7 +95,8 @@ def _rows(table) -> list[dict]:
 
 
 def _numeric(column: Column) -> bool:
-    return bool(column.fmt) and column.fmt[-1] in "fgdeE%" or column.fmt in NUMERIC_FORMATS
+    """Columns with a number format are right-aligned; text columns have none."""
+    return bool(column.fmt)
 
 
 def figure_html(item) -> str:

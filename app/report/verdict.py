@@ -49,7 +49,7 @@ def decide(detections: list[Detection], tables: list[Table]) -> Verdict:
     fired = [(rule, _top([d for d in strong if d.detector == rule.detector])) for rule in RULES]
     fired = [(rule, d) for rule, d in fired if d is not None]
     if fired:
-        return _finding_verdict(fired, strong)
+        return _finding_verdict(fired)
     return _tied_verdict(detections, {t.id: t for t in tables})
 
 
@@ -77,7 +77,7 @@ def _direction(d: Detection) -> str:
     return "from"
 
 
-def _finding_verdict(fired: list[tuple[VerdictRule, Detection]], strong: list[Detection]) -> Verdict:
+def _finding_verdict(fired: list[tuple[VerdictRule, Detection]]) -> Verdict:
     rule, top = fired[0]
     direction = _direction(top)
     kind = rule.kind.format(direction=direction)
