@@ -148,6 +148,7 @@ class WandbRunReader:
 
     def _read(self, buf, follow: bool, progress) -> NewRows:
         data = np.frombuffer(buf, dtype=np.uint8)
+        windows = wire.buffer_windows(buf)
         found = read_records(buf, self.source, self.offset, self.records)
         if found.torn_at is not None and not follow:
             raise GapwatchError(
@@ -158,12 +159,12 @@ class WandbRunReader:
         parts: list[NewRows] = []
         for lo in range(0, found.count, BATCH_RECORDS):
             hi = min(lo + BATCH_RECORDS, found.count)
-            parts.append(self._decode(buf, data, found, lo, hi))
+            parts.append(self._decode(buf, data, windows, found, lo, hi))
             if progress is not None:
                 progress(hi, found.count)
         self.records += found.count
         self.offset = found.next_offset
-        del data
+        del data, windows
         if not parts:
             empty = np.zeros(0)
             return NewRows(empty.astype(np.int64), empty.astype(np.int32), empty, empty)
@@ -171,7 +172,7 @@ class WandbRunReader:
                          for f in ("step", "key", "value", "wall_time")))
 
     # --- one batch of records -----------------------------------------------------------------
-    def _decode(self, buf, data, found, lo: int, hi: int) -> NewRows:
+    def _decode(self, buf, data, windows, found, lo: int, hi: int) -> NewRows:
         """Records lo..hi of a read (record numbers start at self.records + lo)."""
         base = self.records + lo
         starts = found.starts[lo:hi]
@@ -196,24 +197,33 @@ class WandbRunReader:
         self._apply_run_facts(exact)
 
         # History: vectorised items and exactly decoded ones, merged in record order.
-        names = wire.gather_strings(data, h_items.name_start, h_items.name_len)
-        values = wire.gather_strings(data, h_items.value_start, h_items.value_len)
+        names = wire.gather_strings(data, windows, h_items.name_start, h_items.name_len)
+        values = wire.gather_strings(data, windows, h_items.value_start, h_items.value_len)
+        encoded = names.dictionary_encode()
+        dictionary = encoded.dictionary.to_pylist()
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        nums, skipped = to_float(values)
         recs = hist[h_items.record]
         if exact.history:
             e_rec, e_name, e_value = zip(*exact.history)
+            local = {name: i for i, name in enumerate(dictionary)}
+            e_codes = []
+            for name in e_name:
+                if name not in local:
+                    local[name] = len(dictionary)
+                    dictionary.append(name)
+                e_codes.append(local[name])
+            e_nums, e_skipped = to_float(pa.array(e_value, type=pa.large_string()))
             recs = np.concatenate([recs, np.asarray(e_rec, dtype=np.int64) - base])
-            names = pa.concat_arrays([names, pa.array(e_name, type=pa.large_string())])
-            values = pa.concat_arrays([values, pa.array(e_value, type=pa.large_string())])
+            codes = np.concatenate([codes, np.asarray(e_codes, dtype=np.int64)])
+            nums = np.concatenate([nums, e_nums])
+            skipped = np.concatenate([skipped, e_skipped])
             order = np.argsort(recs, kind="stable")
-            recs = recs[order]
-            names = names.take(pa.array(order))
-            values = values.take(pa.array(order))
-        rows = self._rows(recs, names, values, base)
+            recs, codes, nums, skipped = recs[order], codes[order], nums[order], skipped[order]
+        rows = self._rows(recs, codes, dictionary, nums, skipped, base)
 
         # Summary: the last update of each key in this batch, then applied in record order.
-        s_names = wire.gather_strings(data, s_items.name_start, s_items.name_len)
-        s_values = wire.gather_strings(data, s_items.value_start, s_items.value_len)
-        updates = _last_per_name(summ[s_items.record] + base, s_names, s_values)
+        updates = _last_per_name(data, windows, summ[s_items.record] + base, s_items)
         updates += exact.summary
         updates.sort(key=lambda t: t[0])
         for _, name, value in updates:
@@ -223,15 +233,13 @@ class WandbRunReader:
                 self.summary[name] = value
         return rows
 
-    def _rows(self, recs: np.ndarray, names: pa.Array, values: pa.Array, base: int) -> NewRows:
+    def _rows(self, recs: np.ndarray, codes: np.ndarray, dictionary: list[str],
+              nums: np.ndarray, skipped: np.ndarray, base: int) -> NewRows:
+        """Metric rows of the history items (record, name code, value), in record order."""
         if len(recs) == 0:
             empty = np.zeros(0)
             return NewRows(empty.astype(np.int64), empty.astype(np.int32), empty, empty)
-        encoded = names.dictionary_encode()
-        dictionary = encoded.dictionary.to_pylist()
-        codes = encoded.indices.to_numpy(zero_copy_only=False)
         row_recs, row_of_item = np.unique(recs, return_inverse=True)
-        nums, skipped = to_float(values)
 
         local = {name: i for i, name in enumerate(dictionary)}
         is_step = codes == local.get(STEP_KEY, -1)
@@ -353,16 +361,18 @@ def to_imported(reader: WandbRunReader, rows: NewRows) -> ImportedRun:
     return run
 
 
-def _last_per_name(recs: np.ndarray, names: pa.Array, values: pa.Array) -> list:
-    """(record, name, json) of the last occurrence of each name."""
+def _last_per_name(data, windows, recs: np.ndarray, items) -> list:
+    """(record, name, json) of the last occurrence of each name; only those values are read."""
     if len(recs) == 0:
         return []
+    names = wire.gather_strings(data, windows, items.name_start, items.name_len)
     encoded = names.dictionary_encode()
     codes = encoded.indices.to_numpy(zero_copy_only=False)
     _, first_from_end = np.unique(codes[::-1], return_index=True)
     last = np.sort(len(codes) - 1 - first_from_end)
     dictionary = encoded.dictionary.to_pylist()
-    texts = values.take(pa.array(last)).to_pylist()
+    texts = wire.gather_strings(data, windows, items.value_start[last],
+                                items.value_len[last]).to_pylist()
     return [(int(recs[i]), dictionary[codes[i]], t) for i, t in zip(last.tolist(), texts)]
 
 

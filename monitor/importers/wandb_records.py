@@ -121,6 +121,8 @@ def to_float(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
                 np.zeros(len(values), dtype=bool))
     except pa.ArrowInvalid:
         pass
+    # The slow path (some value is not a number): plain strings, which every kernel takes.
+    values = pc.cast(values, pa.large_string())
     numeric = pc.match_substring_regex(values, _NUMBER).to_numpy(zero_copy_only=False)
     out = np.full(len(values), np.nan)
     idx = np.flatnonzero(numeric)

@@ -63,18 +63,23 @@ def varint(data: np.ndarray, pos: np.ndarray, max_bytes: int):
     ok = inside.copy()
     longer = np.flatnonzero(inside & (byte >= 0x80))
     if len(longer):
-        v, w, good = value[longer], np.zeros(len(longer), dtype=np.int64), np.zeros(
-            len(longer), dtype=bool)
+        at = pos[longer]
+        v = value[longer]
+        w = np.zeros(len(longer), dtype=np.int64)
+        open_ = np.arange(len(longer))  # varints whose last byte is not found yet
         for k in range(1, max_bytes):
-            at = pos[longer] + k
-            within = at < n
-            b = np.where(within, data[np.where(within, at, 0)], 0x80).astype(np.int64)
-            take = ~good & within
-            v = np.where(take, v | ((b & 0x7F) << (7 * k)), v)
-            ends = take & (b < 0x80)
-            w = np.where(ends, k + 1, w)
-            good |= ends
-        value[longer], width[longer], ok[longer] = v, w, good
+            where = at[open_] + k
+            within = where < n
+            b = np.where(within, data[np.where(within, where, 0)], 0x80).astype(np.int64)
+            v[open_] |= (b & 0x7F) << (7 * k)
+            ends = within & (b < 0x80)
+            w[open_[ends]] = k + 1
+            open_ = open_[~ends & within]
+            if not len(open_):
+                break
+        value[longer] = v
+        width[longer] = w
+        ok[longer] = w > 0
     return value, width, ok
 
 
@@ -237,20 +242,63 @@ def _read_item_fields_general(data, rec, i_start, i_end) -> dict:
     }
 
 
-def gather_strings(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """An Arrow string array of the byte ranges (start, length) of `data` (UTF-8 checked)."""
+# Arrow string views address their data as (buffer index, int32 offset): the file is exposed as
+# 1 GiB windows that overlap by one block, so every string of a record held in one chunk (at most
+# a block long) lies inside the window its first byte falls in.
+WINDOW = 1 << 30
+_WINDOW_OVERLAP = 32 * 1024
+_INLINE = 12  # Arrow keeps strings of up to 12 bytes inside the view itself
+
+
+# Row k: 1 for the first k of 12 inline bytes, 0 after.
+_KEEP = (np.arange(_INLINE)[None, :] < np.arange(_INLINE + 1)[:, None]).astype(np.uint8)
+
+
+def _first_bytes(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The 12 bytes from each start (zeros past the end of the data), as an (n, 12) array.
+
+    A strided view presents the data as overlapping 12-byte rows, one per offset, so the
+    gather is one row copy per string."""
+    limit = len(data) - _INLINE
+    out = np.zeros((len(starts), _INLINE), dtype=np.uint8)
+    inside = starts <= limit
+    if limit >= 0:
+        rows = np.lib.stride_tricks.as_strided(data, shape=(limit + 1, _INLINE), strides=(1, 1),
+                                               writeable=False)
+        out[inside] = rows[starts[inside]]
+    for i in np.flatnonzero(~inside).tolist():
+        tail = data[starts[i]:]
+        out[i, :len(tail)] = tail
+    return out
+
+
+def buffer_windows(buf) -> list[pa.Buffer]:
+    """The file's bytes as the data buffers of string views (zero copy)."""
+    whole = pa.py_buffer(buf)
+    return [whole.slice(lo, min(len(whole) - lo, WINDOW + _WINDOW_OVERLAP))
+            for lo in range(0, max(len(whole), 1), WINDOW)]
+
+
+def gather_strings(data: np.ndarray, windows: list[pa.Buffer], starts: np.ndarray,
+                   lengths: np.ndarray) -> pa.Array:
+    """An Arrow string_view array of the byte ranges (start, length) of the file, pointing into
+    the file's own bytes (nothing copied but the short strings Arrow keeps inline); UTF-8 checked.
+
+    Arrow's view layout (16 bytes each): int32 length, then either the data itself (length <= 12)
+    or its first 4 bytes, an int32 buffer index and an int32 offset into that buffer."""
     n = len(starts)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if total:
-        # Index of every byte to copy: each range's start, shifted by its place in the output.
-        index = np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
-        payload = data[index]
-    else:
-        payload = np.zeros(0, dtype=np.uint8)
-    arr = pa.LargeStringArray.from_buffers(
-        n, pa.py_buffer(offsets), pa.py_buffer(payload.tobytes())
-    )
+    views = np.zeros((n, 16), dtype=np.uint8)
+    words = views.view(np.int32)  # (n, 4): length, prefix, buffer index, offset
+    words[:, 0] = lengths
+    if n:
+        head = _first_bytes(data, starts)
+        # Inline data must be zero after the string's end (Arrow compares short views bytewise).
+        head *= _KEEP[np.minimum(lengths, _INLINE)]
+        # Short strings keep all 12 bytes; long ones their first 4, then where the rest is.
+        views[:, 4:16] = head
+        long_ = np.flatnonzero(lengths > _INLINE)
+        words[long_, 2] = starts[long_] // WINDOW
+        words[long_, 3] = starts[long_] % WINDOW
+    arr = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), *windows])
     arr.validate(full=True)
     return arr
