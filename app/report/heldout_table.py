@@ -82,11 +82,12 @@ def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) 
 
 
 def _spread(steps: np.ndarray, k: int) -> list[int]:
-    """k steps evenly spread through `steps`, ending at the last one."""
-    if len(steps) == 0 or k <= 0:
+    """k steps evenly spread through `steps`, the last one included (all of them when k >= n)."""
+    n = len(steps)
+    if n == 0 or k <= 0:
         return []
-    pos = np.unique(np.round(np.linspace(0, len(steps) - 1, min(k, len(steps)) + 1)[1:]).astype(int))
-    return [int(steps[p]) for p in pos]
+    positions = sorted({math.ceil(i * n / k) - 1 for i in range(1, k + 1)})
+    return [int(steps[p]) for p in positions]
 
 
 def _deltas(pair: ComparedPair, keys: dict[str, str], key: str, steps: np.ndarray) -> dict[int, Estimate]:

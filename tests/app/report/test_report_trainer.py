@@ -52,6 +52,8 @@ def test_two_clean_seeds_of_our_trainer_are_tied(trained_store, capsys):
     heldout = doc["tables"]["heldout"]["rows"]
     assert heldout and heldout[0]["checkpoints"] == STEPS // 10
     assert heldout[0][f"at_{STEPS}"]["estimated"] is False  # the trainer logs the held-out stderr
+    shown = [c["key"] for c in doc["tables"]["heldout"]["columns"] if c["key"].startswith("at_")]
+    assert shown == ["at_10", "at_20", "at_30"]  # fewer checkpoints than columns: all are shown
     energy = {r["run"]: r for r in doc["tables"]["energy"]["rows"]}
     assert energy["clean-1"]["gpus"] == 1 and energy["clean-1"]["energy_kwh"] > 0  # devices from the config
     goodput = {r["run"]: r["goodput"] for r in doc["tables"]["throughput"]["rows"]}
