@@ -26,6 +26,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import TheilSenRegressor
 
 from monitor.schema import DATA_SEEN_2PLUS_FRACTION, HELDOUT_PREFIX, TRAIN_LOSS, RunData, Severity
@@ -316,7 +317,11 @@ class Memorization(Detector):
             if tag not in fits:
                 # 2,000 random pairs instead of scikit-learn's 10,000: the slope is still known to
                 # far below the noise of the gap, at a fifth of the cost on long runs.
-                fit = TheilSenRegressor(max_subpopulation=2000, random_state=0).fit(x_all[base], gap[base])
+                with warnings.catch_warnings():
+                    # On degenerate gaps (all equal) the spatial median stops at its iteration
+                    # cap; the line it has is still the right one.
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    fit = TheilSenRegressor(max_subpopulation=2000, random_state=0).fit(x_all[base], gap[base])
                 r_base = gap[base] - fit.predict(x_all[base])
                 scale = MAD_TO_SIGMA * float(np.median(np.abs(r_base - np.median(r_base))))
                 fits[tag] = [float(fit.intercept_), float(fit.coef_[0]), scale]

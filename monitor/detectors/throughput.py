@@ -83,6 +83,7 @@ class ThroughputDetector(Detector):
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         out = []
         times = finite(run, PERF_STEP_TIME_S)
+        times = times[times.to_numpy() > 0]  # a step cannot take no time: such values are not timings
         if len(times) >= 2:
             out.extend(self._step_times(run, times))
         for metric in self.drop_metrics:
