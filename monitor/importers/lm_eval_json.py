@@ -26,7 +26,6 @@ from monitor.schema import EventKind
 
 from .imported_run import ImportedRun, scalars_frame
 
-FORMAT = "lm-eval-json"
 _REVISION = re.compile(r"(?:^|[,\s])revision=(?:global_)?step(\d+)(?:$|[,\s])")
 _STDERR_SUFFIX = "_stderr"
 # Bookkeeping fields of a task's results, not metrics (lm-eval 0.4 writes them beside the metrics).

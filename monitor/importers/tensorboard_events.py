@@ -24,7 +24,6 @@ from monitor.schema import EventKind
 
 from .imported_run import ImportedRun, scalars_frame
 
-FORMAT = "tensorboard"
 _MARKER = "tfevents"
 
 

@@ -42,7 +42,6 @@ from monitor.schema import EventKind
 
 from .imported_run import ImportedRun, scalars_frame
 
-FORMAT = "llmc-log"
 
 _LLMC = re.compile(r"s:(\d+)((?: [A-Za-z_]+:\S+)+)\s*")
 _MODDED = re.compile(r"step:(\d+)/(\d+)((?: [A-Za-z_]+:\S+)+)\s*")

@@ -31,7 +31,6 @@ from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, scalars_frame
 
-FORMAT = "wandb-api"
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 _URL = re.compile(r"^wandb://(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?P<run>[^/\s]+)/?$")
 # Run states after which no more history will come.

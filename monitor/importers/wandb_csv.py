@@ -31,7 +31,6 @@ from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, scalars_frame
 
-FORMAT = "wandb-csv"
 
 STEP_COLUMNS = ("_step", "Step", "step")
 # Cumulative-token columns an export may be keyed by, and the per-step batch column beside them.

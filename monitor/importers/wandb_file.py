@@ -35,7 +35,6 @@ from .imported_run import ImportedRun, scalars_frame
 from .wandb_log import FILE_HEADER, check_file_header, read_records
 from .wandb_records import NESTED_SEP, decode_exact, to_float
 
-FORMAT = "wandb-file"
 STEP_KEY = "_step"
 TIMESTAMP_KEY = "_timestamp"
 # Records decoded together. Bounds the index arrays of one batch (a few hundred MB at most for

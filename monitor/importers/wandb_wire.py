@@ -161,8 +161,9 @@ def read_items(data: np.ndarray, starts: np.ndarray, stops: np.ndarray, tag: int
 
 
 def _read_item_fields(data, rec, i_start, i_end) -> dict:
-    """Name and value ranges of each item. Most items are one nested-key part and a value, both
-    under 128 bytes: that shape is checked for all items at once; the others go field by field."""
+    """Name and value ranges of each item. Most items are one name (a nested-key part or a key)
+    and a value, both under 128 bytes: that shape is checked for all items at once; the others go
+    field by field."""
     n = len(data)
     m = len(rec)
     out = {
@@ -176,7 +177,8 @@ def _read_item_fields(data, rec, i_start, i_end) -> dict:
     name_len = data[np.minimum(i_start + 1, n - 1)].astype(np.int64)
     tag_at = np.minimum(i_start + 2 + name_len, n - 2)
     value_len = data[np.minimum(tag_at + 2, n - 1)].astype(np.int64)
-    simple = ((data[i_start] == _PART_TAG) & (name_len < 0x80)
+    first_tag = data[i_start]
+    simple = (((first_tag == _PART_TAG) | (first_tag == _KEY_TAG)) & (name_len < 0x80)
               & (data[tag_at] == _VALUE_TAG[0]) & (data[tag_at + 1] == _VALUE_TAG[1])
               & (value_len < 0x80) & (tag_at + 3 + value_len == i_end))
     out["name_len"] = np.where(simple, name_len, 0)

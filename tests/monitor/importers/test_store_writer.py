@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import pandas as pd
 import pytest
 
 from monitor import schema
@@ -73,7 +74,7 @@ def test_refuses_to_mix_sources_or_write_into_a_live_run(sqlite_url, shared_data
     with pytest.raises(GapwatchError, match="would mix two sources"):
         write_run(store, "a", load(other))
     store.ensure_run("mine")
-    store.write_metrics("mine", __import__("pandas").DataFrame(
+    store.write_metrics("mine", pd.DataFrame(
         {"step": [1], "key": [schema.TRAIN_LOSS], "value": [1.0]}))
     with pytest.raises(GapwatchError, match="already exists .* and was not imported"):
         write_run(store, "mine", load(_llmc(shared_data)))
