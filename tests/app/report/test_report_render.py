@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
+import numpy as np
+import pandas as pd
 import pytest
 from plotly.offline import get_plotlyjs
 
+from monitor import schema
+from monitor.schema import RunData, Severity
+
 from app.report import build_report, compare, render_html, render_json, render_markdown
+from app.report.model import Column, Table
 
 HOSTILE_RUN = "<img src=x onerror=alert(1)>|**run**"
 HOSTILE_REF = "</script><script>alert(2)</script>"
@@ -70,8 +77,6 @@ def test_markdown_and_json_carry_no_charts(report):
 
 
 def test_long_tables_fold_in_html_and_are_cut_in_markdown(synthetic):
-    from app.report.model import Column, Table
-
     report = build_report(compare(synthetic(name="a", seed=1), synthetic(name="b", seed=2)))
     report.tables.append(Table("many", "Many rows", [Column("i", "i", fmt="d")], rows=[{"i": i} for i in range(40)]))
     html = render_html(report)
@@ -81,8 +86,6 @@ def test_long_tables_fold_in_html_and_are_cut_in_markdown(synthetic):
 
 
 def test_findings_table_lists_every_detection_most_severe_first(report):
-    from monitor.schema import Severity
-
     rows = report.table("findings").rows
     assert len(rows) == len(report.detections) > 0
     ranks = [Severity(r["severity"]).rank for r in rows]
@@ -90,3 +93,20 @@ def test_findings_table_lists_every_detection_most_severe_first(report):
     assert {r["detector"] for r in rows} >= {"memorization", "reference_divergence", "spike", "throughput"}
     with pytest.raises(KeyError):
         report.table("no-such-table")
+
+
+def test_run_that_went_nan_is_reported_and_renders(synthetic):
+    run = synthetic(name="nan-run", seed=1)
+    bad = run.scalars.index >= 2500
+    run.scalars.loc[bad, schema.TRAIN_LOSS] = np.nan
+    run.scalars.loc[run.scalars.index == 2600, schema.TRAIN_GRAD_NORM] = np.inf
+    # The run logged these values itself: they are data, not gaps.
+    run = RunData(info=run.info, scalars=run.scalars, events=run.events,
+                  logged_nonfinite=pd.DataFrame({"key": [schema.TRAIN_LOSS] * int(bad.sum()) + [schema.TRAIN_GRAD_NORM],
+                                                 "step": list(run.scalars.index[bad]) + [2600],
+                                                 "value": [math.nan] * int(bad.sum()) + [math.inf]}))
+    report = build_report(compare(run, synthetic(name="ref", seed=2)))
+    assert report.verdict.kind == "nonfinite"
+    doc = json.loads(render_json(report))  # strict JSON even with NaN/Inf in the run
+    assert doc["verdict"]["kind"] == "nonfinite"
+    assert "<!DOCTYPE html>" in render_html(report) and render_markdown(report)

@@ -10,11 +10,12 @@ import pytest
 
 from monitor import schema
 
+from app.report.cells import cell
 from app.report.data_table import data_table
 from app.report.downstream_table import downstream_table
 from app.report.heldout_table import heldout_table
 from app.report.inputs import compare
-from app.report.model import Estimate
+from app.report.model import Column, Estimate
 from app.report.resume_table import resume_table
 from app.report.spike_table import spike_table
 from app.report.throughput_table import throughput_table
@@ -171,9 +172,6 @@ def test_throughput_table_goodput_drops_with_stalls(synthetic):
 
 
 def test_estimates_render_with_their_marker():
-    from app.report.cells import cell
-    from app.report.model import Column
-
     col = Column("d", "d", fmt=".4f", signed=True)
     assert cell(Estimate(-0.004, 0.0061), col) == "−0.0040 ± 0.0061"
     assert cell(Estimate(0.003, 0.002, estimated=True), col) == "+0.0030 ± ≈0.0020"
