@@ -6,7 +6,6 @@ formats always say the same thing and each renderer only decides how it looks.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +23,6 @@ class Estimate:
     value: float
     stderr: float | None = None
     estimated: bool = False
-
-    @property
-    def z(self) -> float | None:
-        if self.stderr is None or not math.isfinite(self.stderr) or self.stderr <= 0:
-            return None
-        return self.value / self.stderr
 
 
 @dataclass(frozen=True)
