@@ -56,7 +56,8 @@ def detect_format(source: str | os.PathLike) -> str:
         return "wandb-file"
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        header = next(csv.reader([head.split("\n", 1)[0]]), [])
+        header = next(csv.reader([head.split("\n", 1)[0]], delimiter=wandb_csv.separator(path)),
+                      [])
         return "wandb-csv" if wandb_csv.sniff([h.strip() for h in header]) else "csv"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"

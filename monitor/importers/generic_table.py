@@ -30,6 +30,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import EventKind
 
 from .imported_run import ImportedRun, scalars_frame
+from .wandb_csv import separator
 
 STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
 KEY_FIELDS = ("key", "metric", "name")
@@ -70,7 +71,7 @@ def parse_generic_csv(path: str | Path, step_key: str | None = None) -> Imported
     path = Path(path)
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[],
-                            skipinitialspace=True)
+                            skipinitialspace=True, sep=separator(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise GapwatchError(f"{path}: cannot read: {exc}") from None
     except pd.errors.EmptyDataError:

@@ -46,6 +46,10 @@ _STEP_ROUNDING_TOL = 1e-6
 _WANDB_STEP_COLUMNS = ("_step", "Step")
 
 
+def separator(path: Path) -> str:
+    return "\t" if path.suffix.lower() == ".tsv" else ","
+
+
 def sniff(header: list[str]) -> bool:
     cols = set(header)
     return bool(cols & set(_WANDB_STEP_COLUMNS)) or bool(cols & set(TOKEN_COLUMNS))
@@ -56,7 +60,7 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
     path = Path(path)
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[],
-                            skipinitialspace=True)
+                            skipinitialspace=True, sep=separator(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise GapwatchError(f"{path}: cannot read: {exc}") from None
     except (pd.errors.ParserError, csv.Error) as exc:

@@ -84,3 +84,9 @@ def test_profile_step_key(tmp_path):
     data = load(path, profile="nanogpt").to_run_data("n")
     assert data.series(schema.heldout_key("val")).to_dict() == {10: 3.1, 20: 3.0}
     assert data.series(schema.PERF_MFU).loc[20] == pytest.approx(0.36)
+
+
+def test_tab_separated(tmp_path):
+    path = tmp_path / "m.tsv"
+    path.write_text("step\ttrain/loss\n0\t3.0\n1\t2.5\n")
+    assert load(path).to_run_data("t").series(schema.TRAIN_LOSS).to_dict() == {0: 3.0, 1: 2.5}
