@@ -66,16 +66,6 @@ class DownstreamRun:
     """lm-eval's own results dictionary (JSON-safe), for saving beside the run."""
 
 
-def subset_indices(n_docs: int, limit: int | None, seed: int) -> list[int] | None:
-    """A sorted, seeded sample of `limit` document indices; None means every document."""
-    if limit is None or limit >= n_docs:
-        return None
-    if limit <= 0:
-        raise GapwatchError(f"--limit must be positive, not {limit}")
-    rng = np.random.default_rng(seed)  # a private generator: global RNG state is left alone
-    return sorted(int(i) for i in rng.choice(n_docs, size=limit, replace=False))
-
-
 class _DropNotice(logging.Filter):
     """lm-eval warns once per task that uses `custom_dataset` (all of ours): 57 lines for MMLU."""
 
@@ -175,17 +165,12 @@ def run_tasks(
         raise GapwatchError("run_tasks: a scoring function needs its tokenizer")
     else:
         lm = ScoringLM(model, tokenizer, config.harness)
+    if config.limit is not None and config.limit <= 0:
+        raise GapwatchError(f"limit must be positive, not {config.limit}")
     with (_preserve_global_rngs(), _quiet_lm_eval(),
-          task_manager(data_dir or default_data_dir()) as manager):
+          task_manager(data_dir or default_data_dir(), config.limit, config.subset_seed) as manager):
         loaded = manager.load(tasks)
         leaves = {name: _leaf_names(loaded, name) for name in tasks}
-        samples = None
-        if config.limit is not None:
-            samples = {}
-            for name, task in loaded["tasks"].items():
-                n_docs = len(task.eval_docs)
-                picked = subset_indices(n_docs, config.limit, config.subset_seed)
-                samples[name] = picked if picked is not None else list(range(n_docs))
         for task in loaded["tasks"].values():
             # What simple_evaluate does per task: a default of 0 shots, the seeded shot sampler.
             if config.num_fewshot is not None:
@@ -193,6 +178,6 @@ def run_tasks(
             elif task.get_config("num_fewshot") is None:
                 task.set_config(key="num_fewshot", value=0)
             task.set_fewshot_seed(seed=config.fewshot_seed)
-        raw = evaluate(lm=lm, task_dict=loaded, samples=samples,
-                       bootstrap_iters=config.bootstrap_iters, log_samples=log_samples)
+        raw = evaluate(lm=lm, task_dict=loaded, bootstrap_iters=config.bootstrap_iters,
+                       log_samples=log_samples)
     return DownstreamRun(results=parse_results(raw, tasks, leaves), raw=_json_safe(raw))

@@ -21,7 +21,7 @@ from lm_eval.tasks import TaskManager
 from monitor.errors import GapwatchError
 
 from evals.data_layout import FETCH_HINT
-from evals.task_data import DATA_DIR_METADATA
+from evals.task_data import DATA_DIR_METADATA, LIMIT_METADATA, SEED_METADATA
 
 PACKAGED_TASKS = Path(__file__).parent / "tasks"
 LM_EVAL_TASKS = Path(lm_eval.tasks.__file__).parent
@@ -32,8 +32,10 @@ TASKS = ("hellaswag", "arc_easy", "arc_challenge", "openbookqa", "piqa", "boolq"
 
 
 @contextlib.contextmanager
-def task_manager(data_dir: Path) -> Iterator[TaskManager]:
-    """A TaskManager that knows our tasks and reads documents from `data_dir` (kept while open)."""
+def task_manager(data_dir: Path, limit: int | None = None, subset_seed: int = 0
+                 ) -> Iterator[TaskManager]:
+    """A TaskManager that knows our tasks and reads documents from `data_dir` (kept while open);
+    with `limit`, each evaluated split is a seeded subset of that many documents."""
     data_dir = Path(data_dir)
     if not (data_dir / "tasks").is_dir():
         raise GapwatchError(f"{data_dir}: no eval data; {FETCH_HINT}")
@@ -42,7 +44,8 @@ def task_manager(data_dir: Path) -> Iterator[TaskManager]:
         configs = Path(tmp) / "gapwatch"
         shutil.copytree(PACKAGED_TASKS, configs, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
         yield TaskManager(include_path=str(configs), include_defaults=False,
-                          metadata={DATA_DIR_METADATA: str(data_dir.resolve())})
+                          metadata={DATA_DIR_METADATA: str(data_dir.resolve()),
+                                    LIMIT_METADATA: limit, SEED_METADATA: subset_seed})
 
 
 def check_task_names(names: list[str]) -> list[str]:

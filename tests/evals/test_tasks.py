@@ -9,8 +9,9 @@ import random
 import numpy as np
 import pytest
 
-from evals.downstream import DownstreamConfig, run_tasks, subset_indices
+from evals.downstream import DownstreamConfig, run_tasks
 from evals.harness import HarnessConfig
+from evals.task_data import subset_indices
 from evals.task_suite import LM_EVAL_TASKS, TASKS, task_manager
 from monitor.errors import GapwatchError
 
