@@ -120,9 +120,9 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
         _ensure_attempts(store, name, run.attempts)
         new = scalars.iloc[done:]
         total = len(new)
-        frame = _store_frame(new)
         for lo in range(0, total, WRITE_CHUNK_ROWS):
-            store.write_metrics(name, frame.iloc[lo:lo + WRITE_CHUNK_ROWS])
+            # Converted chunk by chunk: a categorical key column becomes strings only here.
+            store.write_metrics(name, _store_frame(new.iloc[lo:lo + WRITE_CHUNK_ROWS]))
             if progress is not None:
                 progress(min(lo + WRITE_CHUNK_ROWS, total), total)
         if progress is not None and total == 0:
