@@ -23,18 +23,7 @@ from monitor.errors import GapwatchError
 DATA_DIR_ENV = "GAPWATCH_EVAL_DATA"
 FETCH_HINT = "run `gapwatch evals fetch-data` first"
 
-# Task name -> folder under tasks/ (MMLU has one folder per subject below tasks/mmlu/).
-TASK_FOLDERS = {
-    "hellaswag": "hellaswag",
-    "arc_easy": "arc_easy",
-    "arc_challenge": "arc_challenge",
-    "openbookqa": "openbookqa",
-    "piqa": "piqa",
-    "boolq": "boolq",
-    "winogrande": "winogrande",
-}
 MMLU_FOLDER = "mmlu"
-MMLU_SPLITS = ("dev", "validation", "test")
 LAMBADA_FILE = "heldout/lambada.jsonl"
 
 
@@ -136,16 +125,3 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
     tmp.replace(path)
     return n
 
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise GapwatchError(f"{path}: missing; {FETCH_HINT}")
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise GapwatchError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-    return rows

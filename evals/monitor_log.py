@@ -9,7 +9,7 @@ from monitor.schema import (
     PARITY_KL_MEAN, PARITY_TOP1, EventKind, downstream_key, heldout_key,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: evals.downstream imports lm-eval (seconds)
     from evals.downstream import DownstreamResult
     from evals.heldout import HeldoutResult
     from evals.parity import ParityReport

