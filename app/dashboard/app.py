@@ -29,12 +29,12 @@ table.runs th { background: #fafafa; font-weight: 600; color: #555; }
 .alerts-count.hot { color: #d62728; font-weight: 700; }
 .compare { display: flex; gap: 10px; align-items: center; max-width: 900px; }
 .compare .pick { flex: 1; min-width: 220px; }
-.button { background: #1f77b4; color: #fff; padding: 7px 14px; border-radius: 4px; text-decoration: none; }
+.button { background: #1f77b4; color: #fff; padding: 7px 14px; border-radius: 4px; text-decoration: none;
+          border: none; font-size: 14px; cursor: pointer; }
 .run-head { display: flex; flex-wrap: wrap; justify-content: space-between; align-items: center; gap: 12px; }
 .controls { display: flex; gap: 10px; align-items: center; font-size: 14px; }
 .controls .pick { width: 260px; }
 .task-row { display: flex; gap: 10px; align-items: center; font-size: 14px; margin: 0 0 8px; }
-.task-row .tasks { flex: 1; max-width: 900px; }
 .resolution { font-size: 13px; color: #555; margin: 4px 0 8px; display: flex; justify-content: space-between; }
 .notices { color: #a15c00; font-size: 13px; }
 .panels { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; align-items: start; }

@@ -77,13 +77,15 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
 
     @app.callback(
         Output("view", "data"),
-        Input("ref-select", "value"), Input("axis-select", "value"), Input(PANEL, "relayoutData"),
-        State("view", "data"), prevent_initial_call=True,
+        Input("ref-select", "value"), Input("axis-select", "value"), Input("show-all", "n_clicks"),
+        Input(PANEL, "relayoutData"), State("view", "data"), prevent_initial_call=True,
     )
-    def change_view(reference, axis, _relayouts, view):
+    def change_view(reference, axis, _show_all, _relayouts, view):
         spec = ViewSpec.from_dict(view["spec"])
         step_range = view["range"]
-        if ctx.triggered_id == "ref-select":
+        if ctx.triggered_id == "show-all":
+            step_range = None
+        elif ctx.triggered_id == "ref-select":
             # "" is "no reference" (the dropdown cleared); None would mean "the run's own".
             spec = ViewSpec(**{**spec.to_dict(), "reference": reference or ""})
         elif ctx.triggered_id == "axis-select":
@@ -99,7 +101,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
 
     @app.callback(
         Output(PANEL, "figure"), Output("live", "data"), Output("resolution", "children"),
-        Output("notices", "children"), Output("reset-link", "href"),
+        Output("notices", "children"),
         Input("view", "data"), Input("refresh", "data"), Input("task-select", "value"),
     )
     def render(view, _refresh, tasks):
@@ -109,9 +111,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         rendered = panels.build(data, tasks)
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
-        reset = run_href(spec.run, reference=spec.reference or None, axis=spec.axis)
         return ([rendered.figures[name] for name in order], state, rendered.resolution,
-                [f"{n}. " for n in data.notices], reset)
+                [f"{n}. " for n in data.notices])
 
     @app.callback(
         Output("append", "data"), Output("refresh", "data"), Output("alerts-version", "data"),

@@ -91,8 +91,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
                 dcc.RadioItems(id="axis-select", options=[{"label": " step", "value": "step"},
                                                           {"label": " tokens", "value": "tokens"}],
                                value=spec.axis, inline=True),
-                dcc.Link("show all steps", id="reset-link", href=run_href(spec.run, reference=spec.reference,
-                                                                            axis=spec.axis)),
+                html.Button("show all steps", id="show-all", className="button"),
             ], className="controls"),
         ], className="run-head"),
         html.Div(id="notices", className="notices"),
@@ -100,7 +99,9 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
         html.Div([
             html.Label("downstream tasks"),
             dcc.Dropdown(id="task-select", options=[{"label": t, "value": t} for t in tasks], multi=True,
-                         placeholder=f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}", className="tasks"),
+                         placeholder=(f"all {len(tasks)}" if len(tasks) <= DEFAULT_MAX_TASKS
+                                      else f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}"),
+                         style={"minWidth": "420px"}),
         ], className="task-row", style=None if tasks else {"display": "none"}),
         html.Div(graphs, className="panels"),
         html.H2("Alerts"),

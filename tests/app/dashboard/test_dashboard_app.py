@@ -39,7 +39,7 @@ def test_render_callback_sends_typed_arrays_within_budget(demo_url):
         app = create_app(store, DashboardConfig(max_points=500))
         outputs = [[{"id": {"name": p, "type": "panel"}, "property": "figure"} for p in PANELS],
                    {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
-                   {"id": "notices", "property": "children"}, {"id": "reset-link", "property": "href"}]
+                   {"id": "notices", "property": "children"}]
         view = {"spec": {"run": "olmo-repro"}, "range": None}
         response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": view},
                                                     {"id": "refresh", "property": "data", "value": 0},
@@ -117,3 +117,12 @@ def test_clicking_an_alert_bar_opens_its_step_range(demo_url):
                 "state": [{"id": "view", "property": "data", "value": view}]}
         answer = app.server.test_client().post("/_dash-update-component", json=body)
         assert json.loads(answer.get_data())["response"] == {}  # no_update: the page stays
+
+
+def test_compare_form_links_any_two_runs(demo_url):
+    with open_store(demo_url, read_only=True) as store:
+        app = create_app(store)
+        inputs = [{"id": "compare-a", "property": "value", "value": "olmo-reference"},
+                  {"id": "compare-b", "property": "value", "value": "a run/with?odd=name"}]
+        response = post_callback(app, "compare-link.href", inputs, {"id": "compare-link", "property": "href"})
+    assert response["compare-link"]["href"] == "/run/olmo-reference?ref=a+run%2Fwith%3Fodd%3Dname"
