@@ -29,13 +29,17 @@ class HFParitySetup:
     vocab_size: int = 512
     """At least the byte tokenizer's 257 ids; padded like real vocabularies."""
     d_model: int = 128
+    """Width of the residual stream."""
     n_layers: int = 4
     """Four layers: three sliding-window and one full-attention, OLMo 3's pattern."""
     n_heads: int = 4
+    """Query heads per layer."""
     n_kv_heads: int = 2
-    """Grouped-query attention, as OLMo 3 7B has."""
+    """Fewer key/value heads than query heads: grouped-query attention is exercised."""
     head_dim: int = 32
+    """Width of one attention head."""
     mlp_hidden: int = 384
+    """Hidden width of the SwiGLU MLP."""
     seq_len: int = 2048
     """The model's full context: every comparison runs at it."""
     sliding_window: int = 256
