@@ -6,7 +6,8 @@ median + 3 MAD (unscaled MAD), and a step above median + 3 MAD is anomalous. Eac
 against the previous complete block (the first block against itself), so the verdict on a step
 never changes as later rows arrive.
 
-* Stall: an anomalous step at least `stall_ratio` times the ideal (consecutive ones form one).
+* Stall: an anomalous step at least `stall_ratio` times the ideal (consecutive ones form one)
+  that loses at least `min_stall_s` seconds.
 * Periodic pauses: anomalous steps `pause_excess` over the ideal, at a near-constant spacing (garbage collection, synchronous
   checkpoints, evaluation), reported once with their period and the time they cost.
 * Drops: the median of `perf/mfu` or `perf/tokens_per_s` over `drop_block_points` steps falls
@@ -14,7 +15,7 @@ never changes as later rows arrive.
   (the run's own baseline) for `persist_blocks` blocks; and against the reference, where it
   logs the same metric, block by block on the aligned axis.
 * Goodput: sum of ideal step times over the sum of actual step times; below `min_goodput` it is
-  reported for the whole run.
+  reported for the whole run (once it has at least `block_points` steps).
 """
 
 from __future__ import annotations
@@ -39,8 +40,11 @@ class ThroughputDetector(Detector):
         # ml-goodput-measurement: a step time above median + 3 MAD is not "normal".
         mad_factor: float = 3.0,
         # An anomalous step that takes twice the ideal is a stall (small MADs in very steady runs
-        # would otherwise call a few percent of jitter one).
+        # would otherwise call a few percent of jitter one)...
         stall_ratio: float = 2.0,
+        # ...and that loses at least a second: a busy host makes a 60 ms step take 150 ms now and
+        # then, which costs nothing anyone would act on.
+        min_stall_s: float = 1.0,
         # A pause worth timing is an anomalous step at least 10% over the ideal: the goodput
         # bound alone (median + 3 unscaled MAD, about 2 sigma) also passes 2% of normal steps.
         pause_excess: float = 0.10,
@@ -62,6 +66,7 @@ class ThroughputDetector(Detector):
         self.block_points = block_points
         self.mad_factor = mad_factor
         self.stall_ratio = stall_ratio
+        self.min_stall_s = min_stall_s
         self.pause_excess = pause_excess
         self.periodic_min_count = periodic_min_count
         self.period_tolerance = period_tolerance
@@ -151,13 +156,16 @@ class ThroughputDetector(Detector):
         for a, b in true_runs(stall):
             k = a + int(np.argmax(t[a:b + 1] / ideal[a:b + 1]))
             lost = float((t[a:b + 1] - ideal[a:b + 1]).sum())
+            if lost < self.min_stall_s:
+                continue
             evidence = {"step_time_s": float(t[k]), "ideal_s": float(ideal[k]), "ratio": float(t[k] / ideal[k]),
                         "bound_s": float(bound[k]), "lost_s": lost, "n": int(b - a + 1), "goodput": goodput}
             message = (f"stall: step took {t[k]:.3g} s, {t[k] / ideal[k]:.1f}x the ideal {ideal[k]:.3g} s "
                        f"({lost:.3g} s lost)")
             out.append(self._detection(run, None, PERF_STEP_TIME_S, steps[a], steps[b], steps[k],
                                        float(t[k] / ideal[k]), Severity.WARNING, message, evidence))
-        if np.isfinite(goodput) and goodput < self.min_goodput:
+        # Goodput is a verdict on a run, not on a handful of steps: one block at least.
+        if np.isfinite(goodput) and goodput < self.min_goodput and t.size >= self.block_points:
             evidence = {"goodput": goodput, "ideal_time_s": float(ideal.sum()), "actual_time_s": float(t.sum()),
                         "band": self.min_goodput, "n": int(t.size)}
             message = (f"goodput {goodput:.1%}: {t.sum() - ideal.sum():.4g} s of {t.sum():.4g} s went to "
