@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 import time
 
-from dash import ALL, ClientsideFunction, Dash, Input, Output, State, ctx, no_update
+from dash import ALL, Dash, Input, Output, State, ctx, no_update
+from sqlalchemy.exc import DBAPIError
 
 from app import figures
 from app.dashboard import layout, live, panels, queries
@@ -17,6 +18,7 @@ from app.dashboard.config import DashboardConfig
 from app.dashboard.routes import ViewSpec, parse_run_path, run_href
 from monitor.errors import GapwatchError
 from monitor.store import Store
+from monitor.store.store import describe_db_error
 
 PANEL = {"type": "panel", "name": ALL}
 # Plotly reports a zoom as `xaxis.range[0]`/`xaxis.range[1]` (or `xaxis2...` on a lower panel of a
@@ -54,7 +56,10 @@ function(update, ids) {
 def register(app: Dash, store: Store, config: DashboardConfig) -> None:
     @app.callback(Output("page", "children"), Input("url", "pathname"), Input("url", "search"))
     def route(pathname, search):
-        names = store.list_runs()["name"].tolist()
+        try:
+            names = store.list_runs()["name"].tolist()
+        except DBAPIError as exc:
+            return layout.store_unavailable(store.url.redacted(), describe_db_error(exc))
         if pathname in (None, "", "/"):
             return layout.overview_page(names)
         spec = parse_run_path(pathname, search)
@@ -107,7 +112,12 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
     def render(view, _refresh, tasks):
         spec = ViewSpec.from_dict(view["spec"])
         step_range = tuple(view["range"]) if view["range"] else None
-        data = queries.load_view(store, spec, config.max_points, step_range)
+        try:
+            data = queries.load_view(store, spec, config.max_points, step_range)
+        except DBAPIError as exc:
+            # Keep what the page shows and say why it is not current.
+            return ([no_update] * len(ctx.outputs_list[0]), no_update, no_update,
+                    [f"The store cannot be read ({describe_db_error(exc)}): showing what was read before."])
         rendered = panels.build(data, tasks)
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
@@ -126,8 +136,9 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         try:
             result = live.poll(store, state, max_points=config.max_points, full_refresh_s=config.full_refresh_s,
                                now=time.time())
-        except GapwatchError:
-            # The run was deleted while the page was open: leave the page as it is.
+        except (GapwatchError, DBAPIError):
+            # The run was deleted, or the store is unreachable for a moment: leave the page as it is
+            # and try again at the next poll.
             return no_update, no_update, no_update, no_update
         return (result.append if result.append else no_update,
                 refresh + 1 if result.refresh else no_update,

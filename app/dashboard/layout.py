@@ -152,6 +152,11 @@ def missing_run(name: str) -> html.Div:
                                                       dcc.Link("All runs", href="/")])])
 
 
+def store_unavailable(url: str, reason: str) -> html.Div:
+    return html.Div([html.H1("Store unavailable"),
+                     html.P(["Cannot read ", html.Code(url), ": ", reason, ". The page retries when reloaded."])])
+
+
 def _int(v) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{int(v):,}"
 

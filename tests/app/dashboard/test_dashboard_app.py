@@ -9,6 +9,7 @@ import json
 import dash._callback
 import numpy as np
 import pandas as pd
+import psycopg
 import pytest
 
 from app.cli import main
@@ -126,3 +127,37 @@ def test_compare_form_links_any_two_runs(demo_url):
                   {"id": "compare-b", "property": "value", "value": "a run/with?odd=name"}]
         response = post_callback(app, "compare-link.href", inputs, {"id": "compare-link", "property": "href"})
     assert response["compare-link"]["href"] == "/run/olmo-reference?ref=a+run%2Fwith%3Fodd%3Dname"
+
+
+def test_an_unreachable_store_keeps_the_page_and_says_why(pg_url, demo):
+    demo.build(pg_url, steps=200)
+    with open_store(pg_url, read_only=True) as store:
+        app = create_app(store)
+        outputs = [[{"id": {"name": p, "type": "panel"}, "property": "figure"} for p in PANELS],
+                   {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
+                   {"id": "notices", "property": "children"}]
+        inputs = [{"id": "view", "property": "data", "value": {"spec": {"run": "olmo-repro"}, "range": None}},
+                  {"id": "refresh", "property": "data", "value": 0},
+                  {"id": "task-select", "property": "value", "value": None}]
+        first = post_callback(app, "live.data", inputs, outputs)
+        assert first["notices"]["children"] == []
+        # The database goes away under the running dashboard (its connections are cut too).
+        name = pg_url.rsplit("/", 1)[1]
+        with psycopg.connect(pg_url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        response = post_callback(app, "live.data", inputs, outputs)
+        assert list(response) == ["notices"]  # the panels keep what they show
+        assert response["notices"]["children"][0].startswith("The store cannot be read (")
+        assert name in response["notices"]["children"][0]  # the driver's reason: no such database
+        page = post_callback(app, "page.children", [{"id": "url", "property": "pathname", "value": "/"},
+                                                    {"id": "url", "property": "search", "value": ""}],
+                             {"id": "page", "property": "children"})
+        assert "Store unavailable" in json.dumps(page)
+        poll_outputs = [{"id": "append", "property": "data"}, {"id": "refresh", "property": "data"},
+                        {"id": "alerts-version", "property": "data"}, {"id": "live", "property": "data"}]
+        poll_state = [{"id": "live", "property": "data", "value": first["live"]["data"]},
+                      {"id": "refresh", "property": "data", "value": 0},
+                      {"id": "alerts-version", "property": "data", "value": 0}]
+        poll = post_callback(app, "append.data", [{"id": "poll", "property": "n_intervals", "value": 1}],
+                             poll_outputs, state=poll_state)
+        assert poll == {}  # nothing changes; the next poll tries again
