@@ -14,8 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evals.downstream import DownstreamConfig, run_tasks
-from evals.harness import HarnessConfig
 from evals.heldout import HeldoutConfig, HeldoutSet, evaluate_heldout, prepare
 from evals.monitor_log import log_downstream, log_heldout
 from monitor.errors import GapwatchError
@@ -71,10 +69,7 @@ class InLoopEvals:
                 HeldoutSet(heldout_name, heldout_docs), tokenizer,
                 HeldoutConfig(seq_len=model.max_seq_len, batch_size=config.heldout_batch_size,
                               max_tokens=config.heldout_max_tokens))
-        self.downstream = DownstreamConfig(
-            limit=config.downstream_limit,
-            harness=HarnessConfig(batch_size=config.heldout_batch_size, max_length=model.max_seq_len,
-                                  length_bucket=max(model.max_seq_len // 4, 1)))
+        self.max_seq_len = model.max_seq_len
 
     def due(self, step: int) -> bool:
         c = self.config
@@ -88,9 +83,20 @@ class InLoopEvals:
             if c.heldout_every and step % c.heldout_every == 0:
                 log_heldout(sink, step, [evaluate_heldout(self.scorer, self.heldout)])
             if c.downstream_every and step % c.downstream_every == 0:
-                data_dir = Path(c.downstream_data_dir) if c.downstream_data_dir else None
-                done = run_tasks(self.scorer, self.tokenizer, c.downstream_tasks, data_dir=data_dir,
-                                 config=self.downstream)
-                log_downstream(sink, step, done.results)
+                log_downstream(sink, step, self._downstream())
         finally:
             self.scorer.params = None  # the next train step donates these buffers
+
+    def _downstream(self):
+        # lm-eval is imported only by runs that use it: it costs seconds at start-up.
+        from evals.downstream import DownstreamConfig, run_tasks
+        from evals.harness import HarnessConfig
+
+        c = self.config
+        config = DownstreamConfig(
+            limit=c.downstream_limit,
+            harness=HarnessConfig(batch_size=c.heldout_batch_size, max_length=self.max_seq_len,
+                                  length_bucket=max(self.max_seq_len // 4, 1)))
+        data_dir = Path(c.downstream_data_dir) if c.downstream_data_dir else None
+        return run_tasks(self.scorer, self.tokenizer, c.downstream_tasks, data_dir=data_dir,
+                         config=config).results

@@ -49,6 +49,72 @@ def tiny(caches) -> TrainConfig:
     return tiny_config(caches)
 
 
+class FetchProbe:
+    """On CPU, JAX guards no device-to-host transfer (device memory is host memory). This probe
+    applies the accelerator rule instead: a value fetched from a jax.Array on a thread whose
+    transfer guard says 'disallow' is a host-device sync inside the training loop. It records the
+    fetch and raises, as the guard does on a GPU or TPU."""
+
+    def __init__(self) -> None:
+        self.violations: list[tuple] = []
+
+    def install(self, monkeypatch) -> "FetchProbe":
+        from jax._src import array as jax_array
+        from jax._src import config as jax_config
+
+        original = jax_array.ArrayImpl._value
+
+        def guarded(array):
+            if jax_config.transfer_guard_device_to_host.value in ("disallow", "disallow_explicit"):
+                self.violations.append(array.shape)
+                raise RuntimeError("Disallowed device-to-host transfer on the training thread")
+            return original.fget(array)
+
+        monkeypatch.setattr(jax_array.ArrayImpl, "_value", property(guarded))
+        return self
+
+
+DOWNSTREAM_LIMIT = 4  # ARC-Easy questions per downstream eval in the clean run
+
+
+@pytest.fixture(scope="session")
+def clean_run(tmp_path_factory, caches, shared_data):
+    """One clean tiny run shared by several test modules: held-out and downstream evals, GC,
+    checkpoints, a W&B offline copy, a real SQLite store, and the fetch probe watching the
+    training thread."""
+    import shutil
+
+    from evals.data_convert import convert_original
+    from monitor.store import open_store
+    from trainer.config import EvalConfig
+
+    tmp = tmp_path_factory.mktemp("clean")
+    (tmp / "benchmarks" / "arc").mkdir(parents=True)
+    shutil.copy(shared_data / "evals" / "arc" / "ARC-Easy-Dev.jsonl", tmp / "benchmarks" / "arc")
+    convert_original(tmp / "benchmarks", tmp / "eval-data")
+    evals = EvalConfig(heldout_every=15, heldout_max_tokens=2_000, downstream_every=TEST_STEPS,
+                       downstream_tasks=("arc_easy",), downstream_limit=DOWNSTREAM_LIMIT,
+                       downstream_data_dir=str(tmp / "eval-data"))
+    config = tiny_config(caches).replace(checkpoint_every=10, gc_every=10, evals=evals)
+    url = f"sqlite:///{tmp / 'store.db'}"
+    with pytest.MonkeyPatch.context() as patch:
+        probe = FetchProbe().install(patch)
+        result = run_inprocess(config, tmp, "clean", url, wandb="offline")
+    with open_store(url) as store:
+        data, info = store.load_run("clean"), store.get_run("clean")
+    return CleanRun(config, result, data, info, tmp, probe.violations)
+
+
+@dataclasses.dataclass
+class CleanRun:
+    config: TrainConfig
+    result: object
+    data: object
+    info: dict
+    tmp: Path
+    fetches_in_loop: list
+
+
 def run_inprocess(config: TrainConfig, tmp_path: Path, name: str, store: str | None, **options):
     opts = RunOptions(run=name, store=store, run_dir=tmp_path / name, console_every=0,
                       monitor=store is not None, **options)
