@@ -1,0 +1,197 @@
+"""The main job end to end: four real training runs, the W&B path, detection, alerts, report, dashboard.
+
+Each phase runs the same `gapwatch` commands a user would, as child processes, and prints one line
+when it starts and when it ends. The story it tells is the one gapwatch was born from: a run whose
+data loader double-shards looks *better* than its reference on train loss while held-out loss is
+tied, and a resume off by one batch goes unnoticed, unless something watches for them.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.errors import GapwatchError
+
+REFERENCE = "reference"
+CANDIDATE = "double-sharding"
+RESUMED = "resume-off-by-one"
+RERUN = "clean-rerun"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A detector that must (or must not) fire on a run for the demo to have told the truth."""
+
+    run: str
+    detector: str | None  # None: nothing at all may fire
+    why: str
+
+
+EXPECTATIONS = (
+    Expectation(CANDIDATE, "data_invariants", "the cursor advances 32x a global batch per step"),
+    Expectation(CANDIDATE, "memorization", "train loss below the reference while held-out loss is tied"),
+    Expectation(RESUMED, "resume", "model restored at step N+1, data loader at batch N"),
+    Expectation(RERUN, None, "another seed of the same recipe is not a divergence"),
+)
+
+
+@dataclass
+class DemoConfig:
+    workdir: Path = field(default_factory=lambda: Path("demo-output"))
+    """Folder for the store, checkpoints, the W&B run folder and the report."""
+    store: str | None = None
+    """Store URL; default: a SQLite file in `workdir`."""
+    config: str = "demo"
+    """Trainer preset or file for all four runs (tests use `tiny`)."""
+    steps: int | None = None
+    """Optimizer steps of each run; None: the preset's."""
+    kill_at_step: int | None = None
+    """Step after which the resumed run's first process is SIGKILLed; None: 40% of the run."""
+    serve: bool = True
+    """Serve the dashboard at the end, until Ctrl-C."""
+    host: str = "127.0.0.1"
+    port: int = 8050
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"sqlite:///{(self.workdir / 'gapwatch.db').resolve()}"
+
+
+class Demo:
+    def __init__(self, config: DemoConfig) -> None:
+        self.config = config
+        self.workdir = config.workdir.resolve()
+        self.started = time.monotonic()
+        self.phase = 0
+
+    # --- narration ---------------------------------------------------------------------------------
+    PHASES = 7
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.0f} s] {text}", flush=True)
+
+    def begin(self, title: str) -> None:
+        self.phase += 1
+        self.say(f"({self.phase}/{self.PHASES}) {title}")
+
+    # --- running our own commands ------------------------------------------------------------------
+    def gapwatch(self, *args: str, env: dict[str, str] | None = None, quiet: bool = False) -> str:
+        """Run `gapwatch ARGS` as a child process; its output streams through unless `quiet`."""
+        cmd = [sys.executable, "-m", "app", *args]
+        full_env = {**os.environ, "GAPWATCH_STORE": self.config.store_url, "WANDB_ERROR_REPORTING": "false",
+                    "WANDB_SILENT": "true", **(env or {})}
+        result = subprocess.run(cmd, env=full_env, text=True, stdout=subprocess.PIPE if quiet else None,
+                                stderr=subprocess.STDOUT if quiet else None)
+        if result.returncode != 0:
+            raise GapwatchError(f"demo step `gapwatch {' '.join(args[:3])} ...` failed with exit code {result.returncode}"
+                                + (f": {result.stdout.strip().splitlines()[-1]}" if quiet and result.stdout.strip() else ""))
+        return result.stdout or ""
+
+    def train(self, run: str, *extra: str, env: dict[str, str] | None = None) -> None:
+        args = ["train", "--config", self.config.config, "--run", run, "--run-dir", str(self.workdir / "runs" / run)]
+        if self.config.steps:
+            args += ["--steps", str(self.config.steps)]
+        self.gapwatch(*args, *extra, env=env)
+
+    # --- the phases --------------------------------------------------------------------------------
+    def reference_from_wandb(self) -> None:
+        self.begin("reference run, logged to Weights & Biases in offline mode only")
+        trainer_run = REFERENCE + "-trainer"
+        self.train(trainer_run, "--seed", "0", "--no-monitor", "--wandb", "offline", env={"WANDB_MODE": "offline"})
+        # The trainer keeps its W&B files beside its checkpoints.
+        wandb_dir = self.workdir / "runs" / trainer_run / "wandb"
+        folders = sorted(glob.glob(str(wandb_dir / "offline-run-*")))
+        if not folders:
+            raise GapwatchError(f"the reference run wrote no W&B offline run folder under {wandb_dir}")
+        self.say(f"importing the W&B run {Path(folders[-1]).name} as {REFERENCE!r}")
+        self.gapwatch("import", folders[-1], "--run", REFERENCE)
+
+    def candidate(self) -> None:
+        self.begin("candidate run with the double-sharding data-loader bug")
+        self.train(CANDIDATE, "--seed", "0", "--fault", "double-sharding", "--reference", REFERENCE)
+
+    def resumed(self) -> None:
+        self.begin("run killed with SIGKILL and resumed off by one batch, under --until-done")
+        from trainer.config import load
+
+        steps = self.config.steps or load(self.config.config).steps
+        kill = self.config.kill_at_step or max(1, int(0.4 * steps))
+        self.train(RESUMED, "--seed", "0", "--fault", "resume-off-by-one", "--until-done", "--backoff", "0.5",
+                   "--reference", REFERENCE, "--kill-at-step", str(kill))
+
+    def rerun(self) -> None:
+        self.begin("clean rerun of the reference recipe with another seed")
+        self.train(RERUN, "--seed", "1", "--reference", REFERENCE)
+
+    def watch(self) -> None:
+        sink = "Slack and the console" if os.environ.get("SLACK_WEBHOOK_URL") else "the console"
+        self.begin(f"watch service: one detection pass over every run, alerts to {sink}")
+        self.gapwatch("watch", "--all", "--once")
+
+    def report(self) -> Path:
+        self.begin("offline report: the candidate against the reference")
+        path = self.workdir / "report.html"
+        self.gapwatch("report", "--run", CANDIDATE, "--reference", REFERENCE, "-o", str(path))
+        self.gapwatch("report", "--run", CANDIDATE, "--reference", REFERENCE, "-o", str(path.with_suffix(".md")))
+        self.say(f"report written to {path} (and {path.with_suffix('.md').name})")
+        return path
+
+    def check(self) -> list[tuple[Expectation, bool, str]]:
+        """Compare what the detectors stored with what the demo promises."""
+        from monitor.store import open_store
+
+        outcomes = []
+        with open_store(self.config.store_url) as store:
+            fired = {run: {d.detector for d in store.read_detections(run)} for run in (CANDIDATE, RESUMED, RERUN)}
+        for exp in EXPECTATIONS:
+            found = fired.get(exp.run, set())
+            if exp.detector is None:
+                outcomes.append((exp, not found, ", ".join(sorted(found)) or "nothing fired"))
+            else:
+                outcomes.append((exp, exp.detector in found, ", ".join(sorted(found)) or "nothing fired"))
+        return outcomes
+
+    def summarize(self, outcomes) -> bool:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="What gapwatch caught")
+        for column in ("run", "expected", "why", "detectors that fired", "ok"):
+            table.add_column(column)
+        for exp, ok, found in outcomes:
+            expected = exp.detector or "nothing"
+            table.add_row(exp.run, expected, exp.why, found, "[green]yes[/]" if ok else "[red]NO[/]")
+        Console().print(table)
+        return all(ok for _exp, ok, _found in outcomes)
+
+    def dashboard(self) -> None:
+        self.begin("live dashboard")
+        url = f"http://{self.config.host}:{self.config.port}/"
+        if not self.config.serve:
+            self.say(f"not serving (--no-serve); `gapwatch dashboard --store {self.config.store_url}` would serve {url}")
+            return
+        self.say(f"dashboard at {url}  (Ctrl-C to stop)")
+        try:
+            self.gapwatch("dashboard", "--host", self.config.host, "--port", str(self.config.port))
+        except KeyboardInterrupt:
+            pass
+
+    def run(self) -> bool:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.say(f"gapwatch demo in {self.workdir}; store {self.config.store_url}")
+        self.reference_from_wandb()
+        self.candidate()
+        self.resumed()
+        self.rerun()
+        self.watch()
+        self.report()
+        ok = self.summarize(self.check())
+        self.say("every expectation held" if ok else "some expectations did NOT hold (see the table)")
+        self.dashboard()
+        return ok
