@@ -108,7 +108,7 @@ class EventKind(str, enum.Enum):
     CHECKPOINT = "checkpoint"  # payload: path, step
     RESUME = "resume"  # payload: restored_step, restored_data_position, global_batch_size
     RESTART = "restart"  # a supervisor started the process again; payload: reason, exit_code
-    EVAL = "eval"  # payload: kind (heldout|downstream|parity), tasks
+    EVAL = "eval"  # payload: eval (heldout|downstream|parity) and the set or task names
     CONFIG = "config"  # payload: the changed settings
     PREFLIGHT = "preflight"  # payload: ok, max_abs_error
     GC = "gc"  # payload: generation, duration_s
