@@ -33,6 +33,7 @@ class Detector(abc.ABC):
 
     name: ClassVar[str] = ""
     needs_reference: ClassVar[bool] = False  # silent (returns []) without a reference run
+    reads_reference: ClassVar[bool] = True  # False: the reference is never looked at
     keep_first_row: ClassVar[bool] = False  # incremental tail always keeps the run's first row
 
     # --- configuration -----------------------------------------------------------------------
@@ -63,10 +64,10 @@ class Detector(abc.ABC):
         """How close a new interval must start to an open one to be its continuation."""
         return step_cadence
 
-    def reference_span(self, lo: float, hi: float, step_cadence: float) -> tuple[float, float]:
-        """Steps of the reference needed to judge run rows lo..hi."""
+    def reference_spans(self, lo: float, hi: float, step_cadence: float) -> list[tuple[float, float]]:
+        """Ranges of reference steps needed to judge run rows lo..hi."""
         back = self.lookback(step_cadence)
-        return (-math.inf if back is None else lo - back), hi
+        return [((-math.inf if back is None else lo - back), hi)]
 
     # --- incremental ---------------------------------------------------------------------------
     def new_state(self) -> "DetectorState":
@@ -87,9 +88,8 @@ class Detector(abc.ABC):
         step_cadence = cadence(combined.scalars.index.to_numpy())
         lo, hi = _span(combined)
         ref = None
-        if reference is not None:
-            rlo, rhi = self.reference_span(lo, hi, step_cadence)
-            ref = slice_rows(reference, rlo, rhi)
+        if reference is not None and self.reads_reference:
+            ref = slice_ranges(reference, self.reference_spans(lo, hi, step_cadence), cols)
         found = self.detect(combined, ref)
         emitted = reconcile(state, found, self.merge_gap(step_cadence))
         back = self.lookback(step_cadence)
@@ -299,6 +299,25 @@ def slice_rows(run: RunData, lo: float, hi: float) -> RunData:
     b = int(idx.searchsorted(hi, side="right")) if math.isfinite(hi) else len(idx)
     return RunData(info=run.info, scalars=run.scalars.iloc[a:b], events=_between(run.events, lo, hi),
                    repeats=_between(run.repeats, lo, hi), logged_nonfinite=_between(run.logged_nonfinite, lo, hi))
+
+
+def slice_ranges(run: RunData, ranges: list[tuple[float, float]], cols: list[str] | None = None) -> RunData:
+    """Rows in any of the (lo, hi) ranges (which may overlap), only `cols` when given."""
+    merged: list[list[float]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    parts = [slice_rows(run, lo, hi) for lo, hi in merged]
+    if cols is not None:
+        parts = [restrict_columns(p, cols) for p in parts]
+    if len(parts) == 1:
+        return parts[0]
+    out = parts[0]
+    for part in parts[1:]:
+        out = concat_rows(out, part)
+    return out
 
 
 def _between(frame: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:

@@ -59,6 +59,7 @@ def planned_shares(x: float) -> tuple[float, float, float]:
 
 class DataInvariants(Detector):
     name = "data_invariants"
+    reads_reference = False
     keep_first_row = True  # the cursor offset is fixed by the first logged step
 
     def __init__(

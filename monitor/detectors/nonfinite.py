@@ -20,6 +20,7 @@ from .stats import true_runs
 
 class NonFiniteDetector(Detector):
     name = "nonfinite"
+    reads_reference = False
 
     def __init__(
         self,

@@ -72,10 +72,15 @@ class ReferenceDivergence(Detector):
     def lookback(self, step_cadence: float) -> float:
         return (self.persist_windows + 2) * self.window_points * step_cadence
 
-    def reference_span(self, lo: float, hi: float, step_cadence: float) -> tuple[float, float]:
+    def reference_spans(self, lo: float, hi: float, step_cadence: float) -> list[tuple[float, float]]:
+        """The judged range, and the two ranges the step-shift band reads (a stretch of the
+        judged range by -+tolerance), not all the reference in between."""
         back = self.lookback(step_cadence)
+        width = self.window_points * step_cadence
         tol = self.step_shift_tolerance
-        return lo * (1 - tol) - back, hi * (1 + tol) + back
+        lo -= back
+        return [(lo * (1 - tol) - width, hi * (1 - tol) + width), (lo - width, hi + width),
+                (lo * (1 + tol) - width, hi * (1 + tol) + width)]
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         if reference is None:

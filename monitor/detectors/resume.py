@@ -21,6 +21,7 @@ from .stats import cadence
 
 class ResumeConsistency(Detector):
     name = "resume"
+    reads_reference = False
 
     def __init__(
         self,
@@ -54,6 +55,8 @@ class ResumeConsistency(Detector):
 
     # --- restored step vs restored data position ---------------------------------------------------
     def _resumes(self, run: RunData) -> list:
+        if run.events.empty:
+            return []
         events = run.events[run.events["kind"] == EventKind.RESUME.value]
         if events.empty:
             return []

@@ -68,6 +68,7 @@ def olmo2_flags(x: pd.Series, window: int = 1000, threshold: float = 7.0) -> np.
 
 class SpikeDetector(Detector):
     name = "spike"
+    reads_reference = False
 
     def __init__(
         self,

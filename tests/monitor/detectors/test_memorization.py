@@ -4,14 +4,11 @@ improvement (held-out follows) and seed noise stay silent; the within-run gap tr
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from monitor.detectors.memorization import Memorization
-from monitor.schema import DATA_SEEN_2PLUS_FRACTION, TRAIN_LOSS, Severity, heldout_key
+from monitor.schema import DATA_SEEN_2PLUS_FRACTION, TRAIN_LOSS, Severity
 
-from .synth import downstream, pair, run
-
-HELD = heldout_key("c4", "loss")
+from .synth import downstream, pair
 
 
 def test_fires_when_train_drops_and_heldout_stays_tied():
