@@ -32,9 +32,16 @@ def run(args: argparse.Namespace) -> int:
     for column in ("run", "status", "source", "reference", "last step", "last metric", "attempts", "open alerts"):
         table.add_column(column)
     now = time.time()
-    for r in runs.itertuples():
-        ago = "-" if r.last_wall_time != r.last_wall_time or r.last_wall_time is None else f"{now - r.last_wall_time:.0f} s ago"
-        last = "-" if r.last_step != r.last_step or r.last_step is None else str(int(r.last_step))
-        table.add_row(r.name, r.status, r.source, r.reference or "-", last, ago, str(r.attempts), str(r.open_alerts))
+    for r in runs.to_dict("records"):
+        last_seen = _present(r["last_wall_time"])
+        ago = f"{now - last_seen:.0f} s ago" if last_seen is not None else "-"
+        last = _present(r["last_step"])
+        table.add_row(r["name"], r["status"], r["source"], _present(r["reference"]) or "-",
+                      str(int(last)) if last is not None else "-", ago, str(r["attempts"]), str(r["open_alerts"]))
     Console().print(table)
     return 0
+
+
+def _present(value):
+    """None for a missing cell (pandas gives NaN for missing numbers and, in object columns, text)."""
+    return None if value is None or (isinstance(value, float) and value != value) else value
