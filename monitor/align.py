@@ -39,6 +39,7 @@ identical indexes for every column k. What was done is recorded in `info.config[
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,10 +108,9 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
         ref_cols[key] = pd.Series(values, index=pd.Index(steps, dtype="int64"))
         stats[key] = {"points": int(len(steps)), "method": how}
 
-    index = pd.Index(
-        sorted(set().union(*[set(s.index) for s in run_cols.values()])) if run_cols else [],
-        dtype="int64", name="step",
-    )
+    # Index.union merges sorted indexes; a union of Python sets of 1.4M steps took seconds.
+    index = (functools.reduce(pd.Index.union, [s.index for s in run_cols.values()]) if run_cols
+             else pd.Index([])).astype("int64").rename("step")
     meta = {
         "axis": chosen,
         "reason": reason,
