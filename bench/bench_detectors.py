@@ -25,7 +25,6 @@ from scipy.signal import lfilter
 
 from bench.results import record, table
 from monitor.align import align_pair
-from monitor.detection import change_points
 from monitor.detectors import build, make_run, state_from_dict, state_to_dict
 from monitor.detectors.base import slice_rows
 from monitor.detectors.spike import SpikeDetector
@@ -133,9 +132,7 @@ def bench_full(run, ref) -> tuple[list[dict], float, float]:
                  "detections": ""})
     for det in build():
         if isinstance(det, SpikeDetector):
-            (found, scores), wall, cpu = timed(lambda d=det: d.detect_with_scores(run))
-            _, w2, c2 = timed(lambda: change_points(scores))
-            wall, cpu = wall + w2, cpu + c2
+            (found, _), wall, cpu = timed(lambda d=det: d.detect_with_scores(run, compact=True))
         else:
             found, wall, cpu = timed(lambda d=det: d.detect(run, aligned))
         total_wall += wall

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from monitor.align import AXES, align_pair
@@ -87,9 +86,9 @@ def judge(run: RunData, reference: RunData | None, config: DetectConfig | None =
             continue
         progress(f"{detector.name}")
         if config.write_series and isinstance(detector, SpikeDetector):
-            spikes, scores = detector.detect_with_scores(run)
+            spikes, scores = detector.detect_with_scores(run, compact=True)
             found.extend(spikes)
-            series.append(change_points(scores))
+            series.append(scores)
         else:
             found.extend(detector.detect(run, aligned))
     found.sort(key=lambda d: (d.start_step, d.detector, d.metric))
@@ -133,22 +132,6 @@ def empty_series() -> pd.DataFrame:
                          "value": pd.Series(dtype=float)})
 
 
-def change_points(series: pd.DataFrame) -> pd.DataFrame:
-    """A step-wise series (a rolling share changes only when a spike enters or leaves its
-    window) reduced to the points where it changes, each with the value just before: drawn with
-    straight lines it is the same curve, in a few rows instead of one per step."""
-    out = [empty_series()]
-    for key, part in series.groupby("key", sort=True):
-        steps = part["step"].to_numpy()
-        values = part["value"].to_numpy()
-        if steps.size == 0:
-            continue
-        change = np.flatnonzero(np.diff(values) != 0) + 1
-        keep = np.unique(np.concatenate(([0, steps.size - 1], change, change - 1)))
-        out.append(pd.DataFrame({"step": steps[keep].astype("int64"), "key": key, "value": values[keep]}))
-    return pd.concat(out, ignore_index=True)
-
-
 def severity_counts(detections: list[Detection]) -> dict[str, int]:
     counts = {s.value: 0 for s in Severity}
     for d in detections:
@@ -157,4 +140,4 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
 
 
 __all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "judge", "make_detectors",
-           "change_points", "severity_counts"]
+           "severity_counts"]

@@ -295,8 +295,9 @@ def _cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 def slice_rows(run: RunData, lo: float, hi: float) -> RunData:
     """Rows with lo <= step <= hi (scalars, events, repeats and logged NaN/Inf alike)."""
     idx = run.scalars.index
-    a = int(idx.searchsorted(lo, side="left")) if math.isfinite(lo) else 0
-    b = int(idx.searchsorted(hi, side="right")) if math.isfinite(hi) else len(idx)
+    # Integer bounds: a float searched in an int64 index makes NumPy cast the whole index.
+    a = int(idx.searchsorted(math.ceil(lo), side="left")) if math.isfinite(lo) else 0
+    b = int(idx.searchsorted(math.floor(hi), side="right")) if math.isfinite(hi) else len(idx)
     return RunData(info=run.info, scalars=run.scalars.iloc[a:b], events=_between(run.events, lo, hi),
                    repeats=_between(run.repeats, lo, hi), logged_nonfinite=_between(run.logged_nonfinite, lo, hi))
 

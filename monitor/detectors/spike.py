@@ -190,8 +190,9 @@ class SpikeDetector(Detector):
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         return self.detect_with_scores(run)[0]
 
-    def detect_with_scores(self, run: RunData) -> tuple[list, pd.DataFrame]:
-        """The detections and the spike-score series from one pass over the run."""
+    def detect_with_scores(self, run: RunData, compact: bool = False) -> tuple[list, pd.DataFrame]:
+        """The detections and the spike-score series from one pass over the run; `compact`
+        keeps only the points where a score changes (see `change_points`)."""
         out, frames = [], []
         for metric in self.columns(run):
             x = finite(run, metric)
@@ -202,8 +203,11 @@ class SpikeDetector(Detector):
             scores = {k: self.spike_scores(v) for k, v in every.items()}
             out.extend(self._excursions(run, metric, x, z, expected, sigma, every, scores))
             if metric in SCORE_KEYS:
-                frames.append(pd.DataFrame({"step": x.index.to_numpy(), "key": SCORE_KEYS[metric],
-                                            "value": scores[self.definition]}))
+                steps, values = x.index.to_numpy(), scores[self.definition]
+                if compact:
+                    keep = change_points(values)
+                    steps, values = steps[keep], values[keep]
+                frames.append(pd.DataFrame({"step": steps, "key": SCORE_KEYS[metric], "value": values}))
         series = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             {"step": pd.Series(dtype="int64"), "key": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
         return sorted(out, key=lambda d: (d.start_step, d.metric)), series
@@ -298,6 +302,16 @@ class SpikeDetector(Detector):
             out.append(self._detection(run, None, metric, steps[a], steps[end], steps[k], zk,
                                        severity, message, evidence))
         return out
+
+
+def change_points(values: np.ndarray) -> np.ndarray:
+    """Indices that keep the shape of a step-wise series (a rolling share changes only when a
+    spike enters or leaves its window): the ends, and each change with the value just before
+    it. Drawn with straight lines it is the same curve, in a few rows instead of one per step."""
+    if values.size == 0:
+        return np.array([], dtype=np.int64)
+    change = np.flatnonzero(np.diff(values) != 0) + 1
+    return np.unique(np.concatenate(([0, values.size - 1], change, change - 1)))
 
 
 def _block_stats(dev: np.ndarray, block: np.ndarray, first: int, size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from app.cli import main
-from monitor.detection import DetectConfig, change_points, detect_stored
+from monitor.detection import DetectConfig, detect_stored
+from monitor.detectors.spike import change_points
 from monitor.schema import SPIKE_SCORE_LOSS, TRAIN_LOSS, EventKind
 from monitor.store import open_store
 
@@ -119,7 +120,7 @@ def test_replace_forgets_stale_detections(sqlite_url):
 def test_change_points_keep_the_shape_of_a_step_series():
     steps = np.arange(100)
     values = np.where(steps < 40, 0.0, np.where(steps < 70, 0.01, 0.0))
-    frame = change_points(pd.DataFrame({"step": steps, "key": SPIKE_SCORE_LOSS, "value": values}))
-    assert frame["step"].tolist() == [0, 39, 40, 69, 70, 99]
-    assert np.allclose(np.interp(steps, frame["step"], frame["value"])[[0, 39, 40, 55, 69, 70, 99]],
-                       values[[0, 39, 40, 55, 69, 70, 99]])
+    keep = change_points(values)
+    assert steps[keep].tolist() == [0, 39, 40, 69, 70, 99]
+    drawn = np.interp(steps, steps[keep], values[keep])
+    assert np.allclose(drawn[[0, 39, 40, 55, 69, 70, 99]], values[[0, 39, 40, 55, 69, 70, 99]])
