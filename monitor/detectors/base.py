@@ -312,13 +312,22 @@ def slice_ranges(run: RunData, ranges: list[tuple[float, float]], cols: list[str
             merged.append([lo, hi])
     parts = [slice_rows(run, lo, hi) for lo, hi in merged]
     if cols is not None:
-        parts = [restrict_columns(p, cols) for p in parts]
+        parts = [_only_columns(p, cols) for p in parts]
     if len(parts) == 1:
         return parts[0]
     out = parts[0]
     for part in parts[1:]:
         out = concat_rows(out, part)
     return out
+
+
+def _only_columns(run: RunData, cols: list[str]) -> RunData:
+    """`cols` only, rows kept as they are (cheaper than restrict_columns for a reference)."""
+    cols = [c for c in cols if c in run.scalars.columns]
+    nf, rep = run.logged_nonfinite, run.repeats
+    return RunData(info=run.info, scalars=run.scalars[cols], events=run.events,
+                   repeats=rep[rep["key"].isin(cols)] if len(rep) else rep,
+                   logged_nonfinite=nf[nf["key"].isin(cols)] if len(nf) else nf)
 
 
 def _between(frame: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:

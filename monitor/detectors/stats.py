@@ -69,8 +69,9 @@ class Windows:
         return MEDIAN_SE_FACTOR * self.sigma / np.sqrt(effective_n(self.n, self.rho))
 
 
-def window_summaries(steps: np.ndarray, values: np.ndarray, width: float) -> Windows:
-    """Median, robust spread and lag-1 autocorrelation of `values` in windows of `width` steps.
+def window_summaries(steps: np.ndarray, values: np.ndarray, width: float, medians_only: bool = False) -> Windows:
+    """Median, robust spread and lag-1 autocorrelation of `values` in windows of `width` steps
+    (with `medians_only`, spread and autocorrelation are left NaN and cost nothing).
 
     Windows are aligned to multiples of `width` on the step axis, so the same step always falls
     in the same window whether a run is summarised whole or piece by piece (incremental mode).
@@ -92,12 +93,15 @@ def window_summaries(steps: np.ndarray, values: np.ndarray, width: float) -> Win
     col = np.arange(ids.size) - np.repeat(start, counts)
     grid[row, col] = values
     med = row_medians(grid)
-    dev = grid - med[:, None]
-    sigma = MAD_TO_SIGMA * row_medians(np.abs(dev))
-    lagged = np.nansum(dev[:, 1:] * dev[:, :-1], axis=1)
-    power = np.nansum(dev * dev, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.where(power > 0, lagged / power, 0.0)
+    if medians_only:
+        sigma = rho = np.full(uniq.size, np.nan)
+    else:
+        dev = grid - med[:, None]
+        sigma = MAD_TO_SIGMA * row_medians(np.abs(dev))
+        lagged = np.nansum(dev[:, 1:] * dev[:, :-1], axis=1)
+        power = np.nansum(dev * dev, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rho = np.where(power > 0, lagged / power, 0.0)
     last = start + counts - 1
     mid = start + (counts - 1) // 2
     return Windows(uniq, steps[start], steps[last], steps[mid], counts, med, sigma, rho)

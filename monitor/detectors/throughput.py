@@ -196,7 +196,7 @@ class ThroughputDetector(Detector):
     # --- MFU / tokens per second ------------------------------------------------------------------
     def _drops(self, run: RunData, metric: str, x: pd.Series) -> list:
         steps = x.index.to_numpy()
-        w = window_summaries(steps, x.to_numpy(), self.drop_block_points * cadence(steps))
+        w = window_summaries(steps, x.to_numpy(), self.drop_block_points * cadence(steps), medians_only=True)
         med = pd.Series(w.median)
         base = med.rolling(self.baseline_blocks, min_periods=min(5, self.baseline_blocks)).median().shift(1).to_numpy()
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -218,8 +218,8 @@ class ThroughputDetector(Detector):
         if len(y) < 2:
             return []
         width = self.drop_block_points * cadence(x.index.to_numpy())
-        w = window_summaries(x.index.to_numpy(), x.to_numpy(), width)
-        v = window_summaries(y.index.to_numpy(), y.to_numpy(), width)
+        w = window_summaries(x.index.to_numpy(), x.to_numpy(), width, medians_only=True)
+        v = window_summaries(y.index.to_numpy(), y.to_numpy(), width, medians_only=True)
         common, iw, iv = np.intersect1d(w.ids, v.ids, return_indices=True)
         if common.size == 0:
             return []
