@@ -165,7 +165,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
     )
     def alerts(view, _version):
         spec = ViewSpec.from_dict(view["spec"])
-        frame = queries.read_alerts(store, spec.run)
+        frame = store.read_alerts(spec.run)
         axis = queries.axis_for(store, store.run_info(spec.run), spec.axis) or queries.STEP_AXIS
         steps = view["range"] or queries.run_extent(store, spec.run)
         x_range = tuple(float(x) for x in axis.to_x(list(steps))) if steps else None

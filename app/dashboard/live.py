@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from app.dashboard.panels import RenderedView
-from app.dashboard.queries import SPARSE_PREFIXES, ViewData, activity_signature, axis_for, new_points
+from app.dashboard.queries import SPARSE_PREFIXES, ViewData, axis_for, new_points
 from monitor.store import Store
 
 
@@ -42,12 +42,12 @@ def initial_state(store: Store, view: ViewData, rendered: RenderedView, now: flo
         "run_end_x": float(view.run.long["x"].max()) if len(view.run.long) else None,
         "appended": 0,
         "rendered_at": now,
-        "signature": activity_signature(store, view.run.name),
+        "signature": store.activity(view.run.name),
     }
 
 
 def poll(store: Store, state: dict, *, max_points: int, full_refresh_s: float, now: float) -> PollResult:
-    signature = activity_signature(store, state["run"])
+    signature = store.activity(state["run"])
     old = state["signature"]
     alerts_changed = signature[2] != old[2]
     markers_changed = signature[0] != old[0] or signature[1] != old[1]

@@ -1,7 +1,7 @@
 """Everything the dashboard reads from the store, each read under a point budget or a row limit.
 
 Series come through `store.read_scalars` (rollups, `max_points`); events, detections and alerts
-are small tables read whole per run (alerts capped at `ALERT_LIMIT` rows, newest first).
+are small tables read whole per run (alerts capped by the store, newest first).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import case, func, select
 
 from app.dashboard.axis import STEP_AXIS, AxisMap, interpolated_tokens, linear_tokens
 from app.dashboard.routes import ViewSpec
@@ -23,7 +22,7 @@ from monitor.schema import (
     TRAIN_TOKENS,
     RunInfo,
 )
-from monitor.store import Store, tables
+from monitor.store import Store
 
 # What the run page draws, by key prefix. The reference contributes only what is compared.
 RUN_KEY_PREFIXES = (TRAIN_LOSS, TRAIN_GRAD_NORM, "perf/", "data/", "detect/spike_score/", HELDOUT_PREFIX,
@@ -34,18 +33,13 @@ SKIPPED_SUFFIXES = ("/n", "/bpb")
 # Sparse series: a new point changes a derived panel (held-out gap, evals), so it re-renders the view.
 SPARSE_PREFIXES = (HELDOUT_PREFIX, DOWNSTREAM_PREFIX)
 MARKER_KINDS = ("checkpoint", "resume", "restart")
-# Alerts shown per run, newest first: a timeline of more than this is unreadable anyway.
-ALERT_LIMIT = 500
 # A link to a step range shows this share of the range again on each side, as context.
 LINK_CONTEXT_FRACTION = 0.5
 LINK_CONTEXT_MIN_STEPS = 10
 # Points used to interpolate a token axis from a logged `train/tokens` series.
 TOKEN_KNOTS = 2000
 
-ALERT_COLUMNS = ["id", "attempt", "detector", "metric", "state", "severity", "start_step", "end_step",
-                 "peak_step", "score", "message", "opened_at", "updated_at", "resolved_at"]
 DETECTION_COLUMNS = ["detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message"]
-SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 def wanted_keys(all_keys: list[str], prefixes: tuple[str, ...]) -> list[str]:
@@ -161,45 +155,12 @@ def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str,
         long = pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
                              "value": pd.Series(dtype=float)})
         widths = {}
-    long = _with_last_points(store, info.name, long, widths, step_range)
     long["x"] = axis.to_x(long["step"].to_numpy())
     events = store.read_events(info.name, kinds=MARKER_KINDS)
     if step_range is not None and len(events):
         events = events[(events["step"] >= step_range[0]) & (events["step"] <= step_range[1])]
     events = events.assign(x=axis.to_x(events["step"].to_numpy())) if len(events) else events.assign(x=pd.Series(dtype=float))
     return RunSlice(info=info, axis=axis, long=long, bucket_width=widths, events=events, keys=keys)
-
-
-def _with_last_points(store: Store, run: str, long: pd.DataFrame, widths: dict[str, int],
-                      step_range: tuple[int, int] | None) -> pd.DataFrame:
-    """Downsampled series end at their last logged step: bucket extremes rarely include it, and
-    live polling appends from the last drawn step, so without it every poll would re-read (and
-    append at full resolution) the tail of the last bucket."""
-    if not len(long) or not any(w > 1 for w in widths.values()):
-        return long
-    drawn = long.groupby("key")["step"].max()
-    wanted: dict[int, list[str]] = {}
-    for key, last in last_logged_steps(store, run).items():
-        if widths.get(key, 1) > 1 and key in drawn.index and last > drawn[key] and \
-                (step_range is None or last <= step_range[1]):
-            wanted.setdefault(last, []).append(key)
-    tails = [store.read_scalars(run, keys, step_range=(last, last)).drop(columns="run")
-             for last, keys in wanted.items()]
-    if not tails:
-        return long
-    return pd.concat([long, *tails], ignore_index=True).sort_values(["key", "step"], kind="stable",
-                                                                    ignore_index=True)
-
-
-def last_logged_steps(store: Store, run: str) -> dict[str, int]:
-    """The last step of each of the run's series (the store's per-series marks, no scan)."""
-    sr, k = tables.series.c, tables.metric_keys.c
-    run_id = store.run_id(run)
-    with store.engine.connect() as conn:
-        rows = conn.execute(select(k.name, sr.last_step).join_from(tables.series, tables.metric_keys,
-                                                                    k.id == sr.key_id)
-                            .where(sr.run_id == run_id)).all()
-    return {name: int(last) for name, last in rows}
 
 
 def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> pd.DataFrame:
@@ -212,41 +173,10 @@ def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> p
     return frame.reset_index(drop=True)
 
 
-def read_alerts(store: Store, run: str, limit: int = ALERT_LIMIT) -> pd.DataFrame:
-    """The run's alerts (incidents), newest first, at most `limit`."""
-    a = tables.alerts.c
-    run_id = store.run_id(run)
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(*[getattr(a, c) for c in ALERT_COLUMNS]).where(a.run_id == run_id)
-            .order_by(a.updated_at.desc(), a.id.desc()).limit(limit)
-        ).all()
-    frame = pd.DataFrame(rows, columns=ALERT_COLUMNS)
-    for col in ("start_step", "end_step", "peak_step"):
-        frame[col] = frame[col].astype("int64")
-    return frame
-
-
 def run_extent(store: Store, run: str) -> tuple[int, int] | None:
-    """First and last step the run logged anything at (from the per-series marks, no scan)."""
-    sr = tables.series.c
-    run_id = store.run_id(run)
-    with store.engine.connect() as conn:
-        first, last = conn.execute(select(func.min(sr.first_step), func.max(sr.last_step))
-                                   .where(sr.run_id == run_id)).one()
-    return None if first is None else (int(first), int(last))
-
-
-def activity_signature(store: Store, run: str) -> list:
-    """Counts and latest changes of a run's events, detections and alerts: when it changes, the
-    panels derived from them are redrawn. One small aggregate query per table."""
-    run_id = store.run_id(run)
-    e, d, a = tables.events.c, tables.detections.c, tables.alerts.c
-    with store.engine.connect() as conn:
-        events = conn.execute(select(func.count(), func.max(e.id)).where(e.run_id == run_id)).one()
-        detections = conn.execute(select(func.count(), func.max(d.updated_at)).where(d.run_id == run_id)).one()
-        alerts = conn.execute(select(func.count(), func.max(a.updated_at)).where(a.run_id == run_id)).one()
-    return [list(events), list(detections), list(alerts)]
+    """First and last step the run logged anything at."""
+    marks = store.series_marks(run).values()
+    return (min(m[0] for m in marks), max(m[1] for m in marks)) if marks else None
 
 
 def new_points(store: Store, run: str, last: dict[str, int], max_points: int) -> pd.DataFrame:
@@ -267,13 +197,12 @@ def overview(store: Store, now: float | None = None, stale_after_s: float = 600.
     alerts, the worst open severity, and health (critical / warning / stale / crashed / ok)."""
     now = time.time() if now is None else now
     runs = store.list_runs()
-    worst = _worst_open_severity(store)
     rows = []
     for r in runs.itertuples(index=False):
         last_step = None if pd.isna(r.last_step) else int(r.last_step)
         tokens = _tokens(store, r.name, r.tokens_per_step, last_step)
         age = None if pd.isna(r.last_wall_time) else max(0.0, now - float(r.last_wall_time))
-        severity = worst.get(r.name)
+        severity = r.worst_open_severity if isinstance(r.worst_open_severity, str) else None
         if severity == "critical":
             health = "critical"
         elif r.status == "crashed":
@@ -300,16 +229,3 @@ def _tokens(store: Store, run: str, tokens_per_step, last_step: int | None) -> f
     # A cumulative count: the largest value of a 4-point read is its last (rollups keep maxima).
     tokens = store.read_scalars(run, [TRAIN_TOKENS], max_points=4)
     return float(tokens["value"].max()) if len(tokens) else None
-
-
-def _worst_open_severity(store: Store) -> dict[str, str]:
-    a, r = tables.alerts.c, tables.runs.c
-    rank = case({name: value for name, value in SEVERITY_RANK.items()}, value=a.severity, else_=0)
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(r.name, func.max(rank)).select_from(tables.alerts.join(tables.runs, r.id == a.run_id))
-            .where(a.state == "open").group_by(r.name)
-        ).all()
-    names = {v: k for k, v in SEVERITY_RANK.items()}
-    return {name: names[int(level)] for name, level in rows}
-

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, case, func, select
 from tsdownsample import MinMaxDownsampler
 
 from monitor.schema import Detection, RunData, Severity, empty_events
@@ -28,7 +28,11 @@ DEFAULT_MAX_POINTS = 2000
 # Read up to this many times the budget (raw rows, or rollup points) before thinning in memory:
 # enough for the in-memory thinning to choose well, still O(points shown).
 OVERSAMPLE = 4
+# Raw rows are read for ranges up to this many times the budget (a 2,000-point chart: 32k rows,
+# tens of milliseconds), so mid-sized ranges are thinned from every point, not from 64-step buckets.
+RAW_READ_FACTOR = 16
 _SCALAR_COLUMNS = ["run", "key", "step", "value"]
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 def _as_list(x) -> list[str]:
@@ -40,8 +44,8 @@ def read_scalars(store: "Store", runs, keys, step_range=None, max_points: int = 
     """Long frame (run, key, step, value): the latest attempt of each step, at most `max_points`
     rows per series. Unknown keys give no rows; an unknown run is an error.
 
-    Downsampled series (attrs["bucket_width"][(run, key)] > 1) hold only finite values; at full
-    resolution NaN and Inf come back as logged.
+    Downsampled series (attrs["bucket_width"][(run, key)] > 1) hold only finite values and end
+    at the range's last finite value; at full resolution NaN and Inf come back as logged.
     """
     if max_points < 4:
         raise ValueError("max_points must be at least 4")
@@ -75,19 +79,17 @@ def read_scalars(store: "Store", runs, keys, step_range=None, max_points: int = 
                 if lo > hi:
                     continue
                 density = n / max(1, last - first + 1)
-                level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE)
+                level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE, RAW_READ_FACTOR)
                 if level is None:
                     steps, values = _raw(conn, run_id, key_id, lo, hi)
                     width = 1
+                    tail = _last_finite(steps, values)
                 else:
                     steps, values = _from_rollups(conn, run_id, key_id, level, lo, hi)
                     width = LEVEL_WIDTHS[level]
-                if len(steps) > max_points:
-                    finite = np.isfinite(values)
-                    steps, values = steps[finite], values[finite]
-                    if len(steps) > max_points:
-                        idx = MinMaxDownsampler().downsample(steps, values, n_out=max_points)
-                        steps, values = steps[idx], values[idx]
+                    tail = _last_finite(*_raw_tail(conn, run_id, key_id, lo, hi))
+                if width > 1 or len(steps) > max_points:
+                    steps, values = _thin(steps, values, max_points, tail)
                     width = max(width, 2)
                 widths[(run, key)] = width
                 frames.append(pd.DataFrame({"run": run, "key": key, "step": steps, "value": values}))
@@ -97,6 +99,44 @@ def read_scalars(store: "Store", runs, keys, step_range=None, max_points: int = 
     )
     out.attrs["bucket_width"] = widths
     return out[_SCALAR_COLUMNS]
+
+
+def _thin(steps: np.ndarray, values: np.ndarray, max_points: int, tail: tuple[int, float] | None):
+    """At most `max_points` finite points: MinMax buckets of everything before the range's last
+    finite point, then that point. Ending where the data ends keeps a chart's right edge honest,
+    and lets live polling read only what comes after it."""
+    keep = np.isfinite(values)
+    if tail is not None:
+        keep &= steps < tail[0]
+    steps, values = steps[keep], values[keep]
+    room = max_points - (tail is not None)
+    if len(steps) > room:
+        idx = MinMaxDownsampler().downsample(steps, values, n_out=room - room % 2)
+        steps, values = steps[idx], values[idx]
+    if tail is not None:
+        steps, values = np.append(steps, tail[0]), np.append(values, tail[1])
+    return steps, values
+
+
+def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | None:
+    finite = np.flatnonzero(np.isfinite(values))
+    return (int(steps[finite[-1]]), float(values[finite[-1]])) if len(finite) else None
+
+
+def _raw_tail(conn, run_id: int, key_id: int, lo: int, hi: int, rows: int = 64):
+    """The last few logged steps of a range (latest attempt each), newest last."""
+    m = tables.metrics.c
+    got = conn.execute(
+        select(m.step, m.value)
+        .where(and_(m.run_id == run_id, m.key_id == key_id, m.step >= lo, m.step <= hi))
+        .order_by(m.step.desc(), m.attempt.desc())
+        .limit(rows)
+    ).all()
+    seen: dict[int, float] = {}
+    for step, value in got:
+        seen.setdefault(step, np.nan if value is None else value)
+    steps = np.array(sorted(seen), dtype=np.int64)
+    return steps, np.array([seen[k] for k in steps], dtype=float)
 
 
 def _raw(conn, run_id: int, key_id: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,22 +186,69 @@ def list_runs(store: "Store") -> pd.DataFrame:
         .group_by(s.run_id)
         .subquery()
     )
+    rank = case(SEVERITY_RANK, value=a.severity, else_=0)
     open_alerts = (
-        select(a.run_id, func.count().label("open_alerts")).where(a.state == "open").group_by(a.run_id).subquery()
+        select(a.run_id, func.count().label("open_alerts"), func.max(rank).label("worst_rank"))
+        .where(a.state == "open").group_by(a.run_id).subquery()
     )
     query = (
         select(r.name, r.project, r.source, r.status, r.reference, r.tokens_per_step, r.attempts,
                r.created_at, r.updated_at, last.c.last_step, last.c.last_wall_time,
-               func.coalesce(open_alerts.c.open_alerts, 0).label("open_alerts"))
+               func.coalesce(open_alerts.c.open_alerts, 0).label("open_alerts"), open_alerts.c.worst_rank)
         .select_from(tables.runs)
         .outerjoin(last, last.c.run_id == tables.runs.c.id)
         .outerjoin(open_alerts, open_alerts.c.run_id == tables.runs.c.id)
         .order_by(tables.runs.c.updated_at.desc())
     )
     with store._read() as conn:
-        return pd.DataFrame(conn.execute(query).mappings().all(), columns=[
+        frame = pd.DataFrame(conn.execute(query).mappings().all(), columns=[
             "name", "project", "source", "status", "reference", "tokens_per_step", "attempts", "created_at",
-            "updated_at", "last_step", "last_wall_time", "open_alerts"])
+            "updated_at", "last_step", "last_wall_time", "open_alerts", "worst_rank"])
+    names = {rank: name for name, rank in SEVERITY_RANK.items()}
+    frame["worst_open_severity"] = [names.get(int(r)) if pd.notna(r) else None for r in frame.pop("worst_rank")]
+    return frame
+
+
+def series_marks(store: "Store", name: str) -> dict[str, tuple[int, int]]:
+    """First and last logged step of each of a run's series (kept with every write: no scan)."""
+    s = tables.series.c
+    with store._read() as conn:
+        run_id = store._run_id(conn, name)
+        rows = conn.execute(select(s.key_id, s.first_step, s.last_step).where(s.run_id == run_id)).all()
+        names = store.key_names(conn, [r[0] for r in rows])
+    return {names[k]: (int(first), int(last)) for k, first, last in rows}
+
+
+ALERT_COLUMNS = ["id", "attempt", "detector", "metric", "state", "severity", "start_step", "end_step",
+                 "peak_step", "score", "message", "opened_at", "updated_at", "resolved_at"]
+
+
+def read_alerts(store: "Store", name: str, limit: int = 500) -> pd.DataFrame:
+    """A run's alerts (incidents), most recently updated first, at most `limit`."""
+    a = tables.alerts.c
+    with store._read() as conn:
+        run_id = store._run_id(conn, name)
+        rows = conn.execute(
+            select(*[getattr(a, c) for c in ALERT_COLUMNS]).where(a.run_id == run_id)
+            .order_by(a.updated_at.desc(), a.id.desc()).limit(limit)
+        ).all()
+    frame = pd.DataFrame(rows, columns=ALERT_COLUMNS)
+    for col in ("start_step", "end_step", "peak_step"):
+        frame[col] = frame[col].astype("int64")
+    return frame
+
+
+def activity(store: "Store", name: str) -> list[list]:
+    """Counts and latest changes of a run's events, detections and alerts: a cheap fingerprint that
+    changes whenever any of them does (one aggregate query per table)."""
+    e, d, a = tables.events.c, tables.detections.c, tables.alerts.c
+    with store._read() as conn:
+        run_id = store._run_id(conn, name)
+        return [
+            list(conn.execute(select(func.count(), func.max(e.id)).where(e.run_id == run_id)).one()),
+            list(conn.execute(select(func.count(), func.max(d.updated_at)).where(d.run_id == run_id)).one()),
+            list(conn.execute(select(func.count(), func.max(a.updated_at)).where(a.run_id == run_id)).one()),
+        ]
 
 
 def read_events(store: "Store", name: str, kinds: Iterable[str] | None = None) -> pd.DataFrame:

@@ -67,17 +67,19 @@ def aggregate(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, width:
     }
 
 
-def choose_level(span_steps: int, rows_per_step: float, max_points: int, oversample: int) -> int | None:
+def choose_level(span_steps: int, rows_per_step: float, max_points: int, oversample: int,
+                 raw_factor: int) -> int | None:
     """The level to read for a range, or None to read raw rows.
 
-    Raw rows are read while they number at most `oversample * max_points`; beyond that, the finest
-    level giving at most that many points (two per bucket). The reader then thins whatever it read
-    to exactly `max_points` in memory, so `oversample` trades read cost for visual fidelity.
+    Raw rows are read while they number at most `raw_factor * max_points`; beyond that, the finest
+    level giving at most `oversample * max_points` points (two per bucket). The reader then thins
+    whatever it read to `max_points` in memory. Reading raw rows well past the budget matters
+    between the raw limit and the first level: a 10k-step range at 64 steps a bucket would give
+    only ~300 points, far fewer than a chart can show.
     """
-    budget = oversample * max_points
-    if span_steps * rows_per_step <= budget:
+    if span_steps * rows_per_step <= raw_factor * max_points:
         return None
     for level, width in enumerate(LEVEL_WIDTHS):
-        if 2 * (span_steps / width + 1) <= budget:
+        if 2 * (span_steps / width + 1) <= oversample * max_points:
             return level
     return len(LEVEL_WIDTHS) - 1

@@ -354,6 +354,15 @@ class Store:
     def load_run(self, name: str, keys: Iterable[str] | None = None) -> RunData:
         return reader.load_run(self, name, keys)
 
+    def series_marks(self, name: str) -> dict[str, tuple[int, int]]:
+        return reader.series_marks(self, name)
+
+    def read_alerts(self, name: str, limit: int = 500) -> pd.DataFrame:
+        return reader.read_alerts(self, name, limit)
+
+    def activity(self, name: str) -> list[list]:
+        return reader.activity(self, name)
+
     # --- detections ----------------------------------------------------------------------------
     def write_detections(self, detections: Iterable[Detection]) -> int:
         now = time.time()

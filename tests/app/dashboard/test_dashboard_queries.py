@@ -115,10 +115,10 @@ def test_read_alerts_newest_first(tmp_path, demo):
         time.sleep(0.01)
         demo.add_alert(store, "olmo-repro", "memorization", TRAIN_LOSS, "critical", 100, 200, "second")
     with open_store(url, read_only=True) as store:
-        alerts = queries.read_alerts(store, "olmo-repro")
+        alerts = store.read_alerts("olmo-repro")
         assert alerts["message"].tolist() == ["second", "first"]
         assert alerts["start_step"].dtype == "int64"
-        assert queries.read_alerts(store, "olmo-repro", limit=1)["message"].tolist() == ["second"]
+        assert store.read_alerts("olmo-repro", limit=1)["message"].tolist() == ["second"]
 
 
 def test_new_points_reads_only_after_each_keys_last_step(demo_url):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
@@ -138,3 +138,27 @@ def test_since_step_returns_only_new_rows(sqlite_url):
         store.write_metrics("r", pd.DataFrame({"step": range(100, 105), "key": "train/loss", "value": 2.0}))
         new = store.read_scalars("r", ["train/loss", "not/logged"], since_step=99)
         assert new["step"].tolist() == [100, 101, 102, 103, 104]
+
+
+def test_mid_sized_ranges_fill_the_budget(sqlite_url):
+    """Ranges between the raw limit and the first rollup level still come back with ~max_points."""
+    values = np.sin(np.arange(100_000) / 500.0)
+    with open_store(sqlite_url) as store:
+        store.ensure_run("r")
+        store.write_metrics("r", pd.DataFrame({"step": np.arange(100_000), "key": "train/loss", "value": values}))
+        for span in (10_000, 30_000, 100_000):
+            got = store.read_scalars("r", "train/loss", step_range=(0, span - 1), max_points=2000)
+            assert 1000 <= len(got) <= 2000, (span, len(got))
+
+
+def test_downsampled_series_end_at_the_last_logged_step(store_url):
+    with open_store(store_url) as store:
+        store.ensure_run("r")
+        n = 50_001
+        store.write_metrics("r", pd.DataFrame({"step": np.arange(n), "key": "train/loss", "value": np.cos(np.arange(n))}))
+        for step_range in (None, (0, 33_333), (10, 49_999)):
+            got = store.read_scalars("r", "train/loss", step_range=step_range, max_points=500)
+            last = n - 1 if step_range is None else step_range[1]
+            assert len(got) <= 500 and got["step"].iloc[-1] == last
+            assert got["value"].iloc[-1] == np.cos(last)
+            assert got["step"].is_monotonic_increasing and got["step"].is_unique
