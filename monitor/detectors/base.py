@@ -117,7 +117,7 @@ class DetectorState:
     detector:  the registry name it belongs to.
     last_step: the highest step judged so far.
     tail:      recent rows (only the detector's columns) that the next judgement needs.
-    open:      per metric, the latest reported interval, which new rows may continue.
+    open:      per metric and rule, the latest reported interval, which new rows may continue.
     reported:  fingerprints of intervals already reported, so unchanged ones are not repeated.
     extra:     detector-specific JSON values.
     """
@@ -158,6 +158,12 @@ def _key(d: Detection) -> str:
     return f"{d.metric}@{d.start_step}"
 
 
+def _thread(d: Detection) -> str:
+    """Which open interval a detection may continue: same metric and same rule (a detector with
+    several rules on one metric tags each detection's evidence with `rule`)."""
+    return f"{d.metric}|{d.evidence.get('rule', '')}"
+
+
 def _fingerprint(d: Detection) -> list:
     return [int(d.end_step), int(d.peak_step), d.severity.value, round(float(d.score), 9)]
 
@@ -178,7 +184,8 @@ def reconcile(state: DetectorState, found: list[Detection], gap: float) -> list[
     """Record `found` in `state`; return those not reported before (or changed since)."""
     emitted = []
     for d in sorted(found, key=lambda x: (x.metric, x.start_step)):
-        prior = state.open.get(d.metric)
+        thread = _thread(d)
+        prior = state.open.get(thread)
         if prior is not None and prior.start_step < d.start_step <= prior.end_step + gap:
             d = _merge(prior, d)
         key, fp = _key(d), _fingerprint(d)
@@ -186,7 +193,7 @@ def reconcile(state: DetectorState, found: list[Detection], gap: float) -> list[
             emitted.append(d)
             state.reported[key] = fp
         if prior is None or d.end_step >= prior.end_step:
-            state.open[d.metric] = d
+            state.open[thread] = d
     return sorted(emitted, key=lambda x: (x.start_step, x.metric))
 
 

@@ -65,6 +65,7 @@ class NonFiniteDetector(Detector):
                 last_ok = int(finite_before[-1]) if finite_before.size else None
                 first = values[a]
                 evidence = {
+                    "rule": "nonfinite",
                     "n": int(b - a + 1),
                     "first_value": "nan" if np.isnan(first) else ("inf" if first > 0 else "-inf"),
                     "last_finite_step": int(steps[last_ok]) if last_ok is not None else None,
@@ -90,7 +91,7 @@ class NonFiniteDetector(Detector):
             if b - a + 1 < self.explode_min_points:
                 continue
             k = a + int(np.nanargmax(ratio[a:b + 1]))
-            evidence = {"ratio": float(ratio[k]), "value": float(x.iloc[k]), "baseline": float(base.iloc[a]),
+            evidence = {"rule": "exploding", "ratio": float(ratio[k]), "value": float(x.iloc[k]), "baseline": float(base.iloc[a]),
                         "n": int(b - a + 1)}
             message = (f"{self.explode_metric} exploding: {ratio[k]:.0f}x its trailing median for "
                        f"{b - a + 1} logged steps")

@@ -99,7 +99,7 @@ class ResumeConsistency(Detector):
             delta = spread["max"] - spread["min"]
             differ = (delta > tol).to_numpy()
             steps = spread.index.to_numpy()
-            evidence = {"n": int(len(spread)), "max_delta": float(delta.max()),
+            evidence = {"rule": "replay", "n": int(len(spread)), "max_delta": float(delta.max()),
                         "steps_differing": int(differ.sum()), "deterministic": deterministic}
             if not differ.any():
                 continue
@@ -127,7 +127,7 @@ class ResumeConsistency(Detector):
         out = []
         for i in np.flatnonzero(big):
             lost = int(jumps[i] - usual)
-            evidence = {"last_step_before": int(steps[i]), "next_step": int(steps[i + 1]),
+            evidence = {"rule": "gap", "last_step_before": int(steps[i]), "next_step": int(steps[i + 1]),
                         "missing_steps": lost, "cadence": usual}
             message = (f"no {self.gap_metric} logged between steps {steps[i]} and {steps[i + 1]}: "
                        f"{lost} steps of progress are missing from the record")

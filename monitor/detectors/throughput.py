@@ -141,7 +141,7 @@ class ThroughputDetector(Detector):
             sel = periodic
             lost = float((t[sel] - ideal[sel]).sum())
             period = float(np.median(np.diff(steps[sel])))
-            evidence = {"period_steps": period, "n": int(sel.sum()), "mean_excess_s": lost / sel.sum(),
+            evidence = {"rule": "periodic", "period_steps": period, "n": int(sel.sum()), "mean_excess_s": lost / sel.sum(),
                         "lost_s": lost, "lost_share": lost / float(t.sum()), "goodput": goodput}
             k = int(np.flatnonzero(sel)[np.argmax((t - ideal)[sel])])
             severity = Severity.WARNING if evidence["lost_share"] >= 1 - self.min_goodput else Severity.INFO
@@ -158,7 +158,7 @@ class ThroughputDetector(Detector):
             lost = float((t[a:b + 1] - ideal[a:b + 1]).sum())
             if lost < self.min_stall_s:
                 continue
-            evidence = {"step_time_s": float(t[k]), "ideal_s": float(ideal[k]), "ratio": float(t[k] / ideal[k]),
+            evidence = {"rule": "stall", "step_time_s": float(t[k]), "ideal_s": float(ideal[k]), "ratio": float(t[k] / ideal[k]),
                         "bound_s": float(bound[k]), "lost_s": lost, "n": int(b - a + 1), "goodput": goodput}
             message = (f"stall: step took {t[k]:.3g} s, {t[k] / ideal[k]:.1f}x the ideal {ideal[k]:.3g} s "
                        f"({lost:.3g} s lost)")
@@ -205,7 +205,7 @@ class ThroughputDetector(Detector):
         out = []
         for a, b in signed_runs(flag, rel, w.ids, self.persist_blocks):
             k = a + int(np.argmin(rel[a:b + 1]))
-            evidence = {"value": float(w.median[k]), "baseline": float(base[a]), "delta": float(rel[k]),
+            evidence = {"rule": "drop", "value": float(w.median[k]), "baseline": float(base[a]), "delta": float(rel[k]),
                         "band": -self.drop_fraction, "blocks": int(b - a + 1), "n": int(w.n[a:b + 1].sum())}
             message = (f"{metric} {w.median[k]:.4g}, {-rel[k]:.0%} below the run's own baseline "
                        f"{base[a]:.4g}")

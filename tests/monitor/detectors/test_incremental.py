@@ -142,3 +142,17 @@ def test_rows_logged_again_after_a_restart_replace_the_old_ones():
     again.logged_nonfinite = again.logged_nonfinite.iloc[0:0]
     state, found = detector.update(state, again, ref)
     assert np.isfinite(state.tail.scalars.loc[5900, TRAIN_GRAD_NORM])
+
+
+def test_two_rules_on_one_metric_stay_two_detections_in_pieces():
+    # A stall in the middle of a stretch of periodic pauses: both are about perf/step_time_s,
+    # neither may swallow the other when the run arrives in pieces.
+    run, ref = faulty_pair()
+    s = run.scalars
+    s.loc[3333, PERF_STEP_TIME_S] = 9.0
+    (detector,) = build(["throughput"], SMALL)
+    whole = {(d.evidence.get("rule"), d.start_step, d.end_step) for d in detector.detect(run, ref)
+             if d.metric == PERF_STEP_TIME_S}
+    found, _ = judged_in_pieces(detector, run, ref, 97)
+    pieces = {(d.evidence.get("rule"), d.start_step, d.end_step) for d in found if d.metric == PERF_STEP_TIME_S}
+    assert ("stall", 3333, 3333) in whole and pieces == whole
