@@ -97,10 +97,10 @@ PRESETS: dict[str, TrainConfig] = {
     # cut so that a clean run of `steps` stays within one epoch.
     "demo": TrainConfig(
         model=preset("demo"),
-        data=DataConfig(corpus=CorpusSpec(max_train_chars=2_400_000, max_heldout_chars=150_000),
+        data=DataConfig(corpus=CorpusSpec(max_train_chars=2_200_000, max_heldout_chars=150_000),
                         global_batch_size=32, data_hosts=32),
-        optim=OptimConfig(lr=3e-3, warmup_steps=20),
-        evals=EvalConfig(heldout_every=25, heldout_max_tokens=16_384),
+        optim=OptimConfig(lr=5e-3, warmup_steps=20),
+        evals=EvalConfig(heldout_every=50, heldout_max_tokens=16_384),
         steps=300,
         checkpoint_every=50,
     ),

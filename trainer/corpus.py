@@ -2,7 +2,8 @@
 
 Sources (the `--corpus` value; several may be given):
 - `stdlib` (default): the Python installation's own standard library sources, code and docstrings,
-  test suites left out. Every machine that runs gapwatch has it, with no network and no set-up.
+  test suites left out, one document per top-level block (module header, function, class). Every
+  machine that runs gapwatch has it, with no network and no set-up.
 - a `.txt` file (documents are its blank-line-separated blocks), a `.jsonl` or `.jsonl.gz` file
   (one JSON object a line, text in `text_field`), or a folder of such files;
 - `hf:NAME[:CONFIG][@SPLIT]`: a Hugging Face dataset read with `datasets` in streaming mode, such as
@@ -32,6 +33,8 @@ HF_PREFIX = "hf:"
 # Standard-library folders that are test suites or vendored third-party code, not library text.
 _STDLIB_SKIP = {"site-packages", "__pycache__", "test", "tests", "idle_test", "lib2to3", "ensurepip"}
 _BLANK_LINES = re.compile(r"\n\s*\n")
+# A blank line followed by a top-level def, class or decorator starts a new block of a module.
+_TOP_LEVEL = re.compile(r"(?<=\n\n)(?=(?:async\s+def|def|class|@)\b)", re.M)
 
 
 @dataclass(frozen=True)
@@ -111,11 +114,16 @@ def _stdlib_files() -> list[Path]:
 
 
 def _stdlib_documents() -> Iterator[Document]:
+    """One document per top-level block of each module (its header, each function, each class),
+    as code corpora cut source files: many small documents from every module make a random sample
+    of them, a held-out split of them and each batch alike in kind, where whole files differ a lot."""
     root = _stdlib_root()
     for path in _stdlib_files():
         text = path.read_text(encoding="utf-8", errors="replace")
-        if text.strip():
-            yield Document(f"stdlib/{path.relative_to(root).as_posix()}", text)
+        name = f"stdlib/{path.relative_to(root).as_posix()}"
+        for i, block in enumerate(_TOP_LEVEL.split(text)):
+            if block.strip():
+                yield Document(f"{name}#{i}", block)
 
 
 def _txt_documents(path: Path, text_field: str) -> Iterator[Document]:

@@ -82,8 +82,10 @@ class TrainResult:
     """First step this process trained (the step after the one it resumed from)."""
     last_step: int
     tokens_per_s: float
-    """Mean throughput of this process's steps after the first (which includes compilation)."""
+    """Mean throughput of this process's steady steps (not compiling, not after periodic work)."""
     checkpoint_dir: Path
+    step_times: list[float] = dataclasses.field(default_factory=list)
+    """Seconds of each steady step, in order."""
 
 
 def train(config: TrainConfig, options: RunOptions) -> TrainResult:
@@ -278,7 +280,8 @@ class _Trainer:
         mngr.wait_until_finished()
         jax.block_until_ready(state)
         mean = float(np.mean(times)) if times else float("nan")
-        return TrainResult(start + 1, cfg.steps, cfg.tokens_per_step / mean, self.options.checkpoint_dir())
+        return TrainResult(start + 1, cfg.steps, cfg.tokens_per_step / mean, self.options.checkpoint_dir(),
+                           times)
 
     def _periodic(self, step, state, hosts, sinks, mngr, evals, packed, records) -> bool:
         """Checkpoint, evals and GC at their steps; True when any of them ran."""

@@ -26,11 +26,14 @@ def test_txt_and_jsonl_documents(tmp_path):
     assert len(docs) == 8
 
 
-def test_stdlib_is_the_default_corpus_and_has_no_tests():
-    docs = corpus.read_documents((corpus.STDLIB,))
-    first = [next(docs) for _ in range(20)]
-    assert all(d.id.startswith("stdlib/") and d.id.endswith(".py") for d in first)
-    assert not any("/test/" in d.id for d in first)
+def test_stdlib_is_the_default_corpus_cut_into_top_level_blocks():
+    docs = list(corpus.read_documents((corpus.STDLIB,)))
+    assert all(d.id.startswith("stdlib/") and ".py#" in d.id for d in docs)
+    assert not any("/test/" in d.id or "site-packages" in d.id for d in docs)
+    argparse_blocks = [d.text for d in docs if d.id.startswith("stdlib/argparse.py#")]
+    assert argparse_blocks[0].lstrip().startswith("#")  # the module header comes first
+    assert any(b.startswith("class ArgumentParser(") for b in argparse_blocks)
+    assert "".join(argparse_blocks) == (corpus._stdlib_root() / "argparse.py").read_text()
 
 
 def test_hf_dataset_source_reads_a_local_dataset_folder(tmp_path):
