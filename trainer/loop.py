@@ -132,9 +132,9 @@ class _Trainer:
         direction = optim.direction(cfg.optim)
         base_lr = optim.schedule(cfg.optim, cfg.steps)
         lr_fn = lambda step: base_lr(step) * self.faults.lr_scale(step)  # noqa: E731
-        shapes = jax.eval_shape(lambda: init_state(model, direction, records, cfg.seed))
+        shapes = jax.eval_shape(lambda: init_state(model, direction, records, cfg.parameter_seed))
         shardings = state_sharding(mesh, shapes)
-        state = jax.jit(lambda: init_state(model, direction, records, cfg.seed), out_shardings=shardings)()
+        state = jax.jit(lambda: init_state(model, direction, records, cfg.parameter_seed), out_shardings=shardings)()
         step_fn = make_train_step(model, direction, lr_fn, records, mesh, shapes)
 
         start = 0
@@ -172,7 +172,8 @@ class _Trainer:
         if saved_model != cfg.model:
             problems.append("model config differs")
         for key, now in (("global_batch_size", cfg.data.global_batch_size),
-                         ("data_hosts", cfg.data.data_hosts), ("seed", cfg.seed)):
+                         ("data_hosts", cfg.data.data_hosts), ("seed", cfg.seed),
+                         ("init_seed", cfg.parameter_seed)):
             if meta.get(key) != now:
                 problems.append(f"{key} was {meta.get(key)}, now {now}")
         if problems:
@@ -304,6 +305,7 @@ class _Trainer:
                 "data_hosts": cfg.data.data_hosts,
                 "records_per_epoch": records,
                 "seed": cfg.seed,
+                "init_seed": cfg.parameter_seed,
                 "corpus": packed.key,
                 "config": cfg.to_dict(),
             }
@@ -353,15 +355,3 @@ def _versions() -> dict[str, str]:
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "run"
-
-
-def is_finished(checkpoint_dir: Path, steps: int) -> bool:
-    """Whether the run's checkpoints already reach `steps` (the supervisor's stop condition)."""
-    if not checkpoint_dir.exists():
-        return False
-    mngr = checkpoint.manager(checkpoint_dir, read_only=True)
-    try:
-        latest = mngr.latest_step()
-    finally:
-        mngr.close()
-    return latest is not None and latest >= steps

@@ -34,7 +34,9 @@ def register(subparsers) -> None:
     parser.add_argument("--steps", type=int, help="optimizer steps of the whole run")
     parser.add_argument("--run", help="run name (default: <config>-<date>-<time>)")
     add_store_argument(parser)
-    parser.add_argument("--seed", type=int, help="seed of the initial parameters and the data order")
+    parser.add_argument("--seed", type=int,
+                        help="seed of the data order (and of the initial parameters unless the "
+                             "config sets init_seed)")
     parser.add_argument("--fault", choices=FAULT_NAMES, help="inject a fault (trainer/faults.py)")
     parser.add_argument("--fault-step", type=int, metavar="N",
                         help="first step of the loss-spike, nan and slow-host faults")
