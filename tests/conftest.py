@@ -12,6 +12,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 PG_ADMIN_URL = os.environ.get("GAPWATCH_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+# Debian's Chromium, headless, never a downloaded browser; no background traffic on a closed network.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +59,16 @@ def store_url(request) -> str:
     if request.param == "sqlite":
         return request.getfixturevalue("sqlite_url")
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium for the whole session. Playwright's sync API allows one driver per
+    process at a time, so every browser test shares this one (each opens its own context)."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is required: apt-get install -y chromium chromium-driver"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()

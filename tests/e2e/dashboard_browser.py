@@ -17,9 +17,6 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 SCREENSHOTS = REPO / "test-output" / "screenshots"
 # A cold start imports dash, pandas and SQLAlchemy: a few seconds, more on a busy 2-core machine.
 START_TIMEOUT_S = 90

@@ -16,8 +16,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from dashboard_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     REPO,
     dashboard_process,
     drag_zoom,
@@ -29,7 +27,6 @@ from dashboard_browser import (
 )
 from dashboard_store import add_alert, build
 from playwright.sync_api import Error as PlaywrightError
-from playwright.sync_api import sync_playwright
 
 from app.figures.overlay import series_uid
 from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS
@@ -58,11 +55,8 @@ def server(store_url):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+def browser(chromium):
+    return chromium
 
 
 @pytest.fixture

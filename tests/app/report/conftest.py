@@ -121,9 +121,6 @@ def store_run():
     return write_run
 
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 TEST_OUTPUT = Path(__file__).resolve().parents[3] / "test-output"
 
 
@@ -140,33 +137,28 @@ class PageVisit:
 
 
 @pytest.fixture(scope="session")
-def open_in_chromium():
-    """open(html_path, screenshot_name) -> PageVisit, in headless Debian Chromium via Playwright."""
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "Debian's chromium is required: apt-get install -y chromium"
+def open_in_chromium(chromium):
+    """open(html_path, screenshot_name) -> PageVisit, in the session's headless Chromium."""
     TEST_OUTPUT.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    browser = chromium
 
-        def visit(path: Path, screenshot: str) -> PageVisit:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors, requests, dialogs = [], [], []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-            url = path.resolve().as_uri()
-            page.goto(url, wait_until="load")
-            # Every chart has drawn its SVG once plotly has run.
-            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
-                                   "document.querySelectorAll('.js-plotly-plot').length", timeout=60_000)
-            plots = page.locator(".js-plotly-plot").count()
-            shot = TEST_OUTPUT / screenshot
-            page.screenshot(path=str(shot), full_page=True)
-            title = page.title()
-            page.close()
-            return PageVisit(errors, [u for u in requests if u != url], dialogs, plots, title, shot)
+    def visit(path: Path, screenshot: str) -> PageVisit:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors, requests, dialogs = [], [], []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        url = path.resolve().as_uri()
+        page.goto(url, wait_until="load")
+        # Every chart has drawn its SVG once plotly has run.
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
+                               "document.querySelectorAll('.js-plotly-plot').length", timeout=60_000)
+        plots = page.locator(".js-plotly-plot").count()
+        shot = TEST_OUTPUT / screenshot
+        page.screenshot(path=str(shot), full_page=True)
+        title = page.title()
+        page.close()
+        return PageVisit(errors, [u for u in requests if u != url], dialogs, plots, title, shot)
 
-        yield visit
-        browser.close()
+    yield visit
