@@ -311,6 +311,9 @@ class _Trainer:
             }
             checkpoint.save(mngr, step, state, hosts.state(), meta, packed.tokenizer)
             sinks.event(EventKind.CHECKPOINT, step, path=str(self.options.checkpoint_dir() / str(step)))
+            # A restart resumes from a checkpoint; the metrics up to it must not die with the
+            # process, or the run's history would have a hole a resume can never fill.
+            sinks.flush()
             ran = True
         return ran
 

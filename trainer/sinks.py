@@ -41,8 +41,11 @@ class HostFetcher:
     def put(self, step: int, metrics: dict[str, Any]) -> None:
         try:
             self._queue.put_nowait((step, metrics))
-        except queue.Full:
-            self._queue.get_nowait()
+        except queue.Full:  # only this thread adds, so after dropping the oldest there is room
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                pass
             self._queue.put_nowait((step, metrics))
 
     def _loop(self) -> None:
@@ -131,6 +134,10 @@ class Sinks:
 
     def event(self, kind: str | EventKind, step: int, **payload: Any) -> None:
         self.monitor.event(kind, step, **payload)
+
+    def flush(self) -> None:
+        """Make everything logged so far durable in the store (or its spool)."""
+        self.monitor.flush()
 
     def close(self, status=None) -> None:
         if self.fetcher is not None:

@@ -62,21 +62,22 @@ def test_restart_is_an_event_with_the_exit_code(runs):
 
 
 @pytest.mark.slow
-def test_resume_on_four_devices_continues_the_same_data(runs):
+def test_resume_on_eight_devices_continues_the_same_data(runs):
     straight, _, _, url, tmp, env = runs
-    # Copy the straight run's step-125 state into a new run directory and finish it on 4 devices.
+    # Copy the straight run's step-125 state into a new run directory and finish it on 8 devices
+    # (XLA_FLAGS=--xla_force_host_platform_device_count=8 through --devices): one record a device.
     import shutil
 
     target = tmp / "wider" / "checkpoints"
     target.mkdir(parents=True)
     shutil.copytree(tmp / "straight" / "checkpoints" / "125", target / "125")
     done = subprocess.run(cli("--config", "tiny", "--steps", str(STEPS), "--store", url, "--quiet",
-                              "--run", "wider", "--run-dir", str(tmp / "wider"), "--devices", "4"),
+                              "--run", "wider", "--run-dir", str(tmp / "wider"), "--devices", "8"),
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     with open_store(url) as store:
         wider = store.load_run("wider")
-    assert wider.events[wider.events.kind == "resume"].payload.iloc[0]["devices"] == 4
+    assert wider.events[wider.events.kind == "resume"].payload.iloc[0]["devices"] == 8
     steps = list(range(126, STEPS + 1))
     # The same records in the same order: coverage and cursor match exactly...
     for key in (schema.DATA_CURSOR, schema.DATA_UNIQUE_FRACTION):
