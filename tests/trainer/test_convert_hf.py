@@ -72,3 +72,22 @@ def test_a_wrong_shape_is_one_clear_error():
     state.pop("model.norm.weight")
     with pytest.raises(GapwatchError, match="missing"):
         params_from_hf(state, CONFIG)
+
+
+def test_bfloat16_compute_stays_close_to_float32():
+    params = init_params(CONFIG, jax.random.key(2))
+    tokens = np.random.default_rng(1).integers(0, CONFIG.vocab_size, size=(2, 33))
+    full = np.asarray(forward(params, tokens, CONFIG))
+    half = np.asarray(forward(params, tokens, CONFIG.replace(dtype="bfloat16")))
+    assert half.dtype == np.float32  # logits always float32
+    assert 0 < np.max(np.abs(half - full)) < 0.05 * np.max(np.abs(full)) + 0.05
+
+
+def test_unsupported_hf_configs_are_refused():
+    base = CONFIG.to_hf_dict()
+    for change, message in (({"tie_word_embeddings": True}, "tied"), ({"attention_bias": True}, "bias"),
+                            ({"model_type": "llama"}, "olmo3"),
+                            ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1.0},
+                                                  "sliding_attention": {"rope_type": "default"}}}, "yarn")):
+        with pytest.raises(GapwatchError, match=message):
+            ModelConfig.from_hf({**base, **change})
