@@ -103,8 +103,8 @@ class ConsoleSink:
 
     def write(self, step: int, values: dict[str, float]) -> None:
         self._last.update(values)
-        if step % self.every and step != self.total:
-            return
+        if TRAIN_LOSS not in values or (step % self.every and step != self.total):
+            return  # evals logged at a step add to its line; they do not print one of their own
         v = self._last
         line = (f"step {step:>6}/{self.total}  loss {v.get(TRAIN_LOSS, float('nan')):7.4f}  "
                 f"tok/s {v.get(PERF_TOKENS_PER_S, float('nan')):9,.0f}  "
