@@ -53,6 +53,9 @@ class ThroughputDetector(Detector):
         periodic_min_count: int = 5,
         period_tolerance: float = 0.1,
         periodic_share: float = 0.5,
+        # Slow steps one after another are a slow stretch (a busy host, an eval), not a pause that
+        # recurs: a period is at least two steps.
+        min_period_steps: int = 2,
         # A healthy run's 100-step medians of MFU or tokens/s jitter by a few percent; a 10% drop
         # held for two blocks is a real slowdown.
         drop_block_points: int = 100,
@@ -71,6 +74,7 @@ class ThroughputDetector(Detector):
         self.periodic_min_count = periodic_min_count
         self.period_tolerance = period_tolerance
         self.periodic_share = periodic_share
+        self.min_period_steps = min_period_steps
         self.drop_block_points = drop_block_points
         self.drop_fraction = drop_fraction
         self.baseline_blocks = baseline_blocks
@@ -183,6 +187,8 @@ class ThroughputDetector(Detector):
         gaps = np.diff(steps[idx])
         values, counts = np.unique(gaps, return_counts=True)
         period = float(values[np.argmax(counts)])
+        if period < self.min_period_steps:
+            return None
         near = np.abs(gaps - period) <= self.period_tolerance * period
         on = np.zeros(idx.size, dtype=bool)
         on[1:] |= near

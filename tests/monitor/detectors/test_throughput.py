@@ -48,6 +48,12 @@ def test_periodic_pauses_are_one_detection():
     assert d.severity == Severity.INFO and "periodic" in d.message
 
 
+def test_a_slow_stretch_is_not_a_periodic_pause():
+    r = perf_run()
+    r.scalars.loc[2000:2060, PERF_STEP_TIME_S] *= 1.3  # a busy neighbour for 60 steps, not a recurring pause
+    assert [d for d in ThroughputDetector().detect(r) if d.evidence.get("rule") == "periodic"] == []
+
+
 def test_low_goodput_is_reported():
     r = perf_run()
     # two overlapping cadences of 3x steps: about a quarter of the time lost
