@@ -14,7 +14,8 @@ stopped. Rules:
   (wandb writes whole chunks, so a live file ends between two): an error, except for a follower,
   which waits for the rest.
 * The summary is the last value of each summary key, from every summary record in file order
-  (W&B's own summary rules: a history row updates it, run.summary[...] sets it).
+  (W&B's own summary rules: a history row updates it, run.summary[...] sets it); W&B's own keys
+  (`_runtime`, `_wandb.*`, ...) are left out.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from monitor.errors import GapwatchError
 from . import wandb_wire as wire
 from .imported_run import ImportedRun, scalars_frame
 from .wandb_log import FILE_HEADER, check_file_header, read_records
-from .wandb_records import NESTED_SEP, decode_exact, to_float
+from .wandb_records import NESTED_SEP, NotText, decode_exact, to_float
 
 STEP_KEY = "_step"
 TIMESTAMP_KEY = "_timestamp"
 # Records decoded together. Bounds the index arrays of one batch (a few hundred MB at most for
 # wide rows) while keeping the per-batch overhead small.
-BATCH_RECORDS = 250_000
+BATCH_RECORDS = 8000
+_UNDERSCORE = ord("_")
 # Longest text summary value kept (a run name, a status); longer text is not a summary number.
 SUMMARY_TEXT_MAX = 200
 
@@ -146,8 +148,7 @@ class WandbRunReader:
         raise GapwatchError(failure)
 
     def _read(self, buf, follow: bool, progress) -> NewRows:
-        data = np.frombuffer(buf, dtype=np.uint8)
-        windows = wire.buffer_windows(buf)
+        fb = wire.FileBytes(buf)
         found = read_records(buf, self.source, self.offset, self.records)
         if found.torn_at is not None and not follow:
             raise GapwatchError(
@@ -158,12 +159,12 @@ class WandbRunReader:
         parts: list[NewRows] = []
         for lo in range(0, found.count, BATCH_RECORDS):
             hi = min(lo + BATCH_RECORDS, found.count)
-            parts.append(self._decode(buf, data, windows, found, lo, hi))
+            parts.append(self._decode(buf, fb, found, lo, hi))
             if progress is not None:
                 progress(hi, found.count)
         self.records += found.count
         self.offset = found.next_offset
-        del data, windows
+        del fb
         if not parts:
             empty = np.zeros(0)
             return NewRows(empty.astype(np.int64), empty.astype(np.int32), empty, empty)
@@ -171,23 +172,21 @@ class WandbRunReader:
                          for f in ("step", "key", "value", "wall_time")))
 
     # --- one batch of records -----------------------------------------------------------------
-    def _decode(self, buf, data, windows, found, lo: int, hi: int) -> NewRows:
+    def _decode(self, buf, fb, found, lo: int, hi: int) -> NewRows:
         """Records lo..hi of a read (record numbers start at self.records + lo)."""
         base = self.records + lo
         starts = found.starts[lo:hi]
         stops = found.stops[lo:hi]
-        whole = starts >= 0
+        # Records split over blocks, and the last few of the data, go to the exact decoder.
+        whole = np.flatnonzero((starts >= 0) & (stops <= fb.size - wire.TAIL_MARGIN))
         tags = np.full(len(starts), -1, dtype=np.int64)
-        tags[whole] = wire.record_tags(data, starts[whole], stops[whole])
-        hist = np.flatnonzero(tags == wire.HISTORY_TAG)
-        summ = np.flatnonzero(tags == wire.SUMMARY_TAG)
-        h_items = wire.read_items(data, starts[hist], stops[hist], wire.HISTORY_TAG)
-        s_items = wire.read_items(data, starts[summ], stops[summ], wire.SUMMARY_TAG)
+        fields = np.zeros(len(starts), dtype=np.int64)
+        tags[whole], fields[whole] = wire.record_heads(fb, starts[whole])
+        fast = np.flatnonzero((tags == wire.HISTORY_TAG) | (tags == wire.SUMMARY_TAG))
+        items = wire.read_items(fb, stops[fast], fields[fast], tags[fast])
         exact_idx = np.unique(np.concatenate([
-            np.flatnonzero(~whole),
-            hist[h_items.bad],
-            summ[s_items.bad],
-            np.flatnonzero(whole & (tags != wire.HISTORY_TAG) & (tags != wire.SUMMARY_TAG)
+            fast[items.bad],
+            np.flatnonzero((tags != wire.HISTORY_TAG) & (tags != wire.SUMMARY_TAG)
                            & ~np.isin(tags, list(_SKIP_TAGS))),
         ]))
         exact = decode_exact([(base + int(i), found.payload(buf, lo + int(i)))
@@ -195,14 +194,26 @@ class WandbRunReader:
         self.exact_records += len(exact_idx)
         self._apply_run_facts(exact)
 
-        # History: vectorised items and exactly decoded ones, merged in record order.
-        names = wire.gather_strings(data, windows, h_items.name_start, h_items.name_len)
-        values = wire.gather_strings(data, windows, h_items.value_start, h_items.value_len)
+        # One dictionary of names for the history and summary items of the batch. Summary items
+        # named `_...` are W&B's own bookkeeping (`_runtime`, `_wandb.runtime`, the mirror of
+        # `_step`): the summary kept leaves them out, so they are not read at all.
+        history = tags[fast[items.record]] == wire.HISTORY_TAG
+        own = ~history & (items.name_len > 0) & (fb.u8[items.name_start] == _UNDERSCORE)
+        if own.any():
+            items = items.subset(~own)
+            history = history[~own]
+        recs = fast[items.record]
+        names = wire.gather_strings(fb, items.name_start, items.name_len)
         encoded = names.dictionary_encode()
-        dictionary = encoded.dictionary.to_pylist()
-        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        nums, skipped = to_float(values)
-        recs = hist[h_items.record]
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        dictionary = self._texts(encoded.dictionary,
+                                 lambda i: base + int(recs[np.argmax(codes == i)]))
+
+        # History: vectorised items and exactly decoded ones, merged in record order.
+        h = np.flatnonzero(history)
+        recs_h, codes_h = recs[h], codes[h].astype(np.int64)
+        values = wire.gather_strings(fb, items.value_start[h], items.value_len[h])
+        nums, skipped = self._numbers(values, lambda i: base + int(recs_h[i]))
         if exact.history:
             e_rec, e_name, e_value = zip(*exact.history)
             local = {name: i for i, name in enumerate(dictionary)}
@@ -212,18 +223,26 @@ class WandbRunReader:
                     local[name] = len(dictionary)
                     dictionary.append(name)
                 e_codes.append(local[name])
-            e_nums, e_skipped = to_float(pa.array(e_value, type=pa.large_string()))
-            recs = np.concatenate([recs, np.asarray(e_rec, dtype=np.int64) - base])
-            codes = np.concatenate([codes, np.asarray(e_codes, dtype=np.int64)])
+            e_recs = np.asarray(e_rec, dtype=np.int64) - base
+            e_nums, e_skipped = self._numbers(pa.array(e_value, type=pa.large_string()),
+                                              lambda i: base + int(e_recs[i]))
+            recs_h = np.concatenate([recs_h, e_recs])
+            codes_h = np.concatenate([codes_h, np.asarray(e_codes, dtype=np.int64)])
             nums = np.concatenate([nums, e_nums])
             skipped = np.concatenate([skipped, e_skipped])
-            order = np.argsort(recs, kind="stable")
-            recs, codes, nums, skipped = recs[order], codes[order], nums[order], skipped[order]
-        rows = self._rows(recs, codes, dictionary, nums, skipped, base)
+            # Two runs each in record order: a stable sort merges them.
+            order = np.argsort(recs_h, kind="stable")
+            recs_h, codes_h, nums, skipped = (recs_h[order], codes_h[order], nums[order],
+                                              skipped[order])
+        rows = self._rows(recs_h, codes_h, dictionary, nums, skipped, base)
 
-        # Summary: the last update of each key in this batch, then applied in record order.
-        updates = _last_per_name(data, windows, summ[s_items.record] + base, s_items)
-        updates += exact.summary
+        # Summary: only the last update of each name in this batch is read, then all are applied
+        # in record order (a later record's update or removal wins, as in W&B).
+        s = np.flatnonzero(~history)
+        updates = self._last_updates(fb, recs[s] + base, codes[s], dictionary,
+                                     items.name_start[s], items.value_start[s],
+                                     items.value_len[s])
+        updates += [u for u in exact.summary if not u[1].startswith("_")]
         updates.sort(key=lambda t: t[0])
         for _, name, value in updates:
             if value is None:
@@ -232,13 +251,55 @@ class WandbRunReader:
                 self.summary[name] = value
         return rows
 
+    def _last_updates(self, fb, recs, codes, dictionary, name_start, value_start,
+                      value_len) -> list[tuple[int, str, str]]:
+        """(record, name, json) of the last update of each name among summary items in file
+        order; only those values are read."""
+        if len(codes) == 0:
+            return []
+        last_at = np.full(len(dictionary), -1, dtype=np.int64)
+        np.maximum.at(last_at, codes, name_start)
+        # Item offsets grow in file order, so each name's last offset finds its item.
+        last = np.searchsorted(name_start, last_at[last_at >= 0])
+        texts = self._texts(wire.gather_strings(fb, value_start[last],
+                                                value_len[last]),
+                            lambda i: int(recs[last[i]]))
+        return [(int(recs[i]), dictionary[codes[i]], t) for i, t in zip(last.tolist(), texts)]
+
+    def _texts(self, strings: pa.Array, record_of) -> list[str]:
+        """The strings as text; protobuf rejects a record whose text is not UTF-8, and so does
+        this, naming the record (record_of(i): the record number of string i)."""
+        out = []
+        for i, raw in enumerate(strings.view(pa.binary_view()).to_pylist()):
+            try:
+                out.append(raw.decode())
+            except UnicodeDecodeError:
+                raise GapwatchError(
+                    f"{self.path}: record {record_of(i) + 1}: not a W&B record (text that is "
+                    "not UTF-8)"
+                ) from None
+        return out
+
+    def _numbers(self, values: pa.Array, record_of) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            return to_float(values)
+        except NotText as exc:
+            raise GapwatchError(
+                f"{self.path}: record {record_of(exc.index) + 1}: not a W&B record (text that "
+                "is not UTF-8)"
+            ) from None
+
     def _rows(self, recs: np.ndarray, codes: np.ndarray, dictionary: list[str],
               nums: np.ndarray, skipped: np.ndarray, base: int) -> NewRows:
         """Metric rows of the history items (record, name code, value), in record order."""
         if len(recs) == 0:
             empty = np.zeros(0)
             return NewRows(empty.astype(np.int64), empty.astype(np.int32), empty, empty)
-        row_recs, row_of_item = np.unique(recs, return_inverse=True)
+        starts_row = np.empty(len(recs), dtype=bool)
+        starts_row[0] = True
+        np.not_equal(recs[1:], recs[:-1], out=starts_row[1:])
+        row_recs = recs[starts_row]
+        row_of_item = np.cumsum(starts_row) - 1
 
         local = {name: i for i, name in enumerate(dictionary)}
         is_step = codes == local.get(STEP_KEY, -1)
@@ -279,7 +340,10 @@ class WandbRunReader:
         if skipped.any():
             for c, k in zip(*np.unique(codes[skipped & ~internal[codes]], return_counts=True)):
                 self.skipped[dictionary[c]] = self.skipped.get(dictionary[c], 0) + int(k)
-        to_global = np.array([self._code(name) for name in dictionary], dtype=np.int32)
+        # Names of this batch's history rows only (the dictionary also holds summary names).
+        in_history = np.bincount(codes, minlength=len(dictionary)) > 0
+        to_global = np.array([self._code(name) if used else -1
+                              for name, used in zip(dictionary, in_history)], dtype=np.int32)
         return NewRows(
             step=row_step[row_of_item[keep]],
             key=to_global[codes[keep]],
@@ -315,8 +379,6 @@ class WandbRunReader:
         and tables stay in W&B)."""
         out = {}
         for name, text in self.summary.items():
-            if name.startswith("_"):
-                continue
             try:
                 value = json.loads(text)
             except ValueError:
@@ -358,21 +420,6 @@ def to_imported(reader: WandbRunReader, rows: NewRows) -> ImportedRun:
         live=not reader.finished,
     )
     return run
-
-
-def _last_per_name(data, windows, recs: np.ndarray, items) -> list:
-    """(record, name, json) of the last occurrence of each name; only those values are read."""
-    if len(recs) == 0:
-        return []
-    names = wire.gather_strings(data, windows, items.name_start, items.name_len)
-    encoded = names.dictionary_encode()
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    _, first_from_end = np.unique(codes[::-1], return_index=True)
-    last = np.sort(len(codes) - 1 - first_from_end)
-    dictionary = encoded.dictionary.to_pylist()
-    texts = wire.gather_strings(data, windows, items.value_start[last],
-                                items.value_len[last]).to_pylist()
-    return [(int(recs[i]), dictionary[codes[i]], t) for i, t in zip(last.tolist(), texts)]
 
 
 def pd_categorical(codes: np.ndarray, names: list[str]):

@@ -80,13 +80,12 @@ def read_records(buf, source: str, offset: int = len(FILE_HEADER),
     `offset` on; `first_record` is the number of the record at `offset` (for messages)."""
     data = np.frombuffer(buf, dtype=np.uint8)
     pos, length, kind, crc, torn_at = _walk_blocks(data, offset, source, first_record)
-    view = memoryview(buf)
-    # One C call per chunk; this is the only per-chunk Python left.
-    seeds = _TYPE_CRC
-    crc32 = zlib.crc32
+    # One C call per chunk, on the type byte and the data (the CRC covers both); this is the only
+    # per-chunk Python left.
+    begin = pos + (HEADER_SIZE - 1)
     actual = np.fromiter(
-        (crc32(view[p + HEADER_SIZE:p + HEADER_SIZE + n], seeds[t])
-         for p, n, t in zip(pos.tolist(), length.tolist(), kind.tolist())),
+        map(zlib.crc32, map(buf.__getitem__, map(slice, begin.tolist(),
+                                                 (begin + 1 + length).tolist()))),
         dtype=np.uint32, count=len(pos),
     )
     starts_record = (kind == FULL) | (kind == FIRST)
@@ -101,31 +100,33 @@ def read_records(buf, source: str, offset: int = len(FILE_HEADER),
 
 def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
     """Chunk headers from `offset` on, in file order. Chunks never cross a 32 KiB block, so every
-    block is walked at the same time: one numpy pass per chunk position within a block."""
+    block is walked at the same time: one numpy pass per chunk position within a block, carrying
+    only the blocks not yet finished."""
     n = len(data)
+    crc_words = np.ndarray((max(n - 3, 0),), dtype="<u4", buffer=data, strides=(1,))
+    len_words = np.ndarray((max(n - 1, 0),), dtype="<u2", buffer=data, strides=(1,))
     first_block = offset // BLOCK_SIZE
-    block_starts = np.arange(first_block, (n + BLOCK_SIZE - 1) // BLOCK_SIZE, dtype=np.int64)
-    cur = block_starts * BLOCK_SIZE
-    if len(cur):
-        cur[0] = offset
-    block_end = np.minimum((block_starts + 1) * BLOCK_SIZE, n)
-    full_end = (block_starts + 1) * BLOCK_SIZE
+    blocks = np.arange(first_block, (n + BLOCK_SIZE - 1) // BLOCK_SIZE, dtype=np.int64)
+    p = blocks * BLOCK_SIZE
+    if len(p):
+        p[0] = offset
+    limit = (blocks + 1) * BLOCK_SIZE
+    live = np.flatnonzero((limit - p >= HEADER_SIZE) & (p < n))
+    b, p, limit = live, p[live], limit[live]
     found = []
     torn_at = None
-    active = np.flatnonzero((full_end - cur >= HEADER_SIZE) & (cur < n))
-    while len(active):
-        p = cur[active]
+    rank = 0
+    while len(b):
         fits = p + HEADER_SIZE <= n
         if not fits.all():
             torn_at = int(p[~fits].min())
-        a, p = active[fits], p[fits]
-        h = data[p[:, None] + np.arange(HEADER_SIZE)].astype(np.int64)
-        crc = h[:, 0] | h[:, 1] << 8 | h[:, 2] << 16 | h[:, 3] << 24
-        length = h[:, 4] | h[:, 5] << 8
-        kind = h[:, 6]
+            b, p, limit = b[fits], p[fits], limit[fits]
+        crc = crc_words[p]
+        length = len_words[p + 4].astype(np.int64)
+        kind = data[p + 6]
         padding = (crc == 0) & (length == 0) & (kind == 0)
         stop = p + HEADER_SIZE + length
-        past_block = ~padding & (stop > full_end[a])
+        past_block = ~padding & (stop > limit)
         if past_block.any():
             i = int(np.flatnonzero(past_block)[0])
             raise _damaged(source, first_record, int(p[i]),
@@ -138,20 +139,29 @@ def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
         if cut.any():
             torn_at = min(torn_at or n, int(p[cut].min()))
         take = ~padding & ~cut
-        found.append((p[take], length[take], kind[take], crc[take]))
-        cur[a[take]] = stop[take]
-        nxt = a[take]
-        active = nxt[(full_end[nxt] - cur[nxt] >= HEADER_SIZE) & (cur[nxt] < n)]
+        found.append((b[take], np.full(int(take.sum()), rank), p[take], length[take],
+                      kind[take], crc[take]))
+        more = take & (limit - stop >= HEADER_SIZE) & (stop < n)
+        b, p, limit = b[more], stop[more], limit[more]
+        rank += 1
     if found:
-        pos, length, kind, crc = (np.concatenate(col) for col in zip(*found))
-        order = np.argsort(pos, kind="stable")
-        pos, length, kind, crc = pos[order], length[order], kind[order], crc[order]
+        b, rank, pos, length, kind, crc = (np.concatenate(col) for col in zip(*found))
+        # Found block by block at each position: put them in file order (block, then rank).
+        counts = np.bincount(b)
+        dest = (np.cumsum(counts) - counts)[b] + rank
+        pos, length, kind, crc = (_placed(col, dest) for col in (pos, length, kind, crc))
     else:
         pos = length = kind = crc = np.zeros(0, dtype=np.int64)
     if torn_at is not None:
         keep = pos < torn_at
         pos, length, kind, crc = pos[keep], length[keep], kind[keep], crc[keep]
     return pos, length, kind, crc.astype(np.uint32), torn_at
+
+
+def _placed(col: np.ndarray, dest: np.ndarray) -> np.ndarray:
+    out = np.empty_like(col)
+    out[dest] = col
+    return out
 
 
 def _assemble(buf, pos, length, kind, numbers, torn_at, offset, source) -> LogRead:

@@ -111,6 +111,14 @@ def _json_or_text(text: str):
         return text
 
 
+class NotText(ValueError):
+    """A value that is not UTF-8 text (protobuf rejects its record); `index` is its position."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"value {index} is not UTF-8 text")
+        self.index = index
+
+
 def to_float(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """float64 of JSON value texts, and a mask of those that are not numbers (to leave out).
 
@@ -130,8 +138,13 @@ def to_float(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         out[idx] = pc.cast(values.take(pa.array(idx)), pa.float64()).to_numpy(
             zero_copy_only=False)
     skipped = np.zeros(len(values), dtype=bool)
+    raw = values.view(pa.large_binary())
     for i in np.flatnonzero(~numeric).tolist():
-        parsed = json_scalar(values[i].as_py())
+        try:
+            text = raw[i].as_py().decode()
+        except UnicodeDecodeError:
+            raise NotText(i) from None
+        parsed = json_scalar(text)
         if parsed is None:
             skipped[i] = True
         else:

@@ -14,13 +14,17 @@ What is recognised, exactly as the protobuf wire format (and wandb 0.31) lays it
     SummaryRecord = update (field 1)*
     item          = nested_key (field 2)+ or key (field 1), then value_json (field 16)
 
-Records are decoded all at once, one field position at a time across every record (numpy
-arrays of cursors), so the Python loop runs once per field position, not once per record. The
-names and values are gathered into Arrow string arrays from (offset, length) pairs. An item whose
-name is one nested-key part or a plain key is kept under that name; an item with several parts
-is kept only when its name starts with `_` (wandb's own keys, which importers drop anyway); any
-other shape (nested dicts logged by the user, typed values, removals, varints longer than the
-data) marks the record `bad`, and the caller decodes it with the protobuf library instead.
+Records are decoded all at once, one field position at a time across every record (numpy arrays
+of cursors), so the Python loop runs once per field position, not once per record; history and
+summary records share the walk, since their items have one layout. Each step of the walk reads
+an item's first four bytes (tag, length, name tag, name length) as one word and the four at its
+value tag as another, through unaligned word views of the file, so the usual item (a name and a
+value each under 128 bytes) costs two reads. The names and values are gathered into Arrow string
+arrays from (offset, length) pairs. An item whose name is one nested-key part or a plain key is
+kept under that name; an item with several parts is kept only when its name starts with `_`
+(wandb's own keys, which importers drop anyway); any other shape (nested dicts logged by the user,
+typed values, removals, fields out of protobuf's order, varints longer than the data) marks the
+record `bad`, and the caller decodes it with the protobuf library instead.
 """
 
 from __future__ import annotations
@@ -32,17 +36,41 @@ import pyarrow as pa
 
 HISTORY_TAG = 0x12  # Record.history: field 2, wire type 2
 SUMMARY_TAG = 0x1A  # Record.summary: field 3, wire type 2
+_NUM_TAG = 0x08  # Record.num: field 1, varint
 _ITEM_TAG = 0x0A  # HistoryRecord.item / SummaryRecord.update: field 1, wire type 2
 _STEP_TAG = 0x12  # HistoryRecord.step: field 2, wire type 2
 _KEY_TAG = 0x0A  # item.key: field 1
 _PART_TAG = 0x12  # item.nested_key: field 2
 _VALUE_TAG = (0x82, 0x01)  # item.value_json: field 16, wire type 2 (a two-byte tag)
 _UNDERSCORE = ord("_")
+_ONE_BYTE = 0x80  # a varint byte below this is the varint's last (lengths under 128: one byte)
+# The fast path reads words up to this many bytes past a record's end (an item's value tag is
+# read at most 4 + 255 bytes after the item's start, 16 bytes of a string after that), so the
+# records ending closer than this to the end of the data are left to the exact decoder.
+TAIL_MARGIN = 512
+_CONTINUE_BITS = np.uint64(0x8080808080808080)
+
+
+class FileBytes:
+    """A file's bytes as numpy arrays: the bytes, and unaligned little-endian 2, 4 and 8-byte
+    words starting at every offset (views, nothing copied); and as Arrow buffers for string
+    views."""
+
+    def __init__(self, buf) -> None:
+        self.u8 = np.frombuffer(buf, dtype=np.uint8)
+        self.size = len(self.u8)
+        self.u16, self.u32, self.u64 = (_words(self.u8, width) for width in (2, 4, 8))
+        self.windows = buffer_windows(buf)
+
+
+def _words(data: np.ndarray, width: int) -> np.ndarray:
+    return np.ndarray((max(len(data) - width + 1, 0),), dtype=f"<u{width}", buffer=data,
+                      strides=(1,))
 
 
 @dataclass
 class Items:
-    """The items of a set of records, in record order, as offsets into one byte buffer."""
+    """The items of a set of records, in file order, as offsets into one byte buffer."""
 
     record: np.ndarray  # index (into the records given) of the record each item belongs to
     name_start: np.ndarray
@@ -50,6 +78,11 @@ class Items:
     value_start: np.ndarray
     value_len: np.ndarray
     bad: np.ndarray  # indices of records this reader could not take: decode them exactly
+
+    def subset(self, keep: np.ndarray) -> Items:
+        """These items where `keep` is True (the records to decode exactly stay as they are)."""
+        return Items(self.record[keep], self.name_start[keep], self.name_len[keep],
+                     self.value_start[keep], self.value_len[keep], self.bad)
 
 
 def varint(data: np.ndarray, pos: np.ndarray, max_bytes: int):
@@ -83,71 +116,45 @@ def varint(data: np.ndarray, pos: np.ndarray, max_bytes: int):
     return value, width, ok
 
 
-def record_field_start(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Offset of each record's first field after `num` (its record-type field, in wandb's order)."""
-    has_num = data[starts] == 0x08
-    _, width, ok = varint(data, starts + 1, 10)
-    return np.where(has_num & ok, starts + 1 + width, np.where(has_num, -1, starts))
+def _varint_in_word(word: np.ndarray, max_bytes: int):
+    """(value, width, ok) of varints held in the low bytes of 8-byte little-endian words; ok is
+    False when a varint is longer than max_bytes (at most 8)."""
+    word = word.astype(np.uint64, copy=False)
+    limit = np.uint64((1 << (8 * max_bytes)) - 1)
+    last = ~word & _CONTINUE_BITS & limit  # the high bit of each byte that ends a varint
+    lowest = last & (~last + np.uint64(1))
+    width = ((np.bitwise_count(lowest - np.uint64(1)) + 1) >> 3).astype(np.int64)
+    kept = word & ((lowest << np.uint64(1)) - np.uint64(1))
+    value = np.zeros(len(word), dtype=np.int64)
+    for k in range(max_bytes):
+        value |= ((kept >> np.uint64(8 * k)) & np.uint64(0x7F)).astype(np.int64) << (7 * k)
+    return value, width, last != 0
 
 
-def record_tags(data: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """The record-type tag of each record: one byte, or 256 * second + first for two-byte tags,
-    -1 when unreadable."""
-    pos = record_field_start(data, starts)
-    ok = (pos >= 0) & (pos < stops)
-    safe = np.where(ok, pos, 0)
-    first = data[safe].astype(np.int64)
-    second = data[np.minimum(safe + 1, len(data) - 1)].astype(np.int64)
-    tag = np.where(first < 0x80, first, first + 256 * second)
-    return np.where(ok, tag, -1)
+def record_heads(fb: FileBytes, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(tag, offset) of each record's record-type field, the first field after `num` in wandb's
+    order: the tag is one byte, or 256 * second + first for two-byte tags; -1 when `num` is
+    longer than 7 bytes. Records must end at least TAIL_MARGIN bytes before the data does."""
+    word = fb.u64[starts]
+    has_num = (word & np.uint64(0xFF)) == _NUM_TAG
+    _, width, ok = _varint_in_word(word >> np.uint64(8), 7)
+    field = np.where(has_num, starts + 1 + width, starts)
+    two = fb.u16[field].astype(np.int64)
+    tag = np.where(two & 0x80, two, two & 0xFF)
+    return np.where(~has_num | ok, tag, -1), field
 
 
-def read_items(data: np.ndarray, starts: np.ndarray, stops: np.ndarray, tag: int) -> Items:
-    """Items of records that are all history (tag 0x12) or all summary (tag 0x1a) records."""
-    n = len(starts)
-    bad = np.zeros(n, dtype=bool)
-    field = record_field_start(data, starts)
-    bad |= field < 0
-    field = np.where(bad, starts, field)
-    bad |= data[field] != tag
-    sub_len, w, ok = varint(data, field + 1, 4)
-    sub_start = field + 1 + w
+def read_items(fb: FileBytes, stops: np.ndarray, fields: np.ndarray, tags: np.ndarray) -> Items:
+    """Items of records that are each a history (tag 0x12) or a summary (tag 0x1a) record, in file
+    order; `fields` is where each record's type field starts (record_heads)."""
+    n = len(stops)
+    # The message's length: records sit inside one 32 KiB chunk, so at most three bytes.
+    sub_len, width, ok = _varint_in_word(fb.u32[fields + 1], 3)
+    sub_start = fields + 1 + width
     # The history/summary message must be the record's last field, so it ends where the record does.
-    bad |= ~ok | (sub_start + sub_len != stops)
-
-    rec_parts, start_parts, end_parts = [], [], []
-    cur = np.where(bad, stops, sub_start)
-    idx = np.arange(n)
-    active = cur < stops
-    while active.any():
-        a = idx[active]
-        pos = cur[a]
-        ftag = data[pos]
-        length, w, ok = varint(data, pos + 1, 4)
-        body = pos + 1 + w
-        end = body + length
-        good = ok & (end <= stops[a])
-        is_item = good & (ftag == _ITEM_TAG)
-        # A history record's `step` field is skipped; anything else is a shape we do not take.
-        is_step = good & (ftag == _STEP_TAG) & (tag == HISTORY_TAG)
-        wrong = ~(is_item | is_step)
-        bad[a[wrong]] = True
-        rec_parts.append(a[is_item])
-        start_parts.append(body[is_item])
-        end_parts.append(end[is_item])
-        cur[a] = np.where(wrong, stops[a], end)
-        active = cur < stops
-
-    if rec_parts:
-        rec = np.concatenate(rec_parts)
-        i_start = np.concatenate(start_parts)
-        i_end = np.concatenate(end_parts)
-        order = np.lexsort((i_start, rec))
-        rec, i_start, i_end = rec[order], i_start[order], i_end[order]
-    else:
-        rec = i_start = i_end = np.zeros(0, dtype=np.int64)
-
-    items = _read_item_fields(data, rec, i_start, i_end)
+    bad = ~ok | (sub_start + sub_len != stops)
+    rec, pos, end = _walk(fb, sub_start, stops, tags, bad)
+    items = _item_fields(fb, rec, pos, end)
     bad[items.pop("bad_records")] = True
     keep = ~bad[rec] & ~items["internal"]
     return Items(
@@ -160,42 +167,93 @@ def read_items(data: np.ndarray, starts: np.ndarray, stops: np.ndarray, tag: int
     )
 
 
-def _read_item_fields(data, rec, i_start, i_end) -> dict:
-    """Name and value ranges of each item. Most items are one name (a nested-key part or a key)
-    and a value, both under 128 bytes: that shape is checked for all items at once; the others go
-    field by field."""
-    n = len(data)
-    m = len(rec)
-    out = {
-        "name_start": i_start + 2, "name_len": np.zeros(m, dtype=np.int64),
-        "value_start": np.zeros(m, dtype=np.int64), "value_len": np.zeros(m, dtype=np.int64),
-        "internal": np.zeros(m, dtype=bool),
-    }
-    if m == 0:
-        out["bad_records"] = np.zeros(0, dtype=np.int64)
-        return out
-    name_len = data[np.minimum(i_start + 1, n - 1)].astype(np.int64)
-    tag_at = np.minimum(i_start + 2 + name_len, n - 2)
-    value_len = data[np.minimum(tag_at + 2, n - 1)].astype(np.int64)
-    first_tag = data[i_start]
-    simple = (((first_tag == _PART_TAG) | (first_tag == _KEY_TAG)) & (name_len < 0x80)
-              & (data[tag_at] == _VALUE_TAG[0]) & (data[tag_at + 1] == _VALUE_TAG[1])
-              & (value_len < 0x80) & (tag_at + 3 + value_len == i_end))
-    out["name_len"] = np.where(simple, name_len, 0)
-    out["value_start"] = np.where(simple, tag_at + 3, 0)
-    out["value_len"] = np.where(simple, value_len, 0)
-    other = np.flatnonzero(~simple)
-    bad_records = np.zeros(0, dtype=np.int64)
-    if len(other):
-        general = _read_item_fields_general(data, rec[other], i_start[other], i_end[other])
-        for key in ("name_start", "name_len", "value_start", "value_len", "internal"):
-            out[key][other] = general[key]
-        bad_records = general["bad_records"]
-    out["bad_records"] = bad_records
+def _walk(fb: FileBytes, cur: np.ndarray, stops: np.ndarray, tags: np.ndarray, bad: np.ndarray):
+    """(record, start, end) of every item field of the messages [cur, stop), in file order; `bad`
+    is set for records holding anything else. The walk goes field position by field position,
+    carrying only the records still open, and reads two bytes a field (its tag and, for the usual
+    item, its one-byte length)."""
+    a = np.flatnonzero(~bad & (cur < stops))
+    p, e = cur[a], stops[a]
+    found: list[tuple[np.ndarray, ...]] = []
+    while len(a):
+        two = fb.u16[p]
+        end = p + 2 + (two >> 8)
+        plain = (two & 0x80FF) == _ITEM_TAG
+        if plain.all():
+            found.append((a, p, end))
+        else:
+            item = plain.copy()
+            odd = np.flatnonzero(~plain)
+            end[odd], item[odd] = _odd_fields(fb, a[odd], p[odd], e[odd], tags, bad)
+            found.append((a[item], p[item], end[item]))
+        bad[a[end > e]] = True
+        more = end < e
+        a, p, e = a[more], end[more], e[more]
+    if not found:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    # Items of one record come out at successive positions (a `step` field is only ever last),
+    # so an item's rank in its record is the position it was found at.
+    rank = np.repeat(np.arange(len(found)), [len(f[0]) for f in found])
+    rec, pos, end = (np.concatenate(col) for col in zip(*found))
+    counts = np.bincount(rec, minlength=len(cur))
+    dest = (np.cumsum(counts) - counts)[rec] + rank
+    return tuple(_placed(col, dest) for col in (rec, pos, end))
+
+
+def _placed(col: np.ndarray, dest: np.ndarray) -> np.ndarray:
+    out = np.empty_like(col)
+    out[dest] = col
     return out
 
 
-def _read_item_fields_general(data, rec, i_start, i_end) -> dict:
+def _odd_fields(fb: FileBytes, rec, p, e, tags, bad):
+    """(end, is an item) of fields that are not an item with a one-byte length: an item with a
+    longer length, a history record's `step` (its last field, in protobuf's field order), or a
+    shape the exact decoder takes (its record marked bad, its walk ended)."""
+    tag = fb.u8[p]
+    length, width, ok = varint(fb.u8, p + 1, 4)
+    end = p + 1 + width + length
+    item = ok & (tag == _ITEM_TAG)
+    step = ok & (tag == _STEP_TAG) & (tags[rec] == HISTORY_TAG) & (end == e)
+    wrong = ~item & ~step
+    bad[rec[wrong]] = True
+    return np.where(wrong, e, end), item
+
+
+def _item_fields(fb: FileBytes, rec, pos, end) -> dict:
+    """Name and value ranges of each item. Most items are a one-byte tag and length, one name (a
+    nested-key part or a key) and a value, each under 128 bytes: that shape is checked on two
+    words, the item's first four bytes and the four at its value tag; the others go field by
+    field."""
+    head = fb.u32[pos]
+    name_len = (head >> 24).astype(np.int64)
+    value_at = pos + 4 + name_len
+    at_value = fb.u32[value_at]
+    value_len = ((at_value >> 16) & 0xFF).astype(np.int64)
+    name_tag = (head >> 16) & 0xFF
+    simple = (((head & 0x800080FF) == _ITEM_TAG)
+              & ((name_tag == _PART_TAG) | (name_tag == _KEY_TAG))
+              & ((at_value & 0x80FFFF) == (_VALUE_TAG[1] << 8 | _VALUE_TAG[0]))
+              & (value_at + 3 + value_len == end))
+    out = {
+        "name_start": pos + 4, "name_len": name_len,
+        "value_start": value_at + 3, "value_len": value_len,
+        "internal": np.zeros(len(rec), dtype=bool), "bad_records": np.zeros(0, dtype=np.int64),
+    }
+    if simple.all():
+        return out
+    other = np.flatnonzero(~simple)
+    # The item's body starts after its tag and length (one byte, or a longer varint).
+    _, width, _ = varint(fb.u8, pos[other] + 1, 4)
+    general = _item_fields_general(fb.u8, rec[other], pos[other] + 1 + width, end[other])
+    for key in ("name_start", "name_len", "value_start", "value_len", "internal"):
+        out[key][other] = general[key]
+    out["bad_records"] = general["bad_records"]
+    return out
+
+
+def _item_fields_general(data, rec, i_start, i_end) -> dict:
     m = len(rec)
     parts = np.zeros(m, dtype=np.int64)
     keys = np.zeros(m, dtype=np.int64)
@@ -212,7 +270,7 @@ def _read_item_fields_general(data, rec, i_start, i_end) -> dict:
         a = idx[active]
         pos = cur[a]
         t0 = data[pos].astype(np.int64)
-        t1 = data[np.minimum(pos + 1, len(data) - 1)].astype(np.int64)
+        t1 = data.take(pos + 1, mode="clip").astype(np.int64)
         is_value = (t0 == _VALUE_TAG[0]) & (t1 == _VALUE_TAG[1])
         is_part = t0 == _PART_TAG
         is_key = t0 == _KEY_TAG
@@ -233,8 +291,10 @@ def _read_item_fields_general(data, rec, i_start, i_end) -> dict:
         cur[a] = np.where(good, end, i_end[a])
         active = cur < i_end
     simple = (parts + keys == 1)
-    first_byte = data[np.minimum(name_start, len(data) - 1)]
-    internal = ~simple & (parts + keys > 1) & (name_len > 0) & (first_byte == _UNDERSCORE)
+    first_byte = data.take(name_start, mode="clip")
+    # Several nested-key parts starting with `_` are wandb's own; a key beside nested-key parts
+    # (protobuf would name the item by the parts) goes to the exact decoder.
+    internal = (keys == 0) & (parts > 1) & (name_len > 0) & (first_byte == _UNDERSCORE)
     broken |= (values != 1) | ((parts + keys) == 0) | (~simple & ~internal)
     return {
         "name_start": name_start, "name_len": name_len,
@@ -250,28 +310,12 @@ def _read_item_fields_general(data, rec, i_start, i_end) -> dict:
 WINDOW = 1 << 30
 _WINDOW_OVERLAP = 32 * 1024
 _INLINE = 12  # Arrow keeps strings of up to 12 bytes inside the view itself
-
-
-# Row k: 1 for the first k of 12 inline bytes, 0 after.
-_KEEP = (np.arange(_INLINE)[None, :] < np.arange(_INLINE + 1)[:, None]).astype(np.uint8)
-
-
-def _first_bytes(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The 12 bytes from each start (zeros past the end of the data), as an (n, 12) array.
-
-    A strided view presents the data as overlapping 12-byte rows, one per offset, so the
-    gather is one row copy per string."""
-    limit = len(data) - _INLINE
-    out = np.zeros((len(starts), _INLINE), dtype=np.uint8)
-    inside = starts <= limit
-    if limit >= 0:
-        rows = np.lib.stride_tricks.as_strided(data, shape=(limit + 1, _INLINE), strides=(1, 1),
-                                               writeable=False)
-        out[inside] = rows[starts[inside]]
-    for i in np.flatnonzero(~inside).tolist():
-        tail = data[starts[i]:]
-        out[i, :len(tail)] = tail
-    return out
+# Masks keeping the first k of the 12 inline bytes: of the 4 in a view's first word (in its high
+# half, above the length) and of the 8 in its second word.
+_KEEP_FIRST4 = np.array([(1 << (8 * min(k, 4))) - 1 for k in range(_INLINE + 1)],
+                        dtype=np.uint64) << np.uint64(32) | np.uint64(0xFFFFFFFF)
+_KEEP_NEXT8 = np.array([(1 << (8 * max(k - 4, 0))) - 1 for k in range(_INLINE + 1)],
+                       dtype=np.uint64)
 
 
 def buffer_windows(buf) -> list[pa.Buffer]:
@@ -281,26 +325,37 @@ def buffer_windows(buf) -> list[pa.Buffer]:
             for lo in range(0, max(len(whole), 1), WINDOW)]
 
 
-def gather_strings(data: np.ndarray, windows: list[pa.Buffer], starts: np.ndarray,
-                   lengths: np.ndarray) -> pa.Array:
+def gather_strings(fb: FileBytes, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """An Arrow string_view array of the byte ranges (start, length) of the file, pointing into
-    the file's own bytes (nothing copied but the short strings Arrow keeps inline); UTF-8 checked.
+    the file's own bytes (nothing copied but the short strings Arrow keeps inline). Not checked
+    as UTF-8 here: callers check what they turn into text.
 
-    Arrow's view layout (16 bytes each): int32 length, then either the data itself (length <= 12)
-    or its first 4 bytes, an int32 buffer index and an int32 offset into that buffer."""
+    Arrow's view layout (16 bytes each, two little-endian words here): the int32 length, then
+    either the data itself (length <= 12, zeros after it) or its first 4 bytes, an int32 buffer
+    index and an int32 offset into that buffer. The data's first 12 bytes are read as one 8-byte
+    and one 4-byte word per string."""
     n = len(starts)
-    views = np.zeros((n, 16), dtype=np.uint8)
-    words = views.view(np.int32)  # (n, 4): length, prefix, buffer index, offset
-    words[:, 0] = lengths
-    if n:
-        head = _first_bytes(data, starts)
-        # Inline data must be zero after the string's end (Arrow compares short views bytewise).
-        head *= _KEEP[np.minimum(lengths, _INLINE)]
-        # Short strings keep all 12 bytes; long ones their first 4, then where the rest is.
-        views[:, 4:16] = head
-        long_ = np.flatnonzero(lengths > _INLINE)
-        words[long_, 2] = starts[long_] // WINDOW
-        words[long_, 3] = starts[long_] % WINDOW
-    arr = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), *windows])
-    arr.validate(full=True)
-    return arr
+    views = np.empty((n, 2), dtype=np.uint64)
+    lengths = lengths.astype(np.int64, copy=False)
+    inside = starts <= fb.size - _INLINE
+    at = starts if inside.all() else np.where(inside, starts, 0)
+    head = fb.u64[at]
+    keep = np.minimum(lengths, _INLINE)
+    views[:, 0] = (lengths.astype(np.uint64) | (head << np.uint64(32))) & _KEEP_FIRST4[keep]
+    long_ = lengths > _INLINE
+    short = ((head >> np.uint64(32)) | (fb.u32[at + 8].astype(np.uint64) << np.uint64(32))
+             ) & _KEEP_NEXT8[keep]
+    where = (starts // WINDOW).astype(np.uint64) | (
+        (starts % WINDOW).astype(np.uint64) << np.uint64(32))
+    views[:, 1] = np.where(long_, where, short)
+    # Strings in the last 12 bytes of the file (at most 12 bytes long), built one by one.
+    for i in np.flatnonzero(~inside).tolist():
+        views[i] = _short_view(fb.u8[starts[i]:starts[i] + lengths[i]])
+    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), *fb.windows])
+
+
+def _short_view(text: np.ndarray) -> np.ndarray:
+    raw = np.zeros(16, dtype=np.uint8)
+    raw[:4] = np.array([len(text)], dtype="<i4").view(np.uint8)
+    raw[4:4 + len(text)] = text
+    return raw.view("<u8")

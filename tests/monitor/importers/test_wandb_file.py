@@ -17,7 +17,8 @@ from wandb.proto import wandb_internal_pb2 as wpb
 from monitor import schema
 from monitor.errors import GapwatchError
 from monitor.importers import load
-from monitor.importers.wandb_file import WandbRunReader, find_run_file, parse_wandb_run
+from monitor.importers.wandb_file import (WandbRunReader, find_run_file, parse_wandb_run,
+                                          to_imported)
 from monitor.importers.wandb_log import BLOCK_SIZE, FILE_HEADER, encode_log, read_records
 from monitor.importers.wandb_records import decode_exact
 
@@ -213,13 +214,22 @@ _values = st.one_of(
 )
 
 
+def _pad(num: int) -> bytes:
+    """A record no importer reads (stats), long enough that every record before it is read by the
+    fast path (the last few hundred bytes of a file go to the exact decoder)."""
+    rec = wpb.Record(num=num, stats=wpb.StatsRecord())
+    rec.stats.item.add(key="pad", value_json='"' + "p" * 600 + '"')
+    return rec.SerializeToString()
+
+
 @st.composite
 def _records(draw):
     out = []
     steps = sorted(draw(st.sets(st.integers(0, 10**6), min_size=1, max_size=25)))
     for i, step in enumerate(steps):
         rec = wpb.Record(num=i + 1)
-        for name, text in draw(st.dictionaries(_names, _values, max_size=6)).items():
+        row = draw(st.dictionaries(_names, _values, max_size=6))
+        for name, text in row.items():
             shape = draw(st.sampled_from(["nested", "parts", "key", "number", "integer"]))
             item = rec.history.item.add()
             if shape == "parts":
@@ -237,11 +247,27 @@ def _records(draw):
         rec.history.item.add(nested_key=["_step"], value_json=str(step))
         if draw(st.booleans()):
             rec.history.step.SetInParent()
-        out.append(rec.SerializeToString())
         if draw(st.booleans()):
             summ = wpb.Record(num=i + 1)
             summ.summary.update.add(nested_key=["_wandb", "runtime"], value_json="3")
             summ.summary.update.add(key="_runtime", value_json="3")
+            out.append(summ.SerializeToString())
+        if draw(st.booleans()):
+            # wandb mirrors each logged row into the summary, items in any order.
+            mirror = wpb.Record(num=i + 1)
+            names = draw(st.permutations([*row, "_step"]))
+            for name in names:
+                mirror.summary.update.add(nested_key=[name], value_json=row.get(name, str(step)))
+            out.append(mirror.SerializeToString())
+        out.append(rec.SerializeToString())
+        if draw(st.integers(0, 3)) == 0:
+            # run.summary[...] set or deleted by hand, possibly a name logged before.
+            summ = wpb.Record(num=i + 1)
+            name = draw(st.sampled_from([*row, "final/score"]) if row else st.just("final/s"))
+            if draw(st.booleans()):
+                summ.summary.update.add(key=name, value_json=draw(_values))
+            else:
+                summ.summary.remove.add(nested_key=[name])
             out.append(summ.SerializeToString())
         if draw(st.booleans()):
             out.append(wpb.Record(num=i + 1, stats=wpb.StatsRecord()).SerializeToString())
@@ -250,7 +276,26 @@ def _records(draw):
             out[-1] = wpb.Record(
                 num=i + 1, output_raw=wpb.OutputRawRecord(line="y" * len(out[-1]))
             ).SerializeToString()
+    out.append(_pad(len(steps) + 1))
     return out
+
+
+def _wandb_summary(path) -> dict:
+    """The run's summary as wandb's own Record class reads it: every summary record's updates and
+    removals in file order (W&B's own `_` keys left out, as the reader does)."""
+    buf = path.read_bytes()
+    found = read_records(buf, str(path))
+    summary = {}
+    for i in range(found.count):
+        rec = wpb.Record()
+        rec.ParseFromString(found.payload(buf, i))
+        if rec.WhichOneof("record_type") != "summary":
+            continue
+        for item in rec.summary.update:
+            summary[".".join(item.nested_key) or item.key] = item.value_json
+        for item in rec.summary.remove:
+            summary.pop(".".join(item.nested_key) or item.key, None)
+    return {k: v for k, v in summary.items() if not k.startswith("_")}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -258,7 +303,8 @@ def _records(draw):
 def test_fast_reader_equals_wandbs_classes(tmp_path_factory, records):
     path = tmp_path_factory.mktemp("h") / "run-h.wandb"
     path.write_bytes(encode_log(records))
-    run = parse_wandb_run(path)
+    reader = WandbRunReader(path)
+    run = to_imported(reader, reader.read())
     rows, _ = _exact_rows(path)
     expected = {}
     for key, text in rows.items():
@@ -271,6 +317,31 @@ def test_fast_reader_equals_wandbs_classes(tmp_path_factory, records):
     for key in expected:
         a, b = got[key], expected[key]
         assert a == b or (math.isnan(a) and math.isnan(b)), key
+    # The summary: folded from the last update of each name, it equals the full fold.
+    summary = _wandb_summary(path)
+    assert reader.summary == summary
+    public = {k: json.loads(v) for k, v in summary.items()}
+    assert run.summary == {k: v for k, v in public.items() if isinstance(v, (int, float, bool))
+                           or (isinstance(v, str) and len(v) <= 200)}
+
+
+def test_plain_records_take_the_fast_path(tmp_path):
+    records = []
+    for s in range(150):  # 300 records in one 32 KiB block: none split over blocks
+        items = {"train/loss": repr(1.0 / (s + 1)), "optim/lr": "0.0003"}
+        mirror = wpb.Record(num=2 * s + 1)
+        for name, text in {**items, "_step": str(s)}.items():
+            mirror.summary.update.add(nested_key=[name], value_json=text)
+        records += [mirror.SerializeToString(),
+                    _history(s, items, num=2 * s + 2).SerializeToString()]
+    path = tmp_path / "run-x.wandb"
+    raw = encode_log([*records, _pad(301)])
+    assert len(raw) < BLOCK_SIZE
+    path.write_bytes(raw)
+    reader = WandbRunReader(path)
+    assert len(reader.read()) == 300
+    assert reader.exact_records == 1  # the pad, at the end of the file: nothing else
+    assert reader.summary == {"train/loss": repr(1 / 150), "optim/lr": "0.0003"}
 
 
 def test_records_split_over_blocks(tmp_path):
