@@ -138,6 +138,9 @@ class RunInfo:
 CONFIG_GLOBAL_BATCH_SIZE = "global_batch_size"
 CONFIG_RECORDS_PER_EPOCH = "records_per_epoch"
 CONFIG_TOKENS_PER_STEP = "tokens_per_step"
+# True when a replayed step must reproduce its loss bit for bit (the resume detector then treats
+# any difference as a fault rather than numerical noise).
+CONFIG_DETERMINISTIC = "deterministic"
 
 
 @dataclass

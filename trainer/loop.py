@@ -189,6 +189,9 @@ class _Trainer:
             schema.CONFIG_TOKENS_PER_STEP: cfg.tokens_per_step,
             "devices": mesh.size,
             "processes": jax.process_count(),
+            # XLA on CPU reproduces a step bit for bit (tests/trainer/test_resume.py); on GPU and
+            # TPU some reductions are not deterministic unless asked to be.
+            schema.CONFIG_DETERMINISTIC: jax.default_backend() == "cpu",
         }
         if not self.primary:  # every process computes the same metrics; the first one reports
             return Sinks(NullMonitor(), [])

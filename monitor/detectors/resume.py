@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from monitor.schema import DATA_CURSOR, TRAIN_LOSS, EventKind, RunData, Severity
+from monitor.schema import CONFIG_DETERMINISTIC, DATA_CURSOR, TRAIN_LOSS, EventKind, RunData, Severity
 
 from .base import Detector, finite
 from .stats import cadence
@@ -89,7 +89,7 @@ class ResumeConsistency(Detector):
         out = []
         deterministic = self.deterministic
         if deterministic is None:
-            deterministic = run.info.config.get("deterministic")
+            deterministic = run.info.config.get(CONFIG_DETERMINISTIC)
         for key in self.replay_metrics:
             r = rep[rep["key"] == key]
             if r.empty:

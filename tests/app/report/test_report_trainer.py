@@ -28,8 +28,10 @@ def trained_store(tmp_path_factory):
     url = f"sqlite:///{root / 'store.db'}"
     base = PRESETS["tiny"]
     # A fixed peak skips measuring this machine's FLOP/s for MFU; held-out loss every 10 steps.
+    # One initialisation for all three (init_seed), as a reproduction of one recipe has: the
+    # seeds then differ in data order only, which is what "another seed" means for the verdict.
     config = base.replace(data=dataclasses.replace(base.data, cache_dir=str(root / "corpora")), peak_flops=1e11,
-                          steps=STEPS, evals=EvalConfig(heldout_every=10, heldout_max_tokens=4096))
+                          steps=STEPS, init_seed=0, evals=EvalConfig(heldout_every=10, heldout_max_tokens=4096))
     runs = {"clean-0": config, "clean-1": config.replace(seed=1),
             "sharded-0": config.replace(fault=FaultConfig(name="double-sharding"))}
     for name, c in runs.items():
