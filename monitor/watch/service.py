@@ -38,6 +38,10 @@ CATCH_UP_PASSES_PER_POLL = 20
 # Seconds the service waits for the delivery thread to finish its current send when stopping
 # (a little more than one HTTP timeout is enough; it is a daemon thread after that).
 STOP_JOIN_EXTRA_S = 2.0
+# `--once`: how long notifications held back by a sink's rate limit may take to go out, and how
+# often to try (a burst of alerts on a console or Slack at one a second fits in half a minute).
+ONCE_DRAIN_S = 30.0
+ONCE_DRAIN_POLL_S = 0.25
 
 
 class WatchService:
@@ -135,6 +139,18 @@ class WatchService:
     def deliver(self) -> DeliveryPass:
         return self.outbox.deliver_due()
 
+    def _drain_once(self) -> None:
+        """Deliver what one pass found. Notifications held back only by a sink's rate limit go out
+        at its rate, for at most ONCE_DRAIN_S; a failing sink keeps its notifications for the next
+        start (the outbox says how many)."""
+        deadline = time.monotonic() + ONCE_DRAIN_S
+        result = self.deliver()
+        failed = result.failed
+        while result.held and not failed and time.monotonic() < deadline:
+            time.sleep(ONCE_DRAIN_POLL_S)
+            result = self.deliver()
+            failed += result.failed
+
     def _delivery_loop(self) -> None:
         while not self.stop_event.is_set():
             try:
@@ -157,7 +173,7 @@ class WatchService:
         if once:
             self.poll()
             self.save_states()
-            self.deliver()
+            self._drain_once()
             return
         deliverer = threading.Thread(target=self._delivery_loop, name="gapwatch-delivery", daemon=True)
         deliverer.start()

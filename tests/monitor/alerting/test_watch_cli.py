@@ -56,3 +56,24 @@ def test_once_prints_the_alert_on_the_console_and_exits(store_with_nan, tmp_path
     with open_store(store_with_nan) as store:
         assert store.load_state("watch/r")["cursor"]["key_last"] == {"train/loss": 199}
         assert len(store.read_detections("r")) == 1
+
+
+def test_once_sends_a_burst_beyond_the_rate_limit_at_the_sinks_rate(sqlite_url, tmp_path):
+    """More notifications than the console's burst: --once sends the rest at the sink's rate
+    instead of leaving them in the outbox."""
+    with open_store(sqlite_url) as store:
+        steps = np.arange(200)
+        for i in range(4):
+            store.ensure_run(f"r{i}")
+            store.write_metrics(f"r{i}", pd.DataFrame({"step": steps, "key": "train/loss",
+                                                       "value": np.where(steps == 50, np.nan, 2.0)}))
+    config = tmp_path / "watch.yaml"
+    config.write_text("sinks: [{name: console, kind: console, burst: 2, rate_per_minute: 600}]")
+    env = {k: v for k, v in os.environ.items() if k != "SLACK_WEBHOOK_URL"}
+    out = subprocess.run([sys.executable, "-m", "app", "watch", "--all", "--store", sqlite_url, "--once",
+                          "--config", str(config), "--detectors", "nonfinite"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stdout.splitlines() if "alert #" in x]
+    assert sum(x.startswith("CRITICAL") for x in lines) == 4 and sum(x.startswith("RESOLVED") for x in lines) == 4
+    assert "wait in the outbox" not in out.stderr
