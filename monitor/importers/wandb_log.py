@@ -28,6 +28,8 @@ import numpy as np
 
 from monitor.errors import GapwatchError
 
+from .wandb_crc import crc_mismatches
+
 FILE_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 BLOCK_SIZE = 32 * 1024
 CHUNK_HEADER = struct.Struct("<IHB")
@@ -80,17 +82,9 @@ def read_records(buf, source: str, offset: int = len(FILE_HEADER),
     `offset` on; `first_record` is the number of the record at `offset` (for messages)."""
     data = np.frombuffer(buf, dtype=np.uint8)
     pos, length, kind, crc, torn_at = _walk_blocks(data, offset, source, first_record)
-    # One C call per chunk, on the type byte and the data (the CRC covers both); this is the only
-    # per-chunk Python left.
-    begin = pos + (HEADER_SIZE - 1)
-    actual = np.fromiter(
-        map(zlib.crc32, map(buf.__getitem__, map(slice, begin.tolist(),
-                                                 (begin + 1 + length).tolist()))),
-        dtype=np.uint32, count=len(pos),
-    )
     starts_record = (kind == FULL) | (kind == FIRST)
     numbers = first_record + np.cumsum(starts_record) - starts_record.astype(np.int64)
-    wrong = np.flatnonzero(actual != crc)
+    wrong = crc_mismatches(buf, pos, length, crc, HEADER_SIZE, BLOCK_SIZE)
     if len(wrong):
         i = int(wrong[0])
         raise _damaged(source, int(numbers[i]), int(pos[i]),
