@@ -41,7 +41,6 @@ TIMESTAMP_KEY = "_timestamp"
 # Records decoded together. Bounds the index arrays of one batch (a few hundred MB at most for
 # wide rows) while keeping the per-batch overhead small.
 BATCH_RECORDS = 8000
-_UNDERSCORE = ord("_")
 # Longest text summary value kept (a run name, a status); longer text is not a summary number.
 SUMMARY_TEXT_MAX = 200
 
@@ -194,15 +193,9 @@ class WandbRunReader:
         self.exact_records += len(exact_idx)
         self._apply_run_facts(exact)
 
-        # One dictionary of names for the history and summary items of the batch. Summary items
-        # named `_...` are W&B's own bookkeeping (`_runtime`, `_wandb.runtime`, the mirror of
-        # `_step`): the summary kept leaves them out, so they are not read at all.
-        history = tags[fast[items.record]] == wire.HISTORY_TAG
-        own = ~history & (items.name_len > 0) & (fb.u8[items.name_start] == _UNDERSCORE)
-        if own.any():
-            items = items.subset(~own)
-            history = history[~own]
+        # One dictionary of names for the history and summary items of the batch.
         recs = fast[items.record]
+        history = tags[recs] == wire.HISTORY_TAG
         names = wire.gather_strings(fb, items.name_start, items.name_len)
         encoded = names.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)

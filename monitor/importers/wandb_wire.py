@@ -42,12 +42,14 @@ _STEP_TAG = 0x12  # HistoryRecord.step: field 2, wire type 2
 _KEY_TAG = 0x0A  # item.key: field 1
 _PART_TAG = 0x12  # item.nested_key: field 2
 _VALUE_TAG = (0x82, 0x01)  # item.value_json: field 16, wire type 2 (a two-byte tag)
+_VALUE_WORD = _VALUE_TAG[1] << 8 | _VALUE_TAG[0]  # the tag as the low half of a word
 _UNDERSCORE = ord("_")
 _ONE_BYTE = 0x80  # a varint byte below this is the varint's last (lengths under 128: one byte)
-# The fast path reads words up to this many bytes past a record's end (an item's value tag is
-# read at most 4 + 255 bytes after the item's start, 16 bytes of a string after that), so the
-# records ending closer than this to the end of the data are left to the exact decoder.
-TAIL_MARGIN = 512
+# The fast path reads words up to this many bytes past a record's end (the words it reads at an
+# item's second name part and value tag come from lengths of up to 255 read there: at most
+# 4 + 255 + 2 + 255 bytes after the item's start, then 16 bytes of a string), so the records
+# ending closer than this to the end of the data are left to the exact decoder.
+TAIL_MARGIN = 1024
 _CONTINUE_BITS = np.uint64(0x8080808080808080)
 
 
@@ -78,11 +80,6 @@ class Items:
     value_start: np.ndarray
     value_len: np.ndarray
     bad: np.ndarray  # indices of records this reader could not take: decode them exactly
-
-    def subset(self, keep: np.ndarray) -> Items:
-        """These items where `keep` is True (the records to decode exactly stay as they are)."""
-        return Items(self.record[keep], self.name_start[keep], self.name_len[keep],
-                     self.value_start[keep], self.value_len[keep], self.bad)
 
 
 def varint(data: np.ndarray, pos: np.ndarray, max_bytes: int):
@@ -146,7 +143,8 @@ def record_heads(fb: FileBytes, starts: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def read_items(fb: FileBytes, stops: np.ndarray, fields: np.ndarray, tags: np.ndarray) -> Items:
     """Items of records that are each a history (tag 0x12) or a summary (tag 0x1a) record, in file
-    order; `fields` is where each record's type field starts (record_heads)."""
+    order; `fields` is where each record's type field starts (record_heads). Summary items named
+    `_...` (W&B's own bookkeeping: `_runtime`, the mirror of `_step`) are left out."""
     n = len(stops)
     # The message's length: records sit inside one 32 KiB chunk, so at most three bytes.
     sub_len, width, ok = _varint_in_word(fb.u32[fields + 1], 3)
@@ -155,8 +153,10 @@ def read_items(fb: FileBytes, stops: np.ndarray, fields: np.ndarray, tags: np.nd
     bad = ~ok | (sub_start + sub_len != stops)
     rec, pos, end = _walk(fb, sub_start, stops, tags, bad)
     items = _item_fields(fb, rec, pos, end)
-    bad[items.pop("bad_records")] = True
-    keep = ~bad[rec] & ~items["internal"]
+    bad[items["bad_records"]] = True
+    own = (items["name_len"] > 0) & (fb.u8[items["name_start"]] == _UNDERSCORE) & (
+        tags[rec] == SUMMARY_TAG)
+    keep = np.flatnonzero(~bad[rec] & ~items["internal"] & ~own)
     return Items(
         record=rec[keep],
         name_start=items["name_start"][keep],
@@ -224,7 +224,8 @@ def _odd_fields(fb: FileBytes, rec, p, e, tags, bad):
 def _item_fields(fb: FileBytes, rec, pos, end) -> dict:
     """Name and value ranges of each item. Most items are a one-byte tag and length, one name (a
     nested-key part or a key) and a value, each under 128 bytes: that shape is checked on two
-    words, the item's first four bytes and the four at its value tag; the others go field by
+    words, the item's first four bytes and the four at its value tag. W&B's own two-part names
+    (`_wandb.runtime`) are recognised the same way, with one word more; the others go field by
     field."""
     head = fb.u32[pos]
     name_len = (head >> 24).astype(np.int64)
@@ -234,7 +235,7 @@ def _item_fields(fb: FileBytes, rec, pos, end) -> dict:
     name_tag = (head >> 16) & 0xFF
     simple = (((head & 0x800080FF) == _ITEM_TAG)
               & ((name_tag == _PART_TAG) | (name_tag == _KEY_TAG))
-              & ((at_value & 0x80FFFF) == (_VALUE_TAG[1] << 8 | _VALUE_TAG[0]))
+              & ((at_value & 0x80FFFF) == _VALUE_WORD)
               & (value_at + 3 + value_len == end))
     out = {
         "name_start": pos + 4, "name_len": name_len,
@@ -244,6 +245,19 @@ def _item_fields(fb: FileBytes, rec, pos, end) -> dict:
     if simple.all():
         return out
     other = np.flatnonzero(~simple)
+    # Two nested-key parts, the first starting with `_`, then a value: W&B's own, dropped.
+    o_pos, o_head = pos[other], head[other]
+    second_at = o_pos + 4 + name_len[other]
+    second = fb.u32[second_at]
+    value_at = second_at + 2 + ((second >> 8) & 0xFF)
+    at_value = fb.u32[value_at]
+    own = (((o_head & 0x80FF80FF) == (_PART_TAG << 16 | _ITEM_TAG))
+           & ((second & 0x80FF) == _PART_TAG)
+           & ((at_value & 0x80FFFF) == _VALUE_WORD)
+           & (value_at + 3 + ((at_value >> 16) & 0xFF) == end[other])
+           & (fb.u8[o_pos + 4] == _UNDERSCORE))
+    out["internal"][other[own]] = True
+    other = other[~own]
     # The item's body starts after its tag and length (one byte, or a longer varint).
     _, width, _ = varint(fb.u8, pos[other] + 1, 4)
     general = _item_fields_general(fb.u8, rec[other], pos[other] + 1 + width, end[other])
@@ -307,7 +321,8 @@ def _item_fields_general(data, rec, i_start, i_end) -> dict:
 # Arrow string views address their data as (buffer index, int32 offset): the file is exposed as
 # 1 GiB windows that overlap by one block, so every string of a record held in one chunk (at most
 # a block long) lies inside the window its first byte falls in.
-WINDOW = 1 << 30
+_WINDOW_BITS = 30
+WINDOW = 1 << _WINDOW_BITS
 _WINDOW_OVERLAP = 32 * 1024
 _INLINE = 12  # Arrow keeps strings of up to 12 bytes inside the view itself
 # Masks keeping the first k of the 12 inline bytes: of the 4 in a view's first word (in its high
@@ -345,8 +360,8 @@ def gather_strings(fb: FileBytes, starts: np.ndarray, lengths: np.ndarray) -> pa
     long_ = lengths > _INLINE
     short = ((head >> np.uint64(32)) | (fb.u32[at + 8].astype(np.uint64) << np.uint64(32))
              ) & _KEEP_NEXT8[keep]
-    where = (starts // WINDOW).astype(np.uint64) | (
-        (starts % WINDOW).astype(np.uint64) << np.uint64(32))
+    where = (starts >> _WINDOW_BITS).astype(np.uint64) | (
+        (starts & (WINDOW - 1)).astype(np.uint64) << np.uint64(32))
     views[:, 1] = np.where(long_, where, short)
     # Strings in the last 12 bytes of the file (at most 12 bytes long), built one by one.
     for i in np.flatnonzero(~inside).tolist():

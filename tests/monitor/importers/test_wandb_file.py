@@ -21,6 +21,7 @@ from monitor.importers.wandb_file import (WandbRunReader, find_run_file, parse_w
                                           to_imported)
 from monitor.importers.wandb_log import BLOCK_SIZE, FILE_HEADER, encode_log, read_records
 from monitor.importers.wandb_records import decode_exact
+from monitor.importers.wandb_wire import TAIL_MARGIN
 
 from .conftest import offline_run_dir, run_writer
 
@@ -218,7 +219,7 @@ def _pad(num: int) -> bytes:
     """A record no importer reads (stats), long enough that every record before it is read by the
     fast path (the last few hundred bytes of a file go to the exact decoder)."""
     rec = wpb.Record(num=num, stats=wpb.StatsRecord())
-    rec.stats.item.add(key="pad", value_json='"' + "p" * 600 + '"')
+    rec.stats.item.add(key="pad", value_json='"' + "p" * TAIL_MARGIN + '"')
     return rec.SerializeToString()
 
 
