@@ -72,7 +72,8 @@ def failing_blocks(buf, pos: np.ndarray, length: np.ndarray, crc: np.ndarray, he
     typed = pos + (header - 1)
     region_start = typed[first]
     region_end = (typed + 1 + length)[last]
-    actual = _crcs(buf, region_start, region_end)
+    with memoryview(buf) as view:  # blocks are large: read in place rather than copied
+        actual = _crcs(view, region_start, region_end)
 
     nxt = np.minimum(np.arange(1, n + 1), n - 1)
     t = _tables()

@@ -38,9 +38,11 @@ from .wandb_records import NESTED_SEP, NotText, decode_exact, to_float
 
 STEP_KEY = "_step"
 TIMESTAMP_KEY = "_timestamp"
-# Records decoded together. Bounds the index arrays of one batch (a few hundred MB at most for
-# wide rows) while keeping the per-batch overhead small.
-BATCH_RECORDS = 8000
+# Records decoded together. The walk over a batch's items reads its bytes once per field
+# position, so a batch's bytes (about 3 MB at wandb's ~170 bytes a record) should stay in the CPU
+# cache: measured on a 1.41M-step file, 12k-32k records a batch read at the same speed, 60k 25%
+# and 250k 40% slower (bench/bench_importers.py's file).
+BATCH_RECORDS = 20_000
 # Longest text summary value kept (a run name, a status); longer text is not a summary number.
 SUMMARY_TEXT_MAX = 200
 
