@@ -157,10 +157,11 @@ class WandbRunReader:
                 f"{found.torn_at} of {len(buf)} (after {self.records + found.count} complete "
                 "records); if a run is still writing it, import it again or use --follow"
             )
+        joined = _Joined.of(found)
         parts: list[NewRows] = []
         for lo in range(0, found.count, BATCH_RECORDS):
             hi = min(lo + BATCH_RECORDS, found.count)
-            parts.append(self._decode(buf, fb, found, lo, hi))
+            parts.append(self._decode(buf, fb, joined, found, lo, hi))
             if progress is not None:
                 progress(hi, found.count)
         self.records += found.count
@@ -173,70 +174,43 @@ class WandbRunReader:
                          for f in ("step", "key", "value", "wall_time")))
 
     # --- one batch of records -----------------------------------------------------------------
-    def _decode(self, buf, fb, found, lo: int, hi: int) -> NewRows:
-        """Records lo..hi of a read (record numbers start at self.records + lo)."""
+    def _decode(self, buf, fb, joined: _Joined, found, lo: int, hi: int) -> NewRows:
+        """Records lo..hi of a read (record numbers start at self.records + lo): those in the
+        file and those split over blocks (joined) through the fast path, the rest exactly."""
         base = self.records + lo
         starts = found.starts[lo:hi]
         stops = found.stops[lo:hi]
-        # Records split over blocks, and the last few of the data, go to the exact decoder.
-        whole = np.flatnonzero((starts >= 0) & (stops <= fb.size - wire.TAIL_MARGIN))
-        tags = np.full(len(starts), -1, dtype=np.int64)
-        fields = np.zeros(len(starts), dtype=np.int64)
-        tags[whole], fields[whole] = wire.record_heads(fb, starts[whole])
-        fast = np.flatnonzero((tags == wire.HISTORY_TAG) | (tags == wire.SUMMARY_TAG))
-        items = wire.read_items(fb, stops[fast], fields[fast], tags[fast])
-        exact_idx = np.unique(np.concatenate([
-            fast[items.bad],
-            np.flatnonzero((tags != wire.HISTORY_TAG) & (tags != wire.SUMMARY_TAG)
-                           & ~np.isin(tags, list(_SKIP_TAGS))),
-        ]))
+        names = _Names()
+        in_file = np.flatnonzero((starts >= 0) & (stops <= fb.size - wire.TAIL_MARGIN))
+        history, updates, exact_idx = self._fast(fb, in_file, starts[in_file], stops[in_file],
+                                                 base, names)
+        histories = [history]
+        j_lo, j_hi = np.searchsorted(joined.index, [lo, hi])
+        if j_hi > j_lo:
+            history, more, exact_more = self._fast(
+                joined.fb, joined.index[j_lo:j_hi] - lo, joined.starts[j_lo:j_hi],
+                joined.stops[j_lo:j_hi], base, names)
+            histories.append(history)
+            updates += more
+            exact_idx = np.concatenate([exact_idx, exact_more])
+        # The last few records of the data (the fast path reads a little past a record's end).
+        near_end = np.flatnonzero((starts >= 0) & (stops > fb.size - wire.TAIL_MARGIN))
+        exact_idx = np.unique(np.concatenate([exact_idx, near_end]))
         exact = decode_exact([(base + int(i), found.payload(buf, lo + int(i)))
                               for i in exact_idx], self.source)
         self.exact_records += len(exact_idx)
         self._apply_run_facts(exact)
-
-        # One dictionary of names for the history and summary items of the batch.
-        recs = fast[items.record]
-        history = tags[recs] == wire.HISTORY_TAG
-        names = wire.gather_strings(fb, items.name_start, items.name_len)
-        encoded = names.dictionary_encode()
-        codes = encoded.indices.to_numpy(zero_copy_only=False)
-        dictionary = self._texts(encoded.dictionary,
-                                 lambda i: base + int(recs[np.argmax(codes == i)]))
-
-        # History: vectorised items and exactly decoded ones, merged in record order.
-        h = np.flatnonzero(history)
-        recs_h, codes_h = recs[h], codes[h].astype(np.int64)
-        values = wire.gather_strings(fb, items.value_start[h], items.value_len[h])
-        nums, skipped = self._numbers(values, lambda i: base + int(recs_h[i]))
         if exact.history:
             e_rec, e_name, e_value = zip(*exact.history)
-            local = {name: i for i, name in enumerate(dictionary)}
-            e_codes = []
-            for name in e_name:
-                if name not in local:
-                    local[name] = len(dictionary)
-                    dictionary.append(name)
-                e_codes.append(local[name])
             e_recs = np.asarray(e_rec, dtype=np.int64) - base
-            e_nums, e_skipped = self._numbers(pa.array(e_value, type=pa.large_string()),
-                                              lambda i: base + int(e_recs[i]))
-            recs_h = np.concatenate([recs_h, e_recs])
-            codes_h = np.concatenate([codes_h, np.asarray(e_codes, dtype=np.int64)])
-            nums = np.concatenate([nums, e_nums])
-            skipped = np.concatenate([skipped, e_skipped])
-            # Two runs each in record order: a stable sort merges them.
-            order = np.argsort(recs_h, kind="stable")
-            recs_h, codes_h, nums, skipped = (recs_h[order], codes_h[order], nums[order],
-                                              skipped[order])
-        rows = self._rows(recs_h, codes_h, dictionary, nums, skipped, base)
+            nums, skipped = self._numbers(pa.array(e_value, type=pa.large_string()),
+                                          lambda i: base + int(e_recs[i]))
+            histories.append((e_recs, names.codes(e_name), nums, skipped))
+        recs, codes, nums, skipped = _merged(histories)
+        rows = self._rows(recs, codes, names.all, nums, skipped, base)
 
-        # Summary: only the last update of each name in this batch is read, then all are applied
-        # in record order (a later record's update or removal wins, as in W&B).
-        s = np.flatnonzero(~history)
-        updates = self._last_updates(fb, recs[s] + base, codes[s], dictionary,
-                                     items.name_start[s], items.value_start[s],
-                                     items.value_len[s])
+        # Summary: the last update of each name of each source (only those values are read),
+        # applied in record order (a later record's update or removal wins, as in W&B).
         updates += [u for u in exact.summary if not u[1].startswith("_")]
         updates.sort(key=lambda t: t[0])
         for _, name, value in updates:
@@ -245,6 +219,38 @@ class WandbRunReader:
             else:
                 self.summary[name] = value
         return rows
+
+    def _fast(self, fb, local: np.ndarray, starts: np.ndarray, stops: np.ndarray, base: int,
+              names: _Names):
+        """The records `local` (indices in the batch) at [starts, stops) of fb, through the fast
+        path: (history items (record, name code, value, skipped) in record order, summary
+        updates, the records to decode exactly)."""
+        tags, fields = wire.record_heads(fb, starts)
+        fast = np.flatnonzero((tags == wire.HISTORY_TAG) | (tags == wire.SUMMARY_TAG))
+        items = wire.read_items(fb, stops[fast], fields[fast], tags[fast])
+        exact_idx = np.concatenate([
+            local[fast[items.bad]],
+            local[(tags != wire.HISTORY_TAG) & (tags != wire.SUMMARY_TAG)
+                  & ~np.isin(tags, list(_SKIP_TAGS))],
+        ])
+        recs = local[fast[items.record]]
+        history = tags[fast[items.record]] == wire.HISTORY_TAG
+        # One dictionary of names for the history and summary items.
+        encoded = wire.gather_strings(fb, items.name_start, items.name_len).dictionary_encode()
+        local_codes = encoded.indices.to_numpy(zero_copy_only=False)
+        codes = names.codes(self._texts(
+            encoded.dictionary, lambda i: base + int(recs[np.argmax(local_codes == i)])))
+        codes = codes[local_codes]
+
+        h = np.flatnonzero(history)
+        recs_h = recs[h]
+        values = wire.gather_strings(fb, items.value_start[h], items.value_len[h])
+        nums, skipped = self._numbers(values, lambda i: base + int(recs_h[i]))
+        s = np.flatnonzero(~history)
+        updates = self._last_updates(fb, recs[s] + base, codes[s], names.all,
+                                     items.name_start[s], items.value_start[s],
+                                     items.value_len[s])
+        return (recs_h, codes[h], nums, skipped), updates, exact_idx
 
     def _last_updates(self, fb, recs, codes, dictionary, name_start, value_start,
                       value_len) -> list[tuple[int, str, str]]:
@@ -415,6 +421,56 @@ def to_imported(reader: WandbRunReader, rows: NewRows) -> ImportedRun:
         live=not reader.finished,
     )
     return run
+
+
+@dataclass
+class _Joined:
+    """The records of a read that are split over blocks, joined back to back in one buffer (zero
+    bytes after them, for the fast path's reads past a record's end)."""
+
+    index: np.ndarray  # the records' indices in the read, ascending
+    starts: np.ndarray
+    stops: np.ndarray
+    fb: wire.FileBytes | None
+
+    @classmethod
+    def of(cls, found) -> _Joined:
+        index = np.array(sorted(found.split), dtype=np.int64)
+        sizes = np.array([len(found.split[i]) for i in index.tolist()], dtype=np.int64)
+        stops = np.cumsum(sizes)
+        data = b"".join(found.split[i] for i in index.tolist()) + bytes(wire.TAIL_MARGIN)
+        return cls(index, stops - sizes, stops, wire.FileBytes(data) if len(index) else None)
+
+
+class _Names:
+    """Metric names of one batch, each with a code."""
+
+    def __init__(self) -> None:
+        self.all: list[str] = []
+        self._code: dict[str, int] = {}
+
+    def codes(self, names) -> np.ndarray:
+        out = np.empty(len(names), dtype=np.int64)
+        for i, name in enumerate(names):
+            code = self._code.get(name)
+            if code is None:
+                code = self._code[name] = len(self.all)
+                self.all.append(name)
+            out[i] = code
+        return out
+
+
+def _merged(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """History items of several sources, each in record order and holding other records than
+    the rest, merged in record order: the few items of the others are inserted into the first."""
+    main, others = parts[0], [p for p in parts[1:] if len(p[0])]
+    if not others:
+        return main
+    rest = [np.concatenate(col) for col in zip(*others)]
+    order = np.argsort(rest[0], kind="stable")
+    rest = [col[order] for col in rest]
+    at = np.searchsorted(main[0], rest[0])
+    return tuple(np.insert(m, at, r) for m, r in zip(main, rest))
 
 
 def pd_categorical(codes: np.ndarray, names: list[str]):

@@ -198,7 +198,7 @@ def _walk(fb: FileBytes, cur: np.ndarray, stops: np.ndarray, tags: np.ndarray, b
     rec, pos, end = (np.concatenate(col) for col in zip(*found))
     counts = np.bincount(rec, minlength=len(cur))
     dest = (np.cumsum(counts) - counts)[rec] + rank
-    return tuple(_placed(col, dest) for col in (rec, pos, end))
+    return np.repeat(np.arange(len(cur)), counts), _placed(pos, dest), _placed(end, dest)
 
 
 def _placed(col: np.ndarray, dest: np.ndarray) -> np.ndarray:
