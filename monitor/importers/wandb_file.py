@@ -337,9 +337,10 @@ class WandbRunReader:
         row_time[row_of_item[is_time]] = nums[is_time]
 
         internal = np.array([name.startswith("_") for name in dictionary], dtype=bool)
-        keep = ~internal[codes] & ~skipped
+        metric = ~internal[codes] & ~_given_again(starts_row, codes, len(dictionary))
+        keep = metric & ~skipped
         if skipped.any():
-            for c, k in zip(*np.unique(codes[skipped & ~internal[codes]], return_counts=True)):
+            for c, k in zip(*np.unique(codes[skipped & metric], return_counts=True)):
                 self.skipped[dictionary[c]] = self.skipped.get(dictionary[c], 0) + int(k)
         # Names of this batch's history rows only (the dictionary also holds summary names).
         in_history = np.bincount(codes, minlength=len(dictionary)) > 0
@@ -458,6 +459,32 @@ class _Names:
                 self.all.append(name)
             out[i] = code
         return out
+
+
+def _given_again(starts_row: np.ndarray, codes: np.ndarray, n_names: int) -> np.ndarray:
+    """Items whose name comes again later in the same history row (rows are runs of items, each
+    starting where starts_row is True; codes < n_names). A row is a dict: a name given twice in
+    one record (a dotted key and a nested dict that flatten alike) keeps its last value, as
+    wandb's row does. Each row's names are set as bits (64 names a word): a row with fewer bits
+    set than items repeats a name, and only such rows are looked at item by item."""
+    out = np.zeros(len(codes), dtype=bool)
+    if len(codes) == 0:
+        return out
+    starts = np.flatnonzero(starts_row)
+    sizes = np.diff(np.append(starts, len(codes)))
+    bits = np.left_shift(np.uint64(1), (codes & 63).astype(np.uint64))
+    if n_names <= 64:
+        names_set = np.bitwise_count(np.bitwise_or.reduceat(bits, starts))
+    else:
+        words = np.zeros((len(starts), (n_names + 63) // 64), dtype=np.uint64)
+        np.bitwise_or.at(words, (np.cumsum(starts_row) - 1, codes >> 6), bits)
+        names_set = np.bitwise_count(words).sum(axis=1)
+    for row in np.flatnonzero(names_set < sizes).tolist():
+        seen: set[int] = set()
+        for i in range(starts[row] + sizes[row] - 1, starts[row] - 1, -1):
+            out[i] = int(codes[i]) in seen
+            seen.add(int(codes[i]))
+    return out
 
 
 def _merged(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:

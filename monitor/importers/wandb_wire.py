@@ -151,8 +151,8 @@ def read_items(fb: FileBytes, stops: np.ndarray, fields: np.ndarray, tags: np.nd
     sub_start = fields + 1 + width
     # The history/summary message must be the record's last field, so it ends where the record does.
     bad = ~ok | (sub_start + sub_len != stops)
-    rec, pos, end = _walk(fb, sub_start, stops, tags, bad)
-    items = _item_fields(fb, rec, pos, end)
+    rec, pos = _walk(fb, sub_start, stops, tags, bad)
+    items = _item_fields(fb, rec, pos)
     bad[items["bad_records"]] = True
     own = (items["name_len"] > 0) & (fb.u8[items["name_start"]] == _UNDERSCORE) & (
         tags[rec] == SUMMARY_TAG)
@@ -168,43 +168,37 @@ def read_items(fb: FileBytes, stops: np.ndarray, fields: np.ndarray, tags: np.nd
 
 
 def _walk(fb: FileBytes, cur: np.ndarray, stops: np.ndarray, tags: np.ndarray, bad: np.ndarray):
-    """(record, start, end) of every item field of the messages [cur, stop), in file order; `bad`
-    is set for records holding anything else. The walk goes field position by field position,
+    """(record, start) of every item field of the messages [cur, stop), in file order; `bad` is
+    set for records holding anything else. The walk goes field position by field position,
     carrying only the records still open, and reads two bytes a field (its tag and, for the usual
     item, its one-byte length)."""
     a = np.flatnonzero(~bad & (cur < stops))
     p, e = cur[a], stops[a]
-    found: list[tuple[np.ndarray, ...]] = []
+    counts = np.zeros(len(cur), dtype=np.int64)
+    found: list[tuple[np.ndarray, np.ndarray]] = []  # (records, item starts) at each position
     while len(a):
         two = fb.u16[p]
         end = p + 2 + (two >> 8)
         plain = (two & 0x80FF) == _ITEM_TAG
         if plain.all():
-            found.append((a, p, end))
+            found.append((a, p))
+            counts[a] += 1
         else:
             item = plain.copy()
             odd = np.flatnonzero(~plain)
             end[odd], item[odd] = _odd_fields(fb, a[odd], p[odd], e[odd], tags, bad)
-            found.append((a[item], p[item], end[item]))
+            found.append((a[item], p[item]))
+            counts[a[item]] += 1
         bad[a[end > e]] = True
         more = end < e
         a, p, e = a[more], end[more], e[more]
-    if not found:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
     # Items of one record come out at successive positions (a `step` field is only ever last),
     # so an item's rank in its record is the position it was found at.
-    rank = np.repeat(np.arange(len(found)), [len(f[0]) for f in found])
-    rec, pos, end = (np.concatenate(col) for col in zip(*found))
-    counts = np.bincount(rec, minlength=len(cur))
-    dest = (np.cumsum(counts) - counts)[rec] + rank
-    return np.repeat(np.arange(len(cur)), counts), _placed(pos, dest), _placed(end, dest)
-
-
-def _placed(col: np.ndarray, dest: np.ndarray) -> np.ndarray:
-    out = np.empty_like(col)
-    out[dest] = col
-    return out
+    first = np.cumsum(counts) - counts
+    pos = np.empty(int(counts.sum()), dtype=np.int64)
+    for rank, (records, starts) in enumerate(found):
+        pos[first[records] + rank] = starts
+    return np.repeat(np.arange(len(cur)), counts), pos
 
 
 def _odd_fields(fb: FileBytes, rec, p, e, tags, bad):
@@ -221,22 +215,23 @@ def _odd_fields(fb: FileBytes, rec, p, e, tags, bad):
     return np.where(wrong, e, end), item
 
 
-def _item_fields(fb: FileBytes, rec, pos, end) -> dict:
-    """Name and value ranges of each item. Most items are a one-byte tag and length, one name (a
-    nested-key part or a key) and a value, each under 128 bytes: that shape is checked on two
-    words, the item's first four bytes and the four at its value tag. W&B's own two-part names
-    (`_wandb.runtime`) are recognised the same way, with one word more; the others go field by
-    field."""
+def _item_fields(fb: FileBytes, rec, pos) -> dict:
+    """Name and value ranges of the items starting at `pos`. Most items are a one-byte tag and
+    length, one name (a nested-key part or a key) and a value, each under 128 bytes: that shape
+    is checked on two words, the item's first four bytes and the four at its value tag. W&B's own
+    two-part names (`_wandb.runtime`) are recognised the same way, with one word more; the others
+    go field by field."""
     head = fb.u32[pos]
     name_len = (head >> 24).astype(np.int64)
     value_at = pos + 4 + name_len
     at_value = fb.u32[value_at]
     value_len = ((at_value >> 16) & 0xFF).astype(np.int64)
     name_tag = (head >> 16) & 0xFF
+    # The value ends where the item does: after its tag, one-byte length and that many bytes.
     simple = (((head & 0x800080FF) == _ITEM_TAG)
               & ((name_tag == _PART_TAG) | (name_tag == _KEY_TAG))
               & ((at_value & 0x80FFFF) == _VALUE_WORD)
-              & (value_at + 3 + value_len == end))
+              & (value_at + 1 + value_len == pos + ((head >> 8) & 0xFF)))
     out = {
         "name_start": pos + 4, "name_len": name_len,
         "value_start": value_at + 3, "value_len": value_len,
@@ -245,8 +240,12 @@ def _item_fields(fb: FileBytes, rec, pos, end) -> dict:
     if simple.all():
         return out
     other = np.flatnonzero(~simple)
-    # Two nested-key parts, the first starting with `_`, then a value: W&B's own, dropped.
     o_pos, o_head = pos[other], head[other]
+    # The item's body starts after its tag and length (one byte, or a longer varint).
+    length, width, _ = varint(fb.u8, o_pos + 1, 4)
+    o_body = o_pos + 1 + width
+    o_end = o_body + length
+    # Two nested-key parts, the first starting with `_`, then a value: W&B's own, dropped.
     second_at = o_pos + 4 + name_len[other]
     second = fb.u32[second_at]
     value_at = second_at + 2 + ((second >> 8) & 0xFF)
@@ -254,13 +253,11 @@ def _item_fields(fb: FileBytes, rec, pos, end) -> dict:
     own = (((o_head & 0x80FF80FF) == (_PART_TAG << 16 | _ITEM_TAG))
            & ((second & 0x80FF) == _PART_TAG)
            & ((at_value & 0x80FFFF) == _VALUE_WORD)
-           & (value_at + 3 + ((at_value >> 16) & 0xFF) == end[other])
+           & (value_at + 3 + ((at_value >> 16) & 0xFF) == o_end)
            & (fb.u8[o_pos + 4] == _UNDERSCORE))
     out["internal"][other[own]] = True
-    other = other[~own]
-    # The item's body starts after its tag and length (one byte, or a longer varint).
-    _, width, _ = varint(fb.u8, pos[other] + 1, 4)
-    general = _item_fields_general(fb.u8, rec[other], pos[other] + 1 + width, end[other])
+    other, o_body, o_end = other[~own], o_body[~own], o_end[~own]
+    general = _item_fields_general(fb.u8, rec[other], o_body, o_end)
     for key in ("name_start", "name_len", "value_start", "value_len", "internal"):
         out[key][other] = general[key]
     out["bad_records"] = general["bad_records"]

@@ -359,3 +359,22 @@ def test_records_split_over_blocks(tmp_path):
     assert data.series("train/loss").loc[199] == pytest.approx(1 / 200)
     # Split records are joined and read by the fast path too: only the pad at the end is not.
     assert reader.exact_records == 1
+
+
+def test_a_name_given_twice_in_a_row_keeps_its_last_value(tmp_path):
+    records = []
+    for s in range(3):
+        rec = _history(s, {f"wide/{i}": str(i) for i in range(70 * (s == 2))}, num=s + 1)
+        rec.history.item.add(key="x", value_json="1")
+        rec.history.item.add(nested_key=["x"], value_json=str(10 + s))  # the same name, later
+        rec.history.item.add(key="a.b", value_json="5")
+        rec.history.item.add(nested_key=["a", "b"], value_json='"text"')  # flattens to a.b
+        records.append(rec.SerializeToString())
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(encode_log([*records, _pad(4)]))
+    reader = WandbRunReader(path)
+    run = to_imported(reader, reader.read())
+    data = run.to_run_data("x")
+    assert data.series("x").to_dict() == {0: 10.0, 1: 11.0, 2: 12.0}
+    assert "a.b" not in set(run.scalars["key"])  # its last value is text: not a number
+    assert data.series("wide/69").to_dict() == {2: 69.0}
