@@ -20,6 +20,7 @@ stopped. Rules:
 
 from __future__ import annotations
 
+import copy
 import json
 import mmap
 import os
@@ -33,7 +34,7 @@ from monitor.errors import GapwatchError
 
 from . import wandb_wire as wire
 from .imported_run import ImportedRun, scalars_frame
-from .wandb_log import FILE_HEADER, check_file_header, read_records
+from .wandb_log import FILE_HEADER, check_file_header, iter_records
 from .wandb_records import NESTED_SEP, NotText, decode_exact, to_float
 
 STEP_KEY = "_step"
@@ -129,8 +130,10 @@ class WandbRunReader:
 
     def read(self, follow: bool = False, progress=None) -> NewRows:
         """Rows appended since the last read. A chunk cut off at the end of the file is an error
-        unless following (a follower reads it again next time)."""
+        unless following (a follower reads it again next time). All or nothing: after an error
+        the reader is as it was before the call. progress: called with (bytes read, bytes)."""
         failure = None
+        before = copy.deepcopy(self.__dict__)
         try:
             with open(self.path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
@@ -145,27 +148,30 @@ class WandbRunReader:
                         # which must be gone before it is closed.
                         failure = str(exc)
         except OSError as exc:
-            raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
+            failure = f"{self.path}: cannot read: {exc.strerror}"
+        self.__dict__.update(before)
         raise GapwatchError(failure)
 
     def _read(self, buf, follow: bool, progress) -> NewRows:
         fb = wire.FileBytes(buf)
-        found = read_records(buf, self.source, self.offset, self.records)
-        if found.torn_at is not None and not follow:
-            raise GapwatchError(
-                f"{self.path}: truncated: the file stops inside a record at byte "
-                f"{found.torn_at} of {len(buf)} (after {self.records + found.count} complete "
-                "records); if a run is still writing it, import it again or use --follow"
-            )
-        joined = _Joined.of(found)
         parts: list[NewRows] = []
-        for lo in range(0, found.count, BATCH_RECORDS):
-            hi = min(lo + BATCH_RECORDS, found.count)
-            parts.append(self._decode(buf, fb, joined, found, lo, hi))
+        # The file is checked and decoded a segment at a time; rows come out in file order.
+        for found in iter_records(buf, self.source, self.offset, self.records):
+            if found.torn_at is not None and not follow:
+                raise GapwatchError(
+                    f"{self.path}: truncated: the file stops inside a record at byte "
+                    f"{found.torn_at} of {len(buf)} (after {self.records + found.count} "
+                    "complete records); if a run is still writing it, import it again or use "
+                    "--follow"
+                )
+            joined = _Joined.of(found)
+            for lo in range(0, found.count, BATCH_RECORDS):
+                hi = min(lo + BATCH_RECORDS, found.count)
+                parts.append(self._decode(buf, fb, joined, found, lo, hi))
+            self.records += found.count
+            self.offset = found.next_offset
             if progress is not None:
-                progress(hi, found.count)
-        self.records += found.count
-        self.offset = found.next_offset
+                progress(self.offset, len(buf))
         del fb
         if not parts:
             empty = np.zeros(0)

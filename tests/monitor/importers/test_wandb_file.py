@@ -16,7 +16,7 @@ from wandb.proto import wandb_internal_pb2 as wpb
 
 from monitor import schema
 from monitor.errors import GapwatchError
-from monitor.importers import load
+from monitor.importers import load, wandb_log
 from monitor.importers.wandb_file import (WandbRunReader, find_run_file, parse_wandb_run,
                                           to_imported)
 from monitor.importers.wandb_log import BLOCK_SIZE, FILE_HEADER, encode_log, read_records
@@ -378,3 +378,42 @@ def test_a_name_given_twice_in_a_row_keeps_its_last_value(tmp_path):
     assert data.series("x").to_dict() == {0: 10.0, 1: 11.0, 2: 12.0}
     assert "a.b" not in set(run.scalars["key"])  # its last value is text: not a number
     assert data.series("wide/69").to_dict() == {2: 69.0}
+
+
+def _rows_of(path):
+    reader = WandbRunReader(path)
+    rows = reader.read()
+    return reader, [(int(s), reader.key_names[k], v) for s, k, v in
+                    zip(rows.step, rows.key, rows.value)]
+
+
+def test_segments_of_one_block_read_as_the_whole_file(tmp_path, monkeypatch):
+    records = []
+    for s in range(300):
+        pad = "p" * (2000 if s % 50 else 3 * BLOCK_SIZE)  # some records longer than a segment
+        records.append(_history(s, {"train/loss": repr(1 / (s + 1)), "note": f'"{pad}"'},
+                                num=s + 1).SerializeToString())
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(encode_log([*records, _pad(301)]))
+    whole, expected = _rows_of(path)
+    monkeypatch.setattr(wandb_log, "SEGMENT_BLOCKS", 1)
+    segmented, got = _rows_of(path)
+    assert got == expected and len(got) == 300
+    assert (segmented.records, segmented.offset, segmented.summary) == (
+        whole.records, whole.offset, whole.summary)
+
+
+def test_a_failed_read_leaves_the_reader_as_it_was(tmp_path, monkeypatch):
+    records = [_history(s, {"train/loss": "1.5", "note": '"' + "p" * 3000 + '"'},
+                        num=s + 1).SerializeToString() for s in range(60)]
+    raw = bytearray(encode_log([*records, _pad(61)]))
+    found = read_records(bytes(raw), "x")
+    raw[int(found.starts[50]) + 3] ^= 0xFF  # damage late in the file
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(bytes(raw))
+    monkeypatch.setattr(wandb_log, "SEGMENT_BLOCKS", 1)  # earlier segments decode first
+    reader = WandbRunReader(path)
+    with pytest.raises(GapwatchError, match="record 51 at byte .*: checksum mismatch"):
+        reader.read(follow=True)
+    assert (reader.records, reader.offset, reader.last_step, reader.rows, reader.key_names,
+            reader.summary) == (0, len(FILE_HEADER), None, 0, [], {})
