@@ -140,10 +140,12 @@ def _records_in(buf, data: np.ndarray, source: str, offset: int, first_record: i
 def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
     """Chunk headers from `offset` on, in file order. Chunks never cross a 32 KiB block, so every
     block is walked at the same time: one numpy pass per chunk position within a block, carrying
-    only the blocks not yet finished."""
+    only the blocks not yet finished, reading each header as one word. The headers are checked
+    once all are found."""
     n = len(data)
-    crc_words = np.ndarray((max(n - 3, 0),), dtype="<u4", buffer=data, strides=(1,))
-    len_words = np.ndarray((max(n - 1, 0),), dtype="<u2", buffer=data, strides=(1,))
+    # 8-byte words starting one byte before each offset: a 7-byte header is the high 7 bytes of
+    # the word read at its start - 1 (every header starts after the file's own 7-byte header).
+    words = np.ndarray((max(n - 7, 0),), dtype="<u8", buffer=data, strides=(1,))
     first_block = offset // BLOCK_SIZE
     blocks = np.arange(first_block, (n + BLOCK_SIZE - 1) // BLOCK_SIZE, dtype=np.int64)
     p = blocks * BLOCK_SIZE
@@ -152,49 +154,53 @@ def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
     limit = (blocks + 1) * BLOCK_SIZE
     live = np.flatnonzero((limit - p >= HEADER_SIZE) & (p < n))
     b, p, limit = live, p[live], limit[live]
-    found = []
+    found = []  # (blocks, chunk starts) at each chunk position
     torn_at = None
-    rank = 0
     while len(b):
-        fits = p + HEADER_SIZE <= n
-        if not fits.all():
-            torn_at = int(p[~fits].min())
-            b, p, limit = b[fits], p[fits], limit[fits]
-        crc = crc_words[p]
-        length = len_words[p + 4].astype(np.int64)
-        kind = data[p + 6]
-        padding = (crc == 0) & (length == 0) & (kind == 0)
-        stop = p + HEADER_SIZE + length
-        past_block = ~padding & (stop > limit)
-        if past_block.any():
-            i = int(np.flatnonzero(past_block)[0])
-            raise _damaged(source, first_record, int(p[i]),
-                           f"a chunk of {int(length[i])} bytes runs past its 32 KiB block")
-        bad_kind = ~padding & (kind > LAST)
-        if bad_kind.any():
-            i = int(np.flatnonzero(bad_kind)[0])
-            raise _damaged(source, first_record, int(p[i]), f"unknown chunk type {int(kind[i])}")
-        cut = ~padding & (stop > n)
-        if cut.any():
-            torn_at = min(torn_at or n, int(p[cut].min()))
-        take = ~padding & ~cut
-        found.append((b[take], np.full(int(take.sum()), rank), p[take], length[take],
-                      kind[take], crc[take]))
-        more = take & (limit - stop >= HEADER_SIZE) & (stop < n)
+        if p[-1] + HEADER_SIZE > n:
+            # Only the last block can hold the end of the data: it ends inside this header.
+            torn_at = int(p[-1])
+            b, p, limit = b[:-1], p[:-1], limit[:-1]
+            if not len(b):
+                break
+        header = words[p - 1] >> np.uint64(8)
+        stop = p + HEADER_SIZE + ((header >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64)
+        # An all-zero header: the rest of the block is padding.
+        chunk = header != 0
+        if chunk.all():
+            found.append((b, p))
+        else:
+            found.append((b[chunk], p[chunk]))
+        more = chunk & (limit - stop >= HEADER_SIZE) & (stop < n)
         b, p, limit = b[more], stop[more], limit[more]
-        rank += 1
     if found:
-        b, rank, pos, length, kind, crc = (np.concatenate(col) for col in zip(*found))
+        rank = np.repeat(np.arange(len(found)), [len(f[0]) for f in found])
+        b, pos = (np.concatenate(col) for col in zip(*found))
         # Found block by block at each position: put them in file order (block, then rank).
         counts = np.bincount(b)
-        dest = (np.cumsum(counts) - counts)[b] + rank
-        pos, length, kind, crc = (_placed(col, dest) for col in (pos, length, kind, crc))
+        pos = _placed(pos, (np.cumsum(counts) - counts)[b] + rank)
     else:
-        pos = length = kind = crc = np.zeros(0, dtype=np.int64)
+        pos = np.zeros(0, dtype=np.int64)
+    header = words[pos - 1] >> np.uint64(8)
+    crc = (header & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    length = ((header >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64)
+    kind = (header >> np.uint64(48)).astype(np.int64)
+    stop = pos + HEADER_SIZE + length
+    past_block = stop > (pos // BLOCK_SIZE + 1) * BLOCK_SIZE
+    bad_kind = kind > LAST
+    wrong = np.flatnonzero(past_block | bad_kind)
+    if len(wrong):
+        i = int(wrong[0])
+        problem = (f"a chunk of {int(length[i])} bytes runs past its 32 KiB block"
+                   if past_block[i] else f"unknown chunk type {int(kind[i])}")
+        raise _damaged(source, first_record, int(pos[i]), problem)
+    cut = np.flatnonzero(stop > n)
+    if len(cut):
+        torn_at = min(torn_at or n, int(pos[cut[0]]))
     if torn_at is not None:
         keep = pos < torn_at
         pos, length, kind, crc = pos[keep], length[keep], kind[keep], crc[keep]
-    return pos, length, kind, crc.astype(np.uint32), torn_at
+    return pos, length, kind, crc, torn_at
 
 
 def _placed(col: np.ndarray, dest: np.ndarray) -> np.ndarray:
