@@ -49,19 +49,18 @@ SUMMARY_TEXT_MAX = 200
 
 
 def _two_byte(field_number: int) -> int:
-    """The record_tags() code of a length-delimited field numbered 16..2047."""
+    """The wire.record_heads() tag of a length-delimited field numbered 16..2047."""
     tag = (field_number << 3) | 2
     return (tag & 0x7F | 0x80) + 256 * (tag >> 7)
 
 
-# Record types read exactly (config 5, run 17, exit 18, header 21) and types no importer needs
-# (output 4, files 6, stats 7, artifact 8, tbrecord 9, alert 10, telemetry 11, metric 12,
-# output_raw 13, final 20, footer 22, preempting 23, noop_link_artifact 24, use_artifact 25,
-# environment 26, output_logger 27, request 100). Any other first tag is decoded exactly too.
-_EXACT_TAGS = {0x2A, _two_byte(17), _two_byte(18), _two_byte(21)}
-_SKIP_TAGS = {(n << 3) | 2 for n in (4, 6, 7, 8, 9, 10, 11, 12, 13)} | {
+# Record types no importer needs (output 4, files 6, stats 7, artifact 8, tbrecord 9, alert 10,
+# telemetry 11, metric 12, output_raw 13, final 20, footer 22, preempting 23, noop_link_artifact
+# 24, use_artifact 25, environment 26, output_logger 27, request 100). History and summary records
+# take the fast path; any other (config 5, run 17, exit 18, header 21, ...) is decoded exactly.
+_SKIP_TAGS = np.array(sorted({(n << 3) | 2 for n in (4, 6, 7, 8, 9, 10, 11, 12, 13)} | {
     _two_byte(n) for n in (20, 22, 23, 24, 25, 26, 27, 100)
-}
+}))
 
 
 def find_run_file(path: str | os.PathLike) -> Path:
@@ -234,10 +233,10 @@ class WandbRunReader:
         tags, fields = wire.record_heads(fb, starts)
         fast = np.flatnonzero((tags == wire.HISTORY_TAG) | (tags == wire.SUMMARY_TAG))
         items = wire.read_items(fb, stops[fast], fields[fast], tags[fast])
+        other = np.flatnonzero((tags != wire.HISTORY_TAG) & (tags != wire.SUMMARY_TAG))
         exact_idx = np.concatenate([
             local[fast[items.bad]],
-            local[(tags != wire.HISTORY_TAG) & (tags != wire.SUMMARY_TAG)
-                  & ~np.isin(tags, list(_SKIP_TAGS))],
+            local[other[~np.isin(tags[other], _SKIP_TAGS)]],
         ])
         recs = local[fast[items.record]]
         history = tags[fast[items.record]] == wire.HISTORY_TAG

@@ -14,17 +14,19 @@ What is recognised, exactly as the protobuf wire format (and wandb 0.31) lays it
     SummaryRecord = update (field 1)*
     item          = nested_key (field 2)+ or key (field 1), then value_json (field 16)
 
-Records are decoded all at once, one field position at a time across every record (numpy arrays
-of cursors), so the Python loop runs once per field position, not once per record; history and
-summary records share the walk, since their items have one layout. Each step of the walk reads
-an item's first four bytes (tag, length, name tag, name length) as one word and the four at its
-value tag as another, through unaligned word views of the file, so the usual item (a name and a
-value each under 128 bytes) costs two reads. The names and values are gathered into Arrow string
-arrays from (offset, length) pairs. An item whose name is one nested-key part or a plain key is
-kept under that name; an item with several parts is kept only when its name starts with `_`
-(wandb's own keys, which importers drop anyway); any other shape (nested dicts logged by the user,
-typed values, removals, fields out of protobuf's order, varints longer than the data) marks the
-record `bad`, and the caller decodes it with the protobuf library instead.
+Records are decoded a batch at a time, one field position at a time across every record of the
+batch (numpy arrays of cursors), so the Python loop runs once per field position, not once per
+record; history and summary records share the walk, since their items have one layout. The walk
+reads two bytes a field (tag and length); then, in file order, each item's first four bytes (tag,
+length, name tag, name length) and the four at its value tag are read as words through unaligned
+views of the file, so the usual item (a name and a value each under 128 bytes) is checked on
+those two words. The names and values are gathered into Arrow string arrays from (offset,
+length) pairs. An item whose name is one nested-key part or a plain key is kept under that name;
+an item with several parts is kept only when its name starts with `_` (wandb's own keys, which
+importers drop anyway); any other shape (nested dicts logged by the user, typed values, removals,
+fields out of protobuf's order, varints longer than the data) marks the record `bad`, and the
+caller decodes it with the protobuf library instead. Summary items named `_...` are left out:
+the summary kept is the run's own.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def read_items(fb: FileBytes, stops: np.ndarray, fields: np.ndarray, tags: np.nd
     order; `fields` is where each record's type field starts (record_heads). Summary items named
     `_...` (W&B's own bookkeeping: `_runtime`, the mirror of `_step`) are left out."""
     n = len(stops)
-    # The message's length: records sit inside one 32 KiB chunk, so at most three bytes.
+    # The message's length, in at most three bytes (a record over 2 MiB is decoded exactly).
     sub_len, width, ok = _varint_in_word(fb.u32[fields + 1], 3)
     sub_start = fields + 1 + width
     # The history/summary message must be the record's last field, so it ends where the record does.
