@@ -417,3 +417,19 @@ def test_a_failed_read_leaves_the_reader_as_it_was(tmp_path, monkeypatch):
         reader.read(follow=True)
     assert (reader.records, reader.offset, reader.last_step, reader.rows, reader.key_names,
             reader.summary) == (0, len(FILE_HEADER), None, 0, [], {})
+
+
+@pytest.mark.parametrize("name, value", [(b"train/loss", b'"\xff"'), (b"train/\xfe", b"1.0")])
+def test_text_that_is_not_utf8_is_an_error_naming_the_record(tmp_path, name, value):
+    def field(tag: bytes, data: bytes) -> bytes:
+        return tag + bytes([len(data)]) + data
+
+    item = field(b"\x12", name) + field(b"\x82\x01", value)
+    step = field(b"\x12", b"_step") + field(b"\x82\x01", b"1")
+    body = field(b"\x0a", item) + field(b"\x0a", step)
+    damaged = b"\x08\x02" + field(b"\x12", body)  # written by hand: protobuf refuses such text
+    ok = _history(0, {"train/loss": "1.0"}, num=1).SerializeToString()
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(encode_log([ok, damaged, _pad(3)]))
+    with pytest.raises(GapwatchError, match=r"record 2: not a W&B record \(text that is not UTF-8"):
+        parse_wandb_run(path)
