@@ -154,6 +154,8 @@ def test_killed_and_restarted_during_an_outage_delivers_each_notification_once(s
 def test_a_crash_between_slack_accepting_and_the_outbox_marking_resends_with_the_same_key(setup, receiver):
     tmp, url, store = setup
     log_steps(store, 0, 105, {"train/loss": (100, 105)})
+    # Slack answers 503 until the trap is set: a first send that beat it would succeed normally.
+    receiver.fail(503)
     first = Watch(tmp, url, receiver.url(), 1)
     wait_until(lambda: len(slack_outbox(store)) == 1, "the notification queued")
     receiver.accept_then_kill(first.proc.pid)
