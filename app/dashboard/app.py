@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dash import Dash
 
-from app.dashboard import callbacks
+from app.dashboard import callbacks, health
 from app.dashboard.auth import AuthConfig, install
 from app.dashboard.config import DashboardConfig
 from app.dashboard.layout import shell
@@ -66,7 +66,8 @@ def create_app(store: Store, config: DashboardConfig | None = None, auth: AuthCo
         suppress_callback_exceptions=True,
         index_string=INDEX,
     )
-    install(app.server, auth or AuthConfig())
+    install(app.server, auth or AuthConfig(), open_paths=(health.PATH,))
+    health.install(app.server, store)
     # Flask's registry for per-app objects: lets the server (and tests) reach the store it reads.
     app.server.extensions["gapwatch_store"] = store
     app.layout = shell(int(config.poll_interval_s * 1000))

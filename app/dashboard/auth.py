@@ -54,8 +54,9 @@ class AuthConfig:
         return None
 
 
-def install(server: Flask, auth: AuthConfig) -> None:
-    """Check every request against `auth` (when enabled) and add protective headers to all."""
+def install(server: Flask, auth: AuthConfig, open_paths: tuple[str, ...] = ()) -> None:
+    """Check every request against `auth` (when enabled), except to `open_paths` (probes that
+    reveal nothing), and add protective headers to all."""
     session_key = secrets.token_bytes(32)  # per process: a restart logs browsers out, by design
 
     def session_value() -> str:
@@ -78,7 +79,7 @@ def install(server: Flask, auth: AuthConfig) -> None:
 
     @server.before_request
     def _authenticate():
-        if not auth.enabled:
+        if not auth.enabled or request.path in open_paths:
             return None
         offered = request.args.get("token")
         if auth.token and offered is not None and _same(offered, auth.token):
