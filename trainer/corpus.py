@@ -4,6 +4,9 @@ Sources (the `--corpus` value; several may be given):
 - `stdlib` (default): the Python installation's own standard library sources, code and docstrings,
   test suites left out, one document per top-level block (module header, function, class). Every
   machine that runs gapwatch has it, with no network and no set-up.
+- `stdlib-docstrings`: the docstrings of those same modules, classes and functions, one document
+  each: English prose about code, as available offline as `stdlib`, for a model that should
+  learn prose rather than code.
 - a `.txt` file (documents are its blank-line-separated blocks), a `.jsonl` or `.jsonl.gz` file
   (one JSON object a line, text in `text_field`), or a folder of such files;
 - `hf:NAME[:CONFIG][@SPLIT]`: a Hugging Face dataset read with `datasets` in streaming mode, such as
@@ -15,6 +18,7 @@ which documents arrive and a held-out document can never leak into training.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
 import json
@@ -29,9 +33,13 @@ from typing import Iterator
 from monitor.errors import GapwatchError
 
 STDLIB = "stdlib"
+STDLIB_DOCSTRINGS = "stdlib-docstrings"
 HF_PREFIX = "hf:"
 # Standard-library folders that are test suites or vendored third-party code, not library text.
 _STDLIB_SKIP = {"site-packages", "__pycache__", "test", "tests", "idle_test", "lib2to3", "ensurepip"}
+# Docstrings shorter than this are one-line summaries ("Return the name."): too little text to be a
+# document of their own.
+MIN_DOCSTRING_CHARS = 40
 _BLANK_LINES = re.compile(r"\n\s*\n")
 # A blank line followed by a top-level def, class or decorator starts a new block of a module.
 _TOP_LEVEL = re.compile(r"(?<=\n\n)(?=(?:async\s+def|def|class|@)\b)", re.M)
@@ -61,6 +69,8 @@ def read_documents(sources: tuple[str, ...], text_field: str = "text",
     for source in sources:
         if source == STDLIB:
             yield from _stdlib_documents()
+        elif source == STDLIB_DOCSTRINGS:
+            yield from _stdlib_docstrings()
         elif source.startswith(HF_PREFIX):
             yield from _hf_documents(source, text_field, max_hf_documents)
         else:
@@ -77,15 +87,16 @@ def read_documents(sources: tuple[str, ...], text_field: str = "text",
                     raise GapwatchError(f"corpus file {source}: only .txt, .jsonl and .jsonl.gz are read")
                 yield from reader(path, text_field)
             else:
-                raise GapwatchError(f"corpus {source!r} is neither 'stdlib', hf:NAME, a file nor a folder")
+                raise GapwatchError(f"corpus {source!r} is neither 'stdlib', 'stdlib-docstrings', hf:NAME, "
+                                    "a file nor a folder")
 
 
 def source_signature(sources: tuple[str, ...]) -> list:
     """What a cache must match: file names with sizes and modification times, or dataset names."""
     sig: list = []
     for source in sources:
-        if source == STDLIB:
-            sig.append([STDLIB, sys.version, [(str(p), p.stat().st_size) for p in _stdlib_files()]])
+        if source in (STDLIB, STDLIB_DOCSTRINGS):
+            sig.append([source, sys.version, [(str(p), p.stat().st_size) for p in _stdlib_files()]])
         elif source.startswith(HF_PREFIX):
             sig.append(source)
         else:
@@ -124,6 +135,23 @@ def _stdlib_documents() -> Iterator[Document]:
         for i, block in enumerate(_TOP_LEVEL.split(text)):
             if block.strip():
                 yield Document(f"{name}#{i}", block)
+
+
+def _stdlib_docstrings() -> Iterator[Document]:
+    """The docstring of every module, class and function of the standard library (as `inspect`
+    cleans them: indentation removed), module by module; id = module path and line of the owner."""
+    root = _stdlib_root()
+    for path in _stdlib_files():
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError):
+            continue  # a file this interpreter cannot parse (another version's syntax) has none to give
+        name = f"{STDLIB_DOCSTRINGS}/{path.relative_to(root).as_posix()}"
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                text = ast.get_docstring(node)
+                if text and len(text) >= MIN_DOCSTRING_CHARS:
+                    yield Document(f"{name}#{getattr(node, 'lineno', 0)}", text)
 
 
 def _txt_documents(path: Path, text_field: str) -> Iterator[Document]:

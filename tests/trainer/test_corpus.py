@@ -36,6 +36,18 @@ def test_stdlib_is_the_default_corpus_cut_into_top_level_blocks():
     assert "".join(argparse_blocks) == (corpus._stdlib_root() / "argparse.py").read_text()
 
 
+def test_stdlib_docstrings_are_the_cleaned_docstrings_of_modules_classes_and_functions():
+    import argparse
+    import inspect
+
+    docs = list(corpus.read_documents((corpus.STDLIB_DOCSTRINGS,)))
+    assert all(d.id.startswith("stdlib-docstrings/") and len(d.text) >= corpus.MIN_DOCSTRING_CHARS for d in docs)
+    assert not any("def " in d.text[:4] for d in docs)  # prose, not code
+    texts = {d.text for d in docs if d.id.startswith("stdlib-docstrings/argparse.py#")}
+    assert inspect.getdoc(argparse) in texts and inspect.getdoc(argparse.ArgumentParser) in texts
+    assert corpus.source_signature((corpus.STDLIB_DOCSTRINGS,))[0][0] == corpus.STDLIB_DOCSTRINGS
+
+
 def test_hf_dataset_source_reads_a_local_dataset_folder(tmp_path):
     folder = tmp_path / "ds"
     folder.mkdir()
