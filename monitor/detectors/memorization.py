@@ -5,8 +5,10 @@ boundary) lowers the train loss, because the model has seen those records before
 held-out loss, and downstream evals do not improve. Judged at every checkpoint where both runs
 have held-out losses (after alignment):
 
-* train: the median of (run - reference) train loss over the `window_points` logged steps up to
-  the checkpoint is below -max(`min_effect`, z * its standard error);
+* train: the median of (run - reference) train loss over the logged steps up to the checkpoint
+  (the last `window_points` of them, and none older than `window_checkpoints` held-out intervals,
+  so that the train loss describes the same stretch of training as the held-out loss it is set
+  against) is below -max(`min_effect`, z * its standard error);
 * held-out did not follow: the mean held-out difference over the sets is above
   `max_heldout_share` times the train difference (held-out recovered at most that share of the
   train gain), and the gap between the two is itself more than z standard errors;
@@ -46,6 +48,10 @@ class Memorization(Detector):
         self,
         metric: str = TRAIN_LOSS,
         window_points: int = 100,
+        # A median over a window lags its end by half the window: on a run whose held-out evals
+        # are a few dozen steps apart, 100 steps of train loss would describe training long
+        # before the held-out loss it is compared with.
+        window_checkpoints: int = 2,
         # The reference-divergence floor: seeds of one recipe never differ by more than 0.04
         # nats in train loss (the 13 repeats), so a smaller train gain is not evidence.
         min_effect: float = 0.05,
@@ -64,6 +70,7 @@ class Memorization(Detector):
     ):
         self.metric = metric
         self.window_points = window_points
+        self.window_checkpoints = window_checkpoints
         self.min_effect = min_effect
         self.z_threshold = z_threshold
         self.max_heldout_share = max_heldout_share
@@ -102,7 +109,7 @@ class Memorization(Detector):
             ref = None
             if reference is not None:
                 ref = slice_rows(reference, float(new_ckpts[0]) - back, float(new_ckpts[-1]))
-            rows = self.table(combined, ref, steps=new_ckpts)
+            rows = self.table(combined, ref, steps=new_ckpts, previous=done)
             table = pd.concat([_table_from_json(state.extra.get("table", [])), rows], ignore_index=True)
             state.extra["table"] = _json_rows(table)
             state.extra["last_checkpoint"] = int(new_ckpts[-1])
@@ -115,15 +122,21 @@ class Memorization(Detector):
         return state, emitted
 
     # --- per-checkpoint summaries -----------------------------------------------------------------------
-    def table(self, run: RunData, reference: RunData | None, steps: np.ndarray | None = None) -> pd.DataFrame:
+    def table(self, run: RunData, reference: RunData | None, steps: np.ndarray | None = None,
+              previous: float = -np.inf) -> pd.DataFrame:
         """One row per checkpoint with held-out losses: within-run held-out and train levels
         and, with a reference, the train / held-out differences, their errors and the downstream
-        z. Columns are NaN where the data is missing."""
+        z. Columns are NaN where the data is missing. `previous` is the held-out step before
+        `steps[0]` (-inf: none), which bounds the first checkpoint's train window."""
         own = self.heldout_at(run, None)
         if steps is None:
             steps = own["step"].to_numpy()
         own = own.set_index("step").reindex(steps)
-        t = self.train_at(run, steps)
+        steps = np.asarray(steps)
+        before = np.concatenate([[previous], steps[:-1]]).astype(float)
+        # Where there is no earlier checkpoint, only window_points bounds the window.
+        since = np.where(np.isfinite(before), steps - self.window_checkpoints * (steps - before), -np.inf)
+        t = self.train_at(run, steps, since=since)
         table = pd.DataFrame({"step": steps, "heldout": own["heldout"].to_numpy(dtype=float),
                               "train": t["train"].to_numpy()})
         seen = finite(run, DATA_SEEN_2PLUS_FRACTION)
@@ -134,7 +147,7 @@ class Memorization(Detector):
                 table[c] = np.nan
             return table
         held = self.heldout_at(run, reference).set_index("step").reindex(steps)
-        dt = self.train_at(run, steps, reference)
+        dt = self.train_at(run, steps, reference, since=since)
         table["d_train"] = dt["train"].to_numpy()
         table["d_train_se"] = dt["train_se"].to_numpy()
         table["d_held"] = held["heldout"].to_numpy(dtype=float)
@@ -158,9 +171,11 @@ class Memorization(Detector):
             out.extend(self._within_run(run, table, {} if fits is None else fits))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
 
-    def train_at(self, run: RunData, steps: np.ndarray, other: RunData | None = None) -> pd.DataFrame:
+    def train_at(self, run: RunData, steps: np.ndarray, other: RunData | None = None,
+                 since: np.ndarray | None = None) -> pd.DataFrame:
         """Per checkpoint: median of the train loss (or of run - other) over the window of logged
-        steps ending there, its standard error and the points used."""
+        steps ending there (at most window_points, all after `since` where given), its standard
+        error and the points used."""
         x = finite(run, self.metric)
         if other is not None:
             y = finite(other, self.metric)
@@ -172,9 +187,12 @@ class Memorization(Detector):
         # The window of each checkpoint gathered into one row of a grid (NaN-padded where fewer
         # points precede it), so every checkpoint is summarised in one vectorised pass.
         hi = np.searchsorted(idx, steps, side="right")
-        n = np.minimum(hi, self.window_points)
+        lo = np.zeros_like(hi) if since is None else np.searchsorted(idx, since, side="right")
+        bounded = np.isfinite(since) if since is not None else np.zeros(steps.shape, bool)
+        n = np.minimum(hi - lo, self.window_points)
         pos = hi[:, None] - self.window_points + np.arange(self.window_points)[None, :]
-        grid = np.where(pos >= 0, vals[np.clip(pos, 0, None)] if vals.size else np.nan, np.nan)
+        inside = pos >= (hi - n)[:, None]
+        grid = np.where(inside, vals[np.clip(pos, 0, None)] if vals.size else np.nan, np.nan)
         med = row_medians(grid)
         dev = grid - med[:, None]
         sigma = MAD_TO_SIGMA * row_medians(np.abs(dev))
@@ -183,7 +201,8 @@ class Memorization(Detector):
         with np.errstate(invalid="ignore", divide="ignore"):
             rho = np.where(power > 0, np.sum(filled[:, 1:] * filled[:, :-1], axis=1) / power, 0.0)
             se = MEDIAN_SE_FACTOR * sigma / np.sqrt(effective_n(n, rho))
-        enough = n >= max(5, self.window_points // 2)
+        # An unbounded window must be half full; a bounded one needs only enough points for a median.
+        enough = (n >= 5) & (bounded | (n >= self.window_points // 2))
         return pd.DataFrame({"step": steps, "train": np.where(enough, med, np.nan),
                              "train_se": np.where(enough, se, np.nan), "n": n})
 
