@@ -67,7 +67,8 @@ class TrainConfig:
     max_in_flight: int = 2
     """Steps dispatched ahead of the device before the loop waits for the oldest to finish."""
     kill_at_step: int | None = None
-    """SIGKILL the run's first process after this step (a real crash, for resume tests and demos)."""
+    """SIGKILL the run's first process after this step, once the checkpoints it started are written
+    (a real crash, for resume tests and demos)."""
     preflight: bool = True
     """Check a matmul against NumPy before training, as OLMo's cluster does before each job."""
     peak_flops: float | None = None

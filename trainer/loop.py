@@ -278,7 +278,11 @@ class _Trainer:
                 if periodic:
                     steady_after = step + cfg.max_in_flight + 1
                 if cfg.kill_at_step == step and first_process:
-                    os.kill(os.getpid(), signal.SIGKILL)  # a real crash: nothing is flushed
+                    # Checkpoints already being written are let finish, so that where the restart
+                    # resumes does not depend on how fast the disk was; then a real crash: nothing
+                    # else is flushed.
+                    mngr.wait_until_finished()
+                    os.kill(os.getpid(), signal.SIGKILL)
         finally:
             gc.enable()
         mngr.wait_until_finished()
