@@ -147,7 +147,6 @@ def read_items(fb: FileBytes, stops: np.ndarray, fields: np.ndarray, tags: np.nd
     """Items of records that are each a history (tag 0x12) or a summary (tag 0x1a) record, in file
     order; `fields` is where each record's type field starts (record_heads). Summary items named
     `_...` (W&B's own bookkeeping: `_runtime`, the mirror of `_step`) are left out."""
-    n = len(stops)
     # The message's length, in at most three bytes (a record over 2 MiB is decoded exactly).
     sub_len, width, ok = _varint_in_word(fb.u32[fields + 1], 3)
     sub_start = fields + 1 + width

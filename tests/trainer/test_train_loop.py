@@ -7,7 +7,6 @@ import pytest
 
 from monitor import schema
 from monitor.schema import EventKind
-from monitor.store import open_store
 from tests.trainer.conftest import DOWNSTREAM_LIMIT, TEST_STEPS, FetchProbe, run_inprocess
 from trainer import sinks
 from trainer.flops import flops_per_token
