@@ -23,5 +23,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+lint: $(STAMP)
+	$(BIN)/ruff check app monitor evals trainer tests bench
+
 clean:
 	rm -rf $(VENV) build *.egg-info
