@@ -175,7 +175,8 @@ class Demo:
             expected = exp.detector or "nothing"
             verdict = "[green]yes[/]" if ok else ("[red]NO[/]" if exp.required else "[yellow]not at this scale[/]")
             table.add_row(exp.run, expected, exp.why, found, verdict)
-        Console().print(table)
+        # Piped or logged output has no terminal width to follow; rich's 80 columns would cut run names.
+        Console(width=None if sys.stdout.isatty() else 120).print(table)
         for exp, ok, _found in outcomes:
             if not ok and not exp.required and exp.detector == "memorization":
                 self.say(self.memorization_numbers(exp.run))
