@@ -8,7 +8,7 @@ from transformers import Olmo3Config, Olmo3ForCausalLM
 
 from monitor.errors import GapwatchError
 from trainer.convert_hf import params_from_hf, params_to_hf
-from trainer.model import ModelConfig, forward, init_params, param_shapes
+from trainer.model import ModelConfig, forward, init_params, param_shapes, preset
 
 # A tiny shape that still has GQA, both layer types and a window shorter than the sequence.
 CONFIG = ModelConfig(vocab_size=97, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=8,
@@ -91,3 +91,16 @@ def test_unsupported_hf_configs_are_refused():
                                                   "sliding_attention": {"rope_type": "default"}}}, "yarn")):
         with pytest.raises(GapwatchError, match=message):
             ModelConfig.from_hf({**base, **change})
+
+
+@pytest.mark.parametrize("name", ["demo", "20m"])
+def test_larger_presets_map_onto_transformers_too(name):
+    """The presets above tiny: the demo's model and the ~20M-parameter one, checked on the meta
+    device (shapes only: nothing is allocated)."""
+    config = preset(name)
+    with torch.device("meta"):
+        model = Olmo3ForCausalLM(Olmo3Config(**config.to_hf_dict()))
+    assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == param_shapes(config)
+    assert sum(int(np.prod(s)) for s in param_shapes(config).values()) == config.param_count()
+    if name == "20m":
+        assert 18e6 < config.param_count() < 22e6
