@@ -27,9 +27,9 @@ from pathlib import Path
 import pandas as pd
 
 from monitor.errors import GapwatchError
-from monitor.schema import EventKind
 
-from .imported_run import ImportedRun, scalars_frame
+from .imported_run import ImportedRun
+from .logged_rows import LoggedRows
 from .wandb_csv import separator
 
 STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
@@ -94,15 +94,8 @@ def step_field(fields, step_key: str | None) -> str | None:
 class _Builder:
     def __init__(self, source: str) -> None:
         self.source = source
-        self.steps: list[int] = []
-        self.keys: list[str] = []
-        self.values: list[float] = []
-        self.attempts: list[int] = []
-        self.walls: list[float] = []
-        self.events: list[dict] = []
+        self.rows = LoggedRows()
         self.skipped: dict[str, int] = {}
-        self.attempt = 1
-        self.last_step: int | None = None
         self.any_time = False
 
     def add_object(self, number: int, obj: dict, step_key: str | None, from_csv=False) -> None:
@@ -130,16 +123,7 @@ class _Builder:
             raise GapwatchError(
                 f"{self.source}: line {number}: step {raw!r} is not a whole number >= 0"
             )
-        step = int(value)
-        if self.last_step is not None and step < self.last_step:
-            self.attempt += 1
-            self.events.append({
-                "step": step, "kind": EventKind.RESTART.value, "attempt": self.attempt,
-                "payload": {"reason": f"step went back from {self.last_step} to {step}",
-                            "line": number, "previous_step": self.last_step},
-            })
-        self.last_step = step
-        return step
+        return self.rows.at_step(number, int(value))
 
     def _wall(self, obj: dict) -> float:
         for f in TIME_FIELDS:
@@ -161,14 +145,10 @@ class _Builder:
                 )
             self.skipped[name] = self.skipped.get(name, 0) + 1
             return
-        self.steps.append(step)
-        self.keys.append(name)
-        self.values.append(value)
-        self.attempts.append(self.attempt)
-        self.walls.append(wall)
+        self.rows.add(step, name, value, wall)
 
     def result(self, name_hint: str) -> ImportedRun:
-        if not self.steps:
+        if not len(self.rows):
             raise GapwatchError(f"{self.source}: no metric values found")
         notes = []
         if self.skipped:
@@ -176,9 +156,8 @@ class _Builder:
             notes.append(f"{self.source}: left out values that are not numbers: {listed}")
         return ImportedRun(
             name_hint=name_hint,
-            scalars=scalars_frame(self.steps, self.keys, self.values, self.attempts,
-                                  wall_time=self.walls if self.any_time else None),
-            events=self.events,
+            scalars=self.rows.scalars(with_wall_time=self.any_time),
+            events=self.rows.events,
             source=self.source,
             notes=notes,
         )

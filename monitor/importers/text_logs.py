@@ -38,9 +38,9 @@ import re
 from pathlib import Path
 
 from monitor.errors import GapwatchError
-from monitor.schema import EventKind
 
-from .imported_run import ImportedRun, scalars_frame
+from .imported_run import ImportedRun
+from .logged_rows import LoggedRows
 
 
 _LLMC = re.compile(r"s:(\d+)((?: [A-Za-z_]+:\S+)+)\s*")
@@ -93,13 +93,7 @@ def parse_text_log(path: str | Path, text: str | None = None) -> ImportedRun:
 class _LogParser:
     def __init__(self, source: str) -> None:
         self.source = source
-        self.steps: list[int] = []
-        self.keys: list[str] = []
-        self.values: list[float] = []
-        self.attempts: list[int] = []
-        self.events: list[dict] = []
-        self.attempt = 1
-        self.last_step: int | None = None
+        self.rows = LoggedRows()
         self.last_train: tuple[int, float] | None = None  # (step, train_time_ms) of attempt
 
     def feed(self, number: int, line: str) -> None:
@@ -158,22 +152,10 @@ class _LogParser:
             self._append(step, "step_time_ms", advance / (step - prev[0]))
 
     def _step(self, number: int, step: int) -> int:
-        if self.last_step is not None and step < self.last_step:
-            self.attempt += 1
-            self.last_train = None
-            self.events.append(
-                {
-                    "step": step,
-                    "kind": EventKind.RESTART.value,
-                    "attempt": self.attempt,
-                    "payload": {
-                        "reason": f"step went back from {self.last_step} to {step}",
-                        "line": number,
-                        "previous_step": self.last_step,
-                    },
-                }
-            )
-        self.last_step = step
+        attempt = self.rows.attempt
+        self.rows.at_step(number, step)
+        if self.rows.attempt != attempt:
+            self.last_train = None  # a restarted training clock is not compared with the old one
         return step
 
     def _number(self, number: int, name: str, raw: str) -> float:
@@ -188,16 +170,13 @@ class _LogParser:
         self._append(step, name, self._number(number, name, raw))
 
     def _append(self, step: int, name: str, value: float) -> None:
-        self.steps.append(step)
-        self.keys.append(name)
-        self.values.append(value)
-        self.attempts.append(self.attempt)
+        self.rows.add(step, name, value)
 
     def result(self, name_hint: str) -> ImportedRun:
         return ImportedRun(
             name_hint=name_hint,
-            scalars=scalars_frame(self.steps, self.keys, self.values, self.attempts),
-            events=self.events,
+            scalars=self.rows.scalars(),
+            events=self.rows.events,
             source=self.source,
         )
 
