@@ -188,15 +188,29 @@ class Demo:
         from monitor.detectors.memorization import Memorization
         from monitor.store import open_store
 
+        from monitor.detectors import reread
+        from monitor.detectors.stats import cadence
+
+        detector = Memorization()
         with open_store(self.config.store_url) as store:
-            table = Memorization().table(store.load_run(run), store.load_run(REFERENCE)).dropna(subset=["d_train"])
+            data = store.load_run(run)
+            table = detector.table(data, store.load_run(REFERENCE)).dropna(subset=["d_train"])
         if table.empty:
             return f"{run}: no checkpoint with both train and held-out losses to judge"
         last = table.iloc[-1]
         signature = "present" if last.d_train < 0 and last.d_held > 0.5 * last.d_train else "absent"
-        return (f"{run} at step {int(last.step)}: train loss {last.d_train:+.3f} and held-out loss "
+        text = (f"{run} at step {int(last.step)}: train loss {last.d_train:+.3f} and held-out loss "
                 f"{last.d_held:+.3f} against the reference; the memorization signature (train below, "
                 f"held-out tied) is {signature} at this scale")
+        width = detector.window_points * cadence(data.scalars.index.to_numpy())
+        blocks = reread.blocks(data, width, detector.block_points())
+        if len(blocks):
+            b = blocks.iloc[-1]
+            text += (f". Inside its batches, re-read records scored {b.gap:.3f} ± {b.se:.3f} nats lower than "
+                     f"first reads over steps {int(b['first'])}-{int(b['last'])} ({b.gap / b.se:.1f} standard "
+                     f"errors; the rule asks for {detector.z_threshold:g} in {detector.persist_checkpoints} "
+                     f"blocks running)")
+        return text
 
     def dashboard(self) -> None:
         self.begin("live dashboard")

@@ -33,6 +33,13 @@ DATA_UNIQUE_FRACTION = "data/unique_fraction"  # share of the corpus seen at lea
 DATA_SEEN_ONCE_FRACTION = "data/seen_once_fraction"
 DATA_SEEN_2PLUS_FRACTION = "data/seen_2plus_fraction"
 DATA_EXPECTED_UNIQUE_FRACTION = "data/expected_unique_fraction"  # what the sampling plan promises
+# Share of this step's batch made of records the run had read before (0 all through a clean epoch).
+DATA_BATCH_REREAD_FRACTION = "data/batch_reread_fraction"
+# Within this step's batch: mean loss of the records read for the first time minus that of the
+# records read before, measured on the same parameters, so seed noise cannot reach it; positive when
+# the model remembers what it saw. 0 where the batch holds only one kind (then nothing is measured:
+# read it together with DATA_BATCH_REREAD_FRACTION).
+TRAIN_REREAD_LOSS_GAP = "train/reread_loss_gap"
 
 # --- logit parity between two scoring functions ------------------------------------------------
 PARITY_KL_MEAN = "parity/kl_mean"
@@ -56,6 +63,8 @@ CORE_KEYS = (
     DATA_SEEN_ONCE_FRACTION,
     DATA_SEEN_2PLUS_FRACTION,
     DATA_EXPECTED_UNIQUE_FRACTION,
+    DATA_BATCH_REREAD_FRACTION,
+    TRAIN_REREAD_LOSS_GAP,
 )
 
 HELDOUT_PREFIX = "eval/heldout/"

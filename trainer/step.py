@@ -35,10 +35,24 @@ def init_state(model: ModelConfig, optimizer: optax.GradientTransformation, reco
     }
 
 
-def next_token_loss(params, tokens: jax.Array, model: ModelConfig) -> jax.Array:
-    """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1], in float32."""
+def next_token_loss(params, tokens: jax.Array, model: ModelConfig) -> tuple[jax.Array, jax.Array]:
+    """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1], in float32, and each
+    sequence's own mean (the auxiliary output: it costs nothing beside the loss)."""
     logits = forward(params, tokens[:, :-1], model)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+    per_token = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
+    return per_token.mean(), per_token.mean(axis=1)
+
+
+def reread_split(per_record: jax.Array, reread: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Share of the batch read before, and mean loss of first reads minus re-reads (0 when the batch
+    holds only one kind)."""
+    n = reread.size
+    n_reread = jnp.sum(reread)
+    n_first = n - n_reread
+    mean_reread = jnp.sum(jnp.where(reread, per_record, 0.0)) / jnp.maximum(n_reread, 1)
+    mean_first = jnp.sum(jnp.where(reread, 0.0, per_record)) / jnp.maximum(n_first, 1)
+    both = (n_reread > 0) & (n_first > 0)
+    return n_reread / n, jnp.where(both, mean_first - mean_reread, 0.0)
 
 
 def make_train_step(
@@ -52,7 +66,9 @@ def make_train_step(
     """A jitted `step(state, batch) -> (state, metrics)`; the old state's buffers are donated."""
 
     def train_step(state: TrainState, batch: Batch):
-        loss, grads = jax.value_and_grad(next_token_loss)(state["params"], batch["tokens"], model)
+        (loss, per_record), grads = jax.value_and_grad(next_token_loss, has_aux=True)(
+            state["params"], batch["tokens"], model)
+        reread_fraction, reread_gap = reread_split(per_record, state["coverage"][batch["record"]] > 0)
         lr = lr_fn(state["step"])
         direction, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
         coverage = state["coverage"].at[batch["record"]].add(1)
@@ -72,6 +88,8 @@ def make_train_step(
             schema.DATA_UNIQUE_FRACTION: jnp.mean(coverage > 0),
             schema.DATA_SEEN_ONCE_FRACTION: jnp.mean(coverage == 1),
             schema.DATA_SEEN_2PLUS_FRACTION: jnp.mean(coverage >= 2),
+            schema.DATA_BATCH_REREAD_FRACTION: reread_fraction,
+            schema.TRAIN_REREAD_LOSS_GAP: reread_gap,
         }
         return new_state, metrics
 

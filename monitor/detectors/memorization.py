@@ -16,6 +16,12 @@ have held-out losses (after alignment):
 
 `persist_checkpoints` consecutive checkpoints make a detection.
 
+Inside each batch, where the run logs it (our trainer does): the loss of records read before
+against first reads on the same parameters (monitor/detectors/reread.py). A block of
+`window_points` steps whose median gap exceeds max(`min_effect`, z standard errors) is a verdict;
+`persist_checkpoints` consecutive blocks make a detection (metric `train/reread_loss_gap`). No
+reference and no seed enters it.
+
 Within one run (no reference needed), the gap held-out minus train loss at each checkpoint is
 compared with its own trend (Theil-Sen on log step, so a widening late segment does not bend
 the line it is judged by); a gap above the trend by more than max(`min_effect`, z sigma of the
@@ -31,8 +37,16 @@ import pandas as pd
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import TheilSenRegressor
 
-from monitor.schema import DATA_SEEN_2PLUS_FRACTION, HELDOUT_PREFIX, TRAIN_LOSS, RunData, Severity
+from monitor.schema import (
+    DATA_SEEN_2PLUS_FRACTION,
+    HELDOUT_PREFIX,
+    TRAIN_LOSS,
+    TRAIN_REREAD_LOSS_GAP,
+    RunData,
+    Severity,
+)
 
+from . import reread
 from .base import Detector, concat_rows, finite, reconcile, restrict_columns, slice_rows, trim_rows
 from .eval_keys import downstream_aggregate, heldout_sets
 from .stats import MAD_TO_SIGMA, MEDIAN_SE_FACTOR, cadence, effective_n, row_medians, true_runs
@@ -83,13 +97,18 @@ class Memorization(Detector):
     def columns(self, run: RunData) -> list[str]:
         return [c for c in run.scalars.columns
                 if c == self.metric or c.startswith(HELDOUT_PREFIX) or c.startswith("eval/downstream/")
-                or c == DATA_SEEN_2PLUS_FRACTION]
+                or c == DATA_SEEN_2PLUS_FRACTION or c in reread.COLUMNS]
 
     def lookback(self, step_cadence: float) -> float:
         return 2 * self.window_points * step_cadence
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
-        return self._judge(run, reference, self.table(run, reference))
+        found = self._judge(run, reference, self.table(run, reference))
+        if len(run.scalars):
+            width = self.window_points * cadence(run.scalars.index.to_numpy())
+            table = reread.blocks(run, width, self.block_points(), before=self._open_block(run, width))
+            found += self._reread(run, table)
+        return sorted(found, key=lambda d: (d.start_step, d.metric))
 
     def update(self, state, new_rows, reference=None):
         """Checkpoint summaries are computed once, when a checkpoint arrives, and kept in the
@@ -116,10 +135,62 @@ class Memorization(Detector):
             state.extra["reference"] = reference.name if reference is not None else None
             found = self._judge(combined, reference, table, state.extra.setdefault("trend_fits", {}))
             emitted = reconcile(state, found, 0.0)
+        emitted += self._update_reread(state, combined)
         back = self.lookback(cadence(combined.scalars.index.to_numpy()))
-        state.tail = trim_rows(restrict_columns(combined, [self.metric, DATA_SEEN_2PLUS_FRACTION]), hi - back)
+        kept = [self.metric, DATA_SEEN_2PLUS_FRACTION, *reread.COLUMNS]
+        state.tail = trim_rows(restrict_columns(combined, kept), hi - back)
         state.last_step = hi
         return state, emitted
+
+    # --- inside each batch ------------------------------------------------------------------------------
+    def block_points(self) -> int:
+        """Measured steps a block needs to be judged."""
+        return max(5, self.window_points // 2)
+
+    @staticmethod
+    def _open_block(run: RunData, width: float) -> float:
+        """Start of the block the run's last row is in: it may still grow, so it is not judged."""
+        return float(np.floor(run.scalars.index[-1] / width) * width)
+
+    def _update_reread(self, state, combined: RunData) -> list:
+        """Blocks are summarised once, when a row past them arrives, and kept in the state; the
+        width is fixed by the first rows seen, so a verdict never depends on how rows arrived."""
+        if not any(c in combined.scalars.columns for c in reread.COLUMNS):
+            return []
+        width = state.extra.setdefault("reread_width", self.window_points * cadence(combined.scalars.index.to_numpy()))
+        done = state.extra.get("reread_done", -1)
+        fresh = reread.blocks(combined, width, self.block_points(), before=self._open_block(combined, width))
+        fresh = fresh[fresh["block"] > done]
+        if fresh.empty:
+            return []
+        rows = state.extra.get("reread_blocks", []) + fresh.to_numpy().tolist()
+        state.extra["reread_blocks"] = rows
+        state.extra["reread_done"] = int(fresh["block"].iloc[-1])
+        return reconcile(state, self._reread(combined, pd.DataFrame(rows, columns=list(reread.BLOCK_FIELDS))), 0.0)
+
+    def _reread(self, run: RunData, table: pd.DataFrame) -> list:
+        if table.empty:
+            return []
+        gap, se = table["gap"].to_numpy(dtype=float), table["se"].to_numpy(dtype=float)
+        band = np.fmax(self.min_effect, self.z_threshold * se)
+        out = []
+        for a, b in true_runs(gap > band):
+            if b - a + 1 < self.persist_checkpoints:
+                continue
+            with np.errstate(divide="ignore"):
+                z = np.where(se > 0, gap / se, np.inf)
+            k = a + int(np.argmax(z[a:b + 1]))
+            row = table.iloc[k]
+            evidence = {"gap": float(gap[k]), "stderr": float(se[k]), "band": float(band[k]), "z": float(z[k]),
+                        "reread_fraction": float(row["reread"]), "points": int(row["n"]), "n": int(b - a + 1)}
+            message = (f"records read before score {gap[k]:.3f} nats lower than first reads in the same batches "
+                       f"({z[k]:.1f} standard errors; {row['reread']:.0%} of a batch re-read): the model "
+                       f"remembers what it sees again, {SUSPECT}")
+            score = float(gap[k] / self.min_effect)
+            severity = Severity.CRITICAL if score >= self.critical_ratio else Severity.WARNING
+            out.append(self._detection(run, None, TRAIN_REREAD_LOSS_GAP, table["first"].iloc[a],
+                                       table["last"].iloc[b], row["last"], score, severity, message, evidence))
+        return out
 
     # --- per-checkpoint summaries -----------------------------------------------------------------------
     def table(self, run: RunData, reference: RunData | None, steps: np.ndarray | None = None,

@@ -64,6 +64,11 @@ def test_double_sharding_runs_the_cursor_ahead_and_repeats_records(tiny, tmp_pat
     last = s.iloc[-1]
     assert last[schema.DATA_UNIQUE_FRACTION] < last[schema.DATA_EXPECTED_UNIQUE_FRACTION]
     assert last[schema.DATA_SEEN_2PLUS_FRACTION] > 0
+    # Batches hold records read before, and their loss is measured apart from first reads.
+    reread = s[schema.DATA_BATCH_REREAD_FRACTION]
+    assert reread.iloc[0] == 0 and reread.iloc[-10:].mean() > reread.iloc[:10].mean()
+    gap = s[schema.TRAIN_REREAD_LOSS_GAP]
+    assert np.isfinite(gap).all() and (gap[(reread > 0) & (reread < 1)] != 0).all()
 
 
 def test_resume_off_by_one_restores_the_model_one_step_ahead_of_the_data(tiny, tmp_path):

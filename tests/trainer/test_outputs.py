@@ -10,7 +10,7 @@ from monitor.importers import load as import_run
 from tests.trainer.conftest import TEST_STEPS
 from trainer.checkpoint import load_for_eval
 from trainer.model import forward, init_params
-from trainer.step import next_token_loss
+from trainer.step import next_token_loss, reread_split
 
 
 def test_checkpoint_loads_for_evaluation(clean_run):
@@ -24,7 +24,7 @@ def test_checkpoint_loads_for_evaluation(clean_run):
     tokens = np.asarray([latest.tokenizer.encode(text)[: config.model.max_seq_len + 1]], np.int32)
     fresh = init_params(config.model, jax.random.key(0))
     loss = jax.jit(next_token_loss, static_argnames="model")
-    losses = [float(loss(p, tokens, model=config.model)) for p in (fresh, early.params, latest.params)]
+    losses = [float(loss(p, tokens, model=config.model)[0]) for p in (fresh, early.params, latest.params)]
     assert max(losses[1:]) < losses[0]  # trained weights, not a fresh init
     assert not np.array_equal(early.params["lm_head"]["weight"], latest.params["lm_head"]["weight"])
     assert forward(latest.params, tokens[:, :-1], config.model).shape == (1, tokens.shape[1] - 1, 512)
@@ -47,3 +47,12 @@ def test_wandb_offline_run_holds_the_same_metrics(clean_run):
         ours, theirs = data.series(key), imported.series(key)
         assert list(theirs.index) == list(ours.index) == list(range(1, TEST_STEPS + 1))
         np.testing.assert_allclose(theirs.to_numpy(), ours.to_numpy(), rtol=1e-6)
+
+
+def test_reread_split_compares_first_reads_with_rereads_of_one_batch():
+    per_record = np.array([3.0, 2.0, 4.0, 1.0], np.float32)
+    fraction, gap = reread_split(per_record, np.array([False, True, False, True]))
+    assert float(fraction) == 0.5 and float(gap) == (3.0 + 4.0) / 2 - (2.0 + 1.0) / 2
+    for kind in (False, True):  # one kind only: nothing to compare
+        fraction, gap = reread_split(per_record, np.full(4, kind))
+        assert float(fraction) == float(kind) and float(gap) == 0.0

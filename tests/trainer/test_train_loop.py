@@ -45,6 +45,8 @@ def test_clean_coverage_follows_the_plan(clean_run):
                 schema.DATA_SEEN_ONCE_FRACTION, schema.DATA_EPOCH):
         np.testing.assert_allclose(s[key], seen / records, rtol=1e-6, err_msg=key)
     assert (s[schema.DATA_SEEN_2PLUS_FRACTION] == 0).all()
+    # Within one epoch no batch holds a record read before: nothing to compare, and nothing claimed.
+    assert (s[schema.DATA_BATCH_REREAD_FRACTION] == 0).all() and (s[schema.TRAIN_REREAD_LOSS_GAP] == 0).all()
 
 
 def test_run_config_and_events(clean_run):
