@@ -1,4 +1,4 @@
-"""The data loader's cursor and its coverage of the corpus."""
+"""The data loader's cursor, its coverage of the corpus, and how much of each batch was read before."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from app.figures.frames import series_frame
 from app.figures.overlay import line_trace, series_uid
 from app.figures.style import SERIES_COLORS, TEMPLATE, base_figure, note_empty
 from monitor.schema import (
+    DATA_BATCH_REREAD_FRACTION,
     DATA_CURSOR,
     DATA_EPOCH,
     DATA_EXPECTED_UNIQUE_FRACTION,
@@ -23,6 +24,8 @@ COVERAGE = (
     (DATA_SEEN_ONCE_FRACTION, "seen once", None),
     (DATA_SEEN_2PLUS_FRACTION, "seen ≥ twice", None),
     (DATA_EXPECTED_UNIQUE_FRACTION, "planned seen ≥ once", "dash"),
+    # A share of each batch, not of the corpus: zero all through a clean first epoch.
+    (DATA_BATCH_REREAD_FRACTION, "of each batch: read before", "dot"),
 )
 
 
@@ -53,7 +56,7 @@ def data_figure(data: pd.DataFrame, *, x_title: str = "step") -> go.Figure:
             if key in keys:
                 fig.add_trace(line_trace(series_frame(data, key), label, SERIES_COLORS[2 + i], dash=dash,
                                          uid=series_uid("run", key)), row=row, col=1)
-        fig.update_yaxes(title_text="share of corpus", range=[0, 1.02], row=row, col=1, secondary_y=False)
+        fig.update_yaxes(title_text="share", range=[0, 1.02], row=row, col=1, secondary_y=False)
     fig.update_xaxes(title_text=x_title, row=rows, col=1)
     fig.update_layout(template=TEMPLATE, height=170 + 150 * rows,
                       title_text="data loader: cursor and coverage")

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from app import figures
 from app.figures.overlay import parse_series_uid, series_uid
 from monitor.schema import (
+    DATA_BATCH_REREAD_FRACTION,
     DATA_CURSOR,
     DATA_UNIQUE_FRACTION,
     PERF_MFU,
@@ -153,8 +154,9 @@ def test_data_figure_splits_cursor_and_coverage():
     s = np.arange(100)
     fig = figures.data_figure(long({DATA_CURSOR: (s, s * 64), DATA_UNIQUE_FRACTION: (s, s / 200)}))
     assert len({t.xaxis for t in fig.data}) == 2
-    cover = figures.data_figure(long({DATA_UNIQUE_FRACTION: (s, s / 200)}))
+    cover = figures.data_figure(long({DATA_UNIQUE_FRACTION: (s, s / 200), DATA_BATCH_REREAD_FRACTION: (s, s / 400)}))
     assert len({t.xaxis for t in cover.data}) == 1
+    assert [t.name for t in cover.data] == ["seen ≥ once", "of each batch: read before"]
 
 
 def test_event_markers_on_every_panel_with_checkpoints_thinned():
