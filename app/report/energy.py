@@ -5,10 +5,9 @@
     water (L)     = energy x (WUE on site + WUE off site) (L / kWh)
 
 Source of the method and of the defaults below: Team OLMo, "2 OLMo 2 Furious" (arXiv:2501.00656),
-the environmental-impact estimate of its pre-training runs, which follows Morrison et al.,
-"Holistically Evaluating the Environmental Impact of Creating Language Models"
-(arXiv:2503.05804), for the same H100 cluster. Every factor is a parameter: the numbers describe
-that cluster, not yours.
+section 6.5 and table 19, the estimate for OLMo 2 7B on Ai2's Jupiter H100 cluster (Morrison et al.,
+arXiv:2503.05804, extends it to model development). Every factor is a parameter: the numbers
+describe that cluster, not yours.
 
 GPU-hours come from the run itself: the time its steps took (perf/step_time_s, or tokens per step
 over perf/tokens_per_s), including steps that were computed and then redone after a restart,
@@ -34,16 +33,19 @@ GPU_COUNT_CONFIG_KEYS = ("devices", "num_devices", "num_gpus", "n_gpus", "gpus",
 class EnergyParams:
     """The factors of the estimate; defaults are the OLMo 2 report's (module docstring)."""
 
-    # Watts drawn per GPU: the H100 SXM's thermal design power, which the method charges for
-    # every GPU-hour (NVIDIA H100 datasheet: 700 W).
+    # Watts drawn per GPU. OLMo 2 measured each node's draw every 25 ms and averaged it; a run that
+    # logs no power is charged the H100 SXM's thermal design power (NVIDIA datasheet: 700 W), an
+    # upper bound.
     gpu_power_w: float = 700.0
-    # Power usage effectiveness of the data centre: total facility energy / IT energy (OLMo 2: 1.2).
+    # Power usage effectiveness of the data centre: total facility energy / IT energy (OLMo 2,
+    # Jupiter: 1.2).
     pue: float = 1.2
-    # Grid carbon intensity, kg CO2e per kWh (OLMo 2, for its cluster's grid: 0.332).
+    # Grid carbon intensity, kg CO2e per kWh (OLMo 2: Austin Energy, which powers Jupiter, 0.332).
     carbon_intensity_kg_per_kwh: float = 0.332
     # Water evaporated on site per kWh, L/kWh (OLMo 2: 0, the cluster is cooled in a closed loop).
     wue_onsite_l_per_kwh: float = 0.0
-    # Water consumed generating the electricity, L/kWh (OLMo 2, for its cluster's grid: 1.29).
+    # Water consumed generating the electricity, L/kWh (OLMo 2, after Reig et al. 2020, for Jupiter's
+    # grid: 1.29).
     wue_offsite_l_per_kwh: float = 1.29
     # GPUs the run used; None takes it from the run's config (GPU_COUNT_CONFIG_KEYS).
     gpus: int | None = None
