@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from monitor.errors import GapwatchError
 
 REFERENCE = "reference"
@@ -31,21 +33,24 @@ class Expectation:
     run: str
     detector: str | None  # None: nothing at all may fire
     why: str
-    required: bool = True
-    """False where the effect may not exist at the demo's scale: the outcome is shown with the
-    numbers that decide it, and does not fail the demo."""
 
 
 EXPECTATIONS = (
-    Expectation(CANDIDATE, "data_invariants", "the cursor advances 32x a global batch per step"),
-    # A 1.25M-parameter model hardly remembers a record it saw once among thousands: in the demo's
-    # runs the double-sharded one trains *worse* than the reference (it sees ~55% of the records
-    # instead of ~82%), so the signature is absent and the detector is right to stay silent.
-    Expectation(CANDIDATE, "memorization", "train loss below the reference while held-out loss is tied",
-                required=False),
+    Expectation(CANDIDATE, "data_invariants", "the cursor advances 16x a global batch per step"),
+    Expectation(CANDIDATE, "memorization", "records read again score lower than first reads in the same batches, "
+                "while held-out loss is tied"),
     Expectation(RESUMED, "resume", "model restored at step N+1, data loader at batch N"),
     Expectation(RERUN, None, "another seed of the same recipe is not a divergence"),
 )
+
+
+# Noise floors measured at the demo's scale, as the detectors' defaults were measured on repeats of
+# real runs. Two seeds of one recipe differ by 0.04 nats of held-out loss at 124M-7B parameters;
+# here, data seeds 2 and 3 of the demo recipe ended up to 0.25 nats from the reference's (seed 0)
+# held-out loss (2026-11-30; docs/detectors.md), and a 4.5M-parameter model trained for 200 steps
+# does generalise that differently by seed. The memorization rule that the demo is about compares
+# records inside one batch and needs no floor of this kind.
+DETECTOR_PARAMS = {"heldout_divergence": {"min_effect": 0.25}}
 
 
 @dataclass
@@ -139,7 +144,10 @@ class Demo:
     def watch(self) -> None:
         sink = "Slack and the console" if os.environ.get("SLACK_WEBHOOK_URL") else "the console"
         self.begin(f"watch service: one detection pass over every run, alerts to {sink}")
-        self.gapwatch("watch", "--all", "--once")
+        config = self.workdir / "watch.yaml"
+        config.write_text(yaml.safe_dump({"detector_params": DETECTOR_PARAMS}))
+        self.say(f"noise floors for this scale: {DETECTOR_PARAMS} (see DETECTOR_PARAMS in app/demo.py)")
+        self.gapwatch("watch", "--all", "--once", "--config", str(config))
 
     def report(self) -> Path:
         self.begin("offline report: the candidate against the reference")
@@ -173,18 +181,15 @@ class Demo:
             table.add_column(column)
         for exp, ok, found in outcomes:
             expected = exp.detector or "nothing"
-            verdict = "[green]yes[/]" if ok else ("[red]NO[/]" if exp.required else "[yellow]not at this scale[/]")
-            table.add_row(exp.run, expected, exp.why, found, verdict)
+            table.add_row(exp.run, expected, exp.why, found, "[green]yes[/]" if ok else "[red]NO[/]")
         # Piped or logged output has no terminal width to follow; rich's 80 columns would cut run names.
         Console(width=None if sys.stdout.isatty() else 120).print(table)
-        for exp, ok, _found in outcomes:
-            if not ok and not exp.required and exp.detector == "memorization":
-                self.say(self.memorization_numbers(exp.run))
-        return all(ok for exp, ok, _found in outcomes if exp.required)
+        self.say(self.memorization_numbers(CANDIDATE))
+        return all(ok for _exp, ok, _found in outcomes)
 
     def memorization_numbers(self, run: str) -> str:
-        """The train and held-out differences against the reference at the last checkpoint: what
-        the memorization detector judged."""
+        """What the memorization detector judged: the train and held-out differences against the
+        reference at the last checkpoint, and the last block of the in-batch comparison."""
         from monitor.detectors.memorization import Memorization
         from monitor.store import open_store
 
@@ -201,7 +206,7 @@ class Demo:
         signature = "present" if last.d_train < 0 and last.d_held > 0.5 * last.d_train else "absent"
         text = (f"{run} at step {int(last.step)}: train loss {last.d_train:+.3f} and held-out loss "
                 f"{last.d_held:+.3f} against the reference; the memorization signature (train below, "
-                f"held-out tied) is {signature} at this scale")
+                f"held-out tied) is {signature}")
         width = detector.window_points * cadence(data.scalars.index.to_numpy())
         blocks = reread.blocks(data, width, detector.block_points())
         if len(blocks):
