@@ -24,7 +24,11 @@ def demo(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("demo")
     # Killed after step 30: past the first checkpoint (step 25), so the restart resumes from it.
     demo = Demo(DemoConfig(workdir=workdir, config="tiny", kill_at_step=30, serve=False))
-    demo.run()
+    # Module-scoped, so the suite's per-test user folders are not set yet: give the demo its own.
+    with pytest.MonkeyPatch.context() as env:
+        for var in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+            env.setenv(var, str(workdir / var.lower()))
+        demo.run()
     return demo
 
 
