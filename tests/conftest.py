@@ -20,13 +20,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real training logs and benchmark data beside the repository (../shared/data).
-
-    CI always has them; a checkout on its own (a user's machine) does not, and the project must
-    not need them, so there the tests built on them are skipped with this reason instead of failing.
-    """
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real-data tests need ../shared/data (absent at {SHARED_DATA})")
+    """The real training logs and benchmark data beside the repository (../shared/data)."""
+    assert SHARED_DATA.is_dir(), f"test data missing at {SHARED_DATA}"
     return SHARED_DATA
 
 
