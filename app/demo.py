@@ -193,9 +193,6 @@ class Demo:
         from monitor.detectors.memorization import Memorization
         from monitor.store import open_store
 
-        from monitor.detectors import reread
-        from monitor.detectors.stats import cadence
-
         detector = Memorization()
         with open_store(self.config.store_url) as store:
             data = store.load_run(run)
@@ -203,12 +200,11 @@ class Demo:
         if table.empty:
             return f"{run}: no checkpoint with both train and held-out losses to judge"
         last = table.iloc[-1]
-        signature = "present" if last.d_train < 0 and last.d_held > 0.5 * last.d_train else "absent"
+        signature = "present" if last.d_train < 0 and last.d_held > detector.max_heldout_share * last.d_train else "absent"
         text = (f"{run} at step {int(last.step)}: train loss {last.d_train:+.3f} and held-out loss "
                 f"{last.d_held:+.3f} against the reference; the memorization signature (train below, "
                 f"held-out tied) is {signature}")
-        width = detector.window_points * cadence(data.scalars.index.to_numpy())
-        blocks = reread.blocks(data, width, detector.block_points())
+        blocks = detector.reread_blocks(data)
         if len(blocks):
             b = blocks.iloc[-1]
             text += (f". Inside its batches, re-read records scored {b.gap:.3f} ± {b.se:.3f} nats lower than "

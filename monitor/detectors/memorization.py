@@ -105,9 +105,7 @@ class Memorization(Detector):
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         found = self._judge(run, reference, self.table(run, reference))
         if len(run.scalars):
-            width = self.window_points * cadence(run.scalars.index.to_numpy())
-            table = reread.blocks(run, width, self.block_points(), before=self._open_block(run, width))
-            found += self._reread(run, table)
+            found += self._reread(run, self.reread_blocks(run))
         return sorted(found, key=lambda d: (d.start_step, d.metric))
 
     def update(self, state, new_rows, reference=None):
@@ -143,14 +141,14 @@ class Memorization(Detector):
         return state, emitted
 
     # --- inside each batch ------------------------------------------------------------------------------
-    def block_points(self) -> int:
-        """Measured steps a block needs to be judged."""
-        return max(5, self.window_points // 2)
-
-    @staticmethod
-    def _open_block(run: RunData, width: float) -> float:
-        """Start of the block the run's last row is in: it may still grow, so it is not judged."""
-        return float(np.floor(run.scalars.index[-1] / width) * width)
+    def reread_blocks(self, run: RunData, width: float | None = None) -> pd.DataFrame:
+        """The in-batch comparison block by block (reread.blocks), as this detector judges it:
+        blocks of `width` steps (default: `window_points` logged steps) with at least half that
+        many measured steps, leaving out the block the run's last row is in (it may still grow)."""
+        if width is None:
+            width = self.window_points * cadence(run.scalars.index.to_numpy())
+        still_growing = float(np.floor(run.scalars.index[-1] / width) * width)
+        return reread.blocks(run, width, max(5, self.window_points // 2), before=still_growing)
 
     def _update_reread(self, state, combined: RunData) -> list:
         """Blocks are summarised once, when a row past them arrives, and kept in the state; the
@@ -159,7 +157,7 @@ class Memorization(Detector):
             return []
         width = state.extra.setdefault("reread_width", self.window_points * cadence(combined.scalars.index.to_numpy()))
         done = state.extra.get("reread_done", -1)
-        fresh = reread.blocks(combined, width, self.block_points(), before=self._open_block(combined, width))
+        fresh = self.reread_blocks(combined, width)
         fresh = fresh[fresh["block"] > done]
         if fresh.empty:
             return []

@@ -19,7 +19,7 @@ import pandas as pd
 from monitor.schema import DATA_BATCH_REREAD_FRACTION, TRAIN_REREAD_LOSS_GAP, RunData
 
 from .base import finite
-from .stats import MAD_TO_SIGMA, MEDIAN_SE_FACTOR, effective_n
+from .stats import window_summaries
 
 COLUMNS = (DATA_BATCH_REREAD_FRACTION, TRAIN_REREAD_LOSS_GAP)
 BLOCK_FIELDS = ("block", "first", "last", "gap", "se", "n", "reread")
@@ -39,21 +39,10 @@ def blocks(run: RunData, width: float, min_points: int, before: float = np.inf) 
     measured steps: block number, first and last measured step, median gap, its standard error,
     points and median re-read share."""
     m = measured(run)
-    rows = []
-    ids = np.floor(m.index.to_numpy(dtype=float) / width).astype(np.int64)
-    for block in np.unique(ids):
-        if block * width >= before:
-            break
-        part = m[ids == block]
-        if len(part) < min_points:
-            continue
-        g = part["gap"].to_numpy()
-        med = float(np.median(g))
-        dev = g - med
-        sigma = MAD_TO_SIGMA * float(np.median(np.abs(dev)))
-        power = float(np.sum(dev * dev))
-        rho = float(np.sum(dev[1:] * dev[:-1]) / power) if power > 0 else 0.0
-        se = MEDIAN_SE_FACTOR * sigma / float(np.sqrt(effective_n(np.array([len(g)]), np.array([rho]))[0]))
-        rows.append((int(block), int(part.index[0]), int(part.index[-1]), med, se, len(g),
-                     float(part["reread"].median())))
-    return pd.DataFrame(rows, columns=list(BLOCK_FIELDS))
+    steps = m.index.to_numpy()
+    gap = window_summaries(steps, m["gap"].to_numpy(), width)
+    share = window_summaries(steps, m["reread"].to_numpy(), width, medians_only=True)
+    table = pd.DataFrame({"block": gap.ids, "first": gap.first_step, "last": gap.last_step,
+                          "gap": gap.median, "se": gap.median_se, "n": gap.n, "reread": share.median})
+    keep = (table["n"] >= min_points) & (table["block"] * width < before)
+    return table[keep].reset_index(drop=True)
