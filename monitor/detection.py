@@ -17,7 +17,7 @@ from monitor.align import AXES, align_pair
 from monitor.detectors import REGISTRY, Detector, build
 from monitor.detectors.spike import SpikeDetector
 from monitor.errors import GapwatchError
-from monitor.schema import Detection, RunData, Severity
+from monitor.schema import Detection, NotJudged, RunData, Severity
 
 Progress = Callable[[str], None]
 
@@ -49,10 +49,16 @@ class DetectResult:
     detections: list[Detection]
     series: pd.DataFrame
     """Long frame (step, key, value) of detector series, such as spike scores."""
-    skipped: list[str]
-    """Detectors that need a reference and got none."""
+    not_judged: list[NotJudged]
+    """What the detectors could not judge, and why (a detector that needs a reference and got
+    none, a run too short for a window, no comparable checkpoints...)."""
     axis: str | None
     """Axis the reference was aligned on (None without a reference)."""
+
+    @property
+    def skipped(self) -> list[str]:
+        """Detectors that judged nothing at all of this run."""
+        return [n.detector for n in self.not_judged if n.metric is None]
 
 
 def make_detectors(config: DetectConfig) -> list[Detector]:
@@ -78,13 +84,14 @@ def judge(run: RunData, reference: RunData | None, config: DetectConfig | None =
         _, aligned = align_pair(run, reference, axis=config.axis)
         axis = aligned.info.config.get("alignment", {}).get("axis")
     found: list[Detection] = []
-    skipped: list[str] = []
+    not_judged: list[NotJudged] = []
     series = [empty_series()]
     for detector in detectors:
         if detector.needs_reference and aligned is None:
-            skipped.append(detector.name)
+            not_judged.append(NotJudged(detector.name, "it compares with a reference run and none was given"))
             continue
         progress(f"{detector.name}")
+        not_judged.extend(detector.not_judged(run, aligned))
         if config.write_series and isinstance(detector, SpikeDetector):
             spikes, scores = detector.detect_with_scores(run, compact=True)
             found.extend(spikes)
@@ -93,7 +100,7 @@ def judge(run: RunData, reference: RunData | None, config: DetectConfig | None =
             found.extend(detector.detect(run, aligned))
     found.sort(key=lambda d: (d.start_step, d.detector, d.metric))
     return DetectResult(run=run.name, reference=reference.name if reference is not None else None,
-                        detections=found, series=pd.concat(series, ignore_index=True), skipped=skipped,
+                        detections=found, series=pd.concat(series, ignore_index=True), not_judged=not_judged,
                         axis=axis)
 
 
@@ -124,7 +131,20 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
             store.write_detections(result.detections)
             if len(result.series):
                 store.write_metrics(run, result.series)
+            store.save_state(not_judged_state(run), {"reference": result.reference,
+                                                     "not_judged": [n.to_dict() for n in result.not_judged]})
     return result
+
+
+def not_judged_state(run: str) -> str:
+    """Name under which the store keeps what the last `detect` of `run` could not judge."""
+    return f"detect/{run}/not_judged"
+
+
+def load_not_judged(store, run: str) -> list[NotJudged]:
+    """What the last stored `detect` of `run` could not judge (empty if it was never judged)."""
+    saved = store.load_state(not_judged_state(run))
+    return [NotJudged.from_dict(n) for n in (saved or {}).get("not_judged", [])]
 
 
 def empty_series() -> pd.DataFrame:
@@ -139,5 +159,5 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
     return counts
 
 
-__all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "judge", "make_detectors",
-           "severity_counts"]
+__all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "judge", "load_not_judged",
+           "make_detectors", "severity_counts"]

@@ -245,6 +245,31 @@ class Detection:
         return cls(**d)
 
 
+@dataclass(frozen=True)
+class NotJudged:
+    """A detector's answer when it could not judge (part of) a run: silence would read as "clean".
+
+    metric is None when the whole detector could not judge the run (no reference, say); `needs`
+    says what would let it judge, where that is known ("60 more logged steps").
+    """
+
+    detector: str
+    reason: str
+    metric: str | None = None
+    needs: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "NotJudged":
+        return cls(**d)
+
+    def describe(self) -> str:
+        what = f"{self.detector} on {self.metric}" if self.metric else self.detector
+        return f"{what}: not judged, {self.reason}" + (f" (needs {self.needs})" if self.needs else "")
+
+
 def _plain(v: Any) -> Any:
     """NumPy scalars and non-finite floats made JSON-safe (NaN/Inf become strings, not nulls)."""
     if hasattr(v, "item") and not isinstance(v, (list, dict)):

@@ -62,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
     counts = severity_counts(result.detections)
     against = f" against {result.reference} ({result.axis} axis)" if result.reference else ""
     err.print(f"{args.run}{against}: {counts['critical']} critical, {counts['warning']} warning, "
-              f"{counts['info']} info" + (f"; skipped without a reference: {', '.join(result.skipped)}"
-                                           if result.skipped else ""))
+              f"{counts['info']} info")
+    for item in result.not_judged:
+        err.print(item.describe(), markup=False, highlight=False)
     return 0
 
 

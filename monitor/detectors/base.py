@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import Detection, RunData, RunInfo, Severity, empty_events
+from monitor.schema import Detection, NotJudged, RunData, RunInfo, Severity, empty_events
 
 from .stats import cadence
 
@@ -50,6 +50,11 @@ class Detector(abc.ABC):
     @abc.abstractmethod
     def detect(self, run: RunData, reference: RunData | None = None) -> list[Detection]:
         """Every interval in which this detector sees `run` misbehave (sorted by start step)."""
+
+    def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
+        """What of `run` this detector could not judge, and why; empty when it judged everything
+        it reads (its silence then means "clean")."""
+        return []
 
     # --- what the incremental mode must keep ---------------------------------------------------
     def columns(self, run: RunData) -> list[str]:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from app.cli import main
-from monitor.detection import DetectConfig, detect_stored
+from monitor.detection import DetectConfig, detect_stored, load_not_judged
 from monitor.detectors.spike import change_points
 from monitor.schema import SPIKE_SCORE_LOSS, TRAIN_LOSS, EventKind
 from monitor.store import open_store
@@ -62,6 +62,15 @@ def test_detect_stores_detections_and_spike_scores(store_url):
         assert len(store.read_detections("run")) == len(stored)
 
 
+def test_what_was_not_judged_is_stored_with_the_detections(sqlite_url):
+    with open_store(fill(sqlite_url)) as store:
+        assert load_not_judged(store, "reference") == []  # never judged: nothing to say yet
+        result = detect_stored(store, "reference")  # no reference of its own
+        assert "reference_divergence" in result.skipped
+        stored = load_not_judged(store, "reference")
+        assert stored == result.not_judged and any(n.detector == "heldout_divergence" for n in stored)
+
+
 def test_cli_json(memorizing_store, capsys):
     code = main(["detect", "--run", "run", "--store", memorizing_store, "--json",
                  "--detectors", "reference_divergence,memorization"])
@@ -77,7 +86,7 @@ def test_cli_table_without_reference_skips_comparisons(memorizing_store, capsys,
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["detect", "--run", "reference", "--store", memorizing_store, "--no-write"]) == 0
     err = capsys.readouterr().err
-    assert "skipped without a reference" in err and "reference_divergence" in err
+    assert "reference_divergence: not judged, it compares with a reference run and none was given" in err
     assert main(["detect", "--run", "run", "--store", memorizing_store, "--detectors", "memorization,resume"]) == 0
     out = capsys.readouterr().out
     assert "memorization" in out and "critical" in out and "repeated training data" in out
