@@ -26,7 +26,7 @@ from scipy.signal import lfilter
 from bench.results import record, table
 from monitor.align import align_pair
 from monitor.detectors import build, make_run, state_from_dict, state_to_dict
-from monitor.detectors.base import slice_rows
+from monitor.detectors.rundata import slice_rows
 from monitor.detectors.spike import SpikeDetector
 from monitor.schema import (
     DATA_CURSOR,

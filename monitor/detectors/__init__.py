@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Detector, DetectorState, make_run, state_from_dict, state_to_dict
+from .base import Detector, ReferenceUse
+from .rundata import make_run
+from .state import DetectorState, state_from_dict, state_to_dict
 from .data_invariants import DataInvariants
 from .eval_regression import EvalRegression
 from .heldout_divergence import HeldoutDivergence
@@ -46,4 +48,5 @@ def build(names: list[str] | None = None, params: dict[str, dict[str, Any]] | No
     return [REGISTRY[n](**params.get(n, {})) for n in chosen]
 
 
-__all__ = ["REGISTRY", "Detector", "DetectorState", "build", "make_run", "state_from_dict", "state_to_dict"]
+__all__ = ["REGISTRY", "Detector", "DetectorState", "ReferenceUse", "build", "make_run", "state_from_dict",
+           "state_to_dict"]

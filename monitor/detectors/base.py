@@ -1,50 +1,69 @@
-"""What every detector shares.
+"""What every detector shares: its configuration, how it uses the reference, its severity rule,
+and the incremental mode the watch service runs.
 
-A detector is configured once (every threshold a named constructor argument) and then judges
-runs: `detect(run, reference)` over whole runs, or `update(state, new_rows, reference)` as rows
-arrive, for the watch service. The incremental state is a small dataclass whose `state_to_dict`
-form is plain JSON, so a restarted service carries on where it stopped.
-
-The default `update` keeps a tail of recent rows (as much history as the detector's windows need,
-`lookback`), re-judges tail + new rows with `detect`, and reconciles the result with what it has
-already reported: an interval that continues across updates keeps its first step (the identity
-under which the store upserts it), and nothing already reported is reported again unchanged.
-Detectors whose judgement needs all of history (the eval ones) keep all of their sparse rows.
+A detector is a dataclass: every threshold is a field with a default and a docstring saying where
+the value comes from, and `params()` and the watch service's state fingerprint are derived from the
+fields. It judges runs with `detect(run, reference)` over whole runs, or `update(state, new_rows,
+reference)` as rows arrive. The default `update` keeps a tail of recent rows (as much history as
+the detector's windows need, `lookback`), re-judges tail + new rows with `detect`, and reconciles
+the result with what it has already reported: an interval that continues across updates keeps its
+first step (the identity under which the store upserts it), and nothing already reported is
+reported again unchanged.
 """
 
 from __future__ import annotations
 
 import abc
-import inspect
+import dataclasses
+import enum
+import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-import pandas as pd
+from monitor.schema import Detection, NotJudged, RunData, Severity
 
-from monitor.schema import Detection, NotJudged, RunData, RunInfo, Severity, empty_events
-
+from .rundata import concat_rows, restrict_columns, slice_ranges, span, trim_rows
+from .state import DetectorState
 from .stats import cadence
 
 
+class ReferenceUse(enum.Enum):
+    """How a detector uses the reference run."""
+
+    NONE = "none"
+    """Never looks at it: the run is judged against itself."""
+    OPTIONAL = "optional"
+    """Compares with it when there is one, judges the run alone otherwise."""
+    REQUIRED = "required"
+    """Judges nothing without one."""
+
+
+def severity_for(score: float, critical_ratio: float) -> Severity:
+    """The severity of an effect `score` times its band: CRITICAL from `critical_ratio` on."""
+    return Severity.CRITICAL if score >= critical_ratio else Severity.WARNING
+
+
+@dataclass
 class Detector(abc.ABC):
-    """Base of all detectors: parameters in the constructor, `detect`, and incremental `update`."""
+    """Base of all detectors: fields are the parameters; `detect`, and incremental `update`."""
 
     name: ClassVar[str] = ""
-    needs_reference: ClassVar[bool] = False  # silent (returns []) without a reference run
-    reads_reference: ClassVar[bool] = True  # False: the reference is never looked at
+    reference_use: ClassVar[ReferenceUse] = ReferenceUse.OPTIONAL
     keep_first_row: ClassVar[bool] = False  # incremental tail always keeps the run's first row
 
     # --- configuration -----------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
-        """The constructor arguments this detector was built with (for reports and state)."""
-        sig = inspect.signature(type(self).__init__)
-        return {k: getattr(self, k) for k in sig.parameters if k != "self"}
+        """The parameters this detector was built with (for reports and state)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
-        return f"{type(self).__name__}({args})"
+    def fingerprint(self) -> str:
+        """A stable text of the parameters: saved watch state is reused only under the same one."""
+        return json.dumps({"detector": self.name, **self.params()}, sort_keys=True, default=str)
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.reference_use is ReferenceUse.REQUIRED
 
     # --- batch ---------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -75,11 +94,11 @@ class Detector(abc.ABC):
         return [((-math.inf if back is None else lo - back), hi)]
 
     # --- incremental ---------------------------------------------------------------------------
-    def new_state(self) -> "DetectorState":
+    def new_state(self) -> DetectorState:
         return DetectorState(detector=self.name)
 
-    def update(self, state: "DetectorState", new_rows: RunData,
-               reference: RunData | None = None) -> tuple["DetectorState", list[Detection]]:
+    def update(self, state: DetectorState, new_rows: RunData,
+               reference: RunData | None = None) -> tuple[DetectorState, list[Detection]]:
         """Judge `new_rows` given what `state` remembers; returns the new state and the
         detections that are new or changed since the last call (same start step = same
         detection, to be upserted)."""
@@ -91,16 +110,16 @@ class Detector(abc.ABC):
         if combined.scalars.empty and combined.events.empty:
             return state, []
         step_cadence = cadence(combined.scalars.index.to_numpy())
-        lo, hi = _span(combined)
+        lo, hi = span(combined)
         ref = None
-        if reference is not None and self.reads_reference:
+        if reference is not None and self.reference_use is not ReferenceUse.NONE:
             ref = slice_ranges(reference, self.reference_spans(lo, hi, step_cadence), cols)
         found = self.detect(combined, ref)
         emitted = reconcile(state, found, self.merge_gap(step_cadence))
         back = self.lookback(step_cadence)
         state.tail = combined if back is None else trim_rows(combined, hi - back, self.keep_first_row)
         state.last_step = int(hi)
-        _prune(state)
+        prune(state)
         return state, emitted
 
     # --- helpers for subclasses ----------------------------------------------------------------
@@ -113,49 +132,6 @@ class Detector(abc.ABC):
             message=message, evidence=evidence,
             reference=reference.name if reference is not None else None,
         )
-
-
-@dataclass
-class DetectorState:
-    """What a detector remembers between incremental updates.
-
-    detector:  the registry name it belongs to.
-    last_step: the highest step judged so far.
-    tail:      recent rows (only the detector's columns) that the next judgement needs.
-    open:      per metric and rule, the latest reported interval, which new rows may continue.
-    reported:  fingerprints of intervals already reported, so unchanged ones are not repeated.
-    extra:     detector-specific JSON values.
-    """
-
-    detector: str
-    last_step: int | None = None
-    tail: RunData | None = None
-    open: dict[str, Detection] = field(default_factory=dict)
-    reported: dict[str, list] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def state_to_dict(state: DetectorState) -> dict[str, Any]:
-    """Plain-JSON form of a state (NaN and Inf as strings, unlogged cells as null)."""
-    return {
-        "detector": state.detector,
-        "last_step": state.last_step,
-        "tail": None if state.tail is None else run_to_dict(state.tail),
-        "open": {k: d.to_dict() for k, d in state.open.items()},
-        "reported": state.reported,
-        "extra": state.extra,
-    }
-
-
-def state_from_dict(data: dict[str, Any]) -> DetectorState:
-    return DetectorState(
-        detector=data["detector"],
-        last_step=data.get("last_step"),
-        tail=None if data.get("tail") is None else run_from_dict(data["tail"]),
-        open={k: Detection.from_dict(_unplain_detection(v)) for k, v in data.get("open", {}).items()},
-        reported=dict(data.get("reported", {})),
-        extra=dict(data.get("extra", {})),
-    )
 
 
 # --- reconciling a re-judged tail with what was already reported ---------------------------------
@@ -202,207 +178,10 @@ def reconcile(state: DetectorState, found: list[Detection], gap: float) -> list[
     return sorted(emitted, key=lambda x: (x.start_step, x.metric))
 
 
-def _prune(state: DetectorState) -> None:
+def prune(state: DetectorState) -> None:
     """Forget intervals that ended before the tail: no new row can change them any more."""
     if state.tail is None:
         return
-    first = _span(state.tail)[0]
+    first = span(state.tail)[0]
     state.open = {m: d for m, d in state.open.items() if d.end_step >= first}
     state.reported = {k: fp for k, fp in state.reported.items() if fp[0] >= first}
-
-
-def _unplain_detection(d: dict[str, Any]) -> dict[str, Any]:
-    d = dict(d)
-    if isinstance(d.get("score"), str):
-        d["score"] = float(d["score"])
-    return d
-
-
-# --- RunData pieces ------------------------------------------------------------------------------
-def _span(run: RunData) -> tuple[float, float]:
-    """First and last step of anything in the run (scalars are sorted; events need not be)."""
-    ends = []
-    if len(run.scalars):
-        ends += [float(run.scalars.index[0]), float(run.scalars.index[-1])]
-    if len(run.events):
-        ev = run.events["step"].to_numpy()
-        ends += [float(ev.min()), float(ev.max())]
-    return (min(ends), max(ends)) if ends else (0.0, 0.0)
-
-
-def finite(run: RunData, key: str) -> pd.Series:
-    """The finite values of one metric, by step (unlogged cells and logged NaN/Inf dropped)."""
-    if key not in run.scalars.columns:
-        return pd.Series(dtype=float, index=pd.Index([], dtype="int64", name="step"), name=key)
-    col = run.scalars[key]
-    ok = np.isfinite(col.to_numpy(dtype=float))
-    return col if ok.all() else col[ok]
-
-
-def make_run(info: RunInfo | str, scalars: pd.DataFrame, events: pd.DataFrame | None = None,
-             repeats: pd.DataFrame | None = None,
-             logged_nonfinite: pd.DataFrame | None = None) -> RunData:
-    """A RunData with the index and column types detectors rely on."""
-    if isinstance(info, str):
-        info = RunInfo(name=info)
-    scalars = scalars.copy()
-    scalars.index = pd.Index(scalars.index.to_numpy(dtype="int64"), name="step")
-    run = RunData(info=info, scalars=scalars.sort_index())
-    if events is not None:
-        run.events = events
-    if repeats is not None:
-        run.repeats = repeats
-    if logged_nonfinite is not None:
-        run.logged_nonfinite = logged_nonfinite
-    return run
-
-
-def restrict_columns(run: RunData, cols: list[str]) -> RunData:
-    """Only `cols` (those the run has), and only rows where one of them was logged."""
-    cols = [c for c in cols if c in run.scalars.columns]
-    scalars = run.scalars[cols]
-    logged = ~np.isnan(scalars.to_numpy(dtype=float)).all(axis=1) if cols else np.zeros(len(scalars), dtype=bool)
-    nf = run.logged_nonfinite
-    if len(nf):
-        nf = nf[nf["key"].isin(cols)]
-        logged |= scalars.index.isin(nf["step"])
-    if not logged.all():
-        scalars = scalars[logged]
-    rep = run.repeats
-    if len(rep):
-        rep = rep[rep["key"].isin(cols)]
-    return RunData(info=run.info, scalars=scalars, events=run.events, repeats=rep, logged_nonfinite=nf)
-
-
-def concat_rows(old: RunData, new: RunData) -> RunData:
-    """Old rows then new ones; where both logged a (step, key), the new value wins."""
-    a, b = old.scalars, new.scalars
-    if a.empty:
-        scalars = b
-    elif b.empty:
-        scalars = a
-    elif a.index[-1] < b.index[0]:
-        scalars = pd.concat([a, b], axis=0)  # the usual case: rows only ever appended
-    else:
-        scalars = b.combine_first(a).sort_index()
-    scalars.index.name = "step"
-    events = old.events
-    if len(new.events):
-        events = _cat(old.events, new.events).sort_values("step", kind="stable").reset_index(drop=True)
-    nf = old.logged_nonfinite
-    if len(new.logged_nonfinite):
-        nf = _cat(nf, new.logged_nonfinite).drop_duplicates(["key", "step"], keep="last").reset_index(drop=True)
-    repeats = old.repeats if new.repeats.empty else _cat(old.repeats, new.repeats).reset_index(drop=True)
-    return RunData(info=new.info, scalars=scalars, events=events, repeats=repeats, logged_nonfinite=nf)
-
-
-def _cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    if a.empty:
-        return b
-    if b.empty:
-        return a
-    return pd.concat([a, b], ignore_index=True)
-
-
-def slice_rows(run: RunData, lo: float, hi: float) -> RunData:
-    """Rows with lo <= step <= hi (scalars, events, repeats and logged NaN/Inf alike)."""
-    idx = run.scalars.index
-    # Integer bounds: a float searched in an int64 index makes NumPy cast the whole index.
-    a = int(idx.searchsorted(math.ceil(lo), side="left")) if math.isfinite(lo) else 0
-    b = int(idx.searchsorted(math.floor(hi), side="right")) if math.isfinite(hi) else len(idx)
-    return RunData(info=run.info, scalars=run.scalars.iloc[a:b], events=_between(run.events, lo, hi),
-                   repeats=_between(run.repeats, lo, hi), logged_nonfinite=_between(run.logged_nonfinite, lo, hi))
-
-
-def slice_ranges(run: RunData, ranges: list[tuple[float, float]], cols: list[str] | None = None) -> RunData:
-    """Rows in any of the (lo, hi) ranges (which may overlap), only `cols` when given."""
-    merged: list[list[float]] = []
-    for lo, hi in sorted(ranges):
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    parts = [slice_rows(run, lo, hi) for lo, hi in merged]
-    if cols is not None:
-        parts = [_only_columns(p, cols) for p in parts]
-    if len(parts) == 1:
-        return parts[0]
-    out = parts[0]
-    for part in parts[1:]:
-        out = concat_rows(out, part)
-    return out
-
-
-def _only_columns(run: RunData, cols: list[str]) -> RunData:
-    """`cols` only, rows kept as they are (cheaper than restrict_columns for a reference)."""
-    cols = [c for c in cols if c in run.scalars.columns]
-    nf, rep = run.logged_nonfinite, run.repeats
-    return RunData(info=run.info, scalars=run.scalars[cols], events=run.events,
-                   repeats=rep[rep["key"].isin(cols)] if len(rep) else rep,
-                   logged_nonfinite=nf[nf["key"].isin(cols)] if len(nf) else nf)
-
-
-def _between(frame: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
-    if frame.empty:
-        return frame
-    steps = frame["step"].to_numpy()
-    keep = (steps >= lo) & (steps <= hi)
-    return frame if keep.all() else frame[keep]
-
-
-def trim_rows(run: RunData, keep_from: float, keep_first_row: bool = False) -> RunData:
-    """Drop rows before `keep_from` (optionally keeping the run's very first row)."""
-    kept = slice_rows(run, keep_from, math.inf)
-    if keep_first_row and len(run.scalars) and run.scalars.index[0] < keep_from:
-        kept.scalars = pd.concat([run.scalars.iloc[:1], kept.scalars])
-    return kept
-
-
-# --- JSON form of a RunData tail ------------------------------------------------------------------
-def _enc(v: float) -> Any:
-    if v != v:  # NaN: a cell the run did not log
-        return None
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return float(v)
-
-
-def _dec(v: Any) -> float:
-    return float("nan") if v is None else float(v)
-
-
-def run_to_dict(run: RunData) -> dict[str, Any]:
-    sc = run.scalars
-    nf = run.logged_nonfinite
-    return {
-        "info": asdict(run.info),
-        "steps": sc.index.to_numpy(dtype="int64").tolist(),
-        "columns": {k: [_enc(v) for v in sc[k].to_numpy(dtype=float)] for k in sc.columns},
-        "logged_nonfinite": [[k, int(s), str(float(v))] for k, s, v in
-                             zip(nf["key"], nf["step"], nf["value"])],
-        "events": [
-            {"step": int(r.step), "kind": str(r.kind), "attempt": int(r.attempt) if r.attempt == r.attempt else None,
-             "payload": r.payload}
-            for r in run.events.itertuples(index=False)
-        ],
-        "repeats": [[k, int(s), int(a), _enc(float(v))] for k, s, a, v in
-                    zip(run.repeats["key"], run.repeats["step"], run.repeats["attempt"], run.repeats["value"])],
-    }
-
-
-def run_from_dict(data: dict[str, Any]) -> RunData:
-    steps = pd.Index(np.asarray(data["steps"], dtype="int64"), name="step")
-    scalars = pd.DataFrame({k: np.array([_dec(v) for v in vals], dtype=float)
-                            for k, vals in data["columns"].items()}, index=steps)
-    nf = pd.DataFrame(data["logged_nonfinite"], columns=["key", "step", "value"]) if data["logged_nonfinite"] else None
-    if nf is not None:
-        nf["step"] = nf["step"].astype("int64")
-        nf["value"] = nf["value"].astype(float)
-    events = pd.DataFrame(data["events"]) if data["events"] else empty_events()
-    if data["events"]:
-        events["step"] = events["step"].astype("int64")
-    repeats = None
-    if data["repeats"]:
-        repeats = pd.DataFrame(data["repeats"], columns=["key", "step", "attempt", "value"])
-        repeats["value"] = repeats["value"].map(_dec)
-    return make_run(RunInfo(**data["info"]), scalars, events=events, repeats=repeats, logged_nonfinite=nf)

@@ -18,6 +18,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -33,7 +35,8 @@ from monitor.schema import (
     Severity,
 )
 
-from .base import Detector, finite
+from .base import Detector, ReferenceUse
+from .rundata import finite
 from .stats import true_runs
 
 COLUMNS = (DATA_CURSOR, DATA_EPOCH, DATA_UNIQUE_FRACTION, DATA_SEEN_ONCE_FRACTION,
@@ -57,30 +60,25 @@ def planned_shares(x: float) -> tuple[float, float, float]:
     return 0.0, 0.0, 1.0
 
 
+@dataclass
 class DataInvariants(Detector):
-    name = "data_invariants"
-    reads_reference = False
-    keep_first_row = True  # the cursor offset is fixed by the first logged step
+    name: ClassVar[str] = "data_invariants"
+    reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    keep_first_row: ClassVar[bool] = True  # the cursor offset is fixed by the first logged step
 
-    def __init__(
-        self,
-        # The cursor counts records exactly, so any difference is a bug; a tolerance in records
-        # exists only for loaders that log an approximate position.
-        cursor_tolerance_records: float = 0.0,
-        # Without replacement the unique share is an exact count. The smallest gap that matters,
-        # with replacement vs without, is x^2/2: above 0.01 once x passes 0.14 of an epoch.
-        coverage_tolerance: float = 0.01,
-        # How close the logged (unseen, once, 2+) shares must be to Poisson(x) (L1 distance) to
-        # name sampling with replacement as the cause.
-        poisson_tolerance: float = 0.05,
-        global_batch_size: int | None = None,  # overrides RunInfo.global_batch_size
-        records_per_epoch: int | None = None,  # overrides RunInfo.records_per_epoch
-    ):
-        self.cursor_tolerance_records = cursor_tolerance_records
-        self.coverage_tolerance = coverage_tolerance
-        self.poisson_tolerance = poisson_tolerance
-        self.global_batch_size = global_batch_size
-        self.records_per_epoch = records_per_epoch
+    cursor_tolerance_records: float = 0.0
+    """The cursor counts records exactly, so any difference is a bug; a tolerance in records exists
+    only for loaders that log an approximate position."""
+    coverage_tolerance: float = 0.01
+    """Without replacement the unique share is an exact count. The smallest gap that matters, with
+    replacement vs without, is x^2/2: above 0.01 once x passes 0.14 of an epoch."""
+    poisson_tolerance: float = 0.05
+    """How close the logged (unseen, once, 2+) shares must be to Poisson(x) (L1 distance) to name
+    sampling with replacement as the cause."""
+    global_batch_size: int | None = None
+    """Records per optimizer step over all hosts; None takes RunInfo.global_batch_size."""
+    records_per_epoch: int | None = None
+    """Records in one pass over the training split; None takes RunInfo.records_per_epoch."""
 
     def columns(self, run: RunData) -> list[str]:
         return [c for c in COLUMNS if c in run.scalars.columns]

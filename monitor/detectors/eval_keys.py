@@ -14,7 +14,7 @@ import pandas as pd
 
 from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData
 
-from .base import finite
+from .rundata import finite
 
 # Metric names whose smaller values are better (bits per byte, perplexity, losses) and those whose
 # larger values are better (accuracies, exact match, F1, probability of the answer). Anything else

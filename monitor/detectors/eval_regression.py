@@ -23,6 +23,8 @@ Metrics without a better direction (bias scores) are left alone.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -30,35 +32,30 @@ from scipy import stats as sps
 
 from monitor.schema import DOWNSTREAM_PREFIX, RunData, Severity
 
-from .base import Detector, finite
+from .base import Detector
+from .rundata import finite
 from .eval_keys import DownstreamMetric, downstream_aggregate, downstream_metrics, matching_steps, \
     oriented_difference, stderr_of
 from .stats import signed_runs, true_runs
 
 
+@dataclass
 class EvalRegression(Detector):
-    name = "eval_regression"
+    name: ClassVar[str] = "eval_regression"
 
-    def __init__(
-        self,
-        # Family-wise error rate over all metrics compared at one checkpoint (Bonferroni).
-        alpha: float = 0.05,
-        # Relative drop that matters. OLMo ladder run vs rerun differ per task by up to ~6% in
-        # the second half of training (boolq) and on average across tasks by under 1%.
-        min_relative_effect: float = 0.03,
-        # Over all tasks the floor is lower (averaging cancels task noise): 2% of the level.
-        min_aggregate_effect: float = 0.02,
-        persist_checkpoints: int = 2,
-        within_run: bool = True,
-        # Running median over this many checkpoints before taking the best earlier value.
-        best_smoothing: int = 3,
-    ):
-        self.alpha = alpha
-        self.min_relative_effect = min_relative_effect
-        self.min_aggregate_effect = min_aggregate_effect
-        self.persist_checkpoints = persist_checkpoints
-        self.within_run = within_run
-        self.best_smoothing = best_smoothing
+    alpha: float = 0.05
+    """Family-wise error rate over all metrics compared at one checkpoint (Bonferroni)."""
+    min_relative_effect: float = 0.03
+    """Relative drop that matters. OLMo ladder run vs rerun differ per task by up to ~6% in the
+    second half of training (boolq) and on average across tasks by under 1%."""
+    min_aggregate_effect: float = 0.02
+    """Over all tasks the floor is lower (averaging cancels task noise): 2% of the level."""
+    persist_checkpoints: int = 2
+    """Consecutive worse checkpoints that make a detection: one bad eval is not a regression."""
+    within_run: bool = True
+    """Also judge metrics the reference does not log against the run's own best."""
+    best_smoothing: int = 3
+    """Running median over this many checkpoints before taking the best earlier value."""
 
     def columns(self, run: RunData) -> list[str]:
         return [c for c in run.scalars.columns if c.startswith(DOWNSTREAM_PREFIX)]

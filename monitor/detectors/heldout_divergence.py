@@ -19,6 +19,9 @@ for sets that log no loss.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import warnings
 
 import numpy as np
@@ -27,42 +30,37 @@ from scipy import stats as sps
 
 from monitor.schema import HELDOUT_PREFIX, RunData, Severity
 
-from .base import Detector, finite
+from .base import Detector, ReferenceUse
+from .rundata import finite
 from .eval_keys import heldout_sets, matching_steps
 from .stats import MEDIAN_SE_FACTOR, shift_band, signed_runs
 
 ALL_SETS = HELDOUT_PREFIX + "all"
 
 
+@dataclass
 class HeldoutDivergence(Detector):
-    name = "heldout_divergence"
-    needs_reference = True
+    name: ClassVar[str] = "heldout_divergence"
+    reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
 
-    def __init__(
-        self,
-        # Largest held-out gap between any two of the 13 identical-config repeats: 0.040 nats
-        # (step 125), ~0.02 later; OLMo ladder run vs rerun, median over 11 sets: under 0.05
-        # (0.042 on c4 for the 3B early in training).
-        min_effect: float = 0.05,
-        # The same in bits per byte: 0.05 nats / ln 2 / ~4 bytes per token.
-        min_effect_bpb: float = 0.02,
-        # One set alone: OLMo ladder run vs rerun differ on the ICE set by up to 0.146 nats
-        # (3.6% of its loss) for a thousand steps (190M) and by 0.134 late in training (1B),
-        # while c4 stays within 0.02: a single set needs 5% of its loss.
-        min_relative_effect: float = 0.05,
-        z_threshold: float = 3.0,
-        persist_checkpoints: int = 2,
-        # As for train loss: two seeds reach a loss a few percent of steps apart early on.
-        step_shift_tolerance: float = 0.02,
-        critical_ratio: float = 3.0,
-    ):
-        self.min_effect = min_effect
-        self.min_effect_bpb = min_effect_bpb
-        self.min_relative_effect = min_relative_effect
-        self.z_threshold = z_threshold
-        self.persist_checkpoints = persist_checkpoints
-        self.step_shift_tolerance = step_shift_tolerance
-        self.critical_ratio = critical_ratio
+    min_effect: float = 0.05
+    """Largest held-out gap between any two of the 13 identical-config repeats: 0.040 nats (step
+    125), ~0.02 later; OLMo ladder run vs rerun, median over 11 sets: under 0.05 (0.042 on c4
+    for the 3B early in training)."""
+    min_effect_bpb: float = 0.02
+    """The same in bits per byte: 0.05 nats / ln 2 / ~4 bytes per token."""
+    min_relative_effect: float = 0.05
+    """One set alone: OLMo ladder run vs rerun differ on the ICE set by up to 0.146 nats (3.6% of
+    its loss) for a thousand steps (190M) and by 0.134 late in training (1B), while c4 stays
+    within 0.02: a single set needs 5% of its loss."""
+    z_threshold: float = 3.0
+    """Standard errors an effect must exceed."""
+    persist_checkpoints: int = 2
+    """Consecutive flagged checkpoints of one sign that make a detection."""
+    step_shift_tolerance: float = 0.02
+    """As for train loss: two seeds reach a loss a few percent of steps apart early on."""
+    critical_ratio: float = 3.0
+    """An effect this many times its band is CRITICAL."""
 
     def columns(self, run: RunData) -> list[str]:
         return [k for stats in heldout_sets(run.scalars.columns).values() for k in stats.values()]

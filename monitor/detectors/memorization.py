@@ -30,6 +30,9 @@ residuals) at `persist_checkpoints` consecutive checkpoints is the same signatur
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import warnings
 
 import numpy as np
@@ -47,7 +50,8 @@ from monitor.schema import (
 )
 
 from . import reread
-from .base import Detector, concat_rows, finite, reconcile, restrict_columns, slice_rows, trim_rows
+from .base import Detector, reconcile
+from .rundata import concat_rows, finite, restrict_columns, slice_rows, trim_rows
 from .eval_keys import downstream_aggregate, heldout_sets
 from .stats import MAD_TO_SIGMA, MEDIAN_SE_FACTOR, cadence, effective_n, row_medians, true_runs
 
@@ -55,44 +59,38 @@ SUSPECT = ("the signature of repeated training data (data-loader sharding that r
            "corpus, a wrong epoch boundary)")
 
 
+@dataclass
 class Memorization(Detector):
-    name = "memorization"
+    name: ClassVar[str] = "memorization"
 
-    def __init__(
-        self,
-        metric: str = TRAIN_LOSS,
-        window_points: int = 100,
-        # A median over a window lags its end by half the window: on a run whose held-out evals
-        # are a few dozen steps apart, 100 steps of train loss would describe training long
-        # before the held-out loss it is compared with.
-        window_checkpoints: int = 2,
-        # The reference-divergence floor: seeds of one recipe never differ by more than 0.04
-        # nats in train loss (the 13 repeats), so a smaller train gain is not evidence.
-        min_effect: float = 0.05,
-        z_threshold: float = 3.0,
-        # In the OLMo 3 7B reproduction, train loss fell 0.25 below the reference and held-out
-        # C4 moved by 0.004: a share of 0.02. A real improvement moves held-out by most of the
-        # train gain; half is the boundary.
-        max_heldout_share: float = 0.5,
-        persist_checkpoints: int = 2,
-        critical_ratio: float = 3.0,
-        within_run: bool = True,
-        # Checkpoints at the start of training, where train and held-out fall too fast for a
-        # trend, are left out of the within-run fit; at least this many checkpoints are needed.
-        skip_checkpoints: int = 3,
-        min_trend_checkpoints: int = 8,
-    ):
-        self.metric = metric
-        self.window_points = window_points
-        self.window_checkpoints = window_checkpoints
-        self.min_effect = min_effect
-        self.z_threshold = z_threshold
-        self.max_heldout_share = max_heldout_share
-        self.persist_checkpoints = persist_checkpoints
-        self.critical_ratio = critical_ratio
-        self.within_run = within_run
-        self.skip_checkpoints = skip_checkpoints
-        self.min_trend_checkpoints = min_trend_checkpoints
+    metric: str = TRAIN_LOSS
+    """The train metric compared with the reference."""
+    window_points: int = 100
+    """Logged steps of train loss per checkpoint, at most."""
+    window_checkpoints: int = 2
+    """A median over a window lags its end by half the window: on a run whose held-out evals are a
+    few dozen steps apart, 100 steps of train loss would describe training long before the
+    held-out loss it is compared with."""
+    min_effect: float = 0.05
+    """The reference-divergence floor: seeds of one recipe never differ by more than 0.04 nats in
+    train loss (the 13 repeats), so a smaller train gain is not evidence."""
+    z_threshold: float = 3.0
+    """Standard errors an effect must exceed."""
+    max_heldout_share: float = 0.5
+    """In the OLMo 3 7B reproduction, train loss fell 0.25 below the reference and held-out C4
+    moved by 0.004: a share of 0.02. A real improvement moves held-out by most of the train
+    gain; half is the boundary."""
+    persist_checkpoints: int = 2
+    """Consecutive flagged checkpoints that make a detection."""
+    critical_ratio: float = 3.0
+    """An effect this many times min_effect is CRITICAL."""
+    within_run: bool = True
+    """Also judge the held-out minus train gap against its own trend (no reference needed)."""
+    skip_checkpoints: int = 3
+    """Checkpoints at the start of training, where train and held-out fall too fast for a trend,
+    are left out of the within-run fit; at least this many checkpoints are needed."""
+    min_trend_checkpoints: int = 8
+    """Smallest base of a trend fit."""
 
     def columns(self, run: RunData) -> list[str]:
         return [c for c in run.scalars.columns

@@ -9,37 +9,40 @@ before a NaN.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import pandas as pd
 
 from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, RunData, Severity
 
-from .base import Detector, finite
+from .base import Detector, ReferenceUse
+from .rundata import finite
 from .stats import true_runs
 
 
+@dataclass
 class NonFiniteDetector(Detector):
-    name = "nonfinite"
-    reads_reference = False
+    name: ClassVar[str] = "nonfinite"
+    reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
 
-    def __init__(
-        self,
-        critical_metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM),
-        explode_metric: str = TRAIN_GRAD_NORM,
-        # The largest real grad-norm spikes in our data (llm.c GPT-2 124M, steps 7,435 and 9,025)
-        # reach 5.3x and 7.5x the trailing median for one step and recover at once; 10x held for
-        # 3 steps is beyond every real spike we have seen.
-        explode_ratio: float = 10.0,
-        explode_min_points: int = 3,
-        # Trailing median over the previous 500 logged steps: long enough that a burst of spikes
-        # does not lift it.
-        baseline_points: int = 500,
-    ):
-        self.critical_metrics = tuple(critical_metrics)
-        self.explode_metric = explode_metric
-        self.explode_ratio = explode_ratio
-        self.explode_min_points = explode_min_points
-        self.baseline_points = baseline_points
+    critical_metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
+    """A NaN/Inf in these is CRITICAL (training is lost); in any other metric a WARNING."""
+    explode_metric: str = TRAIN_GRAD_NORM
+    """The metric judged for explosion."""
+    explode_ratio: float = 10.0
+    """The largest real grad-norm spikes in our data (llm.c GPT-2 124M, steps 7,435 and 9,025)
+    reach 5.3x and 7.5x the trailing median for one step and recover at once; 10x held for 3
+    steps is beyond every real spike we have seen."""
+    explode_min_points: int = 3
+    """Logged steps in a row at explode_ratio or more: one large spike that recovers is a spike."""
+    baseline_points: int = 500
+    """Trailing median over the previous 500 logged steps: long enough that a burst of spikes does
+    not lift it."""
+
+    def __post_init__(self) -> None:
+        self.critical_metrics = tuple(self.critical_metrics)
 
     def lookback(self, step_cadence: float) -> float:
         return (self.baseline_points + 2 * self.explode_min_points + 2) * step_cadence

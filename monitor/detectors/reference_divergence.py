@@ -19,52 +19,48 @@ learning.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 from scipy import stats as sps
 from sklearn.isotonic import isotonic_regression
 
 from monitor.schema import TRAIN_LOSS, RunData, Severity
 
-from .base import Detector, finite
+from .base import Detector, ReferenceUse
+from .rundata import finite
 from .stats import cadence, mad_sigma, shift_band, signed_runs, window_summaries
 
 
+@dataclass
 class ReferenceDivergence(Detector):
-    name = "reference_divergence"
-    needs_reference = True
+    name: ClassVar[str] = "reference_divergence"
+    reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
 
-    def __init__(
-        self,
-        metric: str = TRAIN_LOSS,
-        window_points: int = 100,
-        # Largest gap between window medians of train loss for any two of the 13 identical-config
-        # repeats (modded-nanogpt valueembed_seeds, 100-step windows): 0.025 nats, 0.040 nats with
-        # 25-step windows in the first 300 steps. 0.05 sits above every seed-to-seed difference.
-        min_effect: float = 0.05,
-        # Three standard errors: a 0.27% two-sided chance per window under pure noise, and
-        # persistence makes a false run of windows far rarer still.
-        z_threshold: float = 3.0,
-        persist_windows: int = 3,
-        # Seeds of one recipe reach the same loss within ~2% of the steps in the repeats' first
-        # few hundred steps, when the loss falls fastest; that much timing is not divergence.
-        step_shift_tolerance: float = 0.02,
-        # A window needs at least half its points to be judged (first/last windows are partial).
-        min_window_fill: float = 0.5,
-        # Effect three times the band: far outside anything noise or seeds produce.
-        critical_ratio: float = 3.0,
-        # Points of the interval used for the per-run noise evidence (isotonic fits); bounded
-        # so that evidence for a million-step interval costs milliseconds.
-        evidence_points: int = 20_000,
-    ):
-        self.metric = metric
-        self.window_points = window_points
-        self.min_effect = min_effect
-        self.z_threshold = z_threshold
-        self.persist_windows = persist_windows
-        self.step_shift_tolerance = step_shift_tolerance
-        self.min_window_fill = min_window_fill
-        self.critical_ratio = critical_ratio
-        self.evidence_points = evidence_points
+    metric: str = TRAIN_LOSS
+    """The metric compared with the reference."""
+    window_points: int = 100
+    """Logged steps per window."""
+    min_effect: float = 0.05
+    """Largest gap between window medians of train loss for any two of the 13 identical-config
+    repeats (modded-nanogpt valueembed_seeds, 100-step windows): 0.025 nats, 0.040 nats with
+    25-step windows in the first 300 steps. 0.05 sits above every seed-to-seed difference."""
+    z_threshold: float = 3.0
+    """Three standard errors: a 0.27% two-sided chance per window under pure noise, and persistence
+    makes a false run of windows far rarer still."""
+    persist_windows: int = 3
+    """Consecutive counting windows of one sign that make a detection."""
+    step_shift_tolerance: float = 0.02
+    """Seeds of one recipe reach the same loss within ~2% of the steps in the repeats' first few
+    hundred steps, when the loss falls fastest; that much timing is not divergence."""
+    min_window_fill: float = 0.5
+    """A window needs at least half its points to be judged (first/last windows are partial)."""
+    critical_ratio: float = 3.0
+    """Effect three times the band: far outside anything noise or seeds produce."""
+    evidence_points: int = 20_000
+    """Points of the interval used for the per-run noise evidence (isotonic fits); bounded so that
+    evidence for a million-step interval costs milliseconds."""
 
     def columns(self, run: RunData) -> list[str]:
         return [self.metric]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from monitor.schema import DATA_BATCH_REREAD_FRACTION, TRAIN_REREAD_LOSS_GAP, RunData
 
-from .base import finite
+from .rundata import finite
 from .stats import window_summaries
 
 COLUMNS = (DATA_BATCH_REREAD_FRACTION, TRAIN_REREAD_LOSS_GAP)

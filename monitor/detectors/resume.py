@@ -11,37 +11,39 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 
 from monitor.schema import CONFIG_DETERMINISTIC, DATA_CURSOR, TRAIN_LOSS, EventKind, RunData, Severity
 
-from .base import Detector, finite
+from .base import Detector, ReferenceUse
+from .rundata import finite
 from .stats import cadence
 
 
+@dataclass
 class ResumeConsistency(Detector):
-    name = "resume"
-    reads_reference = False
+    name: ClassVar[str] = "resume"
+    reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
 
-    def __init__(
-        self,
-        replay_metrics: tuple[str, ...] = (TRAIN_LOSS,),
-        # A deterministic replay reproduces the loss bit for bit; 1e-6 absolute (plus 1e-6
-        # relative) absorbs only float printing and accumulation order in the logger.
-        replay_atol: float = 1e-6,
-        replay_rtol: float = 1e-6,
-        # None: trust the run's config key `deterministic`; True/False: override it.
-        deterministic: bool | None = None,
-        # A gap is a jump of more than this many logging intervals.
-        gap_factor: float = 1.5,
-        gap_metric: str = TRAIN_LOSS,
-    ):
-        self.replay_metrics = tuple(replay_metrics)
-        self.replay_atol = replay_atol
-        self.replay_rtol = replay_rtol
-        self.deterministic = deterministic
-        self.gap_factor = gap_factor
-        self.gap_metric = gap_metric
+    replay_metrics: tuple[str, ...] = (TRAIN_LOSS,)
+    """Metrics whose values two attempts logged for one step must agree on."""
+    replay_atol: float = 1e-6
+    """A deterministic replay reproduces the loss bit for bit; 1e-6 absolute (plus 1e-6 relative)
+    absorbs only float printing and accumulation order in the logger."""
+    replay_rtol: float = 1e-6
+    """Relative part of the replay tolerance (see replay_atol)."""
+    deterministic: bool | None = None
+    """None: trust the run's config key `deterministic`; True/False: override it."""
+    gap_factor: float = 1.5
+    """A gap is a jump of more than this many logging intervals."""
+    gap_metric: str = TRAIN_LOSS
+    """The metric whose logged steps show lost progress."""
+
+    def __post_init__(self) -> None:
+        self.replay_metrics = tuple(self.replay_metrics)
 
     def columns(self, run: RunData) -> list[str]:
         return [c for c in (self.gap_metric, DATA_CURSOR) if c in run.scalars.columns]

@@ -29,6 +29,9 @@ and at step 1,000,000.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import pandas as pd
 
@@ -41,7 +44,9 @@ from monitor.schema import (
     Severity,
 )
 
-from .base import Detector, DetectorState, concat_rows, finite, reconcile, restrict_columns, trim_rows
+from .base import Detector, ReferenceUse, reconcile
+from .rundata import concat_rows, finite, restrict_columns, trim_rows
+from .state import DetectorState
 from .stats import MAD_TO_SIGMA, row_medians, true_runs
 
 DEFINITIONS = ("gapwatch", "olmo_core", "olmo2")
@@ -66,63 +71,55 @@ def olmo2_flags(x: pd.Series, window: int = 1000, threshold: float = 7.0) -> np.
         return (np.abs(x.to_numpy() - mean) >= threshold * std) & (std > 0)
 
 
+@dataclass
 class SpikeDetector(Detector):
-    name = "spike"
-    reads_reference = False
+    name: ClassVar[str] = "spike"
+    reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
 
-    def __init__(
-        self,
-        metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM),
-        definition: str = "gapwatch",
-        # OLMo-core's threshold, kept for ours: with a sigma that trend and earlier spikes do not
-        # inflate, 6 sigma finds more real spikes at the same nominal false-alarm rate.
-        threshold: float = 6.0,
-        # Level = median of the previous 32 values: short enough to follow the early-training
-        # fall, long enough that a spike cannot move it.
-        center_window: int = 32,
-        # Lag and noise from blocks of 128 values: OLMo-core's window length.
-        scale_window: int = 128,
-        # Sigma is at least the median spread of this many previous blocks (512 values).
-        slow_blocks: int = 4,
-        log_scale: tuple[str, ...] = (TRAIN_GRAD_NORM,),
-        # Noise floor as a share of the level: a loss excursion under 6% is not called a spike.
-        min_relative_sigma: float = 0.01,
-        # Noise floor on the log scale: llm.c's grad norm, printed to two decimals around 0.22,
-        # wobbles to 0.27 (1.2x) all through its last thousand steps; with 0.05 the smallest
-        # spike is 1.35x its level.
-        min_log_sigma: float = 0.05,
-        # OLMo-core StabilityMonitorCallback defaults.
-        olmo_core_window: int = 128,
-        olmo_core_threshold: float = 6.0,
-        # OLMo 2 paper (spike score): 7 sigma from the rolling average of the last 1,000 steps.
-        olmo2_window: int = 1000,
-        olmo2_threshold: float = 7.0,
-        # OLMo-core's rolling_window for the running spike score.
-        score_window: int = 10_000,
-        # An excursion ends when the value is back within this many sigma of the level before it.
-        recover_sigma: float = 3.0,
-        recovery_points: int = 20,
-        unrecovered_points: int = 200,
-    ):
-        if definition not in DEFINITIONS:
-            raise ValueError(f"spike definition must be one of {DEFINITIONS}, not {definition!r}")
-        self.metrics = tuple(metrics)
-        self.definition = definition
-        self.threshold = threshold
-        self.center_window = center_window
-        self.scale_window = scale_window
-        self.slow_blocks = slow_blocks
-        self.log_scale = tuple(log_scale)
-        self.min_relative_sigma = min_relative_sigma
-        self.min_log_sigma = min_log_sigma
-        self.olmo_core_window = olmo_core_window
-        self.olmo_core_threshold = olmo_core_threshold
-        self.olmo2_window = olmo2_window
-        self.olmo2_threshold = olmo2_threshold
-        self.score_window = score_window
-        self.recover_sigma = recover_sigma
-        self.recovery_points = recovery_points
-        self.unrecovered_points = unrecovered_points
+    metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
+    """The metrics judged for spikes."""
+    definition: str = "gapwatch"
+    """Which rule makes the detections: gapwatch, olmo_core or olmo2 (all three are evidence)."""
+    threshold: float = 6.0
+    """OLMo-core's threshold, kept for ours: with a sigma that trend and earlier spikes do not
+    inflate, 6 sigma finds more real spikes at the same nominal false-alarm rate."""
+    center_window: int = 32
+    """Level = median of the previous 32 values: short enough to follow the early-training fall,
+    long enough that a spike cannot move it."""
+    scale_window: int = 128
+    """Lag and noise from blocks of 128 values: OLMo-core's window length."""
+    slow_blocks: int = 4
+    """Sigma is at least the median spread of this many previous blocks (512 values)."""
+    log_scale: tuple[str, ...] = (TRAIN_GRAD_NORM,)
+    """Metrics judged on a log scale: grad norm spikes multiplicatively."""
+    min_relative_sigma: float = 0.01
+    """Noise floor as a share of the level: a loss excursion under 6% is not called a spike."""
+    min_log_sigma: float = 0.05
+    """Noise floor on the log scale: llm.c's grad norm, printed to two decimals around 0.22,
+    wobbles to 0.27 (1.2x) all through its last thousand steps; with 0.05 the smallest spike is
+    1.35x its level."""
+    olmo_core_window: int = 128
+    """OLMo-core StabilityMonitorCallback's window of previous values."""
+    olmo_core_threshold: float = 6.0
+    """OLMo-core StabilityMonitorCallback's threshold in sigma."""
+    olmo2_window: int = 1000
+    """OLMo 2 paper (spike score): 7 sigma from the rolling average of the last 1,000 steps."""
+    olmo2_threshold: float = 7.0
+    """OLMo 2 paper's threshold in sigma."""
+    score_window: int = 10_000
+    """OLMo-core's rolling_window for the running spike score."""
+    recover_sigma: float = 3.0
+    """An excursion ends when the value is back within this many sigma of the level before it."""
+    recovery_points: int = 20
+    """A spike back within this many logged steps is INFO; a longer excursion is a WARNING."""
+    unrecovered_points: int = 200
+    """A spike not recovered after this many logged steps is CRITICAL."""
+
+    def __post_init__(self) -> None:
+        if self.definition not in DEFINITIONS:
+            raise ValueError(f"spike definition must be one of {DEFINITIONS}, not {self.definition!r}")
+        self.metrics = tuple(self.metrics)
+        self.log_scale = tuple(self.log_scale)
 
     def columns(self, run: RunData) -> list[str]:
         return [m for m in self.metrics if m in run.scalars.columns]

@@ -20,67 +20,63 @@ never changes as later rows arrive.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import pandas as pd
 
 from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, RunData, Severity
 
-from .base import Detector, finite
+from .base import Detector
+from .rundata import finite
 from .stats import cadence, signed_runs, true_runs, window_summaries
 
 
+@dataclass
 class ThroughputDetector(Detector):
-    name = "throughput"
+    name: ClassVar[str] = "throughput"
 
-    def __init__(
-        self,
-        # The goodput library computes the ideal over the whole job; blocks of 1,000 steps let
-        # the ideal follow real changes (a new sequence length, a resized job) in long runs.
-        block_points: int = 1000,
-        # ml-goodput-measurement: a step time above median + 3 MAD is not "normal".
-        mad_factor: float = 3.0,
-        # An anomalous step that takes twice the ideal is a stall (small MADs in very steady runs
-        # would otherwise call a few percent of jitter one)...
-        stall_ratio: float = 2.0,
-        # ...and that loses at least a second: a busy host makes a 60 ms step take 150 ms now and
-        # then, which costs nothing anyone would act on.
-        min_stall_s: float = 1.0,
-        # A pause worth timing is an anomalous step at least 10% over the ideal: the goodput
-        # bound alone (median + 3 unscaled MAD, about 2 sigma) also passes 2% of normal steps.
-        pause_excess: float = 0.10,
-        # Periodic pauses: at least 5 pauses whose spacing is within 10% of the commonest one,
-        # making up at least half of all pauses.
-        periodic_min_count: int = 5,
-        period_tolerance: float = 0.1,
-        periodic_share: float = 0.5,
-        # Slow steps one after another are a slow stretch (a busy host, an eval), not a pause that
-        # recurs: a period is at least two steps.
-        min_period_steps: int = 2,
-        # A healthy run's 100-step medians of MFU or tokens/s jitter by a few percent; a 10% drop
-        # held for two blocks is a real slowdown.
-        drop_block_points: int = 100,
-        drop_fraction: float = 0.10,
-        baseline_blocks: int = 50,
-        persist_blocks: int = 2,
-        # Below 90% goodput a run loses more than one step in ten to stalls and pauses.
-        min_goodput: float = 0.90,
-        drop_metrics: tuple[str, ...] = (PERF_MFU, PERF_TOKENS_PER_S),
-    ):
-        self.block_points = block_points
-        self.mad_factor = mad_factor
-        self.stall_ratio = stall_ratio
-        self.min_stall_s = min_stall_s
-        self.pause_excess = pause_excess
-        self.periodic_min_count = periodic_min_count
-        self.period_tolerance = period_tolerance
-        self.periodic_share = periodic_share
-        self.min_period_steps = min_period_steps
-        self.drop_block_points = drop_block_points
-        self.drop_fraction = drop_fraction
-        self.baseline_blocks = baseline_blocks
-        self.persist_blocks = persist_blocks
-        self.min_goodput = min_goodput
-        self.drop_metrics = tuple(drop_metrics)
+    block_points: int = 1000
+    """The goodput library computes the ideal over the whole job; blocks of 1,000 steps let the
+    ideal follow real changes (a new sequence length, a resized job) in long runs."""
+    mad_factor: float = 3.0
+    """ml-goodput-measurement: a step time above median + 3 MAD is not "normal"."""
+    stall_ratio: float = 2.0
+    """An anomalous step that takes twice the ideal is a stall (small MADs in very steady runs
+    would otherwise call a few percent of jitter one)..."""
+    min_stall_s: float = 1.0
+    """...and that loses at least a second: a busy host makes a 60 ms step take 150 ms now and
+    then, which costs nothing anyone would act on."""
+    pause_excess: float = 0.10
+    """A pause worth timing is an anomalous step at least 10% over the ideal: the goodput bound
+    alone (median + 3 unscaled MAD, about 2 sigma) also passes 2% of normal steps."""
+    periodic_min_count: int = 5
+    """Periodic pauses: at least 5 pauses whose spacing is within 10% of the commonest one, making
+    up at least half of all pauses."""
+    period_tolerance: float = 0.1
+    """Spacings within this share of the commonest one count as the same period."""
+    periodic_share: float = 0.5
+    """The periodic pauses must be at least this share of all anomalous steps."""
+    min_period_steps: int = 2
+    """Slow steps one after another are a slow stretch (a busy host, an eval), not a pause that
+    recurs: a period is at least two steps."""
+    drop_block_points: int = 100
+    """A healthy run's 100-step medians of MFU or tokens/s jitter by a few percent; a 10% drop held
+    for two blocks is a real slowdown."""
+    drop_fraction: float = 0.10
+    """A block median this share below the baseline is a drop."""
+    baseline_blocks: int = 50
+    """The run's own baseline: the median of the previous 50 block medians (5,000 steps)."""
+    persist_blocks: int = 2
+    """Consecutive dropped blocks that make a detection."""
+    min_goodput: float = 0.90
+    """Below 90% goodput a run loses more than one step in ten to stalls and pauses."""
+    drop_metrics: tuple[str, ...] = (PERF_MFU, PERF_TOKENS_PER_S)
+    """The throughput metrics judged for drops (higher is better)."""
+
+    def __post_init__(self) -> None:
+        self.drop_metrics = tuple(self.drop_metrics)
 
     def columns(self, run: RunData) -> list[str]:
         return [c for c in (PERF_STEP_TIME_S, *self.drop_metrics) if c in run.scalars.columns]

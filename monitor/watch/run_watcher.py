@@ -14,13 +14,9 @@ from sqlalchemy import and_, func, select
 
 from monitor.align import align_pair
 from monitor.alerting.incidents import Progress
-from monitor.detectors.base import (
-    Detector,
-    DetectorState,
-    concat_rows,
-    state_from_dict,
-    state_to_dict,
-)
+from monitor.detectors.base import Detector
+from monitor.detectors.rundata import concat_rows
+from monitor.detectors.state import DetectorState, state_from_dict, state_to_dict
 from monitor.schema import Detection, RunData
 from monitor.store import tables
 from monitor.watch import rows
@@ -57,7 +53,7 @@ class RunWatcher:
 
     # --- state ---------------------------------------------------------------------------------
     def _fingerprint(self) -> dict[str, str]:
-        return {d.name: repr(d) for d in self.detectors}
+        return {d.name: d.fingerprint() for d in self.detectors}
 
     def restore(self) -> None:
         """Load the saved state, or start from the first step if there is none or it was made for

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from monitor.detectors import REGISTRY, build, state_from_dict, state_to_dict
-from monitor.detectors.base import slice_rows
+from monitor.detectors.rundata import slice_rows
 from monitor.schema import (
     DATA_CURSOR,
     PERF_MFU,

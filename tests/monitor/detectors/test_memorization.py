@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.detectors import state_from_dict, state_to_dict
-from monitor.detectors.base import make_run
+from monitor.detectors.rundata import make_run
 from monitor.detectors.memorization import Memorization
 from monitor.schema import (
     DATA_BATCH_REREAD_FRACTION,
