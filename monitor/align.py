@@ -14,11 +14,13 @@ Axis
 
 Which values are kept (per metric; only metrics both runs logged)
 * The run's values are never changed; the result only drops steps that have no fair partner.
-* Held-out and downstream evals (`eval/...`) are compared only at matching checkpoints: the same
-  step on the step axis, the nearest reference checkpoint within `eval_match_rel_tol` of the run's
-  tokens on the token axis (one to one). They are never interpolated: a checkpoint that the other
-  run did not evaluate is dropped (the OLMo rerun evaluates every 100 steps, the run every 200:
-  the pair keeps 200, 400, ...).
+* Held-out and downstream evals (`eval/...`) keep every checkpoint of both runs. A reference
+  checkpoint that matches a run checkpoint (the same step on the step axis; the nearest one within
+  `eval_match_rel_tol` of the run's tokens on the token axis, one to one) is placed on that run
+  step, so both runs have a value there (the OLMo rerun evaluates every 100 steps, the run every
+  200: both have 200, 400, ...). The reference's other checkpoints stay at their own place on the
+  run's axis (rounded to a step), so that detectors can interpolate between them with an honest
+  error (monitor/detectors/checkpoints.py); values are never changed here.
 * Dense series (train, optimizer, perf, data): where the reference logged the run's step itself,
   that value is used. If such exact matches cover at least `exact_share` of the run's steps inside
   the reference's range, only they are kept. Otherwise (the two runs logged at different steps,
@@ -32,8 +34,10 @@ Which values are kept (per metric; only metrics both runs logged)
 * A value the reference logged as NaN/Inf is kept at an exact match (it is what the run logged)
   and never used as an interpolation end.
 
-Both results have the same step index and columns; `run.series(k)` and `reference.series(k)` have
-identical indexes for every column k. What was done is recorded in `info.config["alignment"]`.
+Both results have the same step index and columns; for dense series `run.series(k)` and
+`reference.series(k)` have identical indexes; for evals the steps where both are finite are the
+matched checkpoints (`eval_keys.matching_steps`). What was done is recorded in
+`info.config["alignment"]`.
 """
 
 from __future__ import annotations
@@ -99,18 +103,21 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
             continue
         x = to_run_steps(theirs.index.to_numpy())
         if key.startswith(EVAL_PREFIX):
-            steps, values, how = _match_checkpoints(mine, x, theirs.to_numpy(), chosen, config)
+            steps, values, how, used = _match_checkpoints(mine, x, theirs.to_numpy(), chosen, config)
+            run_cols[key] = mine
+            ref_cols[key] = _with_unmatched(pd.Series(values, index=pd.Index(steps, dtype="int64")), mine,
+                                            x[~used], theirs.to_numpy()[~used])
         else:
             steps, values, how = _dense(mine, x, theirs.to_numpy(), ref_bounds, config)
-        if len(steps) == 0:
-            continue
-        run_cols[key] = mine.loc[steps]
-        ref_cols[key] = pd.Series(values, index=pd.Index(steps, dtype="int64"))
+            if len(steps) == 0:
+                continue
+            run_cols[key] = mine.loc[steps]
+            ref_cols[key] = pd.Series(values, index=pd.Index(steps, dtype="int64"))
         stats[key] = {"points": int(len(steps)), "method": how}
 
     # Index.union merges sorted indexes; a union of Python sets of 1.4M steps took seconds.
-    index = (functools.reduce(pd.Index.union, [s.index for s in run_cols.values()]) if run_cols
-             else pd.Index([])).astype("int64").rename("step")
+    indexes = [s.index for s in run_cols.values()] + [s.index for s in ref_cols.values()]
+    index = (functools.reduce(pd.Index.union, indexes) if indexes else pd.Index([])).astype("int64").rename("step")
     meta = {
         "axis": chosen,
         "reason": reason,
@@ -221,12 +228,13 @@ def _attempt_boundaries(data: RunData) -> np.ndarray:
 # --- per-metric pairing -----------------------------------------------------------------------------
 def _match_checkpoints(mine: pd.Series, x: np.ndarray, values: np.ndarray, axis: str,
                        config: AlignConfig):
-    """Run checkpoints paired one to one with the reference checkpoint at the same position."""
+    """Run checkpoints paired one to one with the reference checkpoint at the same position; the
+    last value marks the reference checkpoints (in the order of `x`) that found a partner."""
     run_steps = mine.index.to_numpy(dtype="float64")
     if axis == "step":
         common = np.intersect1d(run_steps, x)
         pos = np.searchsorted(x, common)
-        return common.astype("int64"), values[pos], "matching steps"
+        return common.astype("int64"), values[pos], "matching steps", np.isin(x, common)
     # Nearest reference checkpoint for each run checkpoint, accepted within tolerance and taken
     # by the closest run checkpoint only.
     order = np.argsort(x)
@@ -246,8 +254,32 @@ def _match_checkpoints(mine: pd.Series, x: np.ndarray, values: np.ndarray, axis:
     pairs = sorted((i, j) for j, (_, i) in best.items())
     run_idx = np.array([i for i, _ in pairs], dtype=int)
     ref_idx = np.array([j for _, j in pairs], dtype=int)
+    used = np.zeros(len(x), dtype=bool)
+    used[order[ref_idx]] = True
     return (run_steps[run_idx].astype("int64"), vs[ref_idx],
-            f"checkpoints within {config.eval_match_rel_tol:.1%} of the tokens")
+            f"checkpoints within {config.eval_match_rel_tol:.1%} of the tokens", used)
+
+
+def _with_unmatched(matched: pd.Series, mine: pd.Series, x: np.ndarray, values: np.ndarray) -> pd.Series:
+    """The matched reference checkpoints plus the reference's other checkpoints at their own place
+    on the run's axis (rounded to a step), from the last one before the run's first checkpoint to
+    the first one after its last: the brackets (and third points) an interpolation may need."""
+    x = np.asarray(x, dtype="float64")
+    values = np.asarray(values, dtype="float64")
+    if mine.empty or x.size == 0:
+        return matched
+    lo, hi = float(mine.index[0]), float(mine.index[-1])
+    order = np.argsort(x, kind="stable")
+    x, values = x[order], values[order]
+    first = max(int(np.searchsorted(x, lo, side="left")) - 1, 0)
+    last = min(int(np.searchsorted(x, hi, side="right")), x.size - 1)
+    near = np.rint(x[first:last + 1]).astype("int64")
+    # A checkpoint already matched, or one rounding onto a run checkpoint it did not match (token
+    # axis), is not repeated.
+    taken = matched.index.union(mine.index)
+    free = ~pd.Index(near).isin(taken) & ~pd.Index(near).duplicated()
+    extra = pd.Series(values[first:last + 1][free], index=pd.Index(near[free], dtype="int64"))
+    return pd.concat([matched, extra]).sort_index()
 
 
 def _dense(mine: pd.Series, x: np.ndarray, values: np.ndarray, bounds: np.ndarray,

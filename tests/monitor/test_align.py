@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from monitor import schema
-from monitor.align import AlignConfig, align_pair
+from monitor.align import EVAL_PREFIX, AlignConfig, align_pair
+from monitor.detectors.eval_keys import matching_steps
 from monitor.errors import GapwatchError
 from monitor.importers import ImportedRun, load, scalars_frame
 
@@ -33,23 +34,27 @@ def _run(name, series: dict[str, dict[int, float]], tokens_per_step=None, attemp
 
 
 def _same_index(a, b):
+    """Dense series pair step for step; evals pair at the checkpoints both have (matching_steps)."""
     for key in a.scalars.columns:
-        assert a.series(key).index.equals(b.series(key).index), key
+        if not key.startswith(EVAL_PREFIX):
+            assert a.series(key).index.equals(b.series(key).index), key
 
 
-def test_olmo_rerun_evaluating_twice_as_often_pairs_only_shared_checkpoints(shared_data):
+def test_olmo_rerun_evaluating_twice_as_often_pairs_shared_checkpoints_and_keeps_its_others(shared_data):
     base = shared_data / "runs/olmo-wandb-exports/ladder"
     run = load(base / "peteish-moreeval__190M-1xC.csv").to_run_data("run")
     ref = load(base / "peteish-moreeval__190M-1xC-rerun.csv").to_run_data("rerun")
     a, r = align_pair(run, ref)
     assert a.info.config["alignment"]["axis"] == "step"
     _same_index(a, r)
-    # Every run checkpoint, none of the rerun's extra ones, values untouched.
-    assert a.series(C4).index.equals(run.series(C4).index)
-    assert r.series(C4).equals(ref.series(C4).loc[run.series(C4).index])
+    # Every run checkpoint is paired; the rerun's extra ones stay at their own steps; values untouched.
+    paired = matching_steps(a, r, C4)
+    assert list(paired) == list(run.series(C4).index)
     assert a.series(C4).equals(run.series(C4))
+    assert r.series(C4).equals(ref.series(C4).loc[r.series(C4).index])
+    assert {100, 300, 7200} <= set(r.series(C4).index) and len(r.series(C4)) == len(ref.series(C4))
     # The README: c4 run vs rerun within 0.021 nats for the 190M.
-    assert (a.series(C4) - r.series(C4)).abs().max() <= 0.021
+    assert (a.series(C4).loc[paired] - r.series(C4).loc[paired]).abs().max() <= 0.021
 
 
 def test_token_axis_when_batch_sizes_differ(shared_data):
@@ -60,15 +65,18 @@ def test_token_axis_when_batch_sizes_differ(shared_data):
     meta = a.info.config["alignment"]
     assert meta["axis"] == "tokens" and "differ" in meta["reason"]
     _same_index(a, r)
-    # Held-out/downstream evals only at checkpoints with the same tokens (within 0.5%), never
-    # interpolated: early on that is every 3,000 run steps (= 4,000 reference steps) exactly.
-    hs = a.series(HELLASWAG)
-    early = hs.index[hs.index < 40000]
+    # Held-out/downstream evals pair at checkpoints with the same tokens (within 0.5%): early on
+    # that is every 3,000 run steps (= 4,000 reference steps) exactly. Values are never changed.
+    paired = matching_steps(a, r, HELLASWAG)
+    early = paired[paired < 40000]
     assert len(early) == 13 and (early % 3000 == 0).all()
     ref_hs = ref.series(HELLASWAG)
     for step, value in r.series(HELLASWAG).items():
         nearest = ref_hs.index[np.argmin(np.abs(ref_hs.index * 1572864 - step * 2097152))]
-        assert abs(nearest * 1572864 - step * 2097152) <= 0.005 * step * 2097152
+        if step in paired:
+            assert abs(nearest * 1572864 - step * 2097152) <= 0.005 * step * 2097152
+        else:  # an unmatched reference checkpoint, at its own place on the run's steps
+            assert abs(nearest * 1572864 - step * 2097152) <= 0.5 * 2097152
         assert value == ref_hs.loc[nearest]
     # The reference's tokens, placed on the run's steps, equal the run's own tokens.
     tok_a, tok_r = a.series(schema.TRAIN_TOKENS), r.series(schema.TRAIN_TOKENS)
@@ -83,7 +91,7 @@ def test_step_axis_forced_keeps_steps(shared_data):
     a, r = align_pair(run, ref, axis="step")
     assert a.info.config["alignment"]["axis"] == "step"
     shared = run.series(HELLASWAG).index.intersection(ref.series(HELLASWAG).index)
-    assert a.series(HELLASWAG).index.equals(shared)
+    assert list(matching_steps(a, r, HELLASWAG)) == list(shared)
 
 
 def test_dense_reference_interpolated_only_across_small_gaps():
@@ -155,7 +163,8 @@ def test_token_axis_eval_tolerance_and_one_to_one():
     ref = _run("ref", {C4: {33: 3.1, 67: 2.6, 100: 2.3}}, tokens_per_step=3000)
     a, r = align_pair(run, ref)
     assert a.info.config["alignment"]["axis"] == "tokens"
-    assert r.series(C4).to_dict() == {200: 2.6, 300: 2.3}
+    assert r.series(C4).to_dict() == {99: 3.1, 200: 2.6, 300: 2.3}  # 33 is 1% off 100: not its partner
+    assert list(matching_steps(a, r, C4)) == [200, 300]
     a2, r2 = align_pair(run, ref, config=AlignConfig(eval_match_rel_tol=0.02))
     assert r2.series(C4).to_dict() == {100: 3.1, 200: 2.6, 300: 2.3}
 
