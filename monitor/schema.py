@@ -45,6 +45,10 @@ TRAIN_REREAD_LOSS_GAP = "train/reread_loss_gap"
 PARITY_KL_MEAN = "parity/kl_mean"
 PARITY_TOP1 = "parity/top1"
 
+# --- what detectors judge that no trainer logs ---------------------------------------------------
+# Held-out minus train loss at a checkpoint (the memorization_trend detector's metric).
+HELDOUT_TRAIN_GAP = "eval/heldout/gap"
+
 # --- detector outputs that are series rather than intervals ------------------------------------
 SPIKE_SCORE_LOSS = "detect/spike_score/train_loss"
 SPIKE_SCORE_GRAD_NORM = "detect/spike_score/grad_norm"

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from monitor.detectors.reference_divergence import ReferenceDivergence
-from monitor.detectors.stats import cadence, shift_band, window_summaries
+from monitor.detectors.noise import log_slope
+from monitor.detectors.stats import cadence, window_summaries
 from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData
 
 # Most windows of the delta across a view: about one per 6 px of a full-width chart. A zoomed-out
@@ -70,11 +71,11 @@ def reference_delta(run: pd.DataFrame, reference: pd.DataFrame, *, detector: Ref
     Returns (windows, points). `points` (x, delta) is the run minus the reference interpolated at
     the run's points. `windows` (x, delta, band, n) holds the median of that difference in windows
     of the detector's `window_points` logged steps (wider when the view would hold more than
-    `max_windows`), and `band`, the detector's threshold there: the larger of its minimum effect
-    plus the timing band of the reference, and `z_threshold` standard errors of the median (lag-1
-    autocorrelation accounted for). A median outside the band for `persist_windows` windows in a
-    row is what fires the detector. On a downsampled series the points are bucket extremes, whose
-    spread exceeds the per-step noise, so the standard-error part of the band errs wide there.
+    `max_windows`), and `band`, the detector's threshold there (`ReferenceDivergence.band`:
+    `z_threshold` times the window's standard error and the between-run spread at the reference's
+    level and slope together). A median outside the band for `persist_windows` windows in a row is
+    what fires the detector. On a downsampled series the points are bucket extremes, whose spread
+    exceeds the per-step noise, so the standard-error part of the band errs wide there.
     """
     detector = detector or ReferenceDivergence()
     rx, ry = _finite(run)
@@ -93,9 +94,8 @@ def reference_delta(run: pd.DataFrame, reference: pd.DataFrame, *, detector: Ref
     width = max(detector.window_points * cadence(rx), (rx[-1] - rx[0]) / max_windows)
     w = window_summaries(rx, d, width)
     ref_w = window_summaries(fx, fy, width)
-    effect = detector.min_effect + shift_band(ref_w.mid_step, ref_w.median, w.mid_step,
-                                              detector.step_shift_tolerance)
-    band = np.maximum(effect, detector.z_threshold * np.nan_to_num(w.median_se, nan=0.0))
+    level = np.interp(w.mid_step, ref_w.mid_step, ref_w.median)
+    band = detector.band(np.nan_to_num(w.median_se, nan=0.0), level, log_slope(ref_w.mid_step, ref_w.median, w.mid_step))
     windows = pd.DataFrame({"x": w.mid_step.astype(float), "delta": w.median, "band": band,
                             "n": w.n.astype(float)})
     return windows, pd.DataFrame({"x": rx, "delta": d})

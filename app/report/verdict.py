@@ -32,6 +32,8 @@ RULES = (
     VerdictRule("nonfinite", "nonfinite", "Run produced NaN/Inf"),
     VerdictRule("data_invariants", "data_loader_invariant_broken", "Data-loader invariant broken"),
     VerdictRule("memorization", "memorization_suspected", "Memorization suspected"),
+    VerdictRule("memorization_reread", "memorization_suspected", "Memorization suspected"),
+    VerdictRule("memorization_trend", "memorization_suspected", "Memorization suspected"),
     VerdictRule("resume", "resume_inconsistent", "Resume inconsistent"),
     VerdictRule("reference_divergence", "diverged_{direction}", "Diverged {direction} the reference"),
     VerdictRule("heldout_divergence", "heldout_diverged", "Held-out loss diverged"),

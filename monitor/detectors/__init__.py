@@ -13,8 +13,11 @@ from .rundata import make_run
 from .state import DetectorState, state_from_dict, state_to_dict
 from .data_invariants import DataInvariants
 from .eval_regression import EvalRegression
+from .grad_norm_growth import GradNormGrowth
 from .heldout_divergence import HeldoutDivergence
 from .memorization import Memorization
+from .memorization_reread import MemorizationReread
+from .memorization_trend import MemorizationTrend
 from .nonfinite import NonFiniteDetector
 from .reference_divergence import ReferenceDivergence
 from .resume import ResumeConsistency
@@ -26,9 +29,12 @@ REGISTRY: dict[str, type[Detector]] = {
     for cls in (
         ReferenceDivergence,
         Memorization,
+        MemorizationTrend,
+        MemorizationReread,
         HeldoutDivergence,
         SpikeDetector,
         NonFiniteDetector,
+        GradNormGrowth,
         DataInvariants,
         ResumeConsistency,
         ThroughputDetector,

@@ -31,6 +31,7 @@ from monitor.schema import (
     DATA_SEEN_2PLUS_FRACTION,
     DATA_SEEN_ONCE_FRACTION,
     DATA_UNIQUE_FRACTION,
+    NotJudged,
     RunData,
     Severity,
 )
@@ -100,6 +101,18 @@ class DataInvariants(Detector):
             if batch and len(cursor):
                 out.extend(self._epochs(run, batch, epoch_records, offset))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
+        batch = self.global_batch_size or run.info.global_batch_size
+        epoch_records = self.records_per_epoch or run.info.records_per_epoch
+        out = []
+        if DATA_CURSOR in run.scalars.columns and not batch:
+            out.append(NotJudged(self.name, "the global batch size is unknown (set global_batch_size in the run's "
+                                 "config)", DATA_CURSOR))
+        if DATA_UNIQUE_FRACTION in run.scalars.columns and not epoch_records:
+            out.append(NotJudged(self.name, "the records per epoch are unknown (set records_per_epoch in the run's "
+                                 "config)", DATA_UNIQUE_FRACTION))
+        return out
 
     # --- cursor --------------------------------------------------------------------------------
     def _cursor(self, run: RunData, cursor: pd.Series, batch: int):

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from monitor.schema import DOWNSTREAM_PREFIX, RunData, Severity
+from monitor.schema import DOWNSTREAM_PREFIX, NotJudged, RunData, Severity
 
 from .base import Detector
 from .rundata import finite
@@ -82,6 +82,17 @@ class EvalRegression(Detector):
                 for m in alone:
                     out.extend(self._within(run, m, bound))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
+        metrics = downstream_metrics(run.scalars.columns)
+        if not metrics:
+            return [NotJudged(self.name, "the run logs no downstream evals")]
+        if reference is not None:
+            theirs = {m.key for m in downstream_metrics(reference.scalars.columns)}
+            if not any(m.key in theirs for m in metrics):
+                return [NotJudged(self.name, "the run and the reference share no downstream metric; the run is judged "
+                                  "against its own best only")]
+        return []
 
     # --- per task vs reference -----------------------------------------------------------------------
     def _per_task(self, run, reference, m: DownstreamMetric, bound: float) -> list:

@@ -84,3 +84,16 @@ def fit_noise(delta: np.ndarray, stderr: np.ndarray, level: np.ndarray, slope: n
     best = optimize.minimize(nll, start, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6})
     a, b = np.exp(best.x)
     return BetweenRunNoise(level=float(a), timing=float(b))
+
+
+# Fitted by `python -m bench.quality.calibrate` on the calibration half of the real pairs
+# (bench/quality/corpus.py), never on the test half, the widest of the per-family fits kept;
+# tests/bench/test_quality.py refits them and checks these values.
+TRAIN_NOISE = BetweenRunNoise(level=0.00207, timing=0.00404)
+"""Train loss, 100-step window medians of run - reference: 315 windows of 21 pairs of repeats."""
+HELDOUT_NOISE = BetweenRunNoise(level=0.00219, timing=0.0)
+"""Held-out loss at checkpoints, run - reference as the median over the sets both log: the repeats'
+fit on 189 checkpoints of 21 pairs (the OLMo ladder reruns fit 0.00019, ten times closer)."""
+FOLLOW_NOISE = BetweenRunNoise(level=0.00103, timing=0.0)
+"""The memorization follow statistic, held-out minus half the train difference: 210 checkpoints
+of 21 pairs of repeats."""

@@ -1,20 +1,21 @@
 """Reference divergence: the run's train loss leaves its reference's, persistently and by more
-than two seeds of one recipe ever differ.
+than two runs of one recipe differ.
 
-On the aligned axis, d = run - reference is cut into windows of `window_points` logged steps.
-Each window's median of d (a median, so spikes either run has, shared or not, cannot move it) is
-compared with
+On the aligned axis, d = run - reference is cut into windows of `window_points` logged steps
+(aligned on the step axis, so a run judged whole or in pieces meets the same windows; the logging
+interval that sets their width is read from the first `cadence_points` logged steps). Each
+complete window's median of d (a median, so spikes either run has, shared or not, cannot move it)
+gets a z against two kinds of noise:
 
-* its standard error, from the robust spread of d inside the window and the lag-1
-  autocorrelation of d (successive losses are correlated, so n points are worth fewer), and
-* an effect band: `min_effect`, plus how far the reference itself moves when its step axis is
-  stretched by `step_shift_tolerance` (early in training two seeds reach a loss a few percent of
-  steps apart, and that is timing, not divergence).
+* the window's own standard error, from the robust spread (scaled MAD) of d inside it and its
+  lag-1 autocorrelation (successive losses are correlated, so n points are worth fewer);
+* the between-run term tau of monitor/detectors/noise.py: two seeds of one recipe sit a persistent
+  offset apart (0.2% of the loss on the 13 repeats) and reach a loss a few percent of steps apart
+  while it falls fast. Without it, three quarters of the 13 repeats' windows have |z| > 3.
 
-A window counts when |median| exceeds the band and `z_threshold` standard errors; a detection is
-`persist_windows` consecutive counting windows of one sign. The direction is reported: below the
-reference is what repeated data looks like (see the memorization detector), above is slower
-learning.
+A window counts when |z| > `z_threshold`; a detection is `persist_windows` consecutive counting
+windows of one sign. The direction is reported: below the reference is what repeated data looks
+like when held-out loss did not follow (see memorization), above is slower learning.
 """
 
 from __future__ import annotations
@@ -23,14 +24,21 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 from scipy import stats as sps
 from sklearn.isotonic import isotonic_regression
 
-from monitor.schema import TRAIN_LOSS, RunData, Severity
+from monitor.schema import TRAIN_LOSS, NotJudged, RunData
 
-from .base import Detector, ReferenceUse
+from .base import Detector, ReferenceUse, severity_for
+from .checkpoints import heldout_pairs, over_sets
+from .eval_keys import heldout_sets
+from .noise import TRAIN_NOISE, BetweenRunNoise, log_slope
 from .rundata import finite
-from .stats import cadence, mad_sigma, shift_band, signed_runs, window_summaries
+from .stats import cadence, mad_sigma, signed_runs, window_summaries
+
+WINDOW_COLUMNS = ("window", "first_step", "last_step", "mid_step", "n", "delta", "stderr", "level", "slope",
+                  "tau", "z", "complete")
 
 
 @dataclass
@@ -41,101 +49,178 @@ class ReferenceDivergence(Detector):
     metric: str = TRAIN_LOSS
     """The metric compared with the reference."""
     window_points: int = 100
-    """Logged steps per window."""
-    min_effect: float = 0.05
-    """Largest gap between window medians of train loss for any two of the 13 identical-config
-    repeats (modded-nanogpt valueembed_seeds, 100-step windows): 0.025 nats, 0.040 nats with
-    25-step windows in the first 300 steps. 0.05 sits above every seed-to-seed difference."""
+    """Logged steps per window: enough points for a median that one spike cannot move."""
+    cadence_points: int = 32
+    """The logging interval, which sets the window width in steps, is the median spacing of the
+    metric's first 32 logged steps: fixed once known, so live and whole-run judgements agree."""
+    noise_level: float = TRAIN_NOISE.level
+    """Between-run spread as a share of the loss: fitted on the calibration half (noise.py)."""
+    noise_timing: float = TRAIN_NOISE.timing
+    """Between-run step shift as a fraction of ln(step): fitted on the calibration half (noise.py)."""
     z_threshold: float = 3.0
-    """Three standard errors: a 0.27% two-sided chance per window under pure noise, and persistence
-    makes a false run of windows far rarer still."""
+    """Three standard deviations of the between-run noise: a 0.27% two-sided chance per window for
+    two runs of one recipe."""
     persist_windows: int = 3
-    """Consecutive counting windows of one sign that make a detection."""
-    step_shift_tolerance: float = 0.02
-    """Seeds of one recipe reach the same loss within ~2% of the steps in the repeats' first few
-    hundred steps, when the loss falls fastest; that much timing is not divergence."""
+    """Consecutive counting windows of one sign that make a detection: 300 steps at the default."""
     min_window_fill: float = 0.5
-    """A window needs at least half its points to be judged (first/last windows are partial)."""
+    """A window needs at least half its points to be judged (a gap in the log leaves fewer)."""
     critical_ratio: float = 3.0
-    """Effect three times the band: far outside anything noise or seeds produce."""
+    """An effect three times the threshold it had to clear is CRITICAL."""
     evidence_points: int = 20_000
     """Points of the interval used for the per-run noise evidence (isotonic fits); bounded so that
     evidence for a million-step interval costs milliseconds."""
 
+    @property
+    def noise(self) -> BetweenRunNoise:
+        return BetweenRunNoise(self.noise_level, self.noise_timing)
+
     def columns(self, run: RunData) -> list[str]:
-        return [self.metric]
+        held = [k for st in heldout_sets(run.scalars.columns).values() for k in st.values()]
+        return [self.metric, *held]
 
     def lookback(self, step_cadence: float) -> float:
         return (self.persist_windows + 2) * self.window_points * step_cadence
 
     def reference_spans(self, lo: float, hi: float, step_cadence: float) -> list[tuple[float, float]]:
-        """The judged range, and the two ranges the step-shift band reads (a stretch of the
-        judged range by -+tolerance), not all the reference in between."""
+        """The judged range, stretched by the slope measurement's +-5% of the step."""
         back = self.lookback(step_cadence)
         width = self.window_points * step_cadence
-        tol = self.step_shift_tolerance
-        lo -= back
-        return [(lo * (1 - tol) - width, hi * (1 - tol) + width), (lo - width, hi + width),
-                (lo * (1 + tol) - width, hi * (1 + tol) + width)]
+        return [((lo - back) * 0.94 - width, hi * 1.06 + width)]
 
+    # --- the windows ---------------------------------------------------------------------------
+    def width(self, run: RunData) -> float | None:
+        """Window width in steps: window_points logging intervals of the metric's first
+        `cadence_points` logged steps (None until that many are logged)."""
+        steps = finite(run, self.metric).index.to_numpy()
+        if steps.size < self.cadence_points:
+            return None
+        return self.window_points * cadence(steps[: self.cadence_points])
+
+    def windows(self, run: RunData, reference: RunData) -> pd.DataFrame:
+        """One row per window with steps of both runs: the median of d, its standard error, the
+        reference's level and log-step slope there, the between-run tau, z, and whether the window
+        is complete (its last step has been logged, and it holds `min_window_fill` of its points)."""
+        width = self.width(run)
+        r, f = finite(run, self.metric), finite(reference, self.metric)
+        common = r.index.intersection(f.index)
+        if width is None or common.empty:
+            return pd.DataFrame({c: pd.Series(dtype=float) for c in WINDOW_COLUMNS})
+        steps = common.to_numpy()
+        w = window_summaries(steps, r.loc[common].to_numpy() - f.loc[common].to_numpy(), width)
+        ref_w = window_summaries(f.index.to_numpy(), f.to_numpy(), width, medians_only=True)
+        level = pd.Series(ref_w.median, index=ref_w.ids).reindex(w.ids).to_numpy()
+        slope = log_slope(ref_w.mid_step, ref_w.median, w.mid_step)
+        tau = self.noise.tau(level, slope)
+        se = w.median_se
+        z = self.noise.z(w.median, se, level, slope)
+        step_cadence = width / self.window_points
+        last_logged = float(r.index[-1])
+        complete = ((w.ids + 1) * width - step_cadence <= last_logged) & (w.n >= self.min_window_fill * self.window_points)
+        return pd.DataFrame({"window": w.ids, "first_step": w.first_step, "last_step": w.last_step,
+                             "mid_step": w.mid_step, "n": w.n, "delta": w.median, "stderr": se, "level": level,
+                             "slope": slope, "tau": tau, "z": z, "complete": complete,
+                             "sigma_step": w.sigma, "autocorrelation": w.rho})
+
+    def band(self, stderr: np.ndarray, level: np.ndarray, slope: np.ndarray) -> np.ndarray:
+        """What a window median of d must exceed: z_threshold x sqrt(stderr^2 + tau^2)."""
+        return self.z_threshold * np.hypot(np.asarray(stderr, dtype=float), self.noise.tau(level, slope))
+
+    def explain(self, run: RunData, reference: RunData) -> pd.DataFrame:
+        """The windows this detector judged, with the band each window's median had to clear."""
+        w = self.windows(run, reference)
+        w["band"] = self.band(w["stderr"], w["level"], w["slope"])
+        return w
+
+    # --- judging -------------------------------------------------------------------------------
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         if reference is None:
             return []
-        r = finite(run, self.metric)
-        f = finite(reference, self.metric)
-        common = r.index.intersection(f.index)
-        if len(common) < self.persist_windows * 2:
+        w = self.windows(run, reference)
+        w = w[w["complete"].astype(bool)].reset_index(drop=True)
+        if len(w) < self.persist_windows:
             return []
-        steps = common.to_numpy()
-        d = r.loc[common].to_numpy() - f.loc[common].to_numpy()
-        width = self.window_points * cadence(steps)
-        w = window_summaries(steps, d, width)
-        ref_w = window_summaries(f.index.to_numpy(), f.to_numpy(), width, medians_only=True)
-        band = self.min_effect + shift_band(ref_w.mid_step, ref_w.median, w.mid_step,
-                                            self.step_shift_tolerance)
-        se = w.median_se
-        with np.errstate(invalid="ignore", divide="ignore"):
-            z = np.where(se > 0, w.median / se, np.sign(w.median) * np.inf)
-        full = w.n >= self.min_window_fill * self.window_points
-        flag = full & (np.abs(w.median) > band) & (np.abs(z) > self.z_threshold)
+        z = w["z"].to_numpy(dtype=float)
+        with np.errstate(invalid="ignore"):
+            flag = np.abs(z) > self.z_threshold
         out = []
-        for a, b in signed_runs(flag, w.median, w.ids, self.persist_windows):
-            out.append(self._one(run, reference, r, f, w, band, z, a, b))
+        for a, b in signed_runs(flag, z, w["window"].to_numpy(), self.persist_windows):
+            out.append(self._one(run, reference, w, a, b))
         return out
 
-    def _one(self, run, reference, r, f, w, band, z, a, b):
+    def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
+        if reference is None:
+            return []
+        r = finite(run, self.metric)
+        if r.empty or finite(reference, self.metric).empty:
+            who = "the run" if r.empty else "the reference"
+            return [NotJudged(self.name, f"{who} logs no {self.metric}", self.metric)]
+        width = self.width(run)
+        if width is None:
+            return [NotJudged(self.name, f"only {len(r)} logged steps, too few to know the logging interval",
+                              self.metric, f"{self.cadence_points - len(r)} more logged steps")]
+        w = self.windows(run, reference)
+        complete = int(w["complete"].sum()) if len(w) else 0
+        if len(w) == 0:
+            return [NotJudged(self.name, "the run and the reference share no step", self.metric)]
+        if complete < self.persist_windows:
+            missing = (self.persist_windows - complete) * width
+            return [NotJudged(self.name, f"{complete} complete window(s) of {width:.0f} steps; a verdict needs "
+                              f"{self.persist_windows}", self.metric, f"about {missing:.0f} more steps")]
+        return []
+
+    def _one(self, run, reference, w: pd.DataFrame, a: int, b: int):
         sl = slice(a, b + 1)
-        ratio = np.abs(w.median[sl]) / band[sl]
+        delta = w["delta"].to_numpy(dtype=float)
+        band = self.band(w["stderr"], w["level"], w["slope"])
+        ratio = np.abs(delta[sl]) / band[sl]
         k = a + int(np.argmax(ratio))
-        delta = float(w.median[k])
-        below = delta < 0
-        start, end = int(w.first_step[a]), int(w.last_step[b])
-        noise = _noise_evidence(r.loc[start:end], f.loc[start:end], self.evidence_points)
+        typical = float(np.median(delta[sl]))
+        below = typical < 0
+        start, end = int(w["first_step"].iloc[a]), int(w["last_step"].iloc[b])
+        r, f = finite(run, self.metric), finite(reference, self.metric)
+        z = float(w["z"].iloc[k])
         evidence = {
-            "delta": delta,
-            "delta_median": float(np.median(w.median[sl])),
+            "delta": float(delta[k]),
+            "delta_median": typical,
             "band": float(band[k]),
-            "z": float(z[k]),
-            "p_value": float(2 * sps.norm.sf(abs(z[k]))),
-            "n": int(w.n[sl].sum()),
+            "band_median": float(np.median(band[sl])),
+            "z": z,
+            "p_value": float(2 * sps.norm.sf(abs(z))),
+            "tau": float(w["tau"].iloc[k]),
+            "stderr": float(w["stderr"].iloc[k]),
+            "level": float(w["level"].iloc[k]),
+            "n": int(w["n"].iloc[sl].sum()),
             "windows": int(b - a + 1),
-            "window_steps": int(w.last_step[k] - w.first_step[k] + 1),
-            "sigma_step": float(np.median(w.sigma[sl])),
-            "autocorrelation": float(np.median(w.rho[sl])),
+            "window_steps": int(w["last_step"].iloc[k] - w["first_step"].iloc[k] + 1),
+            "sigma_step": float(np.median(w["sigma_step"].iloc[sl])),
+            "autocorrelation": float(np.median(w["autocorrelation"].iloc[sl])),
             "direction": "below" if below else "above",
-            **noise,
+            **_noise_evidence(r.loc[start:end], f.loc[start:end], self.evidence_points),
         }
+        hint = self._hint(run, reference, start, end, typical, evidence)
         score = float(ratio.max())
-        severity = Severity.CRITICAL if score >= self.critical_ratio else Severity.WARNING
-        if below:
-            hint = ("lower train loss than the reference; if held-out loss did not follow, the run "
-                    "is seeing repeated data (see memorization)")
-        else:
-            hint = "the run learns slower than its reference"
-        message = (f"{self.metric} {abs(delta):.3f} {'below' if below else 'above'} the reference "
-                   f"(band ±{band[k]:.3f}, z={z[k]:.1f}) for {b - a + 1} windows: {hint}")
-        return self._detection(run, reference, self.metric, start, end, int(w.mid_step[k]),
-                               score, severity, message, evidence)
+        message = (f"{self.metric} {abs(typical):.3f} {'below' if below else 'above'} the reference over "
+                   f"{b - a + 1} windows (median of the window medians; each had to clear ±{np.median(band[sl]):.3f}, "
+                   f"3 x the spread of two runs of one recipe): {hint}")
+        return self._detection(run, reference, self.metric, start, end, int(w["mid_step"].iloc[k]),
+                               score, severity_for(score, self.critical_ratio), message, evidence)
+
+    def _hint(self, run, reference, start: int, end: int, typical: float, evidence: dict) -> str:
+        """What the held-out loss did over the same steps, where both runs evaluated it: a lower
+        train loss is memorization only if held-out did not follow."""
+        if typical > 0:
+            return "the run learns slower than its reference"
+        held = over_sets(heldout_pairs(run, reference))
+        held = held[(held["step"] >= start) & (held["step"] <= end)]
+        if held.empty:
+            return "lower train loss than the reference (no held-out loss over these steps to tell a better run " \
+                   "from one that sees repeated data)"
+        followed = float(np.median(held["delta"]))
+        evidence["heldout_delta_median"] = followed
+        if followed <= 0.5 * typical:
+            return f"held-out loss followed ({followed:+.3f}): a better run, not repeated data"
+        return (f"held-out loss did not follow ({followed:+.3f}): the signature of repeated data "
+                f"(see memorization)")
 
 
 def _noise_evidence(r, f, limit: int) -> dict:

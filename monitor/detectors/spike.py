@@ -37,6 +37,7 @@ import pandas as pd
 
 from monitor.schema import (
     SPIKE_SCORE_GRAD_NORM,
+    NotJudged,
     SPIKE_SCORE_LOSS,
     TRAIN_GRAD_NORM,
     TRAIN_LOSS,
@@ -128,6 +129,24 @@ class SpikeDetector(Detector):
         """Values before a point that its verdict depends on, under every rule."""
         ours = self.center_window + (self.slow_blocks + 1) * self.scale_window
         return max(ours, self.olmo_core_window, self.olmo2_window) + 1
+
+    def first_verdict_points(self) -> int:
+        """Logged values before the first one the chosen rule can judge."""
+        if self.definition == "olmo_core":
+            return self.olmo_core_window
+        if self.definition == "olmo2":
+            return self.olmo2_window
+        return self.center_window + self.scale_window
+
+    def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
+        out = []
+        need = self.first_verdict_points() + 1
+        for metric in self.columns(run):
+            n = len(finite(run, metric))
+            if n < need:
+                out.append(NotJudged(self.name, f"only {n} logged values; a spike is judged against the "
+                                     f"{self.first_verdict_points()} before it", metric, f"{need - n} more logged steps"))
+        return out
 
     def lookback(self, step_cadence: float) -> float:
         return (self.history_points() + self.unrecovered_points) * step_cadence

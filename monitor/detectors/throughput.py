@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, RunData, Severity
+from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, NotJudged, RunData, Severity
 
 from .base import Detector
 from .rundata import finite
@@ -98,6 +98,16 @@ class ThroughputDetector(Detector):
                 if reference is not None:
                     out.extend(self._vs_reference(run, reference, metric, x))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
+        if not self.columns(run):
+            return [NotJudged(self.name, f"the run logs none of {PERF_STEP_TIME_S}, "
+                              f"{', '.join(self.drop_metrics)}")]
+        times = finite(run, PERF_STEP_TIME_S)
+        if 0 < len(times) < self.block_points:
+            return [NotJudged(self.name, f"{len(times)} step times; goodput is judged over {self.block_points}",
+                              "perf/goodput", f"{self.block_points - len(times)} more logged steps")]
+        return []
 
     # --- step times --------------------------------------------------------------------------------
     def ideal_step_times(self, times: pd.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.detectors.memorization import Memorization
+from monitor.detectors.memorization_reread import MemorizationReread
 from monitor.schema import TRAIN_REREAD_LOSS_GAP, Severity
 from monitor.store import open_store
 
@@ -36,11 +36,13 @@ def store_url(tmp_path_factory):
 
 def judge(url: str, run: str):
     with open_store(url) as store:
-        return Memorization().detect(store.load_run(run), None)
+        data = store.load_run(run)
+    return MemorizationReread().detect(data, None), MemorizationReread().not_judged(data, None)
 
 
 def test_the_double_sharded_run_remembers_what_it_reads_again(store_url):
-    found = [d for d in judge(store_url, "double") if d.metric == TRAIN_REREAD_LOSS_GAP]
+    found, _ = judge(store_url, "double")
+    found = [d for d in found if d.metric == TRAIN_REREAD_LOSS_GAP]
     assert len(found) == 1
     d = found[0]
     assert d.severity == Severity.CRITICAL and d.evidence["z"] > 3 and d.evidence["gap"] > 0.1
@@ -48,4 +50,5 @@ def test_the_double_sharded_run_remembers_what_it_reads_again(store_url):
 
 
 def test_the_clean_run_has_nothing_to_judge(store_url):
-    assert judge(store_url, "clean") == []
+    found, why = judge(store_url, "clean")
+    assert found == [] and "clean first epoch" in why[0].reason

@@ -60,7 +60,7 @@ def repeat_pairs() -> dict:
     runs = repeats()
     found = []
     for a, b in itertools.permutations(runs, 2):
-        found += compare(a, b, memorization={"within_run": False})
+        found += compare(a, b)
     train_gap = held_gap = 0.0
     for a, b in itertools.combinations(runs, 2):
         d = (a.series(TRAIN_LOSS) - b.series(TRAIN_LOSS)).dropna()
@@ -135,7 +135,7 @@ def single_runs_within() -> dict:
     runs = repeats() + [run(str(p), p.stem[:8]) for p in paths]
     found = []
     for data in runs:
-        found += compare(data, None, ["memorization", "eval_regression", "nonfinite", "resume"])
+        found += compare(data, None, ["memorization_trend", "eval_regression", "nonfinite", "resume"])
     return {"runs": len(runs), "found": found}
 
 

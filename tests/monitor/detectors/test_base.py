@@ -28,11 +28,11 @@ from monitor.schema import (
 )
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "detectors.md"
-NAMES = ["reference_divergence", "memorization", "heldout_divergence", "spike", "nonfinite", "data_invariants",
-         "resume", "throughput", "eval_regression"]
+NAMES = ["reference_divergence", "memorization", "memorization_trend", "memorization_reread", "heldout_divergence",
+         "spike", "nonfinite", "grad_norm_growth", "data_invariants", "resume", "throughput", "eval_regression"]
 
 
-def test_registry_holds_the_nine_families():
+def test_registry_holds_the_twelve_detectors():
     assert list(REGISTRY) == NAMES
     for name, cls in REGISTRY.items():
         assert issubclass(cls, Detector) and cls.name == name

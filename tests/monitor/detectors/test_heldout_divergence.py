@@ -1,15 +1,18 @@
-"""Held-out divergence per set at matching checkpoints, with and without standard errors."""
+"""Held-out divergence at the run's checkpoints, paired with the reference's evaluations whatever the
+cadences, with logged standard errors or estimated ones, and the between-run noise."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from monitor.detectors.heldout_divergence import HeldoutDivergence
+from monitor.align import align_pair
+from monitor.detectors.heldout_divergence import ALL_SETS, HeldoutDivergence
 from monitor.schema import Severity, heldout_key
 
 from .synth import pair
 
 HELD = heldout_key("c4", "loss")
+STDERR = heldout_key("c4", "stderr")
 
 
 def test_fires_when_heldout_rises_above_reference():
@@ -17,32 +20,74 @@ def test_fires_when_heldout_rises_above_reference():
     (d,) = HeldoutDivergence().detect(run, ref)
     assert d.metric == HELD and d.start_step >= 4000 and d.evidence["direction"] == "above"
     assert d.evidence["set"] == "c4" and np.isfinite(d.evidence["z"]) and d.evidence["p_value"] < 1e-6
-    assert d.severity == Severity.WARNING and "generalises worse" in d.message
+    assert d.severity == Severity.CRITICAL and "generalises worse" in d.message
+    assert d.evidence["tau"] > 0 and d.evidence["band"] > 3 * d.evidence["tau"]
 
 
-def test_silent_on_seed_noise_and_small_significant_gaps():
+def test_silent_on_seed_noise_and_on_gaps_two_seeds_have():
     run, ref = pair(n_steps=8000)
     assert HeldoutDivergence().detect(run, ref) == []
-    run, ref = pair(n_steps=8000, offset_from=2000, held_offset=+0.03)  # significant, but seed-sized
+    run, ref = pair(n_steps=8000, offset_from=2000, held_offset=+0.025)  # 4 stderr, but seed-sized
+    assert HeldoutDivergence(noise_level=0.0).detect(run, ref) != []
     assert HeldoutDivergence().detect(run, ref) == []
 
 
 def test_band_widens_with_large_standard_errors():
-    run, ref = pair(n_steps=8000, offset_from=4000, held_offset=+0.12)
+    run, ref = pair(n_steps=8000, offset_from=4000, held_offset=+0.08)
+    assert HeldoutDivergence().detect(run, ref) != []
     for r in (run, ref):
-        r.scalars[heldout_key("c4", "stderr")] = 0.05  # a tiny eval set
+        r.scalars[STDERR] = 0.05  # a tiny eval set
     assert HeldoutDivergence().detect(run, ref) == []
 
 
-def test_without_standard_errors_the_effect_floor_decides():
+def test_without_standard_errors_the_noise_is_estimated_never_zero():
     run, ref = pair(n_steps=8000, offset_from=4000, held_offset=+0.12)
     for r in (run, ref):
-        r.scalars = r.scalars.drop(columns=[heldout_key("c4", "stderr")])
+        r.scalars = r.scalars.drop(columns=[STDERR])
     (d,) = HeldoutDivergence().detect(run, ref)
-    assert np.isnan(d.evidence["stderr"]) and d.evidence["band"] >= 0.05
+    assert np.isfinite(d.evidence["stderr"]) and d.evidence["stderr"] > 0
+    table = HeldoutDivergence().explain(run, ref)
+    assert table["stderr"].iloc[:3].isna().all()  # too few checkpoints yet: unknown, not zero
+    assert table["z"].iloc[:3].isna().all()
 
 
 def test_one_bad_checkpoint_is_not_enough():
     run, ref = pair(n_steps=8000)
     run.scalars.loc[3000, HELD] += 0.3
     assert HeldoutDivergence().detect(run, ref) == []
+
+
+def test_a_reference_evaluating_less_often_is_interpolated_with_its_error():
+    run, ref = pair(n_steps=8000, offset_from=4000, held_offset=+0.12, eval_every=250)
+    sparse = ref.scalars[HELD]
+    ref.scalars.loc[sparse.dropna().index[1::4], [HELD, STDERR]] = np.nan  # evaluates 4x less often
+    a, r = align_pair(run, ref)
+    (d,) = HeldoutDivergence().detect(a, r)
+    assert d.evidence["interpolated"] > 0 and d.start_step >= 4000
+    table = HeldoutDivergence().explain(a, r)
+    assert (table.loc[~table["exact"].astype(bool), "interp_error"] > 0).all()
+
+
+def test_sets_together_and_one_set_alone():
+    run, ref = pair(n_steps=8000)
+    for r, seed in ((run, 1), (ref, 2)):
+        rng = np.random.default_rng(seed)
+        for name in ("pile", "books"):
+            r.scalars[heldout_key(name, "loss")] = r.scalars[HELD] + 0.1 + rng.normal(0, 0.002, len(r.scalars))
+    run.scalars.loc[4000:, heldout_key("books", "loss")] += 0.4  # one set drifts on its own
+    found = HeldoutDivergence().detect(run, ref)
+    assert {d.metric for d in found} == {heldout_key("books", "loss")}
+    run.scalars.loc[4000:, [HELD, heldout_key("pile", "loss")]] += 0.1  # now the model moves
+    assert ALL_SETS in {d.metric for d in HeldoutDivergence().detect(run, ref)}
+
+
+def test_says_what_it_cannot_judge():
+    run, ref = pair(n_steps=8000)
+    ref.scalars = ref.scalars.drop(columns=[HELD, STDERR])
+    (why,) = HeldoutDivergence().not_judged(run, ref)
+    assert "reference logs no held-out loss" in why.reason
+    run, ref = pair(n_steps=1200)
+    for r in (run, ref):
+        r.scalars = r.scalars.drop(columns=[STDERR])
+    (why,) = HeldoutDivergence().not_judged(run, ref)
+    assert "paired checkpoint" in why.reason and why.needs

@@ -13,11 +13,13 @@ import pytest
 from monitor.detectors import REGISTRY, build, state_from_dict, state_to_dict
 from monitor.detectors.rundata import slice_rows
 from monitor.schema import (
+    DATA_BATCH_REREAD_FRACTION,
     DATA_CURSOR,
     PERF_MFU,
     PERF_STEP_TIME_S,
     TRAIN_GRAD_NORM,
     TRAIN_LOSS,
+    TRAIN_REREAD_LOSS_GAP,
     EventKind,
     RunData,
     downstream_key,
@@ -30,6 +32,7 @@ SMALL = {  # shorter windows so that six thousand steps trim the tails many time
     "spike": {"score_window": 700, "olmo2_window": 300},
     "throughput": {"block_points": 200, "baseline_blocks": 10},
     "nonfinite": {"baseline_points": 100},
+    "grad_norm_growth": {"block_points": 200},
 }
 
 
@@ -47,6 +50,11 @@ def faulty_pair() -> tuple[RunData, RunData]:
     s.loc[s.index >= 4000, downstream_key("piqa", "acc")] -= 0.15
     s.loc[s.index >= 5000, heldout_key("c4", "loss")] += 0.2
     s.loc[5900:5905, TRAIN_GRAD_NORM] = np.nan
+    s.loc[4000:, TRAIN_GRAD_NORM] *= np.clip((s.index[s.index >= 4000] - 4000) / 500.0, 0, 2) + 1  # grows 3x
+    rng = np.random.default_rng(5)
+    share = np.clip((s.index.to_numpy() - 2000) / 6000.0, 0, 0.5)  # a second epoch mixes re-reads in
+    s[DATA_BATCH_REREAD_FRACTION] = share
+    s[TRAIN_REREAD_LOSS_GAP] = np.where(share > 0, 0.3 + rng.normal(0, 0.4, share.size), 0.0)
     run.logged_nonfinite = pd.DataFrame({"key": TRAIN_GRAD_NORM, "step": np.arange(5900, 5906, dtype="int64"),
                                          "value": np.nan})
     run.events = pd.DataFrame({"step": [5001], "kind": [EventKind.RESUME.value], "attempt": [2],

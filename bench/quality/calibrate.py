@@ -1,0 +1,151 @@
+"""Fit the between-run noise constants of monitor/detectors/noise.py, and the few floors that are
+not noise models, on the calibration half of the real pairs only.
+
+Each noise model is fitted by maximum likelihood on each family of clean pairs separately (the
+repeats of one modded-nanogpt config; the OLMo ladder run/rerun pairs), and the widest fit is kept,
+coefficient by coefficient: one pooled fit would average a close family (the ladder reruns sit
+0.02% of the loss apart) with a wide one (the repeats, 0.2%) and be too narrow for the wide one.
+
+`python -m bench.quality.calibrate` prints the fitted values; the defaults in the code are these
+numbers, and tests/bench/test_quality.py refits them and checks that the code still says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from monitor.detectors.checkpoints import heldout_pairs, over_sets, pair_series
+from monitor.detectors.heldout_divergence import HeldoutDivergence
+from monitor.detectors.memorization import Memorization
+from monitor.detectors.memorization_trend import MemorizationTrend
+from monitor.detectors.noise import BetweenRunNoise, fit_noise
+from monitor.detectors.reference_divergence import ReferenceDivergence
+
+from . import corpus
+
+
+@dataclass(frozen=True)
+class Calibration:
+    train: BetweenRunNoise
+    heldout: BetweenRunNoise
+    follow: BetweenRunNoise
+    largest_single_set_share: float
+    """Largest |run - reference| / loss of any one held-out set of a clean calibration pair."""
+    largest_trend_residual: float
+    """Largest residual of a clean single calibration run's held-out minus train gap from its trend."""
+    interp_error_scale: float
+    """Standard error of an interpolated held-out loss per unit of bracket fall x w (1 - w)."""
+    points: dict[str, int]
+
+
+def unordered_clean_pairs(half: str = "calibration") -> dict[str, list]:
+    """Each clean pair of a half once (the noise of b - a is that of a - b), by family."""
+    return {"repeats": list(itertools.combinations(corpus.repeats(half), 2)),
+            "ladder": [corpus.ladder(size) for size in corpus.LADDER_SIZES[half]]}
+
+
+def train_points(pairs: list) -> pd.DataFrame:
+    det = ReferenceDivergence()
+    frames = [det.windows(a, b) for a, b in pairs if "train/loss" in a.scalars]
+    if not frames:
+        return pd.DataFrame()
+    w = pd.concat(frames, ignore_index=True)
+    return w[w["complete"].astype(bool)]
+
+
+def heldout_points(pairs: list) -> pd.DataFrame:
+    det = HeldoutDivergence()
+    h = pd.concat([det.judged(over_sets(heldout_pairs(a, b))) for a, b in pairs], ignore_index=True)
+    return h[np.isfinite(h["stderr"].to_numpy(dtype=float))]
+
+
+def follow_points(pairs: list) -> pd.DataFrame:
+    det = Memorization()
+    frames = [det.table(a, b) for a, b in pairs if "train/loss" in a.scalars]
+    if not frames:
+        return pd.DataFrame()
+    t = pd.concat(frames, ignore_index=True)
+    t = t[t["judged"].astype(bool)].copy()
+    t["stderr"] = np.sqrt(t["heldout_stderr"] ** 2 + (det.max_heldout_share * t["train_stderr"]) ** 2)
+    return t
+
+
+def interpolation_errors(half: str) -> np.ndarray:
+    """|interpolated - evaluated| / (|f(r1) - f(r0)| w (1 - w)) for every held-out evaluation of the
+    half's repeats that thinning the evaluations 2x, 3x and 4x (every phase) leaves out, rebuilt by
+    checkpoints.pair_series from the ones kept."""
+    out = []
+    for data in corpus.repeats(half):
+        key = next(k for k in data.scalars.columns if k.startswith("eval/heldout/") and k.endswith("/loss"))
+        full = data.series(key)
+        full = full[full.index > 0]
+        for every in (2, 3, 4):
+            for phase in range(every):
+                kept = full.iloc[phase::every]
+                pairs = pair_series(full, kept)
+                pairs = pairs[~pairs["exact"].astype(bool)]
+                steps = pairs["step"].to_numpy()
+                truth = full.loc[steps].to_numpy()
+                x, xs = np.log(steps.astype(float)), np.log(kept.index.to_numpy(dtype=float))
+                pos = np.searchsorted(xs, x)
+                w = (x - xs[pos - 1]) / (xs[pos] - xs[pos - 1])
+                scale = np.abs(kept.to_numpy()[pos] - kept.to_numpy()[pos - 1]) * w * (1 - w)
+                out.append(np.abs(pairs["reference"].to_numpy() - truth) / np.maximum(scale, 1e-12))
+    return np.concatenate(out)
+
+
+def widest(fits: list[BetweenRunNoise]) -> BetweenRunNoise:
+    return BetweenRunNoise(level=max(f.level for f in fits), timing=max(f.timing for f in fits))
+
+
+def calibrate(half: str = "calibration") -> Calibration:
+    families = unordered_clean_pairs(half)
+    fits: dict[str, list[BetweenRunNoise]] = {"train": [], "heldout": [], "follow": []}
+    points = {"train windows": 0, "held-out checkpoints": 0, "follow checkpoints": 0}
+    for pairs in families.values():
+        tr, ho, fo = train_points(pairs), heldout_points(pairs), follow_points(pairs)
+        if len(tr):
+            fits["train"].append(fit_noise(tr["delta"], tr["stderr"], tr["level"], tr["slope"]))
+        fits["heldout"].append(fit_noise(ho["delta"], ho["stderr"], ho["level"], ho["slope"]))
+        if len(fo):
+            fits["follow"].append(fit_noise(fo["follow"], fo["stderr"], fo["heldout_level"], fo["heldout_slope"]))
+        points["train windows"] += len(tr)
+        points["held-out checkpoints"] += len(ho)
+        points["follow checkpoints"] += len(fo)
+    share = 0.0
+    for a, b in (pair for pairs in families.values() for pair in pairs):
+        for pairs in heldout_pairs(a, b).values():
+            share = max(share, float((pairs["delta"].abs() / pairs["reference"].abs()).max()))
+    trend = MemorizationTrend()
+    resid_max = 0.0
+    for data in corpus.single_runs(half):
+        resid, _ = trend.residuals(trend.table(data), {})
+        if np.isfinite(resid).any():
+            resid_max = max(resid_max, float(np.nanmax(resid)))
+    # A 95% band of the actual errors, as a standard error (divided by 1.96).
+    interp = float(np.percentile(interpolation_errors(half), 95) / 1.96)
+    return Calibration(train=widest(fits["train"]), heldout=widest(fits["heldout"]), follow=widest(fits["follow"]),
+                       largest_single_set_share=share, largest_trend_residual=resid_max, interp_error_scale=interp,
+                       points=points)
+
+
+def main(argv: list[str] | None = None) -> int:
+    c = calibrate()
+    for name in ("train", "heldout", "follow"):
+        noise = getattr(c, name)
+        print(f"{name:8s} level={noise.level:.5f} timing={noise.timing:.5f}")
+    test_errors = interpolation_errors("test")
+    print(f"largest single-set share {c.largest_single_set_share:.4f}; largest trend residual "
+          f"{c.largest_trend_residual:.4f}; interpolation error scale {c.interp_error_scale:.3f} (covers "
+          f"{np.mean(test_errors <= 1.96 * c.interp_error_scale):.1%} of the test half's errors at 1.96); "
+          f"points {c.points}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
