@@ -1,11 +1,13 @@
-"""The one-way data flow of ARCHITECTURE.md, enforced: who may import whom.
+"""The one-way data flow of ARCHITECTURE.md, enforced: who may import whom, that only the store
+speaks SQL, and that no modules import each other in a circle.
 
-Every import statement counts, including those inside functions.
+Every import statement counts, including those inside functions and under TYPE_CHECKING.
 """
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import sys
 from pathlib import Path
 
@@ -25,6 +27,9 @@ RULES: dict[str, set[str] | None] = {
 }
 # Detectors are pure: these third-party packages and the standard library, nothing else.
 DETECTOR_THIRD_PARTY = {"numpy", "pandas", "scipy", "sklearn"}
+# Only the store speaks SQL: its drivers and SQLAlchemy are imported nowhere else.
+SQL_PACKAGES = {"sqlalchemy", "psycopg", "sqlite3"}
+STORE = "monitor.store"
 
 
 def module_name(path: Path) -> str:
@@ -82,13 +87,84 @@ def violations(path: Path, module: str) -> list[str]:
             root = target.split(".")[0]
             if root and root not in sys.stdlib_module_names and root not in DETECTOR_THIRD_PARTY and root != "__future__":
                 found.append(f"{module}:{line} imports {target} (detectors are pure)")
+        if target.split(".")[0] in SQL_PACKAGES and not (module == STORE or module.startswith(STORE + ".")):
+            found.append(f"{module}:{line} imports {target} (only {STORE} speaks SQL)")
     return found
+
+
+def module_targets(path: Path, module: str, known: set[str]) -> set[str]:
+    """Our modules this one imports. `from pkg import name` depends on pkg.name when that is a
+    module and on pkg otherwise; the parent packages Python initialises on the way do not count
+    (a package that re-exports its submodules would otherwise be a cycle with each of them)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out |= {f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names}
+    return {t for t in out if t in known and t != module}
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the import graph, as the modules along it, or None."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return exc.args[1]
+    return None
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(REPO)))
 def test_imports_follow_the_architecture(path):
     found = violations(path, module_name(path))
     assert not found, "\n".join(found)
+
+
+def test_no_module_imports_itself_through_others():
+    modules = {module_name(p): p for p in SOURCES}
+    graph = {m: module_targets(p, m, set(modules)) for m, p in modules.items()}
+    cycle = import_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_finds_a_cycle_and_ignores_parent_packages(tmp_path):
+    known = {"monitor.store", "monitor.store.store", "monitor.store.reader", "monitor.store.tables"}
+    reader = tmp_path / "reader.py"
+    reader.write_text("from typing import TYPE_CHECKING\nfrom monitor.store import tables\n"
+                      "if TYPE_CHECKING:\n    from monitor.store.store import Store\n")
+    store = tmp_path / "store.py"
+    store.write_text("from monitor.store import reader, tables\n")
+    init = tmp_path / "__init__.py"
+    init.write_text("from monitor.store.store import Store\n")
+    graph = {
+        "monitor.store.reader": module_targets(reader, "monitor.store.reader", known),
+        "monitor.store.store": module_targets(store, "monitor.store.store", known),
+        "monitor.store": module_targets(init, "monitor.store", known),
+        "monitor.store.tables": set(),
+    }
+    assert graph["monitor.store.store"] == {"monitor.store.reader", "monitor.store.tables"}
+    assert sorted(import_cycle(graph)[:-1]) == ["monitor.store.reader", "monitor.store.store"]
+    reader.write_text("from monitor.store import tables\n")
+    graph["monitor.store.reader"] = module_targets(reader, "monitor.store.reader", known)
+    assert import_cycle(graph) is None
+
+
+def test_only_the_store_speaks_sql(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from sqlalchemy.exc import DBAPIError\n\ndef f():\n    import psycopg\n")
+    assert violations(probe, "monitor.watch.probe") == [
+        "monitor.watch.probe:1 imports sqlalchemy.exc (only monitor.store speaks SQL)",
+        "monitor.watch.probe:4 imports psycopg (only monitor.store speaks SQL)",
+    ]
+    assert any("only monitor.store speaks SQL" in v for v in violations(probe, "app.dashboard.probe"))
+    assert violations(probe, "monitor.store.probe") == []
 
 
 def test_the_checker_catches_violations(tmp_path):
@@ -98,6 +174,7 @@ def test_the_checker_catches_violations(tmp_path):
     assert any("sqlalchemy (detectors are pure)" in v for v in found)
     assert any("imports monitor.store " in v for v in found)
     assert any("imports monitor.store.tables" in v for v in found)
-    assert violations(probe, "monitor.importers.probe") == []
+    assert violations(probe, "monitor.importers.probe") == [
+        "monitor.importers.probe:1 imports sqlalchemy (only monitor.store speaks SQL)"]
     probe.write_text("def f():\n    import trainer.model\n")
     assert violations(probe, "evals.probe") == ["evals.probe:2 imports trainer.model (evals may not)"]

@@ -10,15 +10,13 @@ import re
 import time
 
 from dash import ALL, Dash, Input, Output, State, ctx, no_update
-from sqlalchemy.exc import DBAPIError
 
 from app import figures
 from app.dashboard import layout, live, panels, queries
 from app.dashboard.config import DashboardConfig
 from app.dashboard.routes import ViewSpec, parse_run_path, run_href
 from monitor.errors import GapwatchError
-from monitor.store import Store
-from monitor.store.store import describe_db_error
+from monitor.store import DatabaseError, Store, describe_db_error
 
 PANEL = {"type": "panel", "name": ALL}
 # Plotly reports a zoom as `xaxis.range[0]`/`xaxis.range[1]` (or `xaxis2...` on a lower panel of a
@@ -58,7 +56,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
     def route(pathname, search):
         try:
             names = store.list_runs()["name"].tolist()
-        except DBAPIError as exc:
+        except DatabaseError as exc:
             return layout.store_unavailable(store.url.redacted(), describe_db_error(exc))
         if pathname in (None, "", "/"):
             return layout.overview_page(names)
@@ -114,7 +112,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         step_range = tuple(view["range"]) if view["range"] else None
         try:
             data = queries.load_view(store, spec, config.max_points, step_range)
-        except DBAPIError as exc:
+        except DatabaseError as exc:
             # Keep what the page shows and say why it is not current.
             return ([no_update] * len(ctx.outputs_list[0]), no_update, no_update,
                     [f"The store cannot be read ({describe_db_error(exc)}): showing what was read before."])
@@ -136,7 +134,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         try:
             result = live.poll(store, state, max_points=config.max_points, full_refresh_s=config.full_refresh_s,
                                now=time.time())
-        except (GapwatchError, DBAPIError):
+        except (GapwatchError, DatabaseError):
             # The run was deleted, or the store is unreachable for a moment: leave the page as it is
             # and try again at the next poll.
             return no_update, no_update, no_update, no_update

@@ -8,10 +8,7 @@ works with auth on, and it says nothing about runs.
 from __future__ import annotations
 
 from flask import Flask, jsonify
-from sqlalchemy.exc import SQLAlchemyError
-
-from monitor.store import Store
-from monitor.store.migrations import current_version
+from monitor.store import Store, StoreError
 
 PATH = "/healthz"
 
@@ -20,9 +17,7 @@ def install(server: Flask, store: Store) -> None:
     @server.get(PATH)
     def _healthz():
         try:
-            # A plain read connection: on SQLite a transaction would take the write lock.
-            with store.engine.connect() as conn:
-                version = current_version(conn)
-        except SQLAlchemyError as exc:
+            version = store.schema_version()
+        except StoreError as exc:
             return jsonify(status="unavailable", error=type(exc).__name__), 503
         return jsonify(status="ok", schema_version=version, backend=store.backend)

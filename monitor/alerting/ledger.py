@@ -8,10 +8,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, select
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
-
 from monitor.alerting import notifications
 from monitor.alerting.config import AlertingConfig
 from monitor.alerting.incidents import (
@@ -26,7 +22,6 @@ from monitor.alerting.incidents import (
 )
 from monitor.jsonutil import dumps
 from monitor.schema import Detection, Severity
-from monitor.store import tables
 
 if TYPE_CHECKING:
     from monitor.store import Store
@@ -41,15 +36,7 @@ class AlertLedger:
     # --- reading -------------------------------------------------------------------------------
     def alerts(self, run: str | None = None, state: str | None = None) -> list[Alert]:
         """Alerts, oldest first, optionally of one run and/or in one state."""
-        a, r = tables.alerts.c, tables.runs.c
-        query = select(tables.alerts, r.name.label("run_name")).join(tables.runs, r.id == a.run_id)
-        if run is not None:
-            query = query.where(r.name == run)
-        if state is not None:
-            query = query.where(a.state == state)
-        with self.store.atomic() as conn:
-            rows = conn.execute(query.order_by(a.id)).mappings().all()
-        return [_alert_from_row(row) for row in rows]
+        return [_alert_from_row(row) for row in self.store.alerts.list(run, state)]
 
     def incidents(self, runs: Iterable[str]) -> tuple[dict[IncidentKey, Alert], dict[IncidentKey, Alert]]:
         """The open alert and the latest resolved one of every incident key of these runs."""
@@ -72,13 +59,13 @@ class AlertLedger:
             return 0
         now = self.clock()
         queued = 0
-        with self.store.atomic() as conn:
+        with self.store.atomic():
             if detections:
                 self.store.write_detections(detections)
             written: set[int] = set()
             for change in changes:
                 if id(change.alert) not in written:
-                    self._write_alert(conn, change.alert)
+                    self._write_alert(change.alert)
                     written.add(id(change.alert))
             opened_now = {id(c.alert) for c in changes if c.kind == OPENED}
             for change in changes:
@@ -87,12 +74,12 @@ class AlertLedger:
                 if change.kind == ESCALATED and id(change.alert) in opened_now:
                     # Opened and escalated in one pass: the opening message already has the severity.
                     continue
-                queued += self._enqueue(conn, change, now)
+                queued += self._enqueue(change, now)
             if state is not None:
                 self.store.save_state(*state)
         return queued
 
-    def _write_alert(self, conn: Connection, alert: Alert) -> None:
+    def _write_alert(self, alert: Alert) -> None:
         values = {
             "attempt": alert.attempt, "detector": alert.detector, "metric": alert.metric,
             "state": alert.state, "severity": alert.severity.value, "start_step": alert.start_step,
@@ -101,31 +88,23 @@ class AlertLedger:
             "updated_at": alert.updated_at, "resolved_at": alert.resolved_at,
         }
         if alert.id is None:
-            values["run_id"] = self.store.run_id(alert.run)
-            alert.id = conn.execute(
-                tables.alerts.insert().values(**values).returning(tables.alerts.c.id)
-            ).scalar_one()
+            alert.id = self.store.alerts.insert(alert.run, values)
         else:
-            conn.execute(tables.alerts.update().where(tables.alerts.c.id == alert.id).values(**values))
+            self.store.alerts.update(alert.id, values)
 
-    def _enqueue(self, conn: Connection, change: AlertChange, now: float) -> int:
+    def _enqueue(self, change: AlertChange, now: float) -> int:
         alert = change.alert
         if change.kind == RESOLVED_CHANGE:
             # A resolution goes wherever the incident was announced, and nowhere else.
-            sinks = [
-                name for (name,) in conn.execute(
-                    select(tables.alert_outbox.c.sink).distinct().where(tables.alert_outbox.c.alert_id == alert.id)
-                )
-            ]
+            sinks = self.store.outbox.sinks_of(alert.id)
         elif self.config.silenced(alert, now):
             sinks = []
         else:
             sinks = [s.name for s in self.config.sinks if alert.severity.rank >= s.min_severity.rank]
         if not sinks:
             return 0
-        reference = conn.execute(
-            select(tables.runs.c.reference).where(tables.runs.c.id == self.store.run_id(alert.run))
-        ).scalar()
+        run = self.store.get_run(alert.run)
+        reference = run["reference"] if run is not None else None
         rows = []
         for sink in sinks:
             payload = notifications.build(change, sink, self.config.dashboard_url, reference)
@@ -133,8 +112,7 @@ class AlertLedger:
                 "alert_id": alert.id, "sink": sink, "kind": change.kind, "payload": dumps(payload),
                 "dedup_key": payload["idempotency_key"], "created_at": now, "tries": 0, "next_try_at": now,
             })
-        dialect = pg_dialect if conn.dialect.name == "postgresql" else sqlite_dialect
-        conn.execute(dialect.insert(tables.alert_outbox).on_conflict_do_nothing(index_elements=["dedup_key"]), rows)
+        self.store.outbox.add(rows)
         return len(rows)
 
 

@@ -20,15 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func, select
-from sqlalchemy.exc import DBAPIError, OperationalError
-
 from monitor.alerting.backoff import retry_delay
 from monitor.alerting.config import AlertingConfig
 from monitor.alerting.ratelimit import TokenBucket
 from monitor.alerting.secrets import redact
 from monitor.alerting.sinks.base import SendResult, Sink, one_line
-from monitor.store import tables
+from monitor.store import DatabaseError
 
 log = logging.getLogger("gapwatch.alerting.outbox")
 
@@ -39,8 +36,6 @@ PENDING_SCAN_LIMIT = 2000
 # failover), with this pause between them; after that the lease decides, and it may be resent.
 MARK_TRIES = 5
 MARK_PAUSE_S = 0.2
-
-_o = tables.alert_outbox.c
 
 
 @dataclass
@@ -129,61 +124,33 @@ class Outbox:
 
     def seconds_until_due(self) -> float | None:
         """Seconds until the earliest undelivered notification of a known sink is due; None if none."""
-        with self.store.atomic() as conn:
-            earliest = conn.execute(
-                select(func.min(_o.next_try_at)).where(
-                    and_(_o.delivered_at.is_(None), _o.sink.in_(list(self.sinks)))
-                )
-            ).scalar()
+        earliest = self.store.outbox.earliest_due(list(self.sinks))
         if earliest is None:
             return None
         return max(0.0, earliest - self.clock())
 
     def pending_count(self) -> int:
-        with self.store.atomic() as conn:
-            return conn.execute(
-                select(func.count()).select_from(tables.alert_outbox).where(_o.delivered_at.is_(None))
-            ).scalar_one()
+        return self.store.outbox.pending_count()
 
     # --- the table -----------------------------------------------------------------------------
     def _pending(self):
-        with self.store.atomic() as conn:
-            return conn.execute(
-                select(_o.id, _o.alert_id, _o.sink, _o.kind, _o.payload, _o.tries, _o.next_try_at)
-                .where(_o.delivered_at.is_(None))
-                .order_by(_o.id)
-                .limit(PENDING_SCAN_LIMIT)
-            ).all()
+        return self.store.outbox.pending(PENDING_SCAN_LIMIT)
 
     def _claim(self, row_id: int, now: float) -> bool:
-        with self.store.atomic() as conn:
-            claimed = conn.execute(
-                tables.alert_outbox.update()
-                .where(and_(_o.id == row_id, _o.delivered_at.is_(None), _o.next_try_at <= now))
-                .values(tries=_o.tries + 1, next_try_at=now + self.delivery.claim_lease_s)
-            ).rowcount
-        return claimed == 1
+        return self.store.outbox.claim(row_id, now, self.delivery.claim_lease_s)
 
     def _mark_delivered(self, row_id: int) -> None:
         for attempt in range(MARK_TRIES):
             try:
-                with self.store.atomic() as conn:
-                    conn.execute(
-                        tables.alert_outbox.update().where(_o.id == row_id)
-                        .values(delivered_at=self.clock(), last_error=None)
-                    )
+                self.store.outbox.mark_delivered(row_id, self.clock())
                 return
-            except (OperationalError, DBAPIError):
+            except DatabaseError:
                 if attempt == MARK_TRIES - 1:
                     raise
                 time.sleep(MARK_PAUSE_S)
 
     def _mark_failed(self, row_id: int, next_try_at: float, error: str) -> None:
-        with self.store.atomic() as conn:
-            conn.execute(
-                tables.alert_outbox.update().where(_o.id == row_id)
-                .values(next_try_at=next_try_at, last_error=error)
-            )
+        self.store.outbox.mark_failed(row_id, next_try_at, error)
 
     def _warn_unknown(self, sink: str) -> None:
         if sink not in self._warned_unknown:

@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from sqlalchemy import and_, case, func, select
 from tsdownsample import MinMaxDownsampler
 
-from monitor.schema import Detection, RunData, Severity, empty_events
-from monitor.store import tables
+from monitor.errors import GapwatchError
+from monitor.schema import (
+    CONFIG_GLOBAL_BATCH_SIZE,
+    CONFIG_RECORDS_PER_EPOCH,
+    CONFIG_TOKENS_PER_STEP,
+    Detection,
+    RunData,
+    RunInfo,
+    Severity,
+    empty_events,
+)
+from monitor.store import metric_rows, tables
+from monitor.store.database import Database
 from monitor.store.rollups import LEVEL_WIDTHS, choose_level
-
-if TYPE_CHECKING:
-    from monitor.store.store import Store
+from monitor.store.run_frames import run_data
 
 DEFAULT_MAX_POINTS = 2000
 # Read up to this many times the budget (raw rows, or rollup points) before thinning in memory:
@@ -39,7 +47,7 @@ def _as_list(x) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
-def read_scalars(store: "Store", runs, keys, step_range=None, max_points: int = DEFAULT_MAX_POINTS,
+def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DEFAULT_MAX_POINTS,
                  since_step: int | None = None) -> pd.DataFrame:
     """Long frame (run, key, step, value): the latest attempt of each step, at most `max_points`
     rows per series. Unknown keys give no rows; an unknown run is an error.
@@ -51,10 +59,10 @@ def read_scalars(store: "Store", runs, keys, step_range=None, max_points: int = 
         raise ValueError("max_points must be at least 4")
     frames = []
     widths: dict[tuple[str, str], int] = {}
-    with store._read() as conn:
+    with db.read() as conn:
         for run in _as_list(runs):
-            run_id = store._run_id(conn, run)
-            key_ids = store.key_ids(conn, _as_list(keys))
+            run_id = db.run_id(conn, run)
+            key_ids = db.key_ids(conn, _as_list(keys))
             if not key_ids:
                 continue
             s = tables.series.c
@@ -81,13 +89,13 @@ def read_scalars(store: "Store", runs, keys, step_range=None, max_points: int = 
                 density = n / max(1, last - first + 1)
                 level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE, RAW_READ_FACTOR)
                 if level is None:
-                    steps, values = _raw(conn, run_id, key_id, lo, hi)
+                    steps, values = metric_rows.series_rows(conn, run_id, key_id, lo, hi).latest()
                     width = 1
                     tail = _last_finite(steps, values)
                 else:
                     steps, values = _from_rollups(conn, run_id, key_id, level, lo, hi)
                     width = LEVEL_WIDTHS[level]
-                    tail = _last_finite(*_raw_tail(conn, run_id, key_id, lo, hi))
+                    tail = _last_finite(*metric_rows.latest_tail(conn, run_id, key_id, lo, hi))
                 if width > 1 or len(steps) > max_points:
                     steps, values = _thin(steps, values, max_points, tail)
                     width = max(width, 2)
@@ -123,40 +131,6 @@ def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | N
     return (int(steps[finite[-1]]), float(values[finite[-1]])) if len(finite) else None
 
 
-def _raw_tail(conn, run_id: int, key_id: int, lo: int, hi: int, rows: int = 64):
-    """The last few logged steps of a range (latest attempt each), newest last."""
-    m = tables.metrics.c
-    got = conn.execute(
-        select(m.step, m.value)
-        .where(and_(m.run_id == run_id, m.key_id == key_id, m.step >= lo, m.step <= hi))
-        .order_by(m.step.desc(), m.attempt.desc())
-        .limit(rows)
-    ).all()
-    seen: dict[int, float] = {}
-    for step, value in got:
-        seen.setdefault(step, np.nan if value is None else value)
-    steps = np.array(sorted(seen), dtype=np.int64)
-    return steps, np.array([seen[k] for k in steps], dtype=float)
-
-
-def _raw(conn, run_id: int, key_id: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    m = tables.metrics.c
-    rows = conn.execute(
-        select(m.step, m.value)
-        .where(and_(m.run_id == run_id, m.key_id == key_id, m.step >= lo, m.step <= hi))
-        .order_by(m.step, m.attempt)
-    ).all()
-    if not rows:
-        return np.empty(0, np.int64), np.empty(0, float)
-    # fromiter over the rows: np.array(rows) probes each SQLAlchemy Row as a mapping first, which
-    # raises and catches a KeyError per row and costs ~30 us a row (1.2 s for 36k rows).
-    steps = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    values = np.fromiter((np.nan if r[1] is None else r[1] for r in rows), dtype=float, count=len(rows))
-    # Rows are ordered by attempt within a step: the last of each run of equal steps is the latest.
-    last = np.append(steps[1:] != steps[:-1], True)
-    return steps[last], values[last]
-
-
 def _from_rollups(conn, run_id: int, key_id: int, level: int, lo: int, hi: int):
     width = LEVEL_WIDTHS[level]
     r = tables.rollups.c
@@ -179,7 +153,7 @@ def _from_rollups(conn, run_id: int, key_id: int, level: int, lo: int, hi: int):
     return steps[order], values[order]
 
 
-def list_runs(store: "Store") -> pd.DataFrame:
+def list_runs(db: Database) -> pd.DataFrame:
     r, s, a = tables.runs.c, tables.series.c, tables.alerts.c
     last = (
         select(s.run_id, func.max(s.last_step).label("last_step"), func.max(s.last_wall_time).label("last_wall_time"))
@@ -200,7 +174,7 @@ def list_runs(store: "Store") -> pd.DataFrame:
         .outerjoin(open_alerts, open_alerts.c.run_id == tables.runs.c.id)
         .order_by(tables.runs.c.updated_at.desc())
     )
-    with store._read() as conn:
+    with db.read() as conn:
         frame = pd.DataFrame(conn.execute(query).mappings().all(), columns=[
             "name", "project", "source", "status", "reference", "tokens_per_step", "attempts", "created_at",
             "updated_at", "last_step", "last_wall_time", "open_alerts", "worst_rank"])
@@ -209,13 +183,13 @@ def list_runs(store: "Store") -> pd.DataFrame:
     return frame
 
 
-def series_marks(store: "Store", name: str) -> dict[str, tuple[int, int]]:
+def series_marks(db: Database, name: str) -> dict[str, tuple[int, int]]:
     """First and last logged step of each of a run's series (kept with every write: no scan)."""
     s = tables.series.c
-    with store._read() as conn:
-        run_id = store._run_id(conn, name)
+    with db.read() as conn:
+        run_id = db.run_id(conn, name)
         rows = conn.execute(select(s.key_id, s.first_step, s.last_step).where(s.run_id == run_id)).all()
-        names = store.key_names(conn, [r[0] for r in rows])
+        names = db.key_names(conn, [r[0] for r in rows])
     return {names[k]: (int(first), int(last)) for k, first, last in rows}
 
 
@@ -223,11 +197,11 @@ ALERT_COLUMNS = ["id", "attempt", "detector", "metric", "state", "severity", "st
                  "peak_step", "score", "message", "opened_at", "updated_at", "resolved_at"]
 
 
-def read_alerts(store: "Store", name: str, limit: int = 500) -> pd.DataFrame:
+def read_alerts(db: Database, name: str, limit: int = 500) -> pd.DataFrame:
     """A run's alerts (incidents), most recently updated first, at most `limit`."""
     a = tables.alerts.c
-    with store._read() as conn:
-        run_id = store._run_id(conn, name)
+    with db.read() as conn:
+        run_id = db.run_id(conn, name)
         rows = conn.execute(
             select(*[getattr(a, c) for c in ALERT_COLUMNS]).where(a.run_id == run_id)
             .order_by(a.updated_at.desc(), a.id.desc()).limit(limit)
@@ -238,12 +212,12 @@ def read_alerts(store: "Store", name: str, limit: int = 500) -> pd.DataFrame:
     return frame
 
 
-def activity(store: "Store", name: str) -> list[list]:
+def activity(db: Database, name: str) -> list[list]:
     """Counts and latest changes of a run's events, detections and alerts: a cheap fingerprint that
     changes whenever any of them does (one aggregate query per table)."""
     e, d, a = tables.events.c, tables.detections.c, tables.alerts.c
-    with store._read() as conn:
-        run_id = store._run_id(conn, name)
+    with db.read() as conn:
+        run_id = db.run_id(conn, name)
         return [
             list(conn.execute(select(func.count(), func.max(e.id)).where(e.run_id == run_id)).one()),
             list(conn.execute(select(func.count(), func.max(d.updated_at)).where(d.run_id == run_id)).one()),
@@ -251,10 +225,10 @@ def activity(store: "Store", name: str) -> list[list]:
         ]
 
 
-def read_events(store: "Store", name: str, kinds: Iterable[str] | None = None) -> pd.DataFrame:
+def read_events(db: Database, name: str, kinds: Iterable[str] | None = None) -> pd.DataFrame:
     e = tables.events.c
-    with store._read() as conn:
-        cond = e.run_id == store._run_id(conn, name)
+    with db.read() as conn:
+        cond = e.run_id == db.run_id(conn, name)
         if kinds is not None:
             cond = and_(cond, e.kind.in_([k.value if hasattr(k, "value") else k for k in kinds]))
         rows = conn.execute(
@@ -271,52 +245,57 @@ def read_events(store: "Store", name: str, kinds: Iterable[str] | None = None) -
     return frame
 
 
-def load_run(store: "Store", name: str, keys: Iterable[str] | None = None) -> RunData:
+def get_run(db: Database, name: str) -> dict | None:
+    """The run's row, its config parsed; None if there is no such run."""
+    with db.read() as conn:
+        row = conn.execute(select(tables.runs).where(tables.runs.c.name == name)).mappings().first()
+    if row is None:
+        return None
+    out = dict(row)
+    out["config"] = json.loads(out["config"])
+    return out
+
+
+def run_info(db: Database, name: str) -> RunInfo:
+    run = get_run(db, name)
+    if run is None:
+        raise GapwatchError(f"no run named {name!r} in {db.url.redacted()}")
+    config = run["config"]
+    tokens = run["tokens_per_step"] or config.get(CONFIG_TOKENS_PER_STEP)
+    batch = config.get(CONFIG_GLOBAL_BATCH_SIZE)
+    records = config.get(CONFIG_RECORDS_PER_EPOCH)
+    return RunInfo(
+        name=name,
+        tokens_per_step=float(tokens) if tokens else None,
+        global_batch_size=int(batch) if batch else None,
+        records_per_epoch=int(records) if records else None,
+        reference=run["reference"],
+        config=config,
+    )
+
+
+def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunData:
     """Every logged value of a run at full resolution, split as RunData describes."""
-    info = store.run_info(name)
-    m = tables.metrics.c
-    with store._read() as conn:
-        run_id = store._run_id(conn, name)
-        cond = m.run_id == run_id
-        if keys is not None:
-            ids = store.key_ids(conn, _as_list(keys))
-            cond = and_(cond, m.key_id.in_(list(ids.values())))
-        result = conn.execute(select(m.key_id, m.step, m.attempt, m.value).where(cond).order_by(m.key_id, m.step, m.attempt))
-        # Plain tuples: pandas probes each row for namedtuple fields, and on a SQLAlchemy Row every
-        # probe raises and catches a KeyError internally (~20 us a row, minutes on a 1.4M-step run).
-        rows = [tuple(r) for r in result]
-        names = store.key_names(conn, {r[0] for r in rows})
-    if rows:
-        frame = pd.DataFrame(rows, columns=["key_id", "step", "attempt", "value"])
-        frame["value"] = frame["value"].astype(float)
-        frame["key"] = frame["key_id"].map(names)
-    else:
-        frame = pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
-                              "attempt": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
-    latest = frame.drop_duplicates(["key", "step"], keep="last")
-    scalars = latest.pivot(index="step", columns="key", values="value") if len(latest) else pd.DataFrame(
-        index=pd.Index([], dtype="int64", name="step"))
-    scalars.columns.name = None
-    scalars.index = scalars.index.astype("int64")
-    scalars.index.name = "step"
-    repeated = frame.duplicated(["key", "step"], keep=False)
-    repeats = frame.loc[repeated, ["key", "step", "attempt", "value"]].reset_index(drop=True)
-    nonfinite = latest.loc[~np.isfinite(latest["value"].to_numpy()), ["key", "step", "value"]].reset_index(drop=True)
-    events = read_events(store, name).drop(columns=["wall_time"])
-    return RunData(info=info, scalars=scalars.sort_index(), events=events, repeats=repeats,
-                   logged_nonfinite=nonfinite)
+    info = run_info(db, name)
+    with db.read() as conn:
+        run_id = db.run_id(conn, name)
+        ids = None if keys is None else list(db.key_ids(conn, _as_list(keys)).values())
+        by_id = metric_rows.run_rows(conn, run_id, ids)
+        names = db.key_names(conn, by_id)
+    events = read_events(db, name).drop(columns=["wall_time"])
+    return run_data(info, {names[k]: rows for k, rows in by_id.items()}, events)
 
 
-def read_detections(store: "Store", run: str | None = None, detector: str | None = None) -> list[Detection]:
+def read_detections(db: Database, run: str | None = None, detector: str | None = None) -> list[Detection]:
     d, r = tables.detections.c, tables.runs.c
     query = select(tables.detections, r.name.label("run_name")).join(tables.runs, r.id == d.run_id)
     if run is not None:
         query = query.where(r.name == run)
     if detector is not None:
         query = query.where(d.detector == detector)
-    with store._read() as conn:
+    with db.read() as conn:
         if run is not None:
-            store._run_id(conn, run)
+            db.run_id(conn, run)
         rows = conn.execute(query.order_by(d.start_step, d.id)).mappings().all()
     return [
         Detection(

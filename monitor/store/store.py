@@ -2,14 +2,15 @@
 
 `open_store(url)` picks the backend from the URL (see url.py), brings the schema up to date and
 returns a `Store`. Every write is idempotent; `with store.atomic():` groups writes into one
-transaction (all or nothing), which importers use.
+transaction (all or nothing), which importers use. The SQL lives in the modules this one composes
+(reader, metric_rows, metrics_writer, increments, alert_rows); callers outside the package only
+ever call a `Store`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -17,26 +18,19 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, and_, delete, func, select
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy import Connection, and_, delete, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
-from monitor.schema import (
-    CONFIG_GLOBAL_BATCH_SIZE,
-    CONFIG_RECORDS_PER_EPOCH,
-    CONFIG_TOKENS_PER_STEP,
-    Detection,
-    RunData,
-    RunInfo,
-    RunStatus,
-    Severity,
-    is_valid_key,
-)
+from monitor.schema import Detection, RunData, RunInfo, RunStatus, Severity, is_valid_key
 from monitor.store import engine as engines
-from monitor.store import metrics_writer, migrations, reader, tables
+from monitor.store import increments, metric_rows, metrics_writer, migrations, reader, tables
+from monitor.store.alert_rows import AlertRows, OutboxRows
+from monitor.store.database import Database
+from monitor.store.errors import describe_db_error
+from monitor.store.increments import KeyRange, RunMarks
+from monitor.store.run_frames import KeyRows
 from monitor.store.url import StoreURL, resolve
 
 
@@ -59,12 +53,6 @@ def open_store(url: str | None = None, read_only: bool = False) -> "Store":
     return Store(store_url, engine, read_only)
 
 
-def describe_db_error(exc: Exception) -> str:
-    """The driver's first line, which names the real cause (refused, no such database, locked)."""
-    orig = getattr(exc, "orig", exc)
-    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-
-
 def _check_readable_version(conn: Connection, store_url: StoreURL) -> None:
     version = migrations.current_version(conn)
     if version == 0:
@@ -81,10 +69,11 @@ class Store:
         self.url = url
         self.engine = engine
         self.read_only = read_only
-        self._local = threading.local()
-        self._run_ids: dict[str, int] = {}
-        self._key_ids: dict[str, int] = {}
-        self._key_names: dict[int, str] = {}
+        self._db = Database(url, engine)
+        self.alerts = AlertRows(self._db)
+        """The alerts table (the alert ledger's)."""
+        self.outbox = OutboxRows(self._db)
+        """Notifications to deliver (the delivery loop's)."""
 
     # --- connections and transactions -----------------------------------------------------------
     @property
@@ -103,49 +92,14 @@ class Store:
     @contextmanager
     def atomic(self) -> Iterator[Connection]:
         """Every store call inside the block, on this thread, is one transaction."""
-        if getattr(self._local, "conn", None) is not None:
-            yield self._local.conn
-            return
-        ids_before = (dict(self._run_ids), dict(self._key_ids), dict(self._key_names))
-        try:
-            with self.engine.begin() as conn:
-                self._local.conn = conn
-                yield conn
-        except BaseException:
-            # Ids handed out inside a rolled-back transaction do not exist.
-            self._run_ids, self._key_ids, self._key_names = ids_before
-            raise
-        finally:
-            self._local.conn = None
-
-    @contextmanager
-    def _tx(self) -> Iterator[Connection]:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        with self._db.atomic() as conn:
             yield conn
-        else:
-            with self.engine.begin() as conn:
-                yield conn
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            yield conn
-        else:
-            with self.engine.connect() as conn:
-                yield conn
-
-    def _upsert(self, conn: Connection, table, rows: list[dict], index: list[str], update: list[str]) -> None:
-        dialect = pg_dialect if conn.dialect.name == "postgresql" else sqlite_dialect
-        stmt = dialect.insert(table)
-        if update:
-            stmt = stmt.on_conflict_do_update(
-                index_elements=index, set_={c: getattr(stmt.excluded, c) for c in update}
-            )
-        else:
-            stmt = stmt.on_conflict_do_nothing(index_elements=index)
-        conn.execute(stmt, rows)
+    def schema_version(self) -> int:
+        """The schema version the database holds, read on a plain connection: a health probe on
+        SQLite must not queue behind a writer for a transaction."""
+        with self.engine.connect() as conn:
+            return migrations.current_version(conn)
 
     # --- runs ----------------------------------------------------------------------------------
     def ensure_run(
@@ -163,10 +117,10 @@ class Store:
         if not name or len(name) > 255:
             raise GapwatchError(f"run name {name!r} must be 1 to 255 characters")
         now = time.time()
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             existing = conn.execute(select(tables.runs).where(tables.runs.c.name == name)).mappings().first()
             if existing is None:
-                self._upsert(
+                self._db.upsert(
                     conn,
                     tables.runs,
                     [{
@@ -182,12 +136,12 @@ class Store:
                 self._update(conn, name, project=project, config=config, tokens_per_step=tokens_per_step,
                              reference=reference, status=status)
             run_id = conn.execute(select(tables.runs.c.id).where(tables.runs.c.name == name)).scalar_one()
-        self._run_ids[name] = run_id
+        self._db.remember_run(name, run_id)
         return run_id
 
     def update_run(self, name: str, **fields: Any) -> None:
-        with self._tx() as conn:
-            self._run_id(conn, name)
+        with self._db.tx() as conn:
+            self._db.run_id(conn, name)
             self._update(conn, name, **fields)
 
     def _update(self, conn: Connection, name: str, **fields: Any) -> None:
@@ -203,47 +157,27 @@ class Store:
         conn.execute(tables.runs.update().where(tables.runs.c.name == name).values(**values))
 
     def get_run(self, name: str) -> dict | None:
-        with self._read() as conn:
-            row = conn.execute(select(tables.runs).where(tables.runs.c.name == name)).mappings().first()
-        if row is None:
-            return None
-        out = dict(row)
-        out["config"] = json.loads(out["config"])
-        return out
+        return reader.get_run(self._db, name)
 
     def run_info(self, name: str) -> RunInfo:
-        run = self.get_run(name)
-        if run is None:
-            raise GapwatchError(f"no run named {name!r} in {self.url.redacted()}")
-        config = run["config"]
-        tokens = run["tokens_per_step"] or config.get(CONFIG_TOKENS_PER_STEP)
-        batch = config.get(CONFIG_GLOBAL_BATCH_SIZE)
-        records = config.get(CONFIG_RECORDS_PER_EPOCH)
-        return RunInfo(
-            name=name,
-            tokens_per_step=float(tokens) if tokens else None,
-            global_batch_size=int(batch) if batch else None,
-            records_per_epoch=int(records) if records else None,
-            reference=run["reference"],
-            config=config,
-        )
+        return reader.run_info(self._db, name)
 
     def list_runs(self) -> pd.DataFrame:
-        return reader.list_runs(self)
+        return reader.list_runs(self._db)
 
     def delete_run(self, name: str) -> None:
-        with self._tx() as conn:
-            run_id = self._run_id(conn, name)
+        with self._db.tx() as conn:
+            run_id = self._db.run_id(conn, name)
             for table in (tables.metrics, tables.series, tables.rollups, tables.events, tables.detections,
                           tables.alerts):
                 conn.execute(delete(table).where(table.c.run_id == run_id))
             conn.execute(delete(tables.runs).where(tables.runs.c.id == run_id))
-        self._run_ids.pop(name, None)
+        self._db.forget_run(name)
 
     def new_attempt(self, name: str) -> int:
         """The next attempt number of a run: 1 for its first logging process, 2 after a restart..."""
-        with self._tx() as conn:
-            self._run_id(conn, name)
+        with self._db.tx() as conn:
+            self._db.run_id(conn, name)
             return conn.execute(
                 tables.runs.update()
                 .where(tables.runs.c.name == name)
@@ -251,57 +185,20 @@ class Store:
                 .returning(tables.runs.c.attempts)
             ).scalar_one()
 
-    def _run_id(self, conn: Connection, name: str) -> int:
-        run_id = self._run_ids.get(name)
-        if run_id is None:
-            run_id = conn.execute(select(tables.runs.c.id).where(tables.runs.c.name == name)).scalar()
-            if run_id is None:
-                raise GapwatchError(f"no run named {name!r} in {self.url.redacted()}")
-            self._run_ids[name] = run_id
-        return run_id
-
     def run_id(self, name: str) -> int:
-        with self._read() as conn:
-            return self._run_id(conn, name)
+        with self._db.read() as conn:
+            return self._db.run_id(conn, name)
 
     # --- metric keys ---------------------------------------------------------------------------
-    def _ensure_keys(self, conn: Connection, names: Iterable[str]) -> dict[str, int]:
-        missing = [n for n in set(names) if n not in self._key_ids]
-        if missing:
-            self._upsert(conn, tables.metric_keys, [{"name": n} for n in missing], index=["name"], update=[])
-            for key_id, name in conn.execute(
-                select(tables.metric_keys.c.id, tables.metric_keys.c.name).where(tables.metric_keys.c.name.in_(missing))
-            ):
-                self._key_ids[name] = key_id
-                self._key_names[key_id] = name
-        return self._key_ids
-
-    def key_names(self, conn: Connection, key_ids: Iterable[int]) -> dict[int, str]:
-        missing = [int(k) for k in set(key_ids) if k not in self._key_names]
-        if missing:
-            for key_id, name in conn.execute(
-                select(tables.metric_keys.c.id, tables.metric_keys.c.name).where(tables.metric_keys.c.id.in_(missing))
-            ):
-                self._key_names[key_id] = name
-                self._key_ids[name] = key_id
-        return self._key_names
-
     def key_ids(self, conn: Connection, names: Iterable[str]) -> dict[str, int]:
         """Ids of the keys that exist; unknown names are left out."""
-        missing = [n for n in set(names) if n not in self._key_ids]
-        if missing:
-            for key_id, name in conn.execute(
-                select(tables.metric_keys.c.id, tables.metric_keys.c.name).where(tables.metric_keys.c.name.in_(missing))
-            ):
-                self._key_ids[name] = key_id
-                self._key_names[key_id] = name
-        return {n: self._key_ids[n] for n in names if n in self._key_ids}
+        return self._db.key_ids(conn, names)
 
     def list_keys(self, name: str) -> list[str]:
-        with self._read() as conn:
-            run_id = self._run_id(conn, name)
+        with self._db.read() as conn:
+            run_id = self._db.run_id(conn, name)
             ids = [k for (k,) in conn.execute(select(tables.series.c.key_id).where(tables.series.c.run_id == run_id))]
-            names = self.key_names(conn, ids)
+            names = self._db.key_names(conn, ids)
         return sorted(names[i] for i in ids)
 
     # --- metrics -------------------------------------------------------------------------------
@@ -315,11 +212,16 @@ class Store:
         rows = _validated(name, frame)
         if rows.empty:
             return 0
-        with self._tx() as conn:
-            run_id = self._run_id(conn, name)
-            ids = self._ensure_keys(conn, rows["key"].unique())
+        with self._db.tx() as conn:
+            run_id = self._db.run_id(conn, name)
+            ids = self._db.ensure_keys(conn, rows["key"].unique())
             rows["key_id"] = rows["key"].map(ids).astype("int64")
             return metrics_writer.write(conn, run_id, rows.drop(columns="key"))
+
+    def count_rows(self, name: str) -> int:
+        """Metric rows stored for a run, every attempt counted (for tests and progress lines)."""
+        with self._db.read() as conn:
+            return metric_rows.count(conn, self._db.run_id(conn, name))
 
     # --- events --------------------------------------------------------------------------------
     def write_events(self, name: str, events: Iterable[dict]) -> int:
@@ -335,42 +237,59 @@ class Store:
                          "wall_time": float(ev.get("wall_time") or now), "dedup_key": dedup})
         if not rows:
             return 0
-        with self._tx() as conn:
-            run_id = self._run_id(conn, name)
+        with self._db.tx() as conn:
+            run_id = self._db.run_id(conn, name)
             for r in rows:
                 r["run_id"] = run_id
-            self._upsert(conn, tables.events, rows, index=["run_id", "dedup_key"], update=[])
+            self._db.upsert(conn, tables.events, rows, index=["run_id", "dedup_key"], update=[])
         return len(rows)
 
     def read_events(self, name: str, kinds: Iterable[str] | None = None) -> pd.DataFrame:
-        return reader.read_events(self, name, kinds)
+        return reader.read_events(self._db, name, kinds)
 
     # --- the reader ------------------------------------------------------------------------------
     def read_scalars(self, runs, keys, step_range=None, max_points: int = reader.DEFAULT_MAX_POINTS,
                      since_step: int | None = None) -> pd.DataFrame:
-        return reader.read_scalars(self, runs, keys, step_range=step_range, max_points=max_points,
+        return reader.read_scalars(self._db, runs, keys, step_range=step_range, max_points=max_points,
                                    since_step=since_step)
 
     def load_run(self, name: str, keys: Iterable[str] | None = None) -> RunData:
-        return reader.load_run(self, name, keys)
+        return reader.load_run(self._db, name, keys)
 
     def series_marks(self, name: str) -> dict[str, tuple[int, int]]:
-        return reader.series_marks(self, name)
+        return reader.series_marks(self._db, name)
 
     def read_alerts(self, name: str, limit: int = 500) -> pd.DataFrame:
-        return reader.read_alerts(self, name, limit)
+        return reader.read_alerts(self._db, name, limit)
 
     def activity(self, name: str) -> list[list]:
-        return reader.activity(self, name)
+        return reader.activity(self._db, name)
+
+    # --- the watch service's incremental reads ---------------------------------------------------
+    def run_marks(self, name: str) -> RunMarks:
+        """Per key first step, last step and rows, the last event id and the attempts started."""
+        return increments.marks(self._db, name)
+
+    def read_key_rows(self, name: str, ranges: list[KeyRange]) -> dict[str, KeyRows]:
+        return increments.key_rows(self._db, name, ranges)
+
+    def read_attempt_rows(self, name: str, keys: list[str], lo: int, hi: int) -> dict[str, KeyRows]:
+        return increments.attempt_rows(self._db, name, keys, lo, hi)
+
+    def read_events_after(self, name: str, event_id: int) -> pd.DataFrame:
+        return increments.events_after(self._db, name, event_id)
+
+    def latest_attempts(self, name: str, points: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return increments.latest_attempts(self._db, name, points)
 
     # --- detections ----------------------------------------------------------------------------
     def write_detections(self, detections: Iterable[Detection]) -> int:
         now = time.time()
         rows = []
-        with self._tx() as conn:
+        with self._db.tx() as conn:
             for d in detections:
                 rows.append({
-                    "run_id": self._run_id(conn, d.run), "detector": d.detector, "metric": d.metric,
+                    "run_id": self._db.run_id(conn, d.run), "detector": d.detector, "metric": d.metric,
                     "start_step": int(d.start_step), "end_step": int(d.end_step), "peak_step": int(d.peak_step),
                     "score": float(d.score) if d.score is not None else None,
                     "severity": Severity(d.severity).value, "message": d.message,
@@ -378,7 +297,7 @@ class Store:
                     "attempt": d.attempt, "created_at": now, "updated_at": now,
                 })
             if rows:
-                self._upsert(
+                self._db.upsert(
                     conn, tables.detections, rows,
                     index=["run_id", "detector", "metric", "start_step"],
                     update=["end_step", "peak_step", "score", "severity", "message", "evidence", "reference",
@@ -387,38 +306,30 @@ class Store:
         return len(rows)
 
     def read_detections(self, run: str | None = None, detector: str | None = None) -> list[Detection]:
-        return reader.read_detections(self, run, detector)
+        return reader.read_detections(self._db, run, detector)
 
     def clear_detections(self, run: str, detectors: Iterable[str] | None = None) -> None:
         """Forget a run's stored detections (all, or those of some detectors) before a fresh pass."""
         d = tables.detections.c
-        with self._tx() as conn:
-            cond = d.run_id == self._run_id(conn, run)
+        with self._db.tx() as conn:
+            cond = d.run_id == self._db.run_id(conn, run)
             if detectors is not None:
                 cond = and_(cond, d.detector.in_(list(detectors)))
             conn.execute(delete(tables.detections).where(cond))
 
     # --- service state ---------------------------------------------------------------------------
     def save_state(self, name: str, payload: dict) -> None:
-        with self._tx() as conn:
-            self._upsert(conn, tables.service_state,
-                         [{"name": name, "payload": dumps(payload), "updated_at": time.time()}],
-                         index=["name"], update=["payload", "updated_at"])
+        with self._db.tx() as conn:
+            self._db.upsert(conn, tables.service_state,
+                            [{"name": name, "payload": dumps(payload), "updated_at": time.time()}],
+                            index=["name"], update=["payload", "updated_at"])
 
     def load_state(self, name: str) -> dict | None:
-        with self._read() as conn:
+        with self._db.read() as conn:
             raw = conn.execute(
                 select(tables.service_state.c.payload).where(tables.service_state.c.name == name)
             ).scalar()
         return json.loads(raw) if raw is not None else None
-
-    def count_rows(self, name: str) -> int:
-        """Metric rows stored for a run, every attempt counted (for tests and progress lines)."""
-        with self._read() as conn:
-            run_id = self._run_id(conn, name)
-            return conn.execute(
-                select(func.count()).select_from(tables.metrics).where(tables.metrics.c.run_id == run_id)
-            ).scalar_one()
 
 
 def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:

@@ -4,23 +4,22 @@ The cursor is kept per metric key, not per run: evals are logged late (the eval 
 lands after training reached 1,010), and a per-run step cursor would skip them. Rows a restarted
 trainer logs again (attempt 2 replaying steps attempt 1 already logged) are new too: the cursor
 remembers the latest attempt and how far it has logged, and while that attempt is behind a key's
-cursor (replaying) the key is read from there. Every read is a range of the metrics primary key
-(run, key, step), and a poll with nothing new costs one query on the `series` marks.
+cursor (replaying) the key is read from there. Every read is a range of one series (run, key) in
+step order, and a poll with nothing new costs one read of the store's high-water marks.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import and_, func, or_, select
 
 from monitor.alerting.incidents import Progress
 from monitor.schema import RunData, RunInfo, empty_events
-from monitor.store import tables
+from monitor.store import KeyRange, KeyRows, run_data
+from monitor.store import RunMarks as Marks
 
 # How far back of a key's cursor a new attempt is looked for. A trainer resumes from its latest
 # checkpoint; checkpoints are a few thousand steps apart at most in the runs we know (OLMo: 1,000),
@@ -57,21 +56,6 @@ class Cursor:
 
 
 @dataclass
-class Marks:
-    """The store's high-water marks of one run."""
-
-    series: dict[str, tuple[int, int, int]]
-    """Per key: first step, last step, rows."""
-    last_event_id: int
-    attempts: int
-    """Attempts the run has started (the logging client counts them)."""
-
-    @property
-    def last_step(self) -> int | None:
-        return max((m[1] for m in self.series.values()), default=None)
-
-
-@dataclass
 class Batch:
     rows: RunData
     attempts: pd.DataFrame
@@ -82,14 +66,7 @@ class Batch:
 
 
 def marks(store, run: str) -> Marks:
-    s, e, r = tables.series.c, tables.events.c, tables.runs.c
-    with store.atomic() as conn:
-        run_id = store.run_id(run)
-        rows = conn.execute(select(s.key_id, s.first_step, s.last_step, s.n).where(s.run_id == run_id)).all()
-        names = store.key_names(conn, [row[0] for row in rows])
-        last_event = conn.execute(select(func.max(e.id)).where(e.run_id == run_id)).scalar() or 0
-        attempts = conn.execute(select(r.attempts).where(r.id == run_id)).scalar() or 0
-    return Marks({names[k]: (int(a), int(b), int(n)) for k, a, b, n in rows}, int(last_event), int(attempts))
+    return store.run_marks(run)
 
 
 def has_news(cursor: Cursor, m: Marks) -> bool:
@@ -125,23 +102,16 @@ def read_batch(store, run: str, info: RunInfo, cursor: Cursor, m: Marks, window_
     last = m.last_step if m.last_step is not None else hi
     more = last > hi
     hi = min(hi, last)
-    mt = tables.metrics.c
-    parts = []
-    with store.atomic() as conn:
-        run_id = store.run_id(run)
-        ids = store.key_ids(conn, list(ranges))
-        for key, (after, replay_from_attempt) in ranges.items():
-            cond = and_(mt.run_id == run_id, mt.key_id == ids[key], mt.step > after, mt.step <= hi)
-            if replay_from_attempt is not None:
-                cond = and_(cond, or_(mt.step > cursor.key_last.get(key, -1), mt.attempt >= replay_from_attempt))
-            parts.extend(conn.execute(select(mt.key_id, mt.step, mt.attempt, mt.value).where(cond)
-                                      .order_by(mt.step, mt.attempt)).all())
-        frame = _frame(parts, store.key_names(conn, {p[0] for p in parts}))
+    requests = [KeyRange(key, after, hi, cursor.key_last.get(key, -1), replay_from_attempt)
+                for key, (after, replay_from_attempt) in ranges.items()]
+    with store.atomic():
+        new = store.read_key_rows(run, requests)
+        frame = _frame(new)
         seen = np.array([cursor.key_last.get(k, -1) for k in frame["key"]], dtype="int64")
         replay = frame[frame["step"].to_numpy() <= seen]
-        earlier = _earlier_attempts(conn, store, run_id, replay)
-        events = _events(conn, run_id, cursor, hi if more else None)
-    rows = _run_data(info, frame, earlier, events)
+        earlier = _earlier_attempts(store, run, replay)
+        events = _events(store, run, cursor, hi if more else None)
+    rows = run_data(info, new, events, earlier)
     _advance(cursor, frame, m, hi)
     latest = frame.drop_duplicates(["key", "step"], keep="last")[["key", "step", "attempt"]]
     return Batch(rows=rows, attempts=latest.reset_index(drop=True), window_end=hi, more=more)
@@ -161,43 +131,47 @@ def _key_ranges(cursor: Cursor, m: Marks) -> dict[str, tuple[int, int | None]]:
     return ranges
 
 
-def _frame(raw, names: dict[int, str]) -> pd.DataFrame:
-    if not raw:
+def _frame(rows: dict[str, KeyRows]) -> pd.DataFrame:
+    """The rows read, long (key, step, attempt, value), ordered by key, step and attempt."""
+    if not rows:
         return pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
                              "attempt": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
-    frame = pd.DataFrame(raw, columns=["key_id", "step", "attempt", "value"])
-    frame["value"] = frame["value"].astype(float)
-    frame["step"] = frame["step"].astype("int64")
-    frame["attempt"] = frame["attempt"].astype("int64")
-    frame["key"] = frame["key_id"].map(names)
-    return frame[["key", "step", "attempt", "value"]].sort_values(["key", "step", "attempt"], kind="stable")
+    keys = sorted(rows)
+    frame = pd.DataFrame({
+        "key": np.concatenate([np.full(len(rows[k]), k, dtype=object) for k in keys]),
+        "step": np.concatenate([rows[k].steps for k in keys]).astype("int64"),
+        "attempt": np.concatenate([rows[k].attempts for k in keys]).astype("int64"),
+        "value": np.concatenate([rows[k].values for k in keys]).astype(float),
+    })
+    frame["key"] = frame["key"].astype(str)
+    return frame
 
 
-def _earlier_attempts(conn, store, run_id: int, replay: pd.DataFrame) -> pd.DataFrame:
-    """Rows of earlier attempts at replayed (key, step)s: the resume detector compares them."""
+def _earlier_attempts(store, run: str, replay: pd.DataFrame) -> dict[str, KeyRows]:
+    """Rows of every attempt at replayed (key, step)s: the resume detector compares them."""
     if replay.empty:
-        return replay
-    mt = tables.metrics.c
-    ids = store.key_ids(conn, replay["key"].unique())
-    raw = conn.execute(select(mt.key_id, mt.step, mt.attempt, mt.value).where(and_(
-        mt.run_id == run_id, mt.key_id.in_(list(ids.values())),
-        mt.step >= int(replay["step"].min()), mt.step <= int(replay["step"].max()),
-    ))).all()
-    frame = _frame(raw, store.key_names(conn, {r[0] for r in raw}))
-    return frame.merge(replay[["key", "step"]].drop_duplicates(), on=["key", "step"])
+        return {}
+    found = store.read_attempt_rows(run, list(replay["key"].unique()), int(replay["step"].min()),
+                                    int(replay["step"].max()))
+    out = {}
+    for key, steps in replay.groupby("key")["step"]:
+        rows = found.get(key)
+        if rows is None:
+            continue
+        keep = np.isin(rows.steps, steps.to_numpy())
+        out[key] = KeyRows(rows.steps[keep], rows.attempts[keep], rows.values[keep])
+    return out
 
 
-def _events(conn, run_id: int, cursor: Cursor, hi: int | None) -> pd.DataFrame:
+def _events(store, run: str, cursor: Cursor, hi: int | None) -> pd.DataFrame:
     """New events up to step `hi` (all when None); later ones wait in the cursor for their rows, so
     a detector never sees an event far ahead of the rows it judges."""
-    e = tables.events.c
-    raw = conn.execute(select(e.id, e.step, e.kind, e.attempt, e.payload)
-                       .where(and_(e.run_id == run_id, e.id > cursor.event_id)).order_by(e.id)).all()
-    if raw:
-        cursor.event_id = max(r[0] for r in raw)
+    raw = store.read_events_after(run, cursor.event_id)
+    if len(raw):
+        cursor.event_id = int(raw["id"].max())
     waiting = cursor.pending_events + [
-        {"step": int(step), "kind": kind, "attempt": int(attempt), "payload": json.loads(payload)}
-        for _, step, kind, attempt, payload in raw
+        {"step": int(step), "kind": kind, "attempt": int(attempt), "payload": payload}
+        for step, kind, attempt, payload in zip(raw["step"], raw["kind"], raw["attempt"], raw["payload"])
     ]
     due = [ev for ev in waiting if hi is None or ev["step"] <= hi]
     cursor.pending_events = [ev for ev in waiting if not (hi is None or ev["step"] <= hi)]
@@ -207,23 +181,6 @@ def _events(conn, run_id: int, cursor: Cursor, hi: int | None) -> pd.DataFrame:
     out["step"] = out["step"].astype("int64")
     out["attempt"] = out["attempt"].astype("int64")
     return out.sort_values("step", kind="stable").reset_index(drop=True)
-
-
-def _run_data(info: RunInfo, frame: pd.DataFrame, earlier: pd.DataFrame, events: pd.DataFrame) -> RunData:
-    latest = frame.drop_duplicates(["key", "step"], keep="last")
-    if len(latest):
-        scalars = latest.pivot(index="step", columns="key", values="value").sort_index()
-        scalars.columns.name = None
-    else:
-        scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
-    scalars.index = scalars.index.astype("int64")
-    scalars.index.name = "step"
-    both = pd.concat([earlier, frame], ignore_index=True).drop_duplicates(["key", "step", "attempt"])
-    repeated = both.duplicated(["key", "step"], keep=False)
-    repeats = both.loc[repeated, ["key", "step", "attempt", "value"]].sort_values(["key", "step", "attempt"])
-    nonfinite = latest.loc[~np.isfinite(latest["value"].to_numpy()), ["key", "step", "value"]]
-    return RunData(info=info, scalars=scalars, events=events,
-                   repeats=repeats.reset_index(drop=True), logged_nonfinite=nonfinite.reset_index(drop=True))
 
 
 def _advance(cursor: Cursor, frame: pd.DataFrame, m: Marks, hi: int) -> None:

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import and_, func, select
 
 from monitor.align import align_pair
 from monitor.alerting.incidents import Progress
@@ -18,7 +17,6 @@ from monitor.detectors.base import Detector
 from monitor.detectors.rundata import concat_rows
 from monitor.detectors.state import DetectorState, state_from_dict, state_to_dict
 from monitor.schema import Detection, RunData
-from monitor.store import tables
 from monitor.watch import rows
 
 log = logging.getLogger("gapwatch.watch")
@@ -179,15 +177,9 @@ class RunWatcher:
     def _fill_attempts(self, found: list[Detection]) -> None:
         """An incident belongs to the attempt that logged its first flagged step (stable while the
         interval grows, since its first step does not move)."""
-        m = tables.metrics.c
-        with self.store.atomic() as conn:
-            run_id = self.store.run_id(self.run)
-            for d in found:
-                if d.attempt is not None:
-                    continue
-                ids = self.store.key_ids(conn, [d.metric])
-                attempt = None
-                if d.metric in ids:
-                    attempt = conn.execute(select(func.max(m.attempt)).where(and_(
-                        m.run_id == run_id, m.key_id == ids[d.metric], m.step == int(d.start_step)))).scalar()
-                d.attempt = int(attempt or 0)
+        todo = [d for d in found if d.attempt is None]
+        if not todo:
+            return
+        attempts = self.store.latest_attempts(self.run, [(d.metric, int(d.start_step)) for d in todo])
+        for d in todo:
+            d.attempt = attempts.get((d.metric, int(d.start_step)), 0)

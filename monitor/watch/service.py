@@ -16,14 +16,13 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from sqlalchemy.exc import DBAPIError, OperationalError
-
 from monitor.alerting.incidents import EXTENDED, IncidentTracker
 from monitor.alerting.ledger import AlertLedger
 from monitor.alerting.outbox import DeliveryPass, Outbox
 from monitor.alerting.sinks import Sink, build_sinks
 from monitor.detectors.base import Detector
 from monitor.errors import GapwatchError
+from monitor.store import DatabaseError
 from monitor.watch.config import WatchConfig
 from monitor.watch.run_watcher import RunWatcher
 from monitor.watch.targets import Target, TargetSpec
@@ -77,7 +76,7 @@ class WatchService:
         if not self._current or (self.targets.all_runs and self._polls % TARGET_REFRESH_POLLS == 0):
             try:
                 self._current = self.targets.resolve(self.store)
-            except (OperationalError, DBAPIError) as exc:
+            except DatabaseError as exc:
                 log.warning("store unavailable (%s); will retry", _first_line(exc))
                 return 0
         self._polls += 1
@@ -87,7 +86,7 @@ class WatchService:
                 break
             try:
                 queued += self._poll_target(target)
-            except (OperationalError, DBAPIError) as exc:
+            except DatabaseError as exc:
                 # The store went away for a moment: forget in-memory state, resume from what was saved.
                 log.warning("%s: store unavailable (%s); will retry", target.run, _first_line(exc))
                 self.watchers.pop(target, None)
@@ -156,7 +155,7 @@ class WatchService:
             try:
                 self.outbox.deliver_due()
                 due = self.outbox.seconds_until_due()
-            except (OperationalError, DBAPIError) as exc:
+            except DatabaseError as exc:
                 log.warning("outbox: store unavailable (%s); will retry", _first_line(exc))
                 due = None
             except Exception:  # noqa: BLE001 - the delivery thread must outlive any one failure
@@ -192,7 +191,7 @@ class WatchService:
             deliverer.join(self.config.alerting.delivery.timeout_s + STOP_JOIN_EXTRA_S)
             try:
                 self.save_states()
-            except (OperationalError, DBAPIError) as exc:
+            except DatabaseError as exc:
                 log.warning("could not save watch state on stop (%s)", _first_line(exc))
 
     def stop(self) -> None:
