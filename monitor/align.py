@@ -22,13 +22,14 @@ Which values are kept (per metric; only metrics both runs logged)
   run's axis (rounded to a step), so that detectors can interpolate between them with an honest
   error (monitor/detectors/checkpoints.py); values are never changed here.
 * Dense series (train, optimizer, perf, data): where the reference logged the run's step itself,
-  that value is used. If such exact matches cover at least `exact_share` of the run's steps inside
-  the reference's range, only they are kept. Otherwise (the two runs logged at different steps,
-  as on the token axis) the reference is linearly interpolated at the run's steps, but only
-  between two finite reference points at most `max_gap_factor` times the reference's usual logging
-  interval apart (a longer stretch is a gap in the log, not a sampling choice) and never across a
-  restart of the reference (an attempt boundary: a `restart`/`resume` event, or the first step an
-  attempt logged again). Nothing is extrapolated.
+  that value is used; at the run's other steps (the two runs logged at different steps, as on the
+  token axis) the reference is linearly interpolated, but only between two finite reference points
+  at most `max_gap_factor` times the reference's usual logging interval apart (a longer stretch is
+  a gap in the log, not a sampling choice) and never across a restart of the reference (an attempt
+  boundary: a `restart`/`resume` event, or the first step an attempt logged again). Nothing is
+  extrapolated. Each run step's value depends on the reference alone, never on which other steps
+  are aligned with it, so the watch service aligning a run piece by piece gets the values a
+  whole-run alignment gets.
 * Restarts inside one run are already resolved before alignment: `RunData.scalars` holds the
   latest attempt of every step.
 * A value the reference logged as NaN/Inf is kept at an exact match (it is what the run logged)
@@ -73,9 +74,6 @@ class AlignConfig:
     # Interpolate the reference only between points at most this many usual logging intervals
     # apart: at 2x, one missing log line is bridged, a longer stretch counts as a gap.
     max_gap_factor: float = 2.0
-    # If the reference logged at least this share of the run's own steps, compare only at those
-    # steps and invent nothing.
-    exact_share: float = 0.5
 
 
 def align_pair(run: RunData, reference: RunData, axis: str = "auto",
@@ -293,9 +291,7 @@ def _dense(mine: pd.Series, x: np.ndarray, values: np.ndarray, bounds: np.ndarra
     pos = np.searchsorted(xs, targets)
     pos_c = np.clip(pos, 0, len(xs) - 1)
     exact = np.isclose(xs[pos_c], targets, rtol=0.0, atol=1e-6)
-    if len(targets) and exact.sum() >= config.exact_share * len(targets):
-        return targets[exact].astype("int64"), vs[pos_c[exact]], "matching steps"
-    if len(xs) < 2:
+    if exact.all() or len(xs) < 2:
         return targets[exact].astype("int64"), vs[pos_c[exact]], "matching steps"
     gaps = np.diff(xs)
     usual = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0

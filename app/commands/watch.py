@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from monitor.detection import DetectConfig, make_detectors
+    from monitor.engine import DetectionEngine
     from monitor.errors import GapwatchError
     from monitor.store import open_store
     from monitor.watch.config import load_config
@@ -47,9 +47,8 @@ def run(args: argparse.Namespace) -> int:
             raise GapwatchError(f"--poll-interval must be positive, not {args.poll_interval}")
         config.poll_interval_s = args.poll_interval
     if args.detectors:
-        config.detectors = [n.strip() for n in args.detectors.split(",") if n.strip()]
-    detect_config = DetectConfig(detectors=config.detectors, params=config.detector_params, axis=config.axis)
-    make_detectors(detect_config)  # a bad name or argument fails here, in one line, before anything starts
+        config.detect.detectors = [n.strip() for n in args.detectors.split(",") if n.strip()]
+        DetectionEngine(config.detect)  # a bad name fails here, in one line, before anything starts
 
     targets = TargetSpec(runs=tuple(args.run or ()), reference=args.reference, all_runs=args.all)
     store = open_store(args.store)
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             f"{t.run} (reference: {t.reference or 'none'})" for t in targets.resolve(store))
         _log_to_stderr(config)
         log = logging.getLogger("gapwatch.watch")
-        service = WatchService(store, config, targets, detectors=lambda: make_detectors(detect_config))
+        service = WatchService(store, config, targets)
         log.info("watching %s in %s; every %.1f s; sinks: %s", watched, store.url.redacted(),
                  config.poll_interval_s, "; ".join(s.describe() for s in config.alerting.sinks))
         if threading.current_thread() is threading.main_thread():

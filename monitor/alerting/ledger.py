@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
 from monitor.alerting import notifications
 from monitor.alerting.config import AlertingConfig
 from monitor.alerting.incidents import (
@@ -52,16 +54,19 @@ class AlertLedger:
 
     # --- writing -------------------------------------------------------------------------------
     def record(self, changes: list[AlertChange], state: tuple[str, dict] | None = None,
-               detections: list[Detection] | None = None) -> int:
-        """Write the alerts, their notifications and (optionally) the detections behind them and a
-        service state, all in one transaction; return the number of notifications queued."""
-        if not changes and state is None and not detections:
+               detections: list[Detection] | None = None, series: tuple[str, pd.DataFrame] | None = None) -> int:
+        """Write the alerts, their notifications and (optionally) the detections behind them, the
+        detector series of a run (spike scores) and a service state, all in one transaction; return
+        the number of notifications queued."""
+        if not changes and state is None and not detections and series is None:
             return 0
         now = self.clock()
         queued = 0
         with self.store.atomic():
             if detections:
                 self.store.write_detections(detections)
+            if series is not None:
+                self.store.write_metrics(*series)
             written: set[int] = set()
             for change in changes:
                 if id(change.alert) not in written:

@@ -21,11 +21,43 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import pandas as pd
+
 from monitor.schema import Detection, NotJudged, RunData, Severity
 
-from .rundata import concat_rows, restrict_columns, slice_ranges, span, trim_rows
+from .rundata import (
+    concat_rows,
+    last_points_from,
+    logging_interval,
+    restrict_columns,
+    slice_ranges,
+    span,
+    trim_columns,
+    with_pinned,
+)
 from .state import DetectorState
 from .stats import cadence
+
+EVAL_PREFIX = "eval/"
+# A detector reads the reference around the run rows it judges: the log-step slope of a curve is
+# measured over +-5% of the step (noise.SLOPE_STRETCH), so 10% either side covers it.
+REFERENCE_MARGIN = 0.1
+
+
+def interval_key(column: str, points: int) -> str:
+    """The pinned key of `column`'s logging interval over its first `points` steps."""
+    return f"interval:{column}@{points}"
+
+
+def reference_view(reference: RunData, lo: float, hi: float, cols: list[str]) -> RunData:
+    """The reference rows a judgement of run rows lo..hi reads: dense columns around that range,
+    eval columns whole (checkpoints are few, and interpolation needs the ones beyond the range)."""
+    evals = [c for c in cols if c.startswith(EVAL_PREFIX) and c in reference.scalars.columns]
+    dense = [c for c in cols if not c.startswith(EVAL_PREFIX)]
+    near = slice_ranges(reference, [(lo * (1 - REFERENCE_MARGIN) - 1, hi * (1 + REFERENCE_MARGIN) + 1)], dense)
+    if not evals:
+        return near
+    return concat_rows(slice_ranges(reference, [(-math.inf, math.inf)], evals), near)
 
 
 class ReferenceUse(enum.Enum):
@@ -70,6 +102,11 @@ class Detector(abc.ABC):
     def detect(self, run: RunData, reference: RunData | None = None) -> list[Detection]:
         """Every interval in which this detector sees `run` misbehave (sorted by start step)."""
 
+    def detect_with_series(self, run: RunData, reference: RunData | None = None) -> tuple[list[Detection], pd.DataFrame]:
+        """The detections and the series this detector emits (spike scores; none by default)."""
+        return self.detect(run, reference), pd.DataFrame({"step": pd.Series(dtype="int64"),
+                                                          "key": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
+
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         """What of `run` this detector could not judge, and why; empty when it judged everything
         it reads (its silence then means "clean")."""
@@ -80,18 +117,40 @@ class Detector(abc.ABC):
         """The metric columns this detector reads (the incremental tail keeps only these)."""
         return list(run.scalars.columns)
 
-    def lookback(self, step_cadence: float) -> float | None:
-        """Steps of history needed to judge new rows; None keeps every row of `columns`."""
+    def history_points(self, column: str) -> int | None:
+        """Logged values of `column` that a verdict on new rows depends on, counted back from the
+        newest (None: all of them). Counted in points, not steps, so a metric logged every 10
+        steps keeps as much of its own history as one logged every step."""
         return None
+
+    def keep_from(self, run: RunData) -> dict[str, float]:
+        """The first step of each column that the incremental tail must keep."""
+        return {c: last_points_from(run, c, self.history_points(c)) for c in run.scalars.columns}
 
     def merge_gap(self, step_cadence: float) -> float:
         """How close a new interval must start to an open one to be its continuation."""
         return step_cadence
 
-    def reference_spans(self, lo: float, hi: float, step_cadence: float) -> list[tuple[float, float]]:
-        """Ranges of reference steps needed to judge run rows lo..hi."""
-        back = self.lookback(step_cadence)
-        return [((-math.inf if back is None else lo - back), hi)]
+    def pin(self, run: RunData, pinned: dict) -> dict:
+        """Facts about rows the tail is about to drop that later judgements still need, merged into
+        what earlier updates pinned (handed to `detect` through rundata.pinned). The default pins
+        the logging intervals (rundata.logging_interval) this detector's windows are cut by, once
+        the run has logged enough to know them."""
+        points = getattr(self, "cadence_points", None)
+        if points is None:
+            return pinned
+        for column in self.columns(run):
+            key = interval_key(column, points)
+            if key not in pinned:
+                value = logging_interval(run, column, points)
+                if value is not None:
+                    pinned[key] = value
+        return pinned
+
+    def carry(self, run: RunData, keep_from: dict[str, float], pinned: dict) -> dict:
+        """What the rows about to be dropped (before `keep_from`) leave behind for later verdicts,
+        merged into `pinned`; the default needs nothing beyond the logging intervals."""
+        return pinned
 
     # --- incremental ---------------------------------------------------------------------------
     def new_state(self) -> DetectorState:
@@ -101,7 +160,12 @@ class Detector(abc.ABC):
                reference: RunData | None = None) -> tuple[DetectorState, list[Detection]]:
         """Judge `new_rows` given what `state` remembers; returns the new state and the
         detections that are new or changed since the last call (same start step = same
-        detection, to be upserted)."""
+        detection, to be upserted).
+
+        Detectors judge only units (windows, blocks, checkpoints) that later rows cannot change, and
+        their severities only grow with more evidence, so judging the tail again with `detect`
+        reaches, for every unit, the verdict a pass over the whole run reaches (the property test in
+        tests/monitor/watch/ checks it through the watch service)."""
         cols = self.columns(new_rows)
         fresh = restrict_columns(new_rows, cols)
         if fresh.scalars.empty and fresh.events.empty and fresh.repeats.empty:
@@ -109,15 +173,17 @@ class Detector(abc.ABC):
         combined = fresh if state.tail is None else concat_rows(state.tail, fresh)
         if combined.scalars.empty and combined.events.empty:
             return state, []
-        step_cadence = cadence(combined.scalars.index.to_numpy())
+        pinned = self.pin(with_pinned(combined, state.extra.get("pinned", {})), dict(state.extra.get("pinned", {})))
+        view = with_pinned(combined, pinned)
         lo, hi = span(combined)
         ref = None
         if reference is not None and self.reference_use is not ReferenceUse.NONE:
-            ref = slice_ranges(reference, self.reference_spans(lo, hi, step_cadence), cols)
-        found = self.detect(combined, ref)
-        emitted = reconcile(state, found, self.merge_gap(step_cadence))
-        back = self.lookback(step_cadence)
-        state.tail = combined if back is None else trim_rows(combined, hi - back, self.keep_first_row)
+            ref = reference_view(reference, lo, hi, cols)
+        found = self.detect(view, ref)
+        emitted = reconcile(state, found, self.merge_gap(cadence(combined.scalars.index.to_numpy())))
+        keep = self.keep_from(view)
+        state.extra["pinned"] = self.carry(view, keep, pinned)
+        state.tail = trim_columns(combined, keep, self.keep_first_row)
         state.last_step = int(hi)
         prune(state)
         return state, emitted

@@ -47,6 +47,10 @@ MAX_BRACKET_FACTOR = 2.5
 # (bench/quality/calibrate.py; on the test half the same band covers 95% of the errors).
 INTERP_ERROR_SCALE = 0.27
 
+# Checkpoints of history a verdict at a new checkpoint depends on: the noise estimate's window of
+# exact pairs (which may be spread among interpolated ones), and a run of flagged checkpoints.
+HISTORY_CHECKPOINTS = 2 * NOISE_WINDOW + 4
+
 PAIR_COLUMNS = ("step", "run", "reference", "delta", "interp_error", "exact", "logged_se")
 
 

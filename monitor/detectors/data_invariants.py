@@ -84,8 +84,8 @@ class DataInvariants(Detector):
     def columns(self, run: RunData) -> list[str]:
         return [c for c in COLUMNS if c in run.scalars.columns]
 
-    def lookback(self, step_cadence: float) -> float:
-        return 4 * step_cadence
+    def history_points(self, column: str) -> int:
+        return 4  # the step before (pace) and the one being judged; the first row is kept for the offset
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         batch = self.global_batch_size or run.info.global_batch_size

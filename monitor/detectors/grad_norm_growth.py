@@ -20,8 +20,8 @@ import numpy as np
 from monitor.schema import TRAIN_GRAD_NORM, NotJudged, RunData
 
 from .base import Detector, ReferenceUse, severity_for
-from .rundata import finite
-from .stats import cadence, true_runs, window_summaries
+from .rundata import finite, logging_interval, pinned
+from .stats import true_runs, window_summaries
 
 
 @dataclass
@@ -51,28 +51,58 @@ class GradNormGrowth(Detector):
     def columns(self, run: RunData) -> list[str]:
         return [self.metric] if self.metric in run.scalars.columns else []
 
-    def lookback(self, step_cadence: float) -> float | None:
-        return None  # the baseline is the lowest block since warmup: every block median matters
+    def history_points(self, column: str) -> int:
+        # The blocks a run of counting blocks may reach back over, and the one still growing; the
+        # lowest median of the blocks before them is carried (`carry`).
+        return (self.persist_blocks + 2) * self.block_points
+
+    def pin(self, run: RunData, pinned: dict) -> dict:
+        pinned = super().pin(run, pinned)
+        w, _ = self.blocks(run)
+        if w is not None and len(w) and "grad_norm_growth:first_block" not in pinned:
+            pinned["grad_norm_growth:first_block"] = int(w.ids[0])
+        return pinned
+
+    def carry(self, run: RunData, keep_from: dict[str, float], pinned: dict) -> dict:
+        """The lowest usable block median among the blocks the tail drops: later blocks are judged
+        against it."""
+        w, complete = self.blocks(run)
+        if w is None:
+            return pinned
+        dropped = w.last_step < keep_from.get(self.metric, -np.inf)
+        lowest = self._usable(run, w, complete)[dropped]
+        if np.isfinite(lowest).any():
+            before = pinned.get("grad_norm_growth:lowest", np.inf)
+            pinned["grad_norm_growth:lowest"] = float(min(before, np.nanmin(lowest)))
+        return pinned
 
     def blocks(self, run: RunData):
         x = finite(run, self.metric)
         x = x[x.to_numpy() > 0]
-        if x.size < self.cadence_points:
+        interval = logging_interval(run, self.metric, self.cadence_points)
+        if interval is None or x.empty:
             return None, None
-        width = self.block_points * cadence(x.index.to_numpy()[: self.cadence_points])
+        width = self.block_points * interval
         w = window_summaries(x.index.to_numpy(), x.to_numpy(dtype=float), width, medians_only=True)
-        complete = ((w.ids + 1) * width - width / self.block_points <= float(x.index[-1])) \
-            & (w.n >= self.block_points // 2)
+        complete = ((w.ids + 1) * width - interval <= float(x.index[-1])) & (w.n >= self.block_points // 2)
         return w, complete
+
+    def _usable(self, run: RunData, w, complete) -> np.ndarray:
+        """Complete blocks' medians, NaN for the warmup blocks and incomplete ones."""
+        first = pinned(run, "grad_norm_growth:first_block")
+        first = int(w.ids[0]) if first is None else int(first)
+        return np.where(complete & (w.ids >= first + self.warmup_blocks), w.median, np.nan)
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         w, complete = self.blocks(run)
         if w is None:
             return []
         med = np.where(complete, w.median, np.nan)
-        usable = np.where(np.arange(len(w)) >= self.warmup_blocks, med, np.nan)
+        usable = self._usable(run, w, complete)
+        carried = pinned(run, "grad_norm_growth:lowest")
         with np.errstate(invalid="ignore"):
-            lowest = np.fmin.accumulate(np.concatenate([[np.inf], usable[:-1]]))
+            start = np.inf if carried is None else float(carried)
+            lowest = np.fmin.accumulate(np.concatenate([[start], usable[:-1]]))
             ratio = np.where(np.isfinite(lowest) & (lowest > 0), med / lowest, np.nan)
             flag = ratio >= self.growth_ratio
         out = []

@@ -31,7 +31,7 @@ from scipy import stats as sps
 from monitor.schema import HELDOUT_PREFIX, NotJudged, RunData
 
 from .base import Detector, ReferenceUse, severity_for
-from .checkpoints import MIN_NOISE_POINTS, heldout_pairs, measurement_error, over_sets
+from .checkpoints import HISTORY_CHECKPOINTS, MIN_NOISE_POINTS, heldout_pairs, measurement_error, over_sets
 from .eval_keys import heldout_sets
 from .noise import HELDOUT_NOISE, BetweenRunNoise, log_slope
 from .stats import signed_runs
@@ -66,6 +66,9 @@ class HeldoutDivergence(Detector):
 
     def columns(self, run: RunData) -> list[str]:
         return [k for stats in heldout_sets(run.scalars.columns).values() for k in stats.values()]
+
+    def history_points(self, column: str) -> int:
+        return HISTORY_CHECKPOINTS + self.persist_checkpoints
 
     # --- the checkpoints -----------------------------------------------------------------------
     def stat(self, run: RunData, reference: RunData) -> str | None:

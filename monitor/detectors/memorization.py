@@ -43,10 +43,10 @@ from scipy import stats as sps
 from monitor.schema import DATA_SEEN_2PLUS_FRACTION, DOWNSTREAM_PREFIX, HELDOUT_PREFIX, TRAIN_LOSS, NotJudged, RunData
 
 from .base import Detector, ReferenceUse, severity_for
-from .checkpoints import heldout_pairs, measurement_error, over_sets
+from .checkpoints import HISTORY_CHECKPOINTS, heldout_pairs, measurement_error, over_sets
 from .eval_keys import downstream_aggregate
 from .noise import FOLLOW_NOISE, HELDOUT_NOISE, TRAIN_NOISE, BetweenRunNoise, log_slope
-from .rundata import finite
+from .rundata import finite, last_points_from
 from .stats import true_runs
 from .train_windows import train_at
 
@@ -99,11 +99,33 @@ class Memorization(Detector):
     """Consecutive judged checkpoints that make a detection."""
     critical_ratio: float = 3.0
     """A train gap three times the threshold it had to clear is CRITICAL."""
+    max_eval_lateness_points: int = 50_000
+    """The watch service keeps this many logged steps of train loss for held-out evaluations that
+    arrive late (an offline eval job): 50,000 steps is days of a large run."""
 
     def columns(self, run: RunData) -> list[str]:
         return [c for c in run.scalars.columns
                 if c == self.metric or c.startswith(HELDOUT_PREFIX) or c.startswith(DOWNSTREAM_PREFIX)
                 or c == DATA_SEEN_2PLUS_FRACTION]
+
+    def history_points(self, column: str) -> int | None:
+        if column == self.metric:
+            return None  # see keep_from
+        return HISTORY_CHECKPOINTS + self.persist_checkpoints
+
+    def keep_from(self, run: RunData) -> dict[str, float]:
+        """Eval columns keep their last checkpoints; train loss keeps the windows of the last
+        checkpoints (a run of flagged ones may reach back over them) and everything logged since,
+        for the evaluations still to come, which an offline eval job may deliver late; at most
+        `max_eval_lateness_points` of it."""
+        keep = super().keep_from(run)
+        held = _checkpoints(run)
+        anchor = float(held[-(self.persist_checkpoints + 2)]) if held.size > self.persist_checkpoints + 1 else -np.inf
+        train = finite(run, self.metric)
+        before = train.index[train.index <= anchor]
+        window_start = float(before[-self.window_points]) if len(before) >= self.window_points else -np.inf
+        keep[self.metric] = max(window_start, last_points_from(run, self.metric, self.max_eval_lateness_points))
+        return keep
 
     def noises(self) -> tuple[BetweenRunNoise, BetweenRunNoise, BetweenRunNoise]:
         return (BetweenRunNoise(self.train_noise_level, self.train_noise_timing),
@@ -244,6 +266,15 @@ def _heldout_verdict(row) -> str:
     if row["worse"]:
         return "worse"
     return "tied" if row["tied"] else "not better"
+
+
+def _checkpoints(run: RunData) -> np.ndarray:
+    """Steps at which the run logged a held-out loss."""
+    keys = [c for c in run.scalars.columns if c.startswith(HELDOUT_PREFIX) and c.endswith("/loss")]
+    if not keys:
+        return np.array([], dtype=np.int64)
+    logged = np.isfinite(run.scalars[keys].to_numpy(dtype=float)).any(axis=1)
+    return run.scalars.index.to_numpy()[logged]
 
 
 def _slope(steps: np.ndarray, level: np.ndarray) -> np.ndarray:

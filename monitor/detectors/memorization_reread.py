@@ -26,8 +26,8 @@ from monitor.schema import DATA_BATCH_REREAD_FRACTION, TRAIN_REREAD_LOSS_GAP, No
 
 from .base import Detector, ReferenceUse, severity_for
 from .memorization import SUSPECT
-from .rundata import finite
-from .stats import cadence, true_runs, window_summaries
+from .rundata import finite, logging_interval
+from .stats import true_runs, window_summaries
 
 COLUMNS = (DATA_BATCH_REREAD_FRACTION, TRAIN_REREAD_LOSS_GAP)
 BLOCK_FIELDS = ("block", "first", "last", "gap", "se", "n", "reread")
@@ -54,14 +54,13 @@ class MemorizationReread(Detector):
     def columns(self, run: RunData) -> list[str]:
         return [c for c in COLUMNS if c in run.scalars.columns]
 
-    def lookback(self, step_cadence: float) -> float:
-        return 2 * (self.persist_blocks + 1) * self.window_points * step_cadence
+    def history_points(self, column: str) -> int:
+        # The blocks a run of judged blocks may reach back over, and the one still growing.
+        return (self.persist_blocks + 2) * self.window_points
 
     def width(self, run: RunData) -> float | None:
-        steps = finite(run, TRAIN_REREAD_LOSS_GAP).index.to_numpy()
-        if steps.size < self.cadence_points:
-            return None
-        return self.window_points * cadence(steps[: self.cadence_points])
+        interval = logging_interval(run, TRAIN_REREAD_LOSS_GAP, self.cadence_points)
+        return None if interval is None else self.window_points * interval
 
     def blocks(self, run: RunData) -> pd.DataFrame:
         """One row per judged block: number, first and last measured step, median gap, its standard

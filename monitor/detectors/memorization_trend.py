@@ -28,7 +28,7 @@ from monitor.schema import DATA_SEEN_2PLUS_FRACTION, HELDOUT_PREFIX, HELDOUT_TRA
 from .base import Detector, ReferenceUse, severity_for
 from .eval_keys import heldout_sets
 from .memorization import SUSPECT
-from .rundata import finite
+from .rundata import finite, pinned
 from .stats import MAD_TO_SIGMA, true_runs
 from .train_windows import train_at
 
@@ -60,10 +60,45 @@ class MemorizationTrend(Detector):
     are left out of the fit."""
     min_trend_checkpoints: int = 8
     """Smallest base of a trend fit."""
+    max_base_checkpoints: int = 256
+    """Largest base of a trend fit: checkpoints past 512 are all judged by the line through the
+    first 256 usable ones, so what the watch service keeps of a run stays bounded."""
 
     def columns(self, run: RunData) -> list[str]:
         return [c for c in run.scalars.columns
                 if c == self.metric or c.startswith(HELDOUT_PREFIX) or c == DATA_SEEN_2PLUS_FRACTION]
+
+    def history_points(self, column: str) -> int | None:
+        if column == self.metric:
+            return None  # see keep_from
+        return self.persist_checkpoints + 2
+
+    def keep_from(self, run: RunData) -> dict[str, float]:
+        """The last checkpoints and the train windows that end there (the base rows of the trend
+        fits are carried instead, see `carry`)."""
+        keep = super().keep_from(run)
+        held = self.table(run)["step"].to_numpy()
+        anchor = float(held[-(self.persist_checkpoints + 2)]) if held.size > self.persist_checkpoints + 1 else -np.inf
+        train = finite(run, self.metric)
+        before = train.index[train.index <= anchor]
+        keep[self.metric] = float(before[-self.window_points]) if len(before) >= self.window_points else -np.inf
+        return keep
+
+    def carry(self, run: RunData, keep_from: dict[str, float], pinned: dict) -> dict:
+        """The usable checkpoints the tail drops: the first `max_base_checkpoints` of them as rows
+        (the bases of every later fit), the rest as a count (each judged checkpoint's place)."""
+        table = self.table(run)
+        held_from = min((v for k, v in keep_from.items() if k.startswith(HELDOUT_PREFIX)), default=-np.inf)
+        leaving = table["step"].to_numpy() < held_from
+        position = self.positions(table, run)
+        base = list(pinned.get("memorization_trend:base", []))
+        for step, gap, place in zip(table["step"][leaving], table["gap"][leaving], position[leaving]):
+            if self.skip_checkpoints <= place < self.skip_checkpoints + self.max_base_checkpoints:
+                base.append([int(step), float(gap)])
+        pinned["memorization_trend:base"] = base
+        pinned["memorization_trend:dropped"] = int(pinned.get("memorization_trend:dropped", 0)
+                                                   + int(((position >= 0) & leaving).sum()))
+        return pinned
 
     def table(self, run: RunData) -> pd.DataFrame:
         """Per held-out checkpoint: the held-out loss (median over sets), the train median and the gap."""
@@ -84,14 +119,14 @@ class MemorizationTrend(Detector):
     def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
         """The checkpoints, their gap, its trend and the band it had to clear."""
         table = self.table(run)
-        resid, sigma = self.residuals(table, {})
+        resid, sigma = self.residuals(run, table, {})
         table["trend"] = table["gap"] - resid
         table["band"] = np.fmax(self.min_effect, self.z_threshold * sigma)
         return table
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         table = self.table(run)
-        resid, sigma = self.residuals(table, {})
+        resid, sigma = self.residuals(run, table, {})
         band = np.fmax(self.min_effect, self.z_threshold * sigma)
         with np.errstate(invalid="ignore"):
             flag = resid > band
@@ -120,7 +155,7 @@ class MemorizationTrend(Detector):
         if table.empty:
             what = "held-out loss" if self.metric in run.scalars.columns else self.metric
             return [NotJudged(self.name, f"the run logs no {what}", HELDOUT_TRAIN_GAP)]
-        usable = int(self.usable(table).sum())
+        usable = int(self.usable(table, run).sum())
         need = self.min_trend_checkpoints + 1
         if usable < need:
             return [NotJudged(self.name, f"{usable} usable checkpoint(s) (the first {self.skip_checkpoints} are left "
@@ -128,44 +163,64 @@ class MemorizationTrend(Detector):
                               HELDOUT_TRAIN_GAP, f"{need - usable} more checkpoints")]
         return []
 
-    def usable(self, table: pd.DataFrame) -> np.ndarray:
-        ok = np.isfinite(table["gap"].to_numpy(dtype=float)) & (table["step"].to_numpy() > 0)
-        ok[: self.skip_checkpoints] = False
-        return ok
+    def positions(self, table: pd.DataFrame, run: RunData) -> np.ndarray:
+        """Each row's place among the run's checkpoints with a gap (counting those the incremental
+        tail no longer holds); -1 for rows without a gap."""
+        candidate = np.isfinite(table["gap"].to_numpy(dtype=float)) & (table["step"].to_numpy() > 0)
+        dropped = int(pinned(run, "memorization_trend:dropped") or 0)
+        return np.where(candidate, dropped + np.cumsum(candidate) - 1, -1)
 
-    def residuals(self, table: pd.DataFrame, fits: dict) -> tuple[np.ndarray, np.ndarray]:
+    def usable(self, table: pd.DataFrame, run: RunData) -> np.ndarray:
+        """Checkpoints with a gap after the run's first `skip_checkpoints` of them, where both losses
+        fall too fast for a trend."""
+        return self.positions(table, run) >= self.skip_checkpoints
+
+    def residuals(self, run: RunData, table: pd.DataFrame, fits: dict) -> tuple[np.ndarray, np.ndarray]:
         """Residual of each checkpoint's gap from a trend fitted on earlier checkpoints only.
 
-        Checkpoint i (counting usable ones) is judged by a Theil-Sen line through the first 2^k
-        usable checkpoints, 2^k <= i < 2^(k+1). One fit per doubling keeps a run with thousands of
-        checkpoints to a dozen fits, and `fits` keeps them (intercept, slope, residual sigma, keyed
-        by the size and last step of the base) across updates.
+        Checkpoint i (counting usable ones over the whole run) is judged by a Theil-Sen line through
+        the first b usable checkpoints: b = 2^k for 2^k <= i < 2^(k+1), at most
+        `max_base_checkpoints`. The base is always the start of the history, never the judged
+        checkpoint or what follows it. One fit per base keeps a run with thousands of checkpoints
+        to a dozen fits, and `fits` keeps them (intercept, slope, residual sigma) across calls.
         """
         steps, gap = table["step"].to_numpy(), table["gap"].to_numpy(dtype=float)
-        idx = np.flatnonzero(self.usable(table))
         resid = np.full(steps.size, np.nan)
         sigma = np.full(steps.size, np.nan)
-        if idx.size <= self.min_trend_checkpoints:
-            return resid, sigma
-        x_all = np.log(np.maximum(steps, 1).astype(float)).reshape(-1, 1)
-        k = int(np.ceil(np.log2(self.min_trend_checkpoints)))
-        while (1 << k) < idx.size:
-            base = idx[: 1 << k]
-            judged = idx[1 << k: 1 << (k + 1)]
-            tag = f"{1 << k}@{int(steps[base[-1]])}"
+        carried = pinned(run, "memorization_trend:base") or []
+        mine = np.flatnonzero(self.usable(table, run))
+        positions = self.positions(table, run)[mine] - self.skip_checkpoints  # place among usable ones
+        # Every usable checkpoint known, in order: the carried base rows, then this table's.
+        base_steps = np.array([r[0] for r in carried] + steps[mine].tolist(), dtype=float)
+        base_gaps = np.array([r[1] for r in carried] + gap[mine].tolist(), dtype=float)
+        order = np.argsort(base_steps, kind="stable")
+        base_steps, base_gaps = base_steps[order], base_gaps[order]
+        base_steps, first = np.unique(base_steps, return_index=True)
+        base_gaps = base_gaps[first]
+        for row, i in zip(mine, positions):
+            if i < self.min_trend_checkpoints:
+                continue
+            b = min(1 << int(np.floor(np.log2(i))), self.max_base_checkpoints)
+            if b < self.min_trend_checkpoints or base_steps.size < b:
+                continue
+            tag = f"{b}@{int(base_steps[b - 1])}"
             if tag not in fits:
-                # 2,000 random pairs instead of scikit-learn's 10,000: the slope is still known to
-                # far below the noise of the gap, at a fifth of the cost on long runs.
-                with warnings.catch_warnings():
-                    # On degenerate gaps (all equal) the spatial median stops at its iteration
-                    # cap; the line it has is still the right one.
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    fit = TheilSenRegressor(max_subpopulation=2000, random_state=0).fit(x_all[base], gap[base])
-                r_base = gap[base] - fit.predict(x_all[base])
-                scale = MAD_TO_SIGMA * float(np.median(np.abs(r_base - np.median(r_base))))
-                fits[tag] = [float(fit.intercept_), float(fit.coef_[0]), scale]
+                fits[tag] = _fit(base_steps[:b], base_gaps[:b])
             intercept, slope, scale = fits[tag]
-            resid[judged] = gap[judged] - (intercept + slope * x_all[judged, 0])
-            sigma[judged] = scale
-            k += 1
+            resid[row] = gap[row] - (intercept + slope * np.log(max(steps[row], 1)))
+            sigma[row] = scale
         return resid, sigma
+
+
+def _fit(steps: np.ndarray, gaps: np.ndarray) -> list[float]:
+    """Theil-Sen line of the gap on ln(step): intercept, slope, and the robust sigma of its residuals."""
+    x = np.log(np.maximum(steps, 1).astype(float)).reshape(-1, 1)
+    # 2,000 random pairs instead of scikit-learn's 10,000: the slope is still known to far below the
+    # noise of the gap, at a fifth of the cost on long runs.
+    with warnings.catch_warnings():
+        # On degenerate gaps (all equal) the spatial median stops at its iteration cap; the line
+        # it has is still the right one.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = TheilSenRegressor(max_subpopulation=2000, random_state=0).fit(x, gaps)
+    r = gaps - fit.predict(x)
+    return [float(fit.intercept_), float(fit.coef_[0]), MAD_TO_SIGMA * float(np.median(np.abs(r - np.median(r))))]

@@ -44,8 +44,9 @@ class NonFiniteDetector(Detector):
     def __post_init__(self) -> None:
         self.critical_metrics = tuple(self.critical_metrics)
 
-    def lookback(self, step_cadence: float) -> float:
-        return (self.baseline_points + 2 * self.explode_min_points + 2) * step_cadence
+    def history_points(self, column: str) -> int:
+        # The trailing median's window, and the run of high values a new value may extend.
+        return self.baseline_points + 2 * self.explode_min_points + 2
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         out = self._nonfinite(run)

@@ -34,8 +34,8 @@ from .base import Detector, ReferenceUse, severity_for
 from .checkpoints import heldout_pairs, over_sets
 from .eval_keys import heldout_sets
 from .noise import TRAIN_NOISE, BetweenRunNoise, log_slope
-from .rundata import finite
-from .stats import cadence, mad_sigma, signed_runs, window_summaries
+from .rundata import finite, logging_interval
+from .stats import mad_sigma, signed_runs, window_summaries
 
 WINDOW_COLUMNS = ("window", "first_step", "last_step", "mid_step", "n", "delta", "stderr", "level", "slope",
                   "tau", "z", "complete")
@@ -78,23 +78,19 @@ class ReferenceDivergence(Detector):
         held = [k for st in heldout_sets(run.scalars.columns).values() for k in st.values()]
         return [self.metric, *held]
 
-    def lookback(self, step_cadence: float) -> float:
-        return (self.persist_windows + 2) * self.window_points * step_cadence
-
-    def reference_spans(self, lo: float, hi: float, step_cadence: float) -> list[tuple[float, float]]:
-        """The judged range, stretched by the slope measurement's +-5% of the step."""
-        back = self.lookback(step_cadence)
-        width = self.window_points * step_cadence
-        return [((lo - back) * 0.94 - width, hi * 1.06 + width)]
+    def history_points(self, column: str) -> int:
+        # The windows a run of counting windows may reach back over, and the one still growing;
+        # held-out checkpoints only name what held-out loss did in the message.
+        if column == self.metric:
+            return (self.persist_windows + 2) * self.window_points
+        return 4 * self.persist_windows
 
     # --- the windows ---------------------------------------------------------------------------
     def width(self, run: RunData) -> float | None:
         """Window width in steps: window_points logging intervals of the metric's first
         `cadence_points` logged steps (None until that many are logged)."""
-        steps = finite(run, self.metric).index.to_numpy()
-        if steps.size < self.cadence_points:
-            return None
-        return self.window_points * cadence(steps[: self.cadence_points])
+        interval = logging_interval(run, self.metric, self.cadence_points)
+        return None if interval is None else self.window_points * interval
 
     def windows(self, run: RunData, reference: RunData) -> pd.DataFrame:
         """One row per window with steps of both runs: the median of d, its standard error, the

@@ -48,8 +48,9 @@ class ResumeConsistency(Detector):
     def columns(self, run: RunData) -> list[str]:
         return [c for c in (self.gap_metric, DATA_CURSOR) if c in run.scalars.columns]
 
-    def lookback(self, step_cadence: float) -> float:
-        return 4 * step_cadence
+    def history_points(self, column: str) -> int:
+        # The cursor logged before a resume (its counting convention) and the steps around a gap.
+        return 4
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         out = self._resumes(run) + self._replays(run) + self._gaps(run)

@@ -7,12 +7,19 @@ frames of events, repeats and logged NaN/Inf beside the wide one.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 import pandas as pd
 
 from monitor.schema import RunData, RunInfo
+
+from .stats import cadence
+
+# Key of RunInfo.config under which the incremental mode hands a detector the facts it pinned from
+# rows its tail no longer holds (each column's logging interval, a baseline so far).
+PINNED = "pinned"
 
 
 def span(run: RunData) -> tuple[float, float]:
@@ -152,3 +159,67 @@ def trim_rows(run: RunData, keep_from: float, keep_first_row: bool = False) -> R
     if keep_first_row and len(run.scalars) and run.scalars.index[0] < keep_from:
         kept.scalars = pd.concat([run.scalars.iloc[:1], kept.scalars])
     return kept
+
+
+def trim_columns(run: RunData, keep_from: dict[str, float], keep_first_row: bool = False) -> RunData:
+    """Each column only from its own first step to keep (`keep_from`; a column not named is kept
+    whole), rows left empty dropped: a sparse eval column can keep its last checkpoints while a dense
+    train column keeps only its last few hundred points. With `keep_first_row` the run's very first
+    row is kept too."""
+    scalars = run.scalars.copy()
+    steps = scalars.index.to_numpy()
+    for col, lo in keep_from.items():
+        if col in scalars.columns and math.isfinite(lo):
+            scalars.loc[steps < lo, col] = np.nan
+    nf, rep = run.logged_nonfinite, run.repeats
+    if len(nf):
+        nf = nf[nf["step"].to_numpy() >= nf["key"].map(keep_from).fillna(-math.inf).to_numpy()]
+    logged = np.isfinite(scalars.to_numpy(dtype=float)).any(axis=1) | scalars.index.isin(nf["step"])
+    if keep_first_row and len(logged):
+        logged[0] = True
+        scalars.iloc[0] = run.scalars.iloc[0]
+    if len(rep):
+        rep = rep[rep["step"].to_numpy() >= rep["key"].map(keep_from).fillna(-math.inf).to_numpy()]
+    first = float(scalars.index[logged][0]) if logged.any() else math.inf
+    events = _between(run.events, first, math.inf)
+    return RunData(info=run.info, scalars=scalars[logged], events=events, repeats=rep.reset_index(drop=True),
+                   logged_nonfinite=nf.reset_index(drop=True))
+
+
+def last_points_from(run: RunData, column: str, points: int | None) -> float:
+    """The step of the `points`-th last logged value of `column` (-inf: keep all of it)."""
+    if points is None or column not in run.scalars.columns:
+        return -math.inf
+    logged = run.scalars.index[np.isfinite(run.scalars[column].to_numpy(dtype=float))]
+    return float(logged[-points]) if len(logged) > points else -math.inf
+
+
+def with_pinned(run: RunData, pinned: dict) -> RunData:
+    """The run with facts pinned by earlier judgements of its first rows (see `pinned`)."""
+    if not pinned:
+        return run
+    info = copy.copy(run.info)
+    info.config = {**run.info.config, PINNED: dict(pinned)}
+    return RunData(info=info, scalars=run.scalars, events=run.events, repeats=run.repeats,
+                   logged_nonfinite=run.logged_nonfinite)
+
+
+def logging_interval(run: RunData, column: str, points: int) -> float | None:
+    """The usual spacing of `column`'s first `points` logged steps, which fixes the width of the
+    windows a detector cuts it into: the value pinned in the run's config by the incremental mode
+    (whose tail no longer holds the first steps) where there is one, else measured on the run;
+    None until that many steps are logged."""
+    fixed = pinned(run, f"interval:{column}@{points}")
+    if fixed is not None:
+        return float(fixed)
+    if column not in run.scalars.columns:
+        return None
+    logged = run.scalars.index[np.isfinite(run.scalars[column].to_numpy(dtype=float))].to_numpy()
+    if logged.size < points:
+        return None
+    return cadence(logged[:points])
+
+
+def pinned(run: RunData, key: str):
+    """A fact the incremental mode pinned for this judgement (None when judging a whole run)."""
+    return run.info.config.get(PINNED, {}).get(key)

@@ -46,7 +46,7 @@ from monitor.schema import (
 )
 
 from .base import Detector, ReferenceUse, reconcile
-from .rundata import concat_rows, finite, restrict_columns, trim_rows
+from .rundata import concat_rows, finite, last_points_from, restrict_columns, trim_columns
 from .state import DetectorState
 from .stats import MAD_TO_SIGMA, row_medians, true_runs
 
@@ -125,7 +125,7 @@ class SpikeDetector(Detector):
     def columns(self, run: RunData) -> list[str]:
         return [m for m in self.metrics if m in run.scalars.columns]
 
-    def history_points(self) -> int:
+    def rule_history(self) -> int:
         """Values before a point that its verdict depends on, under every rule."""
         ours = self.center_window + (self.slow_blocks + 1) * self.scale_window
         return max(ours, self.olmo_core_window, self.olmo2_window) + 1
@@ -148,8 +148,9 @@ class SpikeDetector(Detector):
                                      f"{self.first_verdict_points()} before it", metric, f"{need - n} more logged steps"))
         return out
 
-    def lookback(self, step_cadence: float) -> float:
-        return (self.history_points() + self.unrecovered_points) * step_cadence
+    def history_points(self, column: str) -> int:
+        # Every rule's history, and the excursion of a spike that has not recovered yet.
+        return self.rule_history() + self.unrecovered_points
 
     def merge_gap(self, step_cadence: float) -> float:
         return 0.0  # two spikes are two detections, however close
@@ -206,6 +207,9 @@ class SpikeDetector(Detector):
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         return self.detect_with_scores(run)[0]
 
+    def detect_with_series(self, run: RunData, reference: RunData | None = None) -> tuple[list, pd.DataFrame]:
+        return self.detect_with_scores(run, compact=True)
+
     def detect_with_scores(self, run: RunData, compact: bool = False) -> tuple[list, pd.DataFrame]:
         """The detections and the spike-score series from one pass over the run; `compact`
         keeps only the points where a score changes (see `change_points`)."""
@@ -239,7 +243,7 @@ class SpikeDetector(Detector):
         combined = fresh if state.tail is None else concat_rows(state.tail, fresh)
         last_seen = state.last_step if state.last_step is not None else -np.inf
         memory = state.extra.setdefault("spikes", {})
-        found = []
+        found, series = [], []
         for metric in self.columns(combined):
             x = finite(combined, metric)
             if x.empty:
@@ -260,10 +264,19 @@ class SpikeDetector(Detector):
                 mem["flags"][name] = merged[merged > keep_from].tolist()
             mem["n"] = first + x.size
             found += self._excursions(combined, metric, x, z, expected, sigma, every, scores)
+            if metric in SCORE_KEYS and old < x.size:
+                # The new values' scores, from the last value already written: the points where the
+                # score changes, as the whole-run pass stores them (change_points).
+                lo = max(old - 1, 0)
+                values = scores[self.definition][lo:]
+                keep = change_points(values)
+                series.append(pd.DataFrame({"step": steps[lo:][keep], "key": SCORE_KEYS[metric],
+                                            "value": values[keep]}))
         emitted = reconcile(state, found, 0.0)
+        state.series = pd.concat(series, ignore_index=True) if series else None
         hi = float(combined.scalars.index[-1])
-        cadence = float(np.median(np.diff(combined.scalars.index.to_numpy()))) if len(combined.scalars) > 1 else 1.0
-        state.tail = trim_rows(combined, hi - self.lookback(max(cadence, 1.0)))
+        keep = {c: last_points_from(combined, c, self.history_points(c)) for c in combined.scalars.columns}
+        state.tail = trim_columns(combined, keep)
         state.last_step = int(hi)
         first_kept = float(state.tail.scalars.index[0]) if len(state.tail.scalars) else hi
         state.open = {m: d for m, d in state.open.items() if d.end_step >= first_kept}
@@ -293,10 +306,13 @@ class SpikeDetector(Detector):
             k = a + int(np.nanargmax(y[a:end + 1]))
             excursion = end - a + 1
             zk = float(z[k]) if np.isfinite(z[k]) else float((y[k] - base) / sig)
+            # Severity only grows as later values arrive (live and whole-run judgements agree): a
+            # spike still up is INFO until it has been up for recovery_points values.
             if not recovered and horizon - a > self.unrecovered_points:
                 severity, how = Severity.CRITICAL, f"not recovered after {self.unrecovered_points} steps"
             elif not recovered:
-                severity, how = Severity.WARNING, "not recovered yet"
+                severity = Severity.WARNING if excursion > self.recovery_points else Severity.INFO
+                how = "not recovered yet"
             elif excursion > self.recovery_points:
                 severity, how = Severity.WARNING, f"recovered after {excursion} steps"
             else:

@@ -29,6 +29,8 @@ class DetectorState:
     open:      per metric and rule, the latest reported interval, which new rows may continue.
     reported:  fingerprints of intervals already reported, so unchanged ones are not repeated.
     extra:     detector-specific JSON values.
+    series:    points of detector series produced by the last update (the spike scores of the new
+               rows), for the engine to collect; not part of the saved state.
     """
 
     detector: str
@@ -37,6 +39,7 @@ class DetectorState:
     open: dict[str, Detection] = field(default_factory=dict)
     reported: dict[str, list] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    series: pd.DataFrame | None = None
 
 
 def state_to_dict(state: DetectorState) -> dict[str, Any]:

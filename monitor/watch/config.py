@@ -42,6 +42,7 @@ from monitor.alerting.config import (
     SinkConfig,
 )
 from monitor.alerting.secrets import Secret
+from monitor.engine import DetectConfig, DetectionEngine
 from monitor.errors import GapwatchError
 from monitor.schema import Severity
 
@@ -59,12 +60,9 @@ class WatchConfig:
     state_save_interval_s: float = 5.0
     """Detector state is saved with every alert change, and otherwise at most this often: after a
     crash the service re-judges at most these seconds of rows, which sends nothing twice."""
-    axis: str = "auto"
-    """Alignment axis with the reference: auto, step or tokens (see monitor/align.py)."""
-    detectors: list[str] | None = None
-    """Registry names of the detectors to run; None runs them all."""
-    detector_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Constructor arguments per detector, e.g. {spike: {threshold: 7.0}}."""
+    detect: DetectConfig = field(default_factory=DetectConfig)
+    """Which detectors judge the runs and how: the same settings `gapwatch detect` takes (the file's
+    top-level `detectors`, `detector_params` and `axis`)."""
     alerting: AlertingConfig = field(default_factory=AlertingConfig)
     """Incidents, delivery, sinks and silences."""
 
@@ -116,8 +114,13 @@ def _build(raw: dict[str, Any], env: Mapping[str, str]) -> WatchConfig:
     silences = [_silence(s, i) for i, s in enumerate(silences_raw)]
     alerting = AlertingConfig(dashboard_url=str(dashboard_url), incidents=incidents, delivery=delivery,
                               sinks=sinks, silences=silences)
-    watch = _fill(WatchConfig, raw, "the top level", exclude=("alerting",))
+    detect = DetectConfig(detectors=_coerce(raw.pop("detectors", None), "list[str] | None", "detectors"),
+                          params=_coerce(raw.pop("detector_params", {}) or {}, "dict", "detector_params"),
+                          axis=_coerce(raw.pop("axis", "auto"), "str", "axis"))
+    DetectionEngine(detect)  # a bad detector name or setting is an error of the file, in one line
+    watch = _fill(WatchConfig, raw, "the top level", exclude=("alerting", "detect"))
     watch.alerting = alerting
+    watch.detect = detect
     if watch.poll_interval_s <= 0:
         raise ValueError("poll_interval_s must be positive")
     return watch

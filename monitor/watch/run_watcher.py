@@ -1,6 +1,6 @@
-"""One watched run: its detectors' incremental states, fed with the rows that arrived since the last
-poll, the reference aligned onto exactly the steps each detector judges, and a JSON state that lets
-a restarted service carry on where it stopped."""
+"""One watched run: the detection engine's incremental states, fed with the rows that arrived since
+the last poll, the reference aligned onto exactly the steps each detector judges, and a JSON state
+that lets a restarted service carry on where it stopped."""
 
 from __future__ import annotations
 
@@ -13,21 +13,23 @@ import pandas as pd
 
 from monitor.align import align_pair
 from monitor.alerting.incidents import Progress
-from monitor.detectors.base import Detector
 from monitor.detectors.rundata import concat_rows
-from monitor.detectors.state import DetectorState, state_from_dict, state_to_dict
+from monitor.detectors.state import DetectorState
+from monitor.engine import DetectionEngine
 from monitor.schema import Detection, RunData
 from monitor.watch import rows
 
 log = logging.getLogger("gapwatch.watch")
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 @dataclass
 class PollResult:
     detections: list[Detection]
     """New or changed detections (an interval seen before comes back only when it changed)."""
+    series: pd.DataFrame
+    """Points of detector series (spike scores) for the rows judged, to be stored with the run."""
     progress: dict[tuple[str, str | None], Progress]
     more: bool
     """Rows are left to read: poll again at once."""
@@ -35,15 +37,15 @@ class PollResult:
 
 
 class RunWatcher:
-    def __init__(self, store, run: str, reference: str | None, detectors: list[Detector],
-                 axis: str = "auto", window_steps: int = 50_000) -> None:
+    def __init__(self, store, run: str, reference: str | None, engine: DetectionEngine,
+                 window_steps: int = 50_000) -> None:
         self.store = store
         self.run = run
         self.reference = reference
-        self.detectors = detectors
+        self.engine = engine
         self.window_steps = window_steps
         self.state_name = f"watch/{run}"
-        self._axis_wanted = axis
+        self._axis_wanted = engine.config.axis
         self._reference_data: RunData | None = None
         self._reference_marks: tuple | None = None
         self._ref_cache: RunData | None = None
@@ -51,7 +53,7 @@ class RunWatcher:
 
     # --- state ---------------------------------------------------------------------------------
     def _fingerprint(self) -> dict[str, str]:
-        return {d.name: d.fingerprint() for d in self.detectors}
+        return self.engine.fingerprint()
 
     def restore(self) -> None:
         """Load the saved state, or start from the first step if there is none or it was made for
@@ -68,7 +70,7 @@ class RunWatcher:
             log.info("%s: saved watch state was made with other settings; judging the run from its start", self.run)
             return
         self.cursor = rows.Cursor.from_dict(saved["cursor"])
-        self.states = {name: state_from_dict(s) for name, s in saved["states"].items()}
+        self.states = self.engine.states_from_dict(saved["states"])
         self.axis = saved.get("axis", self._axis_wanted)
 
     def state(self) -> tuple[str, dict[str, Any]]:
@@ -80,7 +82,7 @@ class RunWatcher:
             "axis_wanted": self._axis_wanted,
             "axis": self.axis,
             "cursor": self.cursor.to_dict(),
-            "states": {name: state_to_dict(s) for name, s in self.states.items()},
+            "states": self.engine.states_to_dict(self.states),
         }
 
     # --- polling -------------------------------------------------------------------------------
@@ -92,17 +94,11 @@ class RunWatcher:
         info = self.store.run_info(self.run)
         batch = rows.read_batch(self.store, self.run, info, self.cursor, m, self.window_steps)
         reference = self._aligned_reference(batch.rows)
-        found: list[Detection] = []
-        for detector in self.detectors:
-            if detector.needs_reference and reference is None:
-                continue
-            state = self.states.get(detector.name) or detector.new_state()
-            state, emitted = detector.update(state, batch.rows, reference)
-            self.states[detector.name] = state
-            found.extend(emitted)
+        update = self.engine.update(self.states, batch.rows, reference)
         self._trim_reference()
-        self._fill_attempts(found)
-        return PollResult(found, rows.progress(self.run, self.cursor, m), batch.more, batch.window_end)
+        self._fill_attempts(update.detections)
+        return PollResult(update.detections, update.series, rows.progress(self.run, self.cursor, m), batch.more,
+                          batch.window_end)
 
     # --- the reference, aligned onto the run's steps -------------------------------------------
     def _aligned_reference(self, new: RunData) -> RunData | None:
@@ -149,8 +145,9 @@ class RunWatcher:
             tail = state.tail
             if tail is None or tail.scalars.empty:
                 continue
-            first = int(tail.scalars.index[0])
             for column in tail.scalars.columns:
+                logged = tail.scalars.index[tail.scalars[column].notna().to_numpy()]
+                first = int(logged[0]) if len(logged) else int(tail.scalars.index[-1])
                 keep_from[column] = min(first, keep_from.get(column, first))
         scalars = cache.scalars[[c for c in cache.scalars.columns if c in keep_from]]
         steps = scalars.index.to_numpy()

@@ -20,7 +20,7 @@ from monitor.alerting.incidents import EXTENDED, IncidentTracker
 from monitor.alerting.ledger import AlertLedger
 from monitor.alerting.outbox import DeliveryPass, Outbox
 from monitor.alerting.sinks import Sink, build_sinks
-from monitor.detectors.base import Detector
+from monitor.engine import DetectionEngine
 from monitor.errors import GapwatchError
 from monitor.store import DatabaseError
 from monitor.watch.config import WatchConfig
@@ -49,7 +49,7 @@ class WatchService:
         store,
         config: WatchConfig,
         targets: TargetSpec,
-        detectors: Callable[[], list[Detector]],
+        engine: Callable[[], DetectionEngine] | None = None,
         sinks: dict[str, Sink] | None = None,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.time,
@@ -57,7 +57,7 @@ class WatchService:
         self.store = store
         self.config = config
         self.targets = targets
-        self.make_detectors = detectors
+        self.make_engine = engine or (lambda: DetectionEngine(config.detect))
         self.clock = clock
         alerting = config.alerting
         self.ledger = AlertLedger(store, alerting, clock)
@@ -103,8 +103,8 @@ class WatchService:
     def _poll_target(self, target: Target) -> int:
         watcher = self.watchers.get(target)
         if watcher is None:
-            watcher = RunWatcher(self.store, target.run, target.reference, self.make_detectors(),
-                                 axis=self.config.axis, window_steps=self.config.catch_up_steps)
+            watcher = RunWatcher(self.store, target.run, target.reference, self.make_engine(),
+                                 window_steps=self.config.catch_up_steps)
             self.watchers[target] = watcher
         queued = 0
         for _ in range(CATCH_UP_PASSES_PER_POLL):
@@ -117,7 +117,8 @@ class WatchService:
             save_state = bool(changes) or result.more or (
                 now - self._state_saved_at.get(target.run, 0.0) >= self.config.state_save_interval_s)
             queued += self.ledger.record(changes, state=watcher.state() if save_state else None,
-                                         detections=result.detections)
+                                         detections=result.detections,
+                                         series=(target.run, result.series) if len(result.series) else None)
             if save_state:
                 self._state_saved_at[target.run] = now
             for change in changes:

@@ -46,7 +46,7 @@ def test_yaml_config_with_secrets_from_the_environment(tmp_path):
     path.write_text(YAML)
     cfg = load_config(path, env={"SLACK_WEBHOOK_URL": URL, "OPS_HOOK": "http://127.0.0.1:9/ops/abcdefgh123"})
     assert cfg.poll_interval_s == 0.5
-    assert cfg.detectors == ["spike", "nonfinite"] and cfg.detector_params == {"spike": {"threshold": 7.0}}
+    assert cfg.detect.detectors == ["spike", "nonfinite"] and cfg.detect.params == {"spike": {"threshold": 7.0}}
     a = cfg.alerting
     assert a.dashboard_url == "https://gapwatch.example.org"
     assert (a.incidents.resolve_after_steps, a.incidents.cooldown_steps) == (64, 400)
@@ -75,7 +75,7 @@ def test_toml_config(tmp_path):
 
 def test_defaults_are_the_console_plus_slack_when_its_variable_is_set():
     defaults = load_config(env={})
-    assert [s.name for s in defaults.alerting.sinks] == ["console"] and defaults.detectors is None
+    assert [s.name for s in defaults.alerting.sinks] == ["console"] and defaults.detect.detectors is None
     assert defaults.alerting.dashboard_url == "http://127.0.0.1:8050"
     assert load_config(env={"GAPWATCH_DASHBOARD_URL": "https://dash.example"}).alerting.dashboard_url == \
         "https://dash.example"

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor import detectors as registry
 from monitor.alerting.sinks import build_sinks
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
+from monitor.engine import DetectConfig
 from monitor.watch.service import TARGET_REFRESH_POLLS, WatchService
 from monitor.watch.targets import TargetSpec
 
@@ -39,10 +39,10 @@ def store(sqlite_url):
 
 
 def service(store, receiver, runs=("r", "clean"), **spec):
-    config = WatchConfig(poll_interval_s=0.05, alerting=slack_config(receiver.url()))
+    config = WatchConfig(poll_interval_s=0.05, alerting=slack_config(receiver.url()),
+                         detect=DetectConfig(detectors=["reference_divergence", "nonfinite"]))
     targets = TargetSpec(runs=tuple(runs), **spec)
-    return WatchService(store, config, targets, detectors=lambda: registry.build(["reference_divergence", "nonfinite"]),
-                        sinks=build_sinks(config.alerting))
+    return WatchService(store, config, targets, sinks=build_sinks(config.alerting))
 
 
 def feed(store, svc, lo, hi, chunk=500):

@@ -76,7 +76,8 @@ def pieces(run: RunData, size: int):
 
 # Windowed detectors judge the last, partial window of each piece on fewer points, so the peak
 # they keep may be one a whole-run pass would not pick; the interval and severity are the same.
-WINDOWED = {"reference_divergence", "throughput"}
+WINDOWED = {"reference_divergence", "throughput", "memorization_reread", "grad_norm_growth", "heldout_divergence",
+            "memorization"}
 
 
 def key(d):
