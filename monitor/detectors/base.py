@@ -127,6 +127,12 @@ class Detector(abc.ABC):
         """The first step of each column that the incremental tail must keep."""
         return {c: last_points_from(run, c, self.history_points(c)) for c in run.scalars.columns}
 
+    def settled_before(self, run: RunData, first_new: float) -> float:
+        """Detections ending before this step were settled by earlier updates: the first new row's
+        step, less the widest window this detector judges (a window can become complete, and a run
+        of windows persistent, with rows of the next one)."""
+        return first_new
+
     def merge_gap(self, step_cadence: float) -> float:
         """How close a new interval must start to an open one to be its continuation."""
         return step_cadence
@@ -180,6 +186,13 @@ class Detector(abc.ABC):
         if reference is not None and self.reference_use is not ReferenceUse.NONE:
             ref = reference_view(reference, lo, hi, cols)
         found = self.detect(view, ref)
+        if state.last_step is not None:
+            # Rows judged before were judged with all the history they needed; judged again at the
+            # start of a shorter tail they may not be. A detection that ends before the new rows and
+            # was not reported then is such an artifact, not news.
+            settled = self.settled_before(view, span(fresh)[0])
+            found = [d for d in found if d.end_step >= settled or _key(d) in state.reported
+                     or _thread(d) in state.open]
         emitted = reconcile(state, found, self.merge_gap(cadence(combined.scalars.index.to_numpy())))
         keep = self.keep_from(view)
         state.extra["pinned"] = self.carry(view, keep, pinned)

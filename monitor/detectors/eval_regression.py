@@ -33,7 +33,7 @@ from scipy import stats as sps
 from monitor.schema import DOWNSTREAM_PREFIX, NotJudged, RunData, Severity
 
 from .base import Detector
-from .rundata import finite
+from .rundata import finite, pinned
 from .eval_keys import DownstreamMetric, downstream_aggregate, downstream_metrics, matching_steps, \
     oriented_difference, stderr_of
 from .stats import signed_runs, true_runs
@@ -78,9 +78,8 @@ class EvalRegression(Detector):
                 # Against its own past only where there is no reference to compare with.
                 theirs = set() if reference is None else set(reference.scalars.columns)
                 alone = [m for m in metrics if m.key not in theirs]
-                bound = sps.norm.isf(self.alpha / max(len(alone), 1))
                 for m in alone:
-                    out.extend(self._within(run, m, bound))
+                    out.extend(self._within(run, m, self._bound(run, m)))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
@@ -146,53 +145,96 @@ class EvalRegression(Detector):
         return out
 
     # --- within the run ----------------------------------------------------------------------------
-    def _within(self, run: RunData, m: DownstreamMetric, bound: float) -> list:
+    def history_points(self, column: str) -> int:
+        # The running median's window and a run of worse checkpoints; the first evaluation and the
+        # best so far of the checkpoints the tail drops are carried (`pin`, `carry`).
+        return self.best_smoothing + self.persist_checkpoints + 2
+
+    def pin(self, run: RunData, pinned: dict) -> dict:
+        for m in downstream_metrics(run.scalars.columns):
+            key = f"eval_regression:first:{m.key}"
+            x = finite(run, m.key)
+            if key not in pinned and len(x):
+                se = stderr_of(run, m, x.index.to_numpy()[:1])
+                pinned[key] = [float(x.iloc[0]), float(se[0])]
+        return pinned
+
+    def carry(self, run: RunData, keep_from: dict[str, float], pinned: dict) -> dict:
+        """The best running median of the checkpoints the tail drops, per metric."""
+        for m in downstream_metrics(run.scalars.columns):
+            frame = self.within_frame(run, m, self._bound(run, m))
+            if frame is None:
+                continue
+            dropped = frame[(frame["step"] < keep_from.get(m.key, -np.inf)) & np.isfinite(frame["smooth"])]
+            key = f"eval_regression:best:{m.key}"
+            best = pinned.get(key)
+            if len(dropped):
+                top = dropped.loc[dropped["smooth"].idxmax()]
+                if best is None or top["smooth"] > best[0]:
+                    pinned[key] = [float(top["smooth"]), float(top["se"]), int(top["step"])]
+        return pinned
+
+    def _bound(self, run: RunData, m: DownstreamMetric) -> float:
+        """The within-run z bound: Bonferroni over every downstream metric the run logs (the same
+        whether or not a reference logs some of them, so what the incremental mode carries holds)."""
+        return sps.norm.isf(self.alpha / max(len(downstream_metrics(run.scalars.columns)), 1))
+
+    def within_frame(self, run: RunData, m: DownstreamMetric, bound: float) -> pd.DataFrame | None:
+        """Per checkpoint of `m` (turned so that up is better): the value, its error, the running
+        median where it is significantly better than the first evaluation, and the best such median
+        before it (with its error and step), including what the incremental mode carried."""
         x = finite(run, m.key)
-        if len(x) < self.best_smoothing + self.persist_checkpoints:
-            return []
+        if x.empty:
+            return None
         steps = x.index.to_numpy()
         sign = -1.0 if m.lower_is_better else 1.0
         v = sign * x.to_numpy(dtype=float)
         se = stderr_of(run, m, steps)
-        if not np.isfinite(se).any():
-            return []
+        first = pinned(run, f"eval_regression:first:{m.key}")
+        v0, se0 = (sign * first[0], first[1]) if first is not None else (v[0], se[0])
         smooth = pd.Series(v).rolling(self.best_smoothing).median().to_numpy()
         # A "best" must be significantly better than the first evaluation (the untrained model):
         # early evals wander around chance, and falling back from a lucky draw at chance level
         # is not a regression.
         with np.errstate(invalid="ignore"):
-            learned = (smooth - v[0]) / np.sqrt(se ** 2 + se[0] ** 2) > bound
+            learned = (smooth - v0) / np.sqrt(se ** 2 + se0 ** 2) > bound
         smooth = np.where(learned, smooth, np.nan)
-        best_before = pd.Series(smooth).cummax().shift(1).to_numpy()
-        best_at = _argbest(smooth)
+        carried = pinned(run, f"eval_regression:best:{m.key}")
+        best_value = np.full(v.size, np.nan)
+        best_se = np.full(v.size, np.nan)
+        best_step = np.full(v.size, -1, dtype=np.int64)
+        top, top_se, top_step = (carried if carried is not None else (-np.inf, np.nan, -1))
+        for i in range(v.size):  # the best before each checkpoint
+            if np.isfinite(top):
+                best_value[i], best_se[i], best_step[i] = top, top_se, top_step
+            if np.isfinite(smooth[i]) and smooth[i] > top:
+                top, top_se, top_step = smooth[i], se[i], int(steps[i])
+        return pd.DataFrame({"step": steps, "value": x.to_numpy(dtype=float), "v": v, "se": se, "smooth": smooth,
+                             "best": best_value, "best_se": best_se, "best_step": best_step})
+
+    def _within(self, run: RunData, m: DownstreamMetric, bound: float) -> list:
+        frame = self.within_frame(run, m, bound)
+        if frame is None or len(frame) < self.persist_checkpoints or not np.isfinite(frame["se"]).any():
+            return []
+        steps = frame["step"].to_numpy()
+        sign = -1.0 if m.lower_is_better else 1.0
+        v, se, best = (frame[c].to_numpy(dtype=float) for c in ("v", "se", "best"))
         with np.errstate(invalid="ignore", divide="ignore"):
-            gap = v - best_before
-            ref_se = np.array([se[i] if i >= 0 else np.nan for i in np.concatenate(([-1], best_at[:-1]))])
-            z = gap / np.sqrt(se ** 2 + ref_se ** 2)
-            rel = gap / np.abs(best_before)
+            gap = v - best
+            z = gap / np.sqrt(se ** 2 + frame["best_se"].to_numpy(dtype=float) ** 2)
+            rel = gap / np.abs(best)
         flag = (z < -bound) & (rel < -self.min_relative_effect)
         out = []
         for a, b in true_runs(flag):
             if b - a + 1 < self.persist_checkpoints:
                 continue
             k = a + int(np.argmin(z[a:b + 1]))
-            best_step = int(steps[best_at[k - 1]])
+            best_step = int(frame["best_step"].iloc[k])
             evidence = {"delta": float(sign * gap[k]), "relative": float(rel[k]), "z": float(z[k]),
-                        "z_bound": float(-bound), "best_step": best_step, "best_value": float(sign * best_before[k]),
-                        "value": float(x.iloc[k]), "stderr": float(se[k]), "n": int(b - a + 1)}
+                        "z_bound": float(-bound), "best_step": best_step, "best_value": float(sign * best[k]),
+                        "value": float(frame["value"].iloc[k]), "stderr": float(se[k]), "n": int(b - a + 1)}
             message = (f"{m.task} {m.metric} regressed {abs(rel[k]):.1%} since its best at step {best_step} "
-                       f"({sign * best_before[k]:.4g} -> {x.iloc[k]:.4g}, z={z[k]:.1f})")
+                       f"({sign * best[k]:.4g} -> {frame['value'].iloc[k]:.4g}, z={z[k]:.1f})")
             out.append(self._detection(run, None, m.key, steps[a], steps[b], steps[k], float(-z[k]),
                                        Severity.WARNING, message, evidence))
         return out
-
-
-def _argbest(values: np.ndarray) -> np.ndarray:
-    """Index of the running maximum at each position (NaN-aware; -1 before the first value)."""
-    out = np.full(values.size, -1)
-    best, at = -np.inf, -1
-    for i, v in enumerate(values):
-        if np.isfinite(v) and v > best:
-            best, at = v, i
-        out[i] = at
-    return out

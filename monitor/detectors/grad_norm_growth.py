@@ -76,6 +76,10 @@ class GradNormGrowth(Detector):
             pinned["grad_norm_growth:lowest"] = float(min(before, np.nanmin(lowest)))
         return pinned
 
+    def settled_before(self, run: RunData, first_new: float) -> float:
+        interval = logging_interval(run, self.metric, self.cadence_points)
+        return first_new - (self.block_points * interval if interval else 0.0)
+
     def blocks(self, run: RunData):
         x = finite(run, self.metric)
         x = x[x.to_numpy() > 0]

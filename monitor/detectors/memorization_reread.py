@@ -58,6 +58,9 @@ class MemorizationReread(Detector):
         # The blocks a run of judged blocks may reach back over, and the one still growing.
         return (self.persist_blocks + 2) * self.window_points
 
+    def settled_before(self, run: RunData, first_new: float) -> float:
+        return first_new - (self.width(run) or 0.0)
+
     def width(self, run: RunData) -> float | None:
         interval = logging_interval(run, TRAIN_REREAD_LOSS_GAP, self.cadence_points)
         return None if interval is None else self.window_points * interval

@@ -85,6 +85,9 @@ class ReferenceDivergence(Detector):
             return (self.persist_windows + 2) * self.window_points
         return 4 * self.persist_windows
 
+    def settled_before(self, run: RunData, first_new: float) -> float:
+        return first_new - (self.width(run) or 0.0)
+
     # --- the windows ---------------------------------------------------------------------------
     def width(self, run: RunData) -> float | None:
         """Window width in steps: window_points logging intervals of the metric's first

@@ -272,6 +272,10 @@ class SpikeDetector(Detector):
                 keep = change_points(values)
                 series.append(pd.DataFrame({"step": steps[lo:][keep], "key": SCORE_KEYS[metric],
                                             "value": values[keep]}))
+        if np.isfinite(last_seen):
+            # As in Detector.update: an excursion that ended before the new values and was not
+            # reported then comes from judging old values again with less history.
+            found = [d for d in found if d.end_step > last_seen or f"{d.metric}@{d.start_step}" in state.reported]
         emitted = reconcile(state, found, 0.0)
         state.series = pd.concat(series, ignore_index=True) if series else None
         hi = float(combined.scalars.index[-1])

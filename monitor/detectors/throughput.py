@@ -289,6 +289,12 @@ class ThroughputDetector(Detector):
         return out
 
     # --- MFU / tokens per second ------------------------------------------------------------------
+    def settled_before(self, run: RunData, first_new: float) -> float:
+        widths = [self.block_points * (logging_interval(run, PERF_STEP_TIME_S, self.cadence_points) or 1.0)]
+        widths += [self.drop_block_points * (logging_interval(run, m, self.cadence_points) or 1.0)
+                   for m in self.drop_metrics]
+        return first_new - max(widths)
+
     def _blocks(self, run: RunData, metric: str, x: pd.Series):
         """Medians of `metric` in blocks of drop_block_points logging intervals, and which blocks
         are complete (logged past, and half full)."""

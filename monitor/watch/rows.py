@@ -10,6 +10,7 @@ step order, and a poll with nothing new costs one read of the store's high-water
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,9 @@ from monitor.alerting.incidents import Progress
 from monitor.schema import RunData, RunInfo, empty_events
 from monitor.store import KeyRange, KeyRows, run_data
 from monitor.store import RunMarks as Marks
+
+# Series written by detectors (monitor.schema: detect/spike_score/...), not by the run.
+DETECTOR_SERIES_PREFIX = "detect/"
 
 # How far back of a key's cursor a new attempt is looked for. A trainer resumes from its latest
 # checkpoint; checkpoints are a few thousand steps apart at most in the runs we know (OLMo: 1,000),
@@ -66,7 +70,11 @@ class Batch:
 
 
 def marks(store, run: str) -> Marks:
-    return store.run_marks(run)
+    """The run's high-water marks, without the series detectors write (spike scores): the watch
+    service's own output is not news to judge."""
+    m = store.run_marks(run)
+    ours = {k: v for k, v in m.series.items() if not k.startswith(DETECTOR_SERIES_PREFIX)}
+    return dataclasses.replace(m, series=ours) if len(ours) != len(m.series) else m
 
 
 def has_news(cursor: Cursor, m: Marks) -> bool:

@@ -1,0 +1,162 @@
+"""Live equals offline: a real run with faults, each metric at its own cadence, cut into random pieces,
+imported piece by piece into a real SQLite store and judged by the real watch service (restarted at a
+random point, with or without the state it saved) reaches the detections and alerts `detect` reaches on
+the whole run, detector by detector."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from bench.quality import corpus
+from monitor.alerting.config import AlertingConfig, IncidentConfig, SinkConfig
+from monitor.alerting.incidents import IncidentTracker, Progress
+from monitor.engine import DetectConfig, DetectionEngine
+from monitor.schema import (
+    DATA_BATCH_REREAD_FRACTION,
+    DATA_CURSOR,
+    DOWNSTREAM_PREFIX,
+    HELDOUT_PREFIX,
+    PERF_STEP_TIME_S,
+    TRAIN_GRAD_NORM,
+    TRAIN_LOSS,
+    TRAIN_REREAD_LOSS_GAP,
+    EventKind,
+    RunData,
+    Severity,
+    downstream_key,
+)
+from monitor.store import open_store
+from monitor.watch.config import WatchConfig
+from monitor.watch.service import WatchService
+from monitor.watch.targets import TargetSpec
+
+# Windows sized for a 1,530-step run, so that every detector has complete windows to judge.
+PARAMS = {"spike": {"score_window": 700, "olmo2_window": 300},
+          "throughput": {"block_points": 200, "baseline_blocks": 5},
+          "nonfinite": {"baseline_points": 100},
+          "grad_norm_growth": {"block_points": 20, "warmup_blocks": 2},
+          "memorization_reread": {"window_points": 100}}
+BATCH = 8
+RESUME_AT = 700
+
+
+def with_faults(run: RunData, faulty: bool) -> RunData:
+    """A real repeat of modded-nanogpt with metrics at their own cadences: train loss and step time
+    every step, grad norm and the data cursor every 10 steps, held-out loss every 125 (real),
+    downstream evals every 250; and, when `faulty`, every kind of fault."""
+    s = run.scalars.copy()
+    steps = s.index.to_numpy()
+    rng = np.random.default_rng(1 if faulty else 2)
+    every10 = steps[steps % 10 == 0]
+    grad = 0.3 * np.exp(rng.normal(0, 0.05, every10.size))
+    s[TRAIN_GRAD_NORM] = pd.Series(grad, index=every10)
+    s[DATA_CURSOR] = pd.Series(every10 * BATCH, index=every10, dtype=float)
+    every250 = steps[(steps % 250 == 0) & (steps > 0)]
+    for task in ("piqa", "arc_easy"):
+        acc = 0.5 + 0.1 * every250 / steps[-1] + rng.normal(0, 0.002, every250.size)
+        s[downstream_key(task, "acc")] = pd.Series(acc, index=every250)
+        s[downstream_key(task, "acc", "n")] = pd.Series(20_000.0, index=every250)
+    events = run.events
+    if faulty:
+        late = np.clip((steps - 500) / 400.0, 0, 1)
+        s[TRAIN_LOSS] = s[TRAIN_LOSS] - 0.1 * late  # memorization: train below, held-out tied
+        s.loc[1200, TRAIN_LOSS] *= 2.0  # a spike
+        s.loc[1300, TRAIN_LOSS] = np.nan  # a NaN
+        s.loc[steps[steps % 100 == 50], PERF_STEP_TIME_S] *= 1.5  # a periodic pause
+        s.loc[1400, PERF_STEP_TIME_S] *= 40  # a stall
+        growth = 1 + 2 * np.clip((every10 - 800) / 300.0, 0, 1)
+        s.loc[every10, TRAIN_GRAD_NORM] = grad * growth
+        s.loc[every10[every10 > RESUME_AT], DATA_CURSOR] += BATCH  # the loader resumed one batch ahead
+        for task in ("piqa", "arc_easy"):
+            key = downstream_key(task, "acc")
+            s.loc[every250[every250 >= 1000], key] -= 0.1
+        share = np.clip((steps - 600) / 2000.0, 0, 0.5)
+        s[DATA_BATCH_REREAD_FRACTION] = share
+        s[TRAIN_REREAD_LOSS_GAP] = np.where(share > 0, 0.3 + rng.normal(0, 0.3, steps.size), 0.0)
+        events = pd.DataFrame({"step": [RESUME_AT], "kind": [EventKind.RESUME.value], "attempt": [1],
+                               "payload": [{"restored_step": RESUME_AT + 1, "restored_data_position": RESUME_AT * BATCH,
+                                            "global_batch_size": BATCH}]})
+    return RunData(info=run.info, scalars=s, events=events)
+
+
+def long_rows(data: RunData) -> pd.DataFrame:
+    long = data.scalars.reset_index().melt(id_vars="step", var_name="key", value_name="value")
+    logged = long["value"].notna() | ((long["key"] == TRAIN_LOSS) & (long["step"] == 1300))
+    return long[logged].reset_index(drop=True)
+
+
+def is_eval(key: str) -> bool:
+    return key.startswith(HELDOUT_PREFIX) or key.startswith(DOWNSTREAM_PREFIX)
+
+
+def config(save_every_poll: bool) -> WatchConfig:
+    return WatchConfig(poll_interval_s=0.01, state_save_interval_s=0.0 if save_every_poll else 1e9,
+                       detect=DetectConfig(params=PARAMS),
+                       alerting=AlertingConfig(incidents=IncidentConfig(resolve_after_steps=128),
+                                               sinks=[SinkConfig("console", "console", Severity.INFO)]))
+
+
+def service(store, save_every_poll: bool) -> WatchService:
+    return WatchService(store, config(save_every_poll), TargetSpec(runs=("run",)), stream=io.StringIO())
+
+
+def key(d) -> tuple:
+    return (d.detector, d.metric, d.severity.value, int(d.start_step))
+
+
+def offline_alerts(detections, last_step: int) -> set[tuple]:
+    """The incidents the watch service's tracker makes of the whole-run detections."""
+    tracker = IncidentTracker(config(True).alerting.incidents)
+    open_alerts, resolved = {}, {}
+    tracker.apply(detections, open_alerts, resolved, {("run", None): Progress(last_step)}, 0.0)
+    return {(a.detector, a.metric, a.severity.value, a.start_step) for a in [*open_alerts.values(), *resolved.values()]}
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cuts=st.lists(st.integers(min_value=2, max_value=1529), min_size=2, max_size=9, unique=True),
+       lag=st.sampled_from([0, 250]), restart=st.integers(min_value=0, max_value=9),
+       save_every_poll=st.booleans())
+def test_the_watch_service_reaches_what_detect_reaches(tmp_path_factory, shared_data, cuts, lag, restart,
+                                                       save_every_poll):
+    base, ref = corpus.repeats("test")[:2]
+    run_data, ref_data = with_faults(base, True), with_faults(ref, False)
+    url = f"sqlite:///{tmp_path_factory.mktemp('live') / 'store.db'}"
+    rows = long_rows(run_data)
+    evals = rows["key"].map(is_eval).to_numpy()
+    last = int(rows["step"].max())
+    with open_store(url) as store:
+        store.ensure_run("reference", config={"global_batch_size": BATCH})
+        store.write_metrics("reference", long_rows(ref_data))
+        store.ensure_run("run", config={"global_batch_size": BATCH}, reference="reference")
+        svc = service(store, save_every_poll)
+        edges = [0, *sorted(cuts), last]
+        for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+            now = rows[~evals & (rows["step"] > lo) & (rows["step"] <= hi)]
+            # Evaluations land `lag` steps late (an offline eval job); the last piece brings the rest.
+            top = hi - lag if hi < last else last
+            due = rows[evals & (rows["step"] > lo - lag) & (rows["step"] <= top)] if i else \
+                rows[evals & (rows["step"] <= top)]
+            store.write_metrics("run", pd.concat([now, due], ignore_index=True))
+            store.write_events("run", [{"step": int(e.step), "kind": e.kind, "payload": e.payload}
+                                       for e in run_data.events.itertuples() if lo < e.step <= hi])
+            if i == restart:  # the service dies here; a new one starts from what was saved
+                svc = service(store, save_every_poll)
+            while svc.poll():
+                pass
+        svc.poll()
+        live = {key(d) for d in store.read_detections("run")}
+        alerts = {(a["detector"], a["metric"], a["severity"], int(a["start_step"])) for a in store.alerts.list("run")}
+        whole = DetectionEngine(DetectConfig(params=PARAMS)).judge(store.load_run("run"), store.load_run("reference"))
+    offline = {key(d) for d in whole.detections}
+    assert {d for d, *_ in offline} >= {"memorization", "reference_divergence", "spike", "nonfinite", "throughput",
+                                        "grad_norm_growth", "data_invariants", "resume", "eval_regression",
+                                        "memorization_reread"}
+    assert live == offline, (sorted(live - offline), sorted(offline - live))
+    assert alerts == offline_alerts(whole.detections, last)
+
