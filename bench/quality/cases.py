@@ -12,7 +12,7 @@ import numpy as np
 
 from monitor.align import align_pair
 from monitor.detection import DetectConfig, judge
-from monitor.detectors import build
+from monitor.engine import DetectionEngine
 from monitor.detectors.rundata import slice_rows
 from monitor.schema import RunData
 
@@ -117,19 +117,16 @@ def _lag(cadence: str, run: RunData) -> int:
 
 def first_alert(run: RunData, reference: RunData, expected: tuple[str, ...], lag: int) -> float:
     """The step the run had reached when one of `expected` first reported a detection, feeding the
-    run in pieces of PIECE_STEPS steps through each detector's incremental update, with held-out
-    rows arriving `lag` steps after their own step."""
+    run in pieces of PIECE_STEPS steps through the detection engine's incremental update (as the
+    watch service does), with held-out rows arriving `lag` steps after their own step."""
     _, aligned = align_pair(run, reference)
-    detectors = build(list(expected))
-    states = [d.new_state() for d in detectors]
+    engine = DetectionEngine(DetectConfig(detectors=list(expected), write_series=False))
+    states = engine.new_states()
     last = int(run.scalars.index[-1])
     held = [c for c in run.scalars.columns if c.startswith("eval/heldout/")]
     for hi in range(PIECE_STEPS, last + PIECE_STEPS, PIECE_STEPS):
-        piece = _arrived(run, hi - PIECE_STEPS, hi, held, lag)
-        for i, det in enumerate(detectors):
-            states[i], found = det.update(states[i], piece, aligned)
-            if found:
-                return float(min(hi, last))
+        if engine.update(states, _arrived(run, hi - PIECE_STEPS, hi, held, lag), aligned).detections:
+            return float(min(hi, last))
     return math.nan
 
 

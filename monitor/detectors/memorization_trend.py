@@ -93,11 +93,12 @@ class MemorizationTrend(Detector):
         position = self.positions(table, run)
         base = list(pinned.get("memorization_trend:base", []))
         for step, gap, place in zip(table["step"][leaving], table["gap"][leaving], position[leaving]):
-            if self.skip_checkpoints <= place < self.skip_checkpoints + self.max_base_checkpoints:
+            if 0 <= place < self.max_base_checkpoints:
                 base.append([int(step), float(gap)])
         pinned["memorization_trend:base"] = base
-        pinned["memorization_trend:dropped"] = int(pinned.get("memorization_trend:dropped", 0)
-                                                   + int(((position >= 0) & leaving).sum()))
+        pinned["memorization_trend:dropped_rows"] = int(pinned.get("memorization_trend:dropped_rows", 0) + leaving.sum())
+        pinned["memorization_trend:dropped_usable"] = int(pinned.get("memorization_trend:dropped_usable", 0)
+                                                          + ((position >= 0) & leaving).sum())
         return pinned
 
     def table(self, run: RunData) -> pd.DataFrame:
@@ -163,17 +164,19 @@ class MemorizationTrend(Detector):
                               HELDOUT_TRAIN_GAP, f"{need - usable} more checkpoints")]
         return []
 
-    def positions(self, table: pd.DataFrame, run: RunData) -> np.ndarray:
-        """Each row's place among the run's checkpoints with a gap (counting those the incremental
-        tail no longer holds); -1 for rows without a gap."""
-        candidate = np.isfinite(table["gap"].to_numpy(dtype=float)) & (table["step"].to_numpy() > 0)
-        dropped = int(pinned(run, "memorization_trend:dropped") or 0)
-        return np.where(candidate, dropped + np.cumsum(candidate) - 1, -1)
-
     def usable(self, table: pd.DataFrame, run: RunData) -> np.ndarray:
-        """Checkpoints with a gap after the run's first `skip_checkpoints` of them, where both losses
-        fall too fast for a trend."""
-        return self.positions(table, run) >= self.skip_checkpoints
+        """Checkpoints with a gap, after the run's first `skip_checkpoints` checkpoints, where both
+        losses fall too fast for a trend (counted with those the incremental tail no longer holds)."""
+        dropped = int(pinned(run, "memorization_trend:dropped_rows") or 0)
+        row = dropped + np.arange(len(table))
+        return np.isfinite(table["gap"].to_numpy(dtype=float)) & (table["step"].to_numpy() > 0) \
+            & (row >= self.skip_checkpoints)
+
+    def positions(self, table: pd.DataFrame, run: RunData) -> np.ndarray:
+        """Each usable row's place among the run's usable checkpoints (-1 for the others)."""
+        usable = self.usable(table, run)
+        dropped = int(pinned(run, "memorization_trend:dropped_usable") or 0)
+        return np.where(usable, dropped + np.cumsum(usable) - 1, -1)
 
     def residuals(self, run: RunData, table: pd.DataFrame, fits: dict) -> tuple[np.ndarray, np.ndarray]:
         """Residual of each checkpoint's gap from a trend fitted on earlier checkpoints only.
@@ -189,7 +192,7 @@ class MemorizationTrend(Detector):
         sigma = np.full(steps.size, np.nan)
         carried = pinned(run, "memorization_trend:base") or []
         mine = np.flatnonzero(self.usable(table, run))
-        positions = self.positions(table, run)[mine] - self.skip_checkpoints  # place among usable ones
+        positions = self.positions(table, run)[mine]
         # Every usable checkpoint known, in order: the carried base rows, then this table's.
         base_steps = np.array([r[0] for r in carried] + steps[mine].tolist(), dtype=float)
         base_gaps = np.array([r[1] for r in carried] + gap[mine].tolist(), dtype=float)
