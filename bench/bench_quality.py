@@ -23,7 +23,7 @@ from monitor.detection import DetectConfig, judge
 DOC = Path(__file__).resolve().parents[1] / "docs" / "detectors.md"
 # Latency is measured in pieces on this many pairs per fault and cadence (feeding every piece costs
 # ~30 whole-run judgements).
-LATENCY_PAIRS = 2
+LATENCY_PAIRS = 1
 
 
 def pair_outcomes(quick: bool) -> list[cases.Outcome]:
@@ -123,8 +123,8 @@ def markdown(pair_rows, cadence_rows, divergence_rows, single_rows, real_rows, s
         "`k/n` counts the pair-cadence cases where the detector fired. Faults ramp in from 30% to 60% of the "
         "run (bench/quality/faults.py); the OLMo ladder logs no train loss, so only the held-out faults apply "
         "to it. Latency: steps from the fault's onset to the first alert of the detector that must catch it, "
-        "feeding the run in pieces of 25 steps through the detectors' incremental mode "
-        f"({LATENCY_PAIRS} pairs per fault and cadence).",
+        f"feeding the run in pieces of {cases.PIECE_STEPS} steps through the detection engine's incremental mode "
+        f"({LATENCY_PAIRS} pair per fault and cadence).",
         table(pair_rows),
         "Memorization caught, by cadence (`ref 2x less`: the reference evaluates every second checkpoint of the "
         "run; `offset`: both every second checkpoint, half an interval apart; `tokens`: the reference has twice "

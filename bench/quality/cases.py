@@ -20,9 +20,9 @@ from . import corpus, faults
 
 COMPARING = ("reference_divergence", "heldout_divergence", "memorization", "memorization_trend")
 SINGLE = ("spike", "nonfinite", "throughput", "grad_norm_growth")
-# Pieces the latency is measured with: the watch service reads what arrived every poll; 25 steps
-# a poll is a few seconds of a fast run.
-PIECE_STEPS = 25
+# Pieces the latency is measured with: the watch service reads what arrived every poll; 50 steps
+# a poll is under a minute of a fast run.
+PIECE_STEPS = 50
 
 
 @dataclass(frozen=True)
