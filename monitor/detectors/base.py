@@ -107,6 +107,12 @@ class Detector(abc.ABC):
         return self.detect(run, reference), pd.DataFrame({"step": pd.Series(dtype="int64"),
                                                           "key": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
 
+    @abc.abstractmethod
+    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
+        """What this detector judged, as data: one row per unit (step, window, block or checkpoint)
+        with the statistic, the band it had to clear and the verdict, for the dashboard, the report
+        and the demo to draw or print instead of deriving the rule again."""
+
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         """What of `run` this detector could not judge, and why; empty when it judged everything
         it reads (its silence then means "clean")."""

@@ -93,6 +93,16 @@ class EvalRegression(Detector):
                                   "against its own best only")]
         return []
 
+    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
+        """Per downstream metric and checkpoint: the value against its best so far (within the run)."""
+        frames = []
+        for m in downstream_metrics(run.scalars.columns):
+            frame = self.within_frame(run, m, self._bound(run, m))
+            if frame is not None:
+                frames.append(frame.assign(metric=m.key, band=-self.min_relative_effect))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            {c: pd.Series(dtype=float) for c in ("metric", "step", "value", "best", "band")})
+
     # --- per task vs reference -----------------------------------------------------------------------
     def _per_task(self, run, reference, m: DownstreamMetric, bound: float) -> list:
         steps = matching_steps(run, reference, m.key)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 
 from monitor.schema import TRAIN_GRAD_NORM, NotJudged, RunData
 
@@ -96,6 +97,21 @@ class GradNormGrowth(Detector):
         first = pinned(run, "grad_norm_growth:first_block")
         first = int(w.ids[0]) if first is None else int(first)
         return np.where(complete & (w.ids >= first + self.warmup_blocks), w.median, np.nan)
+
+    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
+        """Per block: its median, the lowest usable median before it and their ratio."""
+        w, complete = self.blocks(run)
+        if w is None:
+            return pd.DataFrame({c: pd.Series(dtype=float) for c in ("first_step", "last_step", "median", "lowest",
+                                                                       "ratio", "band", "complete")})
+        usable = self._usable(run, w, complete)
+        carried = pinned(run, "grad_norm_growth:lowest")
+        lowest = np.fmin.accumulate(np.concatenate([[np.inf if carried is None else float(carried)], usable[:-1]]))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(np.isfinite(lowest) & (lowest > 0), w.median / lowest, np.nan)
+        return pd.DataFrame({"first_step": w.first_step, "last_step": w.last_step, "median": w.median,
+                             "lowest": np.where(np.isfinite(lowest), lowest, np.nan), "ratio": ratio,
+                             "band": self.growth_ratio, "complete": complete})
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         w, complete = self.blocks(run)

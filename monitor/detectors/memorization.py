@@ -185,8 +185,11 @@ class Memorization(Detector):
         return down.set_index("step")["z"].reindex(steps).to_numpy(dtype=float)
 
     def explain(self, run: RunData, reference: RunData) -> pd.DataFrame:
-        """The checkpoint table this detector judges (every leg's numbers and verdict)."""
-        return self.table(run, reference)
+        """The checkpoint table this detector judges (every leg's numbers and verdict), with the band
+        the train gap had to clear."""
+        table = self.table(run, reference)
+        table["band"] = self.z_threshold * np.hypot(table["train_stderr"], table["train_tau"])
+        return table
 
     # --- judging -------------------------------------------------------------------------------
     def detect(self, run: RunData, reference: RunData | None = None) -> list:

@@ -54,6 +54,16 @@ class NonFiniteDetector(Detector):
             out.extend(self._exploding(run))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
 
+    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
+        """The non-finite cells the run logged, and the grad norm over its trailing median."""
+        bad = _nonfinite_cells(run).assign(rule="nonfinite")
+        x = finite(run, self.explode_metric)
+        base = x.rolling(self.baseline_points, min_periods=min(32, self.baseline_points)).median().shift(1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = pd.DataFrame({"key": self.explode_metric, "step": x.index.to_numpy(), "ratio": (x / base).to_numpy(),
+                                  "band": self.explode_ratio, "rule": "exploding"})
+        return pd.concat([bad, ratio], ignore_index=True)
+
     def _nonfinite(self, run: RunData) -> list:
         bad = _nonfinite_cells(run)
         out = []

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 
 from monitor.schema import CONFIG_DETERMINISTIC, DATA_CURSOR, TRAIN_LOSS, EventKind, RunData, Severity
 
@@ -55,6 +56,21 @@ class ResumeConsistency(Detector):
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         out = self._resumes(run) + self._replays(run) + self._gaps(run)
         return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
+        """Per resume event: the restored step, the data step its restored position implies, and
+        the shift between them."""
+        rows = []
+        events = run.events[run.events["kind"] == EventKind.RESUME.value] if len(run.events) else run.events
+        for ev in events.itertuples(index=False):
+            payload = ev.payload if isinstance(ev.payload, dict) else {}
+            batch = payload.get("global_batch_size") or run.info.global_batch_size
+            step, position = payload.get("restored_step"), payload.get("restored_data_position")
+            if batch and step is not None and position is not None:
+                data_step = float(position) / float(batch) - _cursor_offset(run, ev.step)
+                rows.append({"step": int(ev.step), "restored_step": int(step), "data_step": data_step,
+                             "shift": data_step - float(step)})
+        return pd.DataFrame(rows, columns=["step", "restored_step", "data_step", "shift"])
 
     # --- restored step vs restored data position ---------------------------------------------------
     def _resumes(self, run: RunData) -> list:

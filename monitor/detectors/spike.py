@@ -199,6 +199,21 @@ class SpikeDetector(Detector):
         until that many have been logged, unlike OLMo-core, which waits for a full window)."""
         return pd.Series(flags.astype(float)).rolling(self.score_window, min_periods=1).mean().to_numpy()
 
+    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
+        """Per metric and logged step: the value, its expected level, sigma, z and each rule's flag."""
+        frames = []
+        for metric in self.columns(run):
+            x = finite(run, metric)
+            if len(x) < 2:
+                continue
+            z, expected, sigma = self.gapwatch_z(x, metric in self.log_scale)
+            every = self.flags(x, metric, z=z)
+            frames.append(pd.DataFrame({"metric": metric, "step": x.index.to_numpy(), "value": x.to_numpy(),
+                                        "expected": expected, "sigma": sigma, "z": z, "band": self.threshold,
+                                        **{f"flag_{k}": v for k, v in every.items()}}))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            {c: pd.Series(dtype=float) for c in ("metric", "step", "value", "expected", "sigma", "z", "band")})
+
     def score_series(self, run: RunData) -> pd.DataFrame:
         """Long frame (step, key, value) of the spike score of each metric, by `definition`."""
         return self.detect_with_scores(run)[1]

@@ -134,6 +134,17 @@ class ThroughputDetector(Detector):
                     out.extend(self._vs_reference(run, reference, metric, x))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
 
+    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
+        """Per step time: the ideal and bound of the block it is judged by, whether it is anomalous,
+        and whether it continues a periodic pattern."""
+        times = _times(run)
+        if times.empty:
+            return pd.DataFrame({c: pd.Series(dtype=float) for c in ("step", "time", "ideal", "bound", "anomalous")})
+        v = self.step_verdicts(run, times)
+        v["periodic"] = self._periodic(run, v)
+        v["band"] = v["bound"]
+        return v
+
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         if not self.columns(run):
             return [NotJudged(self.name, f"the run logs none of {PERF_STEP_TIME_S}, "
