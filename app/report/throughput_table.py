@@ -68,6 +68,7 @@ def _goodput(data: RunData, detector: ThroughputDetector) -> float | None:
     times = times[np.isfinite(times.to_numpy(dtype=float))]
     if len(times) < 2:
         return None
-    ideal, _ = detector.ideal_step_times(times)
-    total = float(times.sum())
-    return float(ideal.sum() / total) if total > 0 else None
+    v = detector.step_verdicts(data, times, finished=True)
+    judged = v[np.isfinite(v["ideal"].to_numpy())]  # steps of a block with an ideal to judge them by
+    total = float(judged["time"].sum())
+    return float(judged["ideal"].sum() / total) if total > 0 else None

@@ -157,10 +157,12 @@ class ThroughputDetector(Detector):
         return []
 
     # --- step times --------------------------------------------------------------------------------
-    def step_verdicts(self, run: RunData, times: pd.Series) -> pd.DataFrame:
+    def step_verdicts(self, run: RunData, times: pd.Series, finished: bool = False) -> pd.DataFrame:
         """Per step time: the ideal and the anomaly bound of the block it is judged by (the previous
         complete block; the run's first block by itself once complete; NaN where neither is known),
-        and whether it is anomalous (above the bound and `pause_excess` over the ideal)."""
+        and whether it is anomalous (above the bound and `pause_excess` over the ideal). For a
+        `finished` run (a report's goodput) a block with no complete one before it is judged by
+        itself, however short."""
         steps, t = times.index.to_numpy(), times.to_numpy()
         interval = logging_interval(run, PERF_STEP_TIME_S, self.cadence_points) or cadence(steps)
         width = self.block_points * interval
@@ -182,7 +184,7 @@ class ThroughputDetector(Detector):
         for i in range(uniq.size):
             if i > 0 and uniq[i - 1] == uniq[i] - 1 and complete[i - 1]:
                 judge[i] = i - 1
-            elif uniq[i] == first_block and complete[i]:
+            elif (uniq[i] == first_block and complete[i]) or finished:
                 judge[i] = i  # the run's first block, by itself, once it is whole
         pos = np.repeat(np.arange(uniq.size), counts)
         by = judge[pos]
