@@ -17,7 +17,7 @@ from app.figures.evals import DEFAULT_MAX_TASKS
 from app.figures.style import EVENT_COLORS, EVENT_DASH
 
 HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",
-                 "crashed": "#d62728"}
+                 "crashed": "#d62728", "had critical": "#9d5a5a"}
 BORDER_STYLE = {"dot": "dotted", "dash": "dashed", "solid": "solid"}
 
 
@@ -104,7 +104,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
                          style={"minWidth": "420px"}),
         ], className="task-row", style=None if tasks else {"display": "none"}),
         html.Div(graphs, className="panels"),
-        html.H2("Alerts"),
+        html.H2("Alerts and findings"),
         dcc.Graph(id="alerts-graph", config={"displaylogo": False}),
         html.Ul(id="alerts-list", className="alerts"),
         dcc.Store(id="view", data=view),
@@ -125,17 +125,20 @@ def marker_key() -> html.Span:
     return html.Span(items, className="marker-key")
 
 
-def alerts_list(alerts: pd.DataFrame, run: str) -> list:
+def alerts_list(alerts: pd.DataFrame, spec: ViewSpec) -> list:
+    """One item per alert or stored finding; its link opens the step range in this same view
+    (the reference and axis kept)."""
     if not len(alerts):
-        return [html.Li("No alerts for this run.", className="muted")]
+        return [html.Li("Nothing found on this run: no alerts and no stored detections.", className="muted")]
     items = []
     for a in alerts.itertuples(index=False):
         items.append(html.Li([
             html.Span(a.severity, className=f"sev sev-{a.severity}"),
             html.Span(a.state, className="state"),
             html.Span(f"{a.detector} · {a.metric}", className="what"),
-            dcc.Link(f"steps {a.start_step:,}–{a.end_step:,}", href=run_href(run, start=int(a.start_step),
-                                                                            end=int(a.end_step)),
+            dcc.Link(f"steps {a.start_step:,}–{a.end_step:,}",
+                     href=run_href(spec.run, reference=spec.reference, axis=spec.axis, start=int(a.start_step),
+                                   end=int(a.end_step)),
                      className="alert-link"),
             html.Div(a.message, className="message"),
         ], className="alert"))

@@ -49,7 +49,8 @@ def initial_state(store: Store, view: ViewData, rendered: RenderedView, now: flo
 def poll(store: Store, state: dict, *, max_points: int, full_refresh_s: float, now: float) -> PollResult:
     signature = store.activity(state["run"])
     old = state["signature"]
-    alerts_changed = signature[2] != old[2]
+    # The alert list shows stored detections too: new ones from `detect` redraw it.
+    alerts_changed = signature[1] != old[1] or signature[2] != old[2]
     markers_changed = signature[0] != old[0] or signature[1] != old[1]
     state = {**state, "signature": signature}
     if state["fixed_range"]:

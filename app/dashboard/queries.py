@@ -173,6 +173,24 @@ def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> p
     return frame.reset_index(drop=True)
 
 
+def findings(store: Store, run: str) -> pd.DataFrame:
+    """What was found on `run`: its alerts (the watch service's incidents), then the stored
+    detections that no alert of the same detector and metric overlaps (those `gapwatch detect`
+    stored, or recurrences the watch folded into a cool-down), with state "found". Columns as
+    `read_alerts`, plus `source` ("alert" or "detection")."""
+    alerts = store.read_alerts(run).assign(source="alert")
+    detections = _detections(store, run, None)
+    if not len(detections):
+        return alerts
+    covered = np.zeros(len(detections), dtype=bool)
+    for a in alerts.itertuples(index=False):
+        covered |= ((detections["detector"] == a.detector) & (detections["metric"] == a.metric)
+                    & (detections["start_step"] <= a.end_step) & (detections["end_step"] >= a.start_step)).to_numpy()
+    found = detections[~covered].assign(state="found", source="detection")
+    frame = pd.concat([alerts, found], ignore_index=True) if len(alerts) else found.reset_index(drop=True)
+    return frame.astype({"start_step": "int64", "end_step": "int64", "peak_step": "int64"})
+
+
 def run_extent(store: Store, run: str) -> tuple[int, int] | None:
     """First and last step the run logged anything at."""
     marks = store.series_marks(run).values()
@@ -194,7 +212,7 @@ def new_points(store: Store, run: str, last: dict[str, int], max_points: int) ->
 
 def overview(store: Store, now: float | None = None, stale_after_s: float = 600.0) -> pd.DataFrame:
     """One row per run: name, status, last step, tokens, seconds since its last metric, open
-    alerts, the worst open severity, and health (critical / warning / stale / crashed / ok)."""
+    alerts, the worst open severity, and health (critical / warning / crashed / stale / had critical / ok)."""
     now = time.time() if now is None else now
     runs = store.list_runs()
     rows = []
@@ -211,6 +229,9 @@ def overview(store: Store, now: float | None = None, stale_after_s: float = 600.
             health = "warning"
         elif r.status == "running" and age is not None and age > stale_after_s:
             health = "stale"
+        elif r.worst_severity == "critical":
+            # Nothing open now, but `detect` or a resolved incident found something critical.
+            health = "had critical"
         else:
             health = "ok"
         reference = r.reference if isinstance(r.reference, str) and r.reference else None

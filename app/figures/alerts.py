@@ -1,4 +1,4 @@
-"""The alerts timeline: one bar per alert over its step range, coloured by severity."""
+"""The alerts timeline: one bar per alert or stored finding over its step range, coloured by severity."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ def alerts_timeline(alerts: pd.DataFrame, *, x_title: str = "step",
     """`alerts` has detector, metric, severity, start_step, end_step, peak_step, message (and
     optionally state). One row per detector·metric, one bar per alert."""
     rows = max(1, alerts[["detector", "metric"]].drop_duplicates().shape[0]) if len(alerts) else 1
-    fig = base_figure("alerts", x_title, height=140 + 26 * rows)
+    fig = base_figure("alerts and findings", x_title, height=140 + 26 * rows)
     if not len(alerts):
-        return note_empty(fig, "no alerts")
+        return note_empty(fig, "no alerts and no stored findings")
     fig.update_layout(hovermode="closest", barmode="overlay")
     to_x = x_of_step or (lambda s: s)
     start = np.asarray(to_x(alerts["start_step"].to_numpy(dtype=float)), dtype=float)

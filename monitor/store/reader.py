@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, select, union_all
 from tsdownsample import MinMaxDownsampler
 
 from monitor.errors import GapwatchError
@@ -165,21 +165,32 @@ def list_runs(db: Database) -> pd.DataFrame:
         select(a.run_id, func.count().label("open_alerts"), func.max(rank).label("worst_rank"))
         .where(a.state == "open").group_by(a.run_id).subquery()
     )
+    # The worst severity ever found, by the watch service (alerts in any state) or by `detect`
+    # (stored detections): a run whose incidents have resolved still shows that it had them.
+    d = tables.detections.c
+    found = union_all(
+        select(a.run_id.label("run_id"), rank.label("rank")),
+        select(d.run_id.label("run_id"), case(SEVERITY_RANK, value=d.severity, else_=0).label("rank")),
+    ).subquery()
+    ever = select(found.c.run_id, func.max(found.c.rank).label("ever_rank")).group_by(found.c.run_id).subquery()
     query = (
         select(r.name, r.project, r.source, r.status, r.reference, r.tokens_per_step, r.attempts,
                r.created_at, r.updated_at, last.c.last_step, last.c.last_wall_time,
-               func.coalesce(open_alerts.c.open_alerts, 0).label("open_alerts"), open_alerts.c.worst_rank)
+               func.coalesce(open_alerts.c.open_alerts, 0).label("open_alerts"), open_alerts.c.worst_rank,
+               ever.c.ever_rank)
         .select_from(tables.runs)
         .outerjoin(last, last.c.run_id == tables.runs.c.id)
         .outerjoin(open_alerts, open_alerts.c.run_id == tables.runs.c.id)
+        .outerjoin(ever, ever.c.run_id == tables.runs.c.id)
         .order_by(tables.runs.c.updated_at.desc())
     )
     with db.read() as conn:
         frame = pd.DataFrame(conn.execute(query).mappings().all(), columns=[
             "name", "project", "source", "status", "reference", "tokens_per_step", "attempts", "created_at",
-            "updated_at", "last_step", "last_wall_time", "open_alerts", "worst_rank"])
+            "updated_at", "last_step", "last_wall_time", "open_alerts", "worst_rank", "ever_rank"])
     names = {rank: name for name, rank in SEVERITY_RANK.items()}
     frame["worst_open_severity"] = [names.get(int(r)) if pd.notna(r) else None for r in frame.pop("worst_rank")]
+    frame["worst_severity"] = [names.get(int(r)) if pd.notna(r) else None for r in frame.pop("ever_rank")]
     return frame
 
 

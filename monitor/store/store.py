@@ -163,6 +163,8 @@ class Store:
         return reader.run_info(self._db, name)
 
     def list_runs(self) -> pd.DataFrame:
+        """One row per run, newest first, with its open alerts, the worst open severity and the
+        worst severity ever found (alerts in any state and stored detections)."""
         return reader.list_runs(self._db)
 
     def delete_run(self, name: str) -> None:

@@ -154,6 +154,37 @@ def test_alert_appears(server, page, store_url):
     assert not page.errors, page.errors
 
 
+def test_findings_stored_by_detect_show_on_the_overview_and_the_run_view(server, page, store_url):
+    """A run judged only by `gapwatch detect` (no watch service, so no alert): its critical finding
+    marks it on the landing page and is listed, linked, under its timeline."""
+    run, nan_step = "judged-offline", 250
+    loss = 3.0 + np.random.default_rng(0).normal(0, 0.01, 400)
+    loss[nan_step] = np.nan
+    with open_store(store_url) as store:
+        store.ensure_run(run, status="finished")
+        store.write_metrics(run, pd.DataFrame({"step": np.arange(400), "key": TRAIN_LOSS, "value": loss}))
+    detect = subprocess.run([sys.executable, "-m", "app", "detect", "--run", run, "--store", store_url],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert detect.returncode == 0, detect.stderr
+    assert "nonfinite" in detect.stdout
+    page.goto(server + "/")
+    row = page.locator("tr.run-row", has_text=run)
+    row.wait_for(timeout=30_000)
+    assert row.locator(".health").inner_text() == "had critical"
+    assert row.locator(".alerts-count").inner_text() == "0"
+    row.locator("a.run-link").click()
+    wait_for_panel(page, "loss")
+    item = page.locator("li.alert", has_text="nonfinite")
+    item.wait_for(timeout=30_000)
+    assert item.locator(".sev").inner_text() == "critical"
+    assert item.locator(".state").inner_text() == "found"
+    assert f"steps {nan_step}–{nan_step}" in item.locator("a.alert-link").inner_text()
+    bars = page.evaluate("document.querySelector('#alerts-graph .js-plotly-plot').data.map(t => t.y).flat()")
+    assert any("nonfinite" in label for label in bars)
+    screenshot(page, "findings-from-detect")
+    assert not page.errors, page.errors
+
+
 def test_mouse_drag_zoom_shows_every_point(server, page):
     open_run(page, f"{server}/run/{RUN}")
     assert page.inner_text("#resolution").startswith("downsampled")

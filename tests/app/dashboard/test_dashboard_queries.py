@@ -93,7 +93,8 @@ def test_overview_health(tmp_path, demo):
         store.ensure_run("empty")
     with open_store(url, read_only=True) as store:
         rows = queries.overview(store, now=now, stale_after_s=600).set_index("name")
-    assert rows.loc["olmo-repro", "health"] == "ok"
+    # No alert ever opened, but a stored detection (as `detect` writes them) is critical.
+    assert rows.loc["olmo-repro", "health"] == "had critical"
     assert rows.loc["quiet", "health"] == "stale"
     assert rows.loc["quiet", "tokens"] == 10.0 and rows.loc["quiet", "since_last_s"] == pytest.approx(3600, abs=5)
     assert rows.loc["fell-over", "health"] == "crashed"
@@ -104,7 +105,37 @@ def test_overview_health(tmp_path, demo):
     with open_store(url, read_only=True) as store:
         rows = queries.overview(store, now=now).set_index("name")
     assert rows.loc["quiet", "health"] == "warning" and rows.loc["quiet", "open_alerts"] == 1
-    assert rows.loc["olmo-repro", "health"] == "ok"  # its alert is resolved
+    assert rows.loc["olmo-repro", "health"] == "had critical"  # its alert is resolved
+    with open_store(url) as store:
+        demo.add_alert(store, "fell-over", "spike", TRAIN_LOSS, "warning", 5, 5, "spike", state="resolved")
+        store.ensure_run("resolved-warning", status="finished")
+        demo.add_alert(store, "resolved-warning", "spike", TRAIN_LOSS, "warning", 5, 5, "spike", state="resolved")
+    with open_store(url, read_only=True) as store:
+        rows = queries.overview(store, now=now).set_index("name")
+    # Only a critical finding leaves a mark once resolved; a resolved warning reads as ok.
+    assert rows.loc["resolved-warning", "health"] == "ok"
+    assert rows.loc["fell-over", "health"] == "crashed"
+
+
+def test_findings_are_alerts_and_the_stored_detections_no_alert_covers(tmp_path, demo):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    runs = demo.build(url, steps=300, alerts=False)
+    with open_store(url, read_only=True) as store:
+        found = queries.findings(store, runs.run)
+    # Nothing was alerted: every stored detection is a finding of its own.
+    assert len(found) == 5 and set(found["state"]) == {"found"} and set(found["source"]) == {"detection"}
+    assert "critical" in set(found["severity"])
+    with open_store(url) as store:
+        spike = runs.spike_steps[0]
+        demo.add_alert(store, runs.run, "spike", TRAIN_GRAD_NORM, "warning", spike - 2, spike + 2, "spike alert")
+    with open_store(url, read_only=True) as store:
+        found = queries.findings(store, runs.run)
+    # The alert replaces the detection it covers; the other spikes stay (other steps).
+    assert len(found) == 5
+    assert found.loc[found["source"] == "alert", "message"].tolist() == ["spike alert"]
+    spikes = found[(found["detector"] == "spike") & (found["source"] == "detection")]
+    assert sorted(spikes["start_step"]) == sorted(runs.spike_steps[1:])
+    assert found["start_step"].dtype == "int64"
 
 
 def test_read_alerts_newest_first(tmp_path, demo):
