@@ -84,7 +84,7 @@ def _write_task(data_dir: Path, task: str, folder: str, split: str, rows, where:
 
 
 def convert_original(source: Path, data_dir: Path, say: Say = _quiet) -> dict[str, int]:
-    """The original file layouts under `source` (see ../shared/data/evals/README) -> local layout.
+    """The original file layouts under `source` (the layouts of the published benchmark files) -> local layout.
 
     Tasks whose files are absent are skipped; returns rows written per `folder/split`.
     """

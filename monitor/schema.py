@@ -107,14 +107,6 @@ def is_valid_key(key: str) -> bool:
     return bool(_KEY_RE.match(key)) and len(key) <= 200
 
 
-def check_key(key: str) -> str:
-    if not is_valid_key(key):
-        raise ValueError(
-            f"metric key {key!r} is not of the form namespace/name in lower snake case"
-        )
-    return key
-
-
 # --- events -------------------------------------------------------------------------------------
 class EventKind(str, enum.Enum):
     RUN_START = "run_start"  # payload: config, git_sha, versions
@@ -122,7 +114,6 @@ class EventKind(str, enum.Enum):
     RESUME = "resume"  # payload: restored_step, restored_data_position, global_batch_size
     RESTART = "restart"  # a supervisor started the process again; payload: reason, exit_code
     EVAL = "eval"  # payload: eval (heldout|downstream|parity) and the set or task names
-    CONFIG = "config"  # payload: the changed settings
     PREFLIGHT = "preflight"  # payload: ok, max_abs_error
     GC = "gc"  # payload: generation, duration_s
 

@@ -10,7 +10,9 @@ import psycopg
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# The real training logs and benchmark data the tests read: $GAPWATCH_TEST_DATA, else the data folder
+# that the project's machines keep beside the repository. This is the one place that names it.
+SHARED_DATA = Path(os.environ.get("GAPWATCH_TEST_DATA", REPO.parent / "shared" / "data"))
 PG_ADMIN_URL = os.environ.get("GAPWATCH_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 # Debian's Chromium, headless, never a downloaded browser; no background traffic on a closed network.
 CHROMIUM = "/usr/bin/chromium"
@@ -20,7 +22,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real training logs and benchmark data beside the repository (../shared/data)."""
+    """The real training logs and benchmark data (SHARED_DATA)."""
     assert SHARED_DATA.is_dir(), f"test data missing at {SHARED_DATA}"
     return SHARED_DATA
 

@@ -1,4 +1,4 @@
-"""The one-way data flow of ARCHITECTURE.md, enforced: who may import whom, that only the store
+"""The one-way data flow of docs/architecture.md, enforced: who may import whom, that only the store
 speaks SQL, and that no modules import each other in a circle.
 
 Every import statement counts, including those inside functions and under TYPE_CHECKING.

@@ -1,4 +1,4 @@
-"""Hugging Face `Olmo3ForCausalLM` state dicts to and from our parameter pytree.
+"""Hugging Face `Olmo3ForCausalLM` state dicts to our parameter pytree.
 
 Our parameter names are the Hugging Face names and our shapes are the Hugging Face shapes
 (trainer/model.py), so conversion is a checked copy: every expected tensor present with its
@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import jax
 import numpy as np
 
 from monitor.errors import GapwatchError
-from trainer.model import ModelConfig, Params, check_params, flatten, param_shapes, unflatten
+from trainer.model import ModelConfig, Params, check_params, param_shapes, unflatten
 
 # transformers keeps RoPE frequencies as non-persistent buffers, but older exports carry them in the
 # state dict; they are derived from the config, so they are not weights.
@@ -46,11 +45,3 @@ def params_from_hf(state_dict: Mapping[str, Any], config: ModelConfig) -> Params
     params = unflatten(flat)
     check_params(params, config)
     return params
-
-
-def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
-    """Our params -> Hugging Face state-dict names and float32 NumPy arrays (load with
-    `model.load_state_dict({k: torch.from_numpy(v) for k, v in d.items()})`)."""
-    check_params(params, config)
-    host = jax.device_get(params)
-    return {name: np.array(value, dtype=np.float32) for name, value in flatten(host).items()}

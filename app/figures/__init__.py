@@ -1,7 +1,7 @@
 """Plain figure functions: frames in, plotly figures out. No Dash, no store, no clock.
 
-The dashboard and the offline report draw with the same functions; /work/brief/FIGURES_API.md
-describes the frames each expects.
+The dashboard and the offline report draw with the same functions; each function's docstring
+describes the frames it expects.
 """
 
 from app.figures.alerts import alerts_timeline

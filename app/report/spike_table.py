@@ -1,7 +1,7 @@
 """Spike scores of both runs, by the spike detector's own definitions.
 
 Two runs fed the same data order spike at the same steps (the SOAP and Muon runs in
-../shared/data both spike at 919 and 947), so the table sets the run's spikes beside the
+the real logs both spike at 919 and 947), so the table sets the run's spikes beside the
 reference's, and counts how many of the run's spikes the reference shares.
 """
 

@@ -32,10 +32,3 @@ def scatter_sigma(values: np.ndarray) -> float:
     if v.size < MIN_POINTS:
         return math.nan
     return mad_sigma(np.diff(v, n=2)) / math.sqrt(SECOND_DIFFERENCE_VARIANCE)
-
-
-def combined_stderr(se_a: float | None, se_b: float | None) -> float | None:
-    """Standard error of a difference of two independent numbers; None if either is unknown."""
-    if se_a is None or se_b is None or not (math.isfinite(se_a) and math.isfinite(se_b)):
-        return None
-    return math.hypot(se_a, se_b)

@@ -51,16 +51,6 @@ def poisson_shares(x: float) -> tuple[float, float, float]:
     return unseen, once, 1.0 - unseen - once
 
 
-def planned_shares(x: float) -> tuple[float, float, float]:
-    """(unseen, seen once, seen twice or more) after x passes without replacement."""
-    full, part = math.floor(x), x - math.floor(x)
-    if full == 0:
-        return 1.0 - part, part, 0.0
-    if full == 1:
-        return 0.0, 1.0 - part, part
-    return 0.0, 0.0, 1.0
-
-
 @dataclass
 class DataInvariants(Detector):
     name: ClassVar[str] = "data_invariants"

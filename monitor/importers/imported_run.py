@@ -23,9 +23,6 @@ import pandas as pd
 
 from monitor.schema import RunData, RunInfo, empty_events
 
-SCALAR_COLUMNS = ("step", "key", "value", "attempt")
-
-
 def empty_scalars() -> pd.DataFrame:
     return pd.DataFrame(
         {

@@ -1,4 +1,4 @@
-"""Fixtures for the evals tests: real benchmark files (../shared/data/evals) in the local layout,
+"""Fixtures for the evals tests: real benchmark files (the real data's evals/) in the local layout,
 cut to their first rows so every task loads in well under a second, and a real bigram model."""
 
 from __future__ import annotations

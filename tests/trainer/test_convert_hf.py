@@ -7,12 +7,19 @@ import torch
 from transformers import Olmo3Config, Olmo3ForCausalLM
 
 from monitor.errors import GapwatchError
-from trainer.convert_hf import params_from_hf, params_to_hf
-from trainer.model import ModelConfig, forward, init_params, param_shapes, preset
+from trainer.convert_hf import params_from_hf
+from trainer.model import ModelConfig, Params, check_params, flatten, forward, init_params, param_shapes, preset
 
 # A tiny shape that still has GQA, both layer types and a window shorter than the sequence.
 CONFIG = ModelConfig(vocab_size=97, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=8,
                      mlp_hidden=48, max_seq_len=40, sliding_window=7, rope_theta=10_000.0)
+
+
+def params_to_hf(params: Params, config: ModelConfig) -> dict[str, np.ndarray]:
+    """Our params -> Hugging Face state-dict names and float32 arrays: the converter's inverse,
+    which only the round-trip tests need (names and shapes are the same on both sides)."""
+    check_params(params, config)
+    return {name: np.array(value, dtype=np.float32) for name, value in flatten(jax.device_get(params)).items()}
 
 
 def hf_model(config: ModelConfig, seed: int = 0) -> Olmo3ForCausalLM:

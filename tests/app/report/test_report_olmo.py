@@ -1,5 +1,5 @@
 """The report on real runs: OLMo 2 ladder models and their reruns (W&B CSV exports in
-../shared/data/runs/olmo-wandb-exports), through the importer, the store and `gapwatch report`."""
+the real data's runs/olmo-wandb-exports), through the importer, the store and `gapwatch report`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from app.report.heldout_table import heldout_table
 
 LADDER = "runs/olmo-wandb-exports/ladder"
 # Largest |Δ| of C4 held-out loss between run and rerun at matching checkpoints, as
-# ../shared/data/README.md states it for the 190M, 1B and 3B pairs.
+# The real data's README states it for the 190M, 1B and 3B pairs.
 C4_MAX_DELTA = {"190M": 0.021, "1B": 0.015, "3B": 0.042}
 # Findings that would call a rerun of the same config a different run.
 WRONG_VERDICTS = {"memorization_suspected", "diverged_below", "diverged_above", "data_loader_invariant_broken",

@@ -1,4 +1,4 @@
-"""The detectors' results on the real runs in ../shared/data/runs, as numbers and as the Markdown
+"""The detectors' results on the real runs in the real data's runs/, as numbers and as the Markdown
 tables of docs/detectors.md.
 
 `PYTHONPATH=. .venv/bin/python tests/monitor/detectors/real_results.py` rewrites the results
@@ -31,7 +31,7 @@ SECTIONS = ("real-results", "spike-synthetic")
 MODDED = DATA / "modded-nanogpt"
 LADDER = DATA / "olmo-wandb-exports" / "ladder"
 COMPARING = ["reference_divergence", "memorization", "heldout_divergence", "eval_regression"]
-# Spikes the data notes list (README of ../shared/data).
+# Spikes the data notes list (the real data's README).
 LLMC_GRAD_SPIKES = (7435, 9025)
 LLMC_LOSS_SPIKES = (4635, 4708, 5052, 5618, 6270, 7435)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.detectors.data_invariants import DataInvariants, planned_shares, poisson_shares
+from monitor.detectors.data_invariants import DataInvariants, poisson_shares
 from monitor.schema import DATA_CURSOR, DATA_EPOCH, DATA_UNIQUE_FRACTION, Severity
 
 from .synth import data_metrics, run
@@ -22,7 +22,6 @@ def loader_run(steps, **kw):
 def test_poisson_one_is_37_37_26():
     unseen, once, more = poisson_shares(1.0)
     assert (round(unseen, 3), round(once, 3), round(more, 3)) == (0.368, 0.368, 0.264)
-    assert planned_shares(0.25) == (0.75, 0.25, 0.0) and planned_shares(1.5) == (0.0, 0.5, 0.5)
 
 
 @pytest.mark.parametrize("first_step", [1, 10, 1000])

@@ -1,4 +1,4 @@
-"""The detectors on real training logs (../shared/data/runs), read by our importers and aligned
+"""The detectors on real training logs (the real data's runs/), read by our importers and aligned
 as `gapwatch detect` aligns them (numbers computed in real_results.py, shown in docs/detectors.md).
 
 * The 13 repeats of one modded-nanogpt config and the OLMo 2 ladder run/rerun pairs differ only

@@ -1,4 +1,4 @@
-"""lm-eval results: every real Pythia results file in ../shared/data, and a 0.4 file written by
+"""lm-eval results: every real Pythia results file in the real data, and a 0.4 file written by
 the real lm-eval harness."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""llm.c / modded-nanogpt / nanoGPT text logs: every real log in ../shared/data, and bad ones."""
+"""llm.c / modded-nanogpt / nanoGPT text logs: every real log in the real data, and bad ones."""
 
 from __future__ import annotations
 

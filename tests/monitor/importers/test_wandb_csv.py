@@ -1,4 +1,4 @@
-"""W&B CSV exports: every real OLMo export in ../shared/data, both layouts, and bad files."""
+"""W&B CSV exports: every real OLMo export in the real data, both layouts, and bad files."""
 
 from __future__ import annotations
 
