@@ -145,7 +145,9 @@ class Demo:
         sink = "Slack and the console" if os.environ.get("SLACK_WEBHOOK_URL") else "the console"
         self.begin(f"watch service: one detection pass over every run, alerts to {sink}")
         config = self.workdir / "watch.yaml"
-        config.write_text(yaml.safe_dump({"detector_params": DETECTOR_PARAMS}))
+        # Alert links open the dashboard this demo serves, on its own host and port.
+        config.write_text(yaml.safe_dump({"detector_params": DETECTOR_PARAMS,
+                                          "dashboard_url": f"http://{self.config.host}:{self.config.port}"}))
         self.say(f"noise floors for this scale: {DETECTOR_PARAMS} (see DETECTOR_PARAMS in app/demo.py)")
         self.gapwatch("watch", "--all", "--once", "--config", str(config))
 

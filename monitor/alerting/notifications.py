@@ -14,17 +14,14 @@ from urllib.parse import quote, urlencode
 
 from monitor.alerting.incidents import Alert, AlertChange
 
-# The dashboard link shows the incident with this much of its own length on each side (and at least
-# LINK_MIN_CONTEXT_STEPS), so a one-step spike is seen against the steps around it.
-LINK_CONTEXT_FRACTION = 0.25
-LINK_MIN_CONTEXT_STEPS = 50
 
-
-def dashboard_link(base_url: str, run: str, start_step: int, end_step: int) -> str:
-    """`<base>/run/<name>?start=<step>&end=<step>`: the dashboard's view of a step range."""
-    pad = max(LINK_MIN_CONTEXT_STEPS, int((end_step - start_step) * LINK_CONTEXT_FRACTION))
-    query = urlencode({"start": max(0, start_step - pad), "end": end_step + pad})
-    return f"{base_url.rstrip('/')}/run/{quote(run, safe='')}?{query}"
+def dashboard_link(base_url: str, run: str, start_step: int, end_step: int, reference: str | None = None) -> str:
+    """`<base>/run/<name>?ref=<reference>&start=<step>&end=<step>`: the dashboard's view of the
+    incident against the reference it was judged with. The range is the incident's own; the
+    dashboard highlights it and shows context around it (app/dashboard/queries.link_range)."""
+    query = {"ref": reference} if reference else {}
+    query.update(start=start_step, end=end_step)
+    return f"{base_url.rstrip('/')}/run/{quote(run, safe='')}?{urlencode(query)}"
 
 
 def idempotency_key(alert: Alert, kind: str, sink: str) -> str:
@@ -58,5 +55,5 @@ def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | N
         "evidence": alert.evidence,
         "opened_at": alert.opened_at,
         "resolved_at": alert.resolved_at,
-        "dashboard_url": dashboard_link(dashboard_url, alert.run, alert.start_step, alert.end_step),
+        "dashboard_url": dashboard_link(dashboard_url, alert.run, alert.start_step, alert.end_step, reference),
     }

@@ -161,7 +161,8 @@ def test_block_kit_message_carries_run_detector_evidence_and_dashboard_link(stor
     assert "*Run*\\nr" in text and "*Reference*\\nref" in text and "*Metric*\\ntrain/loss" in text
     assert "`2.718`" in text and "`401`" in text  # evidence numbers, four significant digits
     button = body["blocks"][-2]["elements"][0]
-    assert button["url"] == "http://dash.test:8050/run/r?start=900&end=1500"
+    # The incident's own range against its reference: the dashboard highlights it, with context.
+    assert button["url"] == "http://dash.test:8050/run/r?ref=ref&start=1000&end=1400"
     key = receiver.deliveries()[0].key
     assert body["metadata"]["event_payload"]["idempotency_key"] == key and key.startswith("gapwatch-1-opened-")
 
@@ -191,7 +192,7 @@ def test_console_sink_prints_one_line_per_notification(store, tmp_path):
     outbox.deliver_due()
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("CRITICAL") and lines[1].startswith("RESOLVED")
-    assert "/run/r?start=" in lines[0]
+    assert "/run/r?ref=ref&start=100&end=120" in lines[0]
 
 
 def test_the_webhook_url_never_reaches_store_logs_or_errors(sqlite_url, receiver, caplog):

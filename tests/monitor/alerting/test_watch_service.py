@@ -71,7 +71,7 @@ def test_a_long_divergence_sends_one_message_and_one_resolution(store, receiver)
     assert alert.evidence["direction"] == "above" and alert.evidence["delta"] == pytest.approx(0.3, abs=0.05)
     assert svc.ledger.alerts("clean") == [], "a run tied with its reference must stay silent"
     opened = receiver.deliveries()[0].body
-    assert "/run/r?start=" in opened["blocks"][-2]["elements"][0]["url"]
+    assert "/run/r?ref=ref&start=1000&end=" in opened["blocks"][-2]["elements"][0]["url"]
 
 
 def test_state_survives_a_restart_of_the_service(store, receiver):
