@@ -34,6 +34,8 @@ table.runs th { background: #fafafa; font-weight: 600; color: #555; }
 .run-head { display: flex; flex-wrap: wrap; justify-content: space-between; align-items: center; gap: 12px; }
 .controls { display: flex; gap: 10px; align-items: center; font-size: 14px; }
 .controls .pick { width: 260px; }
+.smoothing-slider { width: 240px; }
+.view-options .rc-slider { padding-top: 18px; }
 .task-row { display: flex; gap: 10px; align-items: center; font-size: 14px; margin: 0 0 8px; }
 .resolution { font-size: 13px; color: #555; margin: 4px 0 8px; display: flex; justify-content: space-between; }
 .notices { color: #a15c00; font-size: 13px; }

@@ -52,8 +52,12 @@ function(update, ids) {
 
 
 def register(app: Dash, store: Store, config: DashboardConfig) -> None:
-    @app.callback(Output("page", "children"), Input("url", "pathname"), Input("url", "search"))
-    def route(pathname, search):
+    @app.callback(Output("page", "children"), Input("url", "pathname"), Input("url", "search"),
+                  State("written-url", "data"))
+    def route(pathname, search, written):
+        if written and written == f"{pathname}{search or ''}":
+            # The page itself wrote this URL for a change of its view: it already shows it.
+            return no_update
         try:
             names = store.list_runs()["name"].tolist()
         except DatabaseError as exc:
@@ -68,7 +72,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             return layout.missing_run(spec.run)
         reference = spec.reference if spec.reference is not None else run["reference"]
         tasks = queries.downstream_tasks(store, [n for n in (spec.run, reference) if n and n in names])
-        return layout.run_page(spec, names, queries.link_range(spec.start, spec.end), run["reference"], tasks)
+        step_range = (spec.lo, spec.hi) if spec.lo is not None else queries.link_range(spec.start, spec.end)
+        return layout.run_page(spec, names, step_range, run["reference"], tasks)
 
     @app.callback(Output("runs-table", "children"), Input("poll", "n_intervals"), Input("url", "pathname"))
     def runs_table(_n, _path):
@@ -79,28 +84,38 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         return run_href(a, reference=b) if a and b else "/"
 
     @app.callback(
-        Output("view", "data"),
+        Output("view", "data"), Output("url", "search", allow_duplicate=True), Output("written-url", "data"),
         Input("ref-select", "value"), Input("axis-select", "value"), Input("show-all", "n_clicks"),
-        Input(PANEL, "relayoutData"), State("view", "data"), prevent_initial_call=True,
+        Input("smoothing", "value"), Input("full-y", "value"),
+        Input(PANEL, "relayoutData"), State("view", "data"), State("url", "pathname"), prevent_initial_call=True,
     )
-    def change_view(reference, axis, _show_all, _relayouts, view):
+    def change_view(reference, axis, _show_all, smoothing, full_y, _relayouts, view, pathname):
+        """A new view from a control or a zoom, written into the URL too (so it can be shared)."""
         spec = ViewSpec.from_dict(view["spec"])
-        step_range = view["range"]
+        step_range = tuple(view["range"]) if view["range"] else None
         if ctx.triggered_id == "show-all":
             step_range = None
         elif ctx.triggered_id == "ref-select":
             # "" is "no reference" (the dropdown cleared); None would mean "the run's own".
-            spec = ViewSpec(**{**spec.to_dict(), "reference": reference or ""})
+            spec = spec.replace(reference=reference or "")
         elif ctx.triggered_id == "axis-select":
-            spec = ViewSpec(**{**spec.to_dict(), "axis": axis})
+            spec = spec.replace(axis=axis)
+        elif ctx.triggered_id == "smoothing":
+            spec = spec.replace(smoothing=float(smoothing or 0.0))
+        elif ctx.triggered_id == "full-y":
+            spec = spec.replace(full_y="all" in (full_y or []))
         else:
             zoom = _zoom(ctx.triggered[0]["value"] if ctx.triggered else None)
             if zoom is None:
-                return no_update
-            step_range = _to_steps(store, spec, zoom) if zoom != "all" else None
-            if step_range == (tuple(view["range"]) if view["range"] else None):
-                return no_update
-        return {"spec": spec.to_dict(), "range": list(step_range) if step_range else None}
+                return no_update, no_update, no_update
+            new_range = _to_steps(store, spec, zoom) if zoom != "all" else None
+            if new_range == step_range:
+                return no_update, no_update, no_update
+            step_range = new_range
+        spec = spec.replace(lo=step_range[0] if step_range else None, hi=step_range[1] if step_range else None)
+        search = "?" + spec.href().partition("?")[2] if "?" in spec.href() else ""
+        return ({"spec": spec.to_dict(), "range": list(step_range) if step_range else None}, search,
+                f"{pathname}{search}")
 
     @app.callback(
         Output(PANEL, "figure"), Output("live", "data"), Output("resolution", "children"),
@@ -153,9 +168,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         if not points or "customdata" not in points[0]:
             return no_update
         start, end = (int(v) for v in points[0]["customdata"])
-        spec = ViewSpec.from_dict(view["spec"])
-        return "?" + run_href(spec.run, reference=spec.reference, axis=spec.axis, start=start,
-                              end=end).partition("?")[2]
+        spec = ViewSpec.from_dict(view["spec"]).replace(start=start, end=end, lo=None, hi=None)
+        return "?" + spec.href().partition("?")[2]
 
     @app.callback(
         Output("alerts-graph", "figure"), Output("alerts-list", "children"),

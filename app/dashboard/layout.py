@@ -25,6 +25,8 @@ def shell(poll_interval_ms: int) -> html.Div:
     """The frame around every page: the URL, the header and a container the router fills."""
     return html.Div([
         dcc.Location(id="url", refresh=False),
+        # The last URL the page wrote for a change of view: the router leaves that page in place.
+        dcc.Store(id="written-url"),
         html.Header([dcc.Link("gapwatch", href="/", className="brand"),
                      html.Span("runs against their reference", className="tagline")], className="top"),
         html.Main(id="page"),
@@ -93,6 +95,15 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
                                value=spec.axis, inline=True),
                 html.Button("show all steps", id="show-all", className="button"),
             ], className="controls"),
+            html.Div([
+                html.Label("smoothing", htmlFor="smoothing"),
+                html.Div(dcc.Slider(id="smoothing", min=0, max=0.99, step=0.01, value=spec.smoothing,
+                                    marks={0: "0", 0.5: "0.5", 0.99: "0.99"},
+                                    tooltip={"placement": "bottom"}, updatemode="mouseup"),
+                         className="smoothing-slider"),
+                dcc.Checklist(id="full-y", options=[{"label": " y range includes the start", "value": "all"}],
+                              value=["all"] if spec.full_y else [], inline=True),
+            ], className="controls view-options"),
         ], className="run-head"),
         html.Div(id="notices", className="notices"),
         html.Div([html.Span(id="resolution"), marker_key()], className="resolution"),
@@ -137,8 +148,7 @@ def alerts_list(alerts: pd.DataFrame, spec: ViewSpec) -> list:
             html.Span(a.state, className="state"),
             html.Span(f"{a.detector} · {a.metric}", className="what"),
             dcc.Link(f"steps {a.start_step:,}–{a.end_step:,}",
-                     href=run_href(spec.run, reference=spec.reference, axis=spec.axis, start=int(a.start_step),
-                                   end=int(a.end_step)),
+                     href=spec.replace(start=int(a.start_step), end=int(a.end_step), lo=None, hi=None).href(),
                      className="alert-link"),
             html.Div(a.message, className="message"),
         ], className="alert"))

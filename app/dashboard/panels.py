@@ -17,6 +17,7 @@ from app.dashboard.queries import ViewData
 from app.figures.overlay import parse_series_uid
 from app.figures.style import base_figure, note_empty
 from monitor.schema import (
+    HELDOUT_PREFIX,
     PERF_MFU,
     PERF_STEP_TIME_S,
     PERF_TOKENS_PER_S,
@@ -52,21 +53,30 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
         return figures.series_frame(frame, key)
 
     train, ref_train = series(long, TRAIN_LOSS), series(ref_long, TRAIN_LOSS)
+    smooth = run.smoothed.get(TRAIN_LOSS)
+    ref_smooth = ref.smoothed.get(TRAIN_LOSS) if ref is not None else None
+    why = EmptyReasons(view)
     out: dict[str, go.Figure] = {}
     out["loss"] = figures.loss_overlay(train, ref_train if ref is not None else None, run_name=name,
-                                       reference_name=ref_name, x_title=x_title)
+                                       reference_name=ref_name, x_title=x_title, run_smoothed=smooth,
+                                       reference_smoothed=ref_smooth, full_y=view.spec.full_y,
+                                       empty_reason=why.train())
     if ref is not None:
         windows, points = figures.reference_delta(train, ref_train)
-        out["delta"] = figures.delta_figure(windows, points, run_name=name, reference_name=ref_name, x_title=x_title)
+        if smooth is not None and ref_smooth is not None:
+            # The faint line is the smoothed difference; the window medians stay the detector's.
+            points = figures.reference_delta(smooth, ref_smooth)[1]
+        out["delta"] = figures.delta_figure(windows, points, run_name=name, reference_name=ref_name,
+                                            x_title=x_title, empty_reason=why.delta())
     else:
         out["delta"] = _empty("train loss delta (run − reference)", x_title, "no reference run to compare with")
 
     heldout, ref_heldout = figures.heldout_frame(long), figures.heldout_frame(ref_long)
     out["heldout"] = figures.heldout_figure(heldout, ref_heldout, run_name=name, reference_name=ref_name,
-                                            x_title=x_title)
+                                            x_title=x_title, full_y=view.spec.full_y, empty_reason=why.heldout())
     out["gap"] = figures.gap_figure(figures.train_heldout_gap(train, heldout),
                                     figures.train_heldout_gap(ref_train, ref_heldout),
-                                    run_name=name, reference_name=ref_name, x_title=x_title)
+                                    run_name=name, reference_name=ref_name, x_title=x_title, empty_reason=why.gap())
     out["evals"] = figures.downstream_figure(figures.downstream_frame(long), figures.downstream_frame(ref_long),
                                              run_name=name, reference_name=ref_name, x_title=x_title,
                                              tasks=tasks or None)
@@ -89,7 +99,7 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
         lo = hi if lo is None else lo
         hi = lo if hi is None else hi
         highlight = tuple(run.axis.to_x([lo, hi]))
-    revision = f"{view.spec.run}|{ref_name}|{view.axis_kind}|{view.step_range}"
+    revision = f"{view.spec.run}|{ref_name}|{view.axis_kind}|{view.step_range}|{view.spec.smoothing}|{view.spec.full_y}"
     for fig in out.values():
         # The page explains the markers once (layout.marker_key), not in every legend.
         figures.add_event_markers(fig, run.events, showlegend=False)
@@ -100,6 +110,50 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
         fig.update_layout(uirevision=revision)
     return RenderedView(figures=out, traces={p: _appendable(out[p]) for p in LIVE_PANELS},
                         resolution=resolution_text(view))
+
+
+class EmptyReasons:
+    """Why a panel has nothing to draw, in words: nothing logged at all, or nothing in this range."""
+
+    IN_RANGE = " in this step range (show all steps to see the rest)"
+
+    def __init__(self, view: ViewData) -> None:
+        self.view = view
+        self.keys = set(view.run.keys)
+        self.ref_keys = set(view.reference.keys) if view.reference is not None else set()
+        self.zoomed = view.step_range is not None
+
+    def _drawn(self, long: pd.DataFrame, key: str | None = None, prefix: str | None = None) -> bool:
+        if not len(long):
+            return False
+        keys = long["key"]
+        return bool((keys == key).any()) if key is not None else bool(keys.str.startswith(prefix).any())
+
+    def train(self) -> str:
+        return "no train loss logged" if TRAIN_LOSS not in self.keys else "no train loss" + self.IN_RANGE
+
+    def delta(self) -> str:
+        ref = self.view.reference
+        if TRAIN_LOSS not in self.keys:
+            return "no train loss logged"
+        if ref is not None and TRAIN_LOSS not in self.ref_keys:
+            return f"the reference {ref.name} logged no train loss"
+        if not (self._drawn(self.view.run.long, TRAIN_LOSS) and ref is not None
+                and self._drawn(ref.long, TRAIN_LOSS)):
+            return "no train loss of both runs" + self.IN_RANGE
+        return "no step where both runs logged train loss"
+
+    def heldout(self) -> str:
+        if not any(k.startswith(HELDOUT_PREFIX) for k in self.keys | self.ref_keys):
+            return "no held-out evaluations logged"
+        return "no held-out evaluation" + self.IN_RANGE
+
+    def gap(self) -> str:
+        if TRAIN_LOSS not in self.keys:
+            return "no train loss logged"
+        if not any(k.startswith(HELDOUT_PREFIX) for k in self.keys):
+            return "no held-out evaluations logged"
+        return "no held-out evaluation within the train loss" + (self.IN_RANGE if self.zoomed else " range")
 
 
 def _x_range(view: ViewData):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from tsdownsample import MinMaxLTTBDownsampler
 
 from app.dashboard.axis import STEP_AXIS, AxisMap, interpolated_tokens, linear_tokens
 from app.dashboard.routes import ViewSpec
@@ -22,6 +23,7 @@ from monitor.schema import (
     TRAIN_TOKENS,
     RunInfo,
 )
+from monitor.smoothing import ema_debiased
 from monitor.store import Store
 
 # What the run page draws, by key prefix. The reference contributes only what is compared.
@@ -38,6 +40,8 @@ LINK_CONTEXT_FRACTION = 0.5
 LINK_CONTEXT_MIN_STEPS = 10
 # Points used to interpolate a token axis from a logged `train/tokens` series.
 TOKEN_KNOTS = 2000
+# Series drawn smoothed when the view asks for smoothing (the rest are drawn as logged).
+SMOOTHED_KEYS = (TRAIN_LOSS,)
 
 DETECTION_COLUMNS = ["detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message"]
 
@@ -74,6 +78,8 @@ class RunSlice:
     bucket_width: dict[str, int]
     events: pd.DataFrame
     keys: list[str]
+    smoothed: dict[str, pd.DataFrame] = field(default_factory=dict)
+    """key -> (step, value, x) of its smoothed line, when the view smooths."""
 
     @property
     def name(self) -> str:
@@ -129,6 +135,7 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
         axis_kind, run_axis, ref_axis = "step", STEP_AXIS, STEP_AXIS if ref_info is not None else None
 
     run_slice = _read_slice(store, info, run_axis, RUN_KEY_PREFIXES, step_range, max_points)
+    run_slice.smoothed = smoothed_lines(store, info.name, run_axis, spec.smoothing, step_range, max_points)
     reference = None
     if ref_info is not None:
         # The reference is read over the x range the run covers in this view, in its own steps.
@@ -138,10 +145,40 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
             lo, hi = ref_axis.to_steps([np.nanmin(x), np.nanmax(x)])
             ref_range = (max(0, int(np.floor(lo))), int(np.ceil(hi)))
         reference = _read_slice(store, ref_info, ref_axis, REFERENCE_KEY_PREFIXES, ref_range, max_points)
+        reference.smoothed = smoothed_lines(store, ref_info.name, ref_axis, spec.smoothing, ref_range, max_points)
     detections = _detections(store, spec.run, step_range)
     highlight = (spec.start, spec.end) if spec.start is not None or spec.end is not None else None
     return ViewData(spec=spec, axis_kind=axis_kind, run=run_slice, reference=reference, detections=detections,
                     step_range=step_range, highlight=highlight, notices=notices)
+
+
+def smoothed_lines(store: Store, run: str, axis: AxisMap, weight: float, step_range: tuple[int, int] | None,
+                   max_points: int) -> dict[str, pd.DataFrame]:
+    """The SMOOTHED_KEYS of `run`, smoothed with weight `weight` (TensorBoard's debiased EMA) over
+    every logged step of the range, then thinned to the point budget: smoothing downsampled
+    buckets would average their minima and maxima, not the run's steps. Empty for weight 0."""
+    if not weight:
+        return {}
+    marks = store.series_marks(run)
+    out = {}
+    for key in SMOOTHED_KEYS:
+        if key not in marks:
+            continue
+        lo, hi = marks[key]
+        if step_range is not None:
+            lo, hi = max(lo, step_range[0]), min(hi, step_range[1])
+        if lo > hi:
+            continue
+        # A budget of the whole range reads every row (no rollups): smoothing needs each step.
+        raw = store.read_scalars(run, [key], step_range=(lo, hi), max_points=hi - lo + 2)
+        raw = raw[np.isfinite(raw["value"].to_numpy())]
+        steps = raw["step"].to_numpy(dtype="int64")
+        smooth = ema_debiased(raw["value"].to_numpy(dtype=float), weight)
+        if len(steps) > max_points:
+            idx = MinMaxLTTBDownsampler().downsample(steps, smooth, n_out=max_points)
+            steps, smooth = steps[idx], smooth[idx]
+        out[key] = pd.DataFrame({"step": steps, "value": smooth, "x": axis.to_x(steps)})
+    return out
 
 
 def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str, ...],

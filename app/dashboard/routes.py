@@ -2,7 +2,9 @@
 
 `/` is the runs overview; `/run/<name>` a run against its reference, with optional query
 parameters `ref` (any other run: this is how two runs are compared), `axis` (step|tokens),
-and `start`/`end` (a step range, which alert links use: `/run/<name>?start=<step>&end=<step>`).
+`start`/`end` (a step range to highlight, which alert links use: `?start=<step>&end=<step>`),
+`from`/`to` (the step range shown), `smooth` (the EMA weight) and `y=all` (include the early
+transient in the loss panels' y range). Every change of the view is written back into the URL.
 """
 
 from __future__ import annotations
@@ -16,33 +18,58 @@ RUN_PREFIX = "/run/"
 
 @dataclass(frozen=True)
 class ViewSpec:
-    """What the run page shows; kept in the page as a dict (dcc.Store) between callbacks."""
+    """What the run page shows; kept in the page as a dict (dcc.Store) between callbacks, and in
+    its URL, so a link opens exactly this view."""
 
     run: str
     reference: str | None = None
     axis: str = "step"
     start: int | None = None
+    """With `end`: a step range to highlight (an alert's), shown with context around it."""
     end: int | None = None
+    lo: int | None = None
+    """With `hi`: the step range shown (a zoom), exactly; wins over start/end's context."""
+    hi: int | None = None
+    smoothing: float = 0.0
+    """TensorBoard-style EMA weight of the train-loss lines, 0 (none) to MAX_SMOOTHING."""
+    full_y: bool = False
+    """Loss panels include the early transient in their y range (by default they start after it)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "ViewSpec":
-        return cls(**{k: d.get(k) for k in ("run", "reference", "axis", "start", "end")})
+        return cls(**{f: d[f] for f in FIELDS if f in d})
+
+    def replace(self, **changes) -> "ViewSpec":
+        return ViewSpec(**{**self.to_dict(), **changes})
+
+    def href(self) -> str:
+        return run_href(self.run, reference=self.reference, axis=self.axis, start=self.start, end=self.end,
+                        lo=self.lo, hi=self.hi, smoothing=self.smoothing, full_y=self.full_y)
+
+
+FIELDS = ("run", "reference", "axis", "start", "end", "lo", "hi", "smoothing", "full_y")
+MAX_SMOOTHING = 0.999
 
 
 def run_href(run: str, *, reference: str | None = None, axis: str | None = None,
-             start: int | None = None, end: int | None = None) -> str:
-    """A link to a run's page; the name is percent-encoded whole (a `/` or `?` in it stays a name)."""
-    query = {k: v for k, v in (("ref", reference), ("axis", axis if axis != "step" else None),
-                               ("start", start), ("end", end)) if v is not None}
+             start: int | None = None, end: int | None = None, lo: int | None = None, hi: int | None = None,
+             smoothing: float = 0.0, full_y: bool = False) -> str:
+    """A link to a run's page; the name is percent-encoded whole (a `/` or `?` in it stays a name).
+    Defaults are left out, so a plain link stays `/run/<name>`."""
+    query = {k: v for k, v in (
+        ("ref", reference), ("axis", axis if axis != "step" else None), ("start", start), ("end", end),
+        ("from", lo), ("to", hi), ("smooth", f"{smoothing:g}" if smoothing else None),
+        ("y", "all" if full_y else None)) if v is not None}
     path = RUN_PREFIX + quote(run, safe="")
     return f"{path}?{urlencode(query)}" if query else path
 
 
 def parse_run_path(pathname: str | None, search: str | None) -> ViewSpec | None:
-    """The view a `/run/<name>?...` URL asks for; None for any other path."""
+    """The view a `/run/<name>?...` URL asks for; None for any other path. Values that do not
+    parse are ignored (the default view), ranges are put in order."""
     if not pathname or not pathname.startswith(RUN_PREFIX) or len(pathname) == len(RUN_PREFIX):
         return None
     run = unquote(pathname[len(RUN_PREFIX):])
@@ -54,10 +81,24 @@ def parse_run_path(pathname: str | None, search: str | None) -> ViewSpec | None:
         return values[0] if values else None
 
     axis = one("axis") if one("axis") in AXES else "step"
-    start, end = _int(one("start")), _int(one("end"))
-    if start is not None and end is not None and start > end:
-        start, end = end, start
-    return ViewSpec(run=run, reference=one("ref"), axis=axis, start=start, end=end)
+    start, end = _ordered(_int(one("start")), _int(one("end")))
+    lo, hi = _ordered(_int(one("from")), _int(one("to")))
+    if lo is None or hi is None:
+        lo = hi = None
+    return ViewSpec(run=run, reference=one("ref"), axis=axis, start=start, end=end, lo=lo, hi=hi,
+                    smoothing=_smoothing(one("smooth")), full_y=one("y") == "all")
+
+
+def _ordered(a: int | None, b: int | None) -> tuple[int | None, int | None]:
+    return (b, a) if a is not None and b is not None and a > b else (a, b)
+
+
+def _smoothing(value: str | None) -> float:
+    try:
+        weight = float(value) if value is not None else 0.0
+    except ValueError:
+        return 0.0
+    return min(max(weight, 0.0), MAX_SMOOTHING) if weight == weight else 0.0
 
 
 def _int(value: str | None) -> int | None:

@@ -14,12 +14,13 @@ POINTS_COLOR = "rgba(120, 120, 120, 0.45)"
 
 def delta_figure(windows: pd.DataFrame, points: pd.DataFrame | None = None, *, run_name: str,
                  reference_name: str, x_title: str = "step", band_label: str = DEFAULT_BAND_LABEL,
-                 title: str = "train loss delta (run − reference)") -> go.Figure:
+                 title: str = "train loss delta (run − reference)",
+                 empty_reason: str = "no overlapping steps with the reference") -> go.Figure:
     """`windows` (x, delta, band): window medians and the band's half-width, drawn as a ribbon
     around zero; `points` (x, delta), the pointwise difference, drawn faintly underneath."""
     fig = base_figure(title, x_title, "Δ loss")
     if not len(windows) and (points is None or not len(points)):
-        return note_empty(fig, "no overlapping steps with the reference")
+        return note_empty(fig, empty_reason)
     if points is not None and len(points):
         fig.add_trace(go.Scatter(
             x=points["x"].to_numpy(), y=points["delta"].to_numpy(dtype=np.float32), mode="lines",

@@ -9,8 +9,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.figures.frames import x_values
+from app.figures.style import REFERENCE_COLOR, RUN_COLOR, base_figure, log_y_axis, note_empty, text
+from app.figures.yrange import clip_transient
 from monitor.schema import TRAIN_LOSS
-from app.figures.style import REFERENCE_COLOR, RUN_COLOR, base_figure, note_empty, text
+
+# The logged line behind a smoothed one: there to show the noise, not to be read.
+RAW_OPACITY = 0.25
 
 
 # Switch to a log axis when the series spans more than this ratio (max/min): below it a linear
@@ -38,7 +42,8 @@ _UID_ESCAPE = re.compile(r"_([0-9a-f]+)_")
 
 
 def line_trace(frame: pd.DataFrame, name: str, color: str, *, dash: str | None = None, width: float = 1.4,
-               yaxis: str | None = None, showlegend: bool = True, uid: str | None = None) -> go.Scatter:
+               yaxis: str | None = None, showlegend: bool = True, uid: str | None = None,
+               opacity: float | None = None, legendgroup: str | None = None) -> go.Scatter:
     """A line of one series; arrays stay NumPy so plotly sends them as typed arrays.
 
     Values go as float32: seven significant digits are more than a chart or its hover shows, and
@@ -47,25 +52,42 @@ def line_trace(frame: pd.DataFrame, name: str, color: str, *, dash: str | None =
     return go.Scatter(
         x=x_values(frame), y=frame["value"].to_numpy(dtype=np.float32), mode="lines", name=text(name),
         line=dict(color=color, width=width, dash=dash), yaxis=yaxis, showlegend=showlegend,
-        hovertemplate="%{y:.4g}", uid=uid,
+        hovertemplate="%{y:.4g}", uid=uid, opacity=opacity, legendgroup=legendgroup,
     )
 
 
 def loss_overlay(run: pd.DataFrame, reference: pd.DataFrame | None = None, *, run_name: str,
                  reference_name: str | None = None, title: str = "train loss", y_title: str = "loss",
-                 x_title: str = "step", key: str = TRAIN_LOSS) -> go.Figure:
-    """Run (solid) and reference (grey, drawn underneath) of one metric, `key`."""
+                 x_title: str = "step", key: str = TRAIN_LOSS, run_smoothed: pd.DataFrame | None = None,
+                 reference_smoothed: pd.DataFrame | None = None, full_y: bool = True,
+                 empty_reason: str = "no train loss logged") -> go.Figure:
+    """Run and reference (drawn underneath) of one metric, `key`, each in its own colour.
+
+    With `*_smoothed` frames (step, value, x of the smoothed line) the logged line is drawn faintly
+    behind its smoothed one. Unless `full_y`, the y range starts after the early transient."""
     fig = base_figure(title, x_title, y_title)
-    if reference is not None and len(reference):
-        fig.add_trace(line_trace(reference, f"{reference_name or 'reference'} (reference)", REFERENCE_COLOR,
-                                 uid=series_uid("reference", key)))
-    if len(run):
-        fig.add_trace(line_trace(run, run_name, RUN_COLOR, uid=series_uid("run", key)))
+    lines = ((reference, reference_smoothed, f"{reference_name or 'reference'} (reference)", REFERENCE_COLOR,
+              "reference"), (run, run_smoothed, run_name, RUN_COLOR, "run"))
+    for raw, smooth, name, color, role in lines:
+        if raw is None or not len(raw):
+            continue
+        smoothed = smooth is not None and len(smooth) > 0
+        # The logged line keeps its uid (live polling appends to it); the smoothed one is redrawn.
+        fig.add_trace(line_trace(raw, name, color, uid=series_uid(role, key), showlegend=not smoothed,
+                                 opacity=RAW_OPACITY if smoothed else None, legendgroup=role))
+        if smoothed:
+            fig.add_trace(line_trace(smooth, f"{name} (smoothed)", color, width=1.8, legendgroup=role))
     if not len(fig.data):
-        note_empty(fig)
-    elif _all_positive(run, reference) and _spans_decades(run, reference):
+        return note_empty(fig, empty_reason)
+    values = np.concatenate([f["value"].to_numpy(dtype=float) for f in (run, reference) if f is not None and len(f)])
+    if _all_positive(run, reference) and _spans_decades(run, reference):
         # Early loss is 10x the late loss; a log axis keeps the part that matters readable.
-        fig.update_yaxes(type="log")
+        log_y_axis(fig, values[np.isfinite(values) & (values > 0)])
+    if not full_y:
+        xs = np.concatenate([x_values(f) for f in (run, reference) if f is not None and len(f)])
+        extra = [(x_values(f), f["value"].to_numpy(dtype=float)) for f in (run_smoothed, reference_smoothed)
+                 if f is not None and len(f)]
+        clip_transient(fig, xs, values, extra=extra)
     return fig
 
 

@@ -7,11 +7,19 @@ about 7 KB of JSON to every figure, which at nine panels is more than the data o
 from __future__ import annotations
 
 import html
+import math
 
+import numpy as np
 import plotly.graph_objects as go
 
+# One colour per run in every panel: the run blue, its reference orange. Held-out sets and
+# downstream tasks are told apart by marker and panel, never by recolouring a run.
 RUN_COLOR = "#1f77b4"
-REFERENCE_COLOR = "#7f7f7f"
+REFERENCE_COLOR = "#ff7f0e"
+SET_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down",
+               "pentagon", "hexagon", "star-triangle-up", "hourglass")
+# A legend with more entries than this goes beside the plot, where it scrolls, not over the title.
+LEGEND_INLINE_MAX = 6
 BAND_COLOR = "rgba(31, 119, 180, 0.18)"
 HIGHLIGHT_COLOR = "rgba(255, 200, 0, 0.22)"
 SEVERITY_COLORS = {"info": "#4c78a8", "warning": "#f58518", "critical": "#d62728"}
@@ -48,6 +56,46 @@ def text(value: object) -> str:
     `&quot;` as is). User text is never put into a hover *template*, where `%{...}` substitutes.
     """
     return html.escape(str(value), quote=False)
+
+
+# Mantissas of log-axis ticks, sparsest first: plotly's own log ticks label every digit of a decade
+# ("10 9 8 7 ... 2 1 9 8"), which piles up on a loss curve spanning one or two decades.
+LOG_TICK_MANTISSAS = ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8))
+LOG_TICKS_MAX = 8
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Round tick values for a log axis over [lo, hi] (both > 0): the densest set of at most
+    LOG_TICKS_MAX, so a narrow range still gets a few ticks and a wide one is not crowded."""
+    if not (lo > 0 and hi > lo and math.isfinite(hi)):
+        return []
+    best: list[float] = []
+    for mantissas in LOG_TICK_MANTISSAS:
+        ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                 for m in mantissas if lo <= m * 10.0 ** k <= hi]
+        if len(ticks) > LOG_TICKS_MAX:
+            break
+        best = ticks
+    return best
+
+
+def log_y_axis(fig: go.Figure, values: np.ndarray) -> go.Figure:
+    """A log y axis with readable round ticks for these (positive, finite) values."""
+    ticks = log_ticks(float(np.min(values)), float(np.max(values)))
+    fig.update_yaxes(type="log")
+    if ticks:
+        fig.update_yaxes(tickmode="array", tickvals=ticks, ticktext=[f"{t:.3g}" for t in ticks])
+    return fig
+
+
+def side_legend(fig: go.Figure) -> go.Figure:
+    """Move a long legend to the right of the plot (plotly scrolls it there) when it has more than
+    LEGEND_INLINE_MAX entries; a short one stays on its line above the plot."""
+    entries = sum(1 for t in fig.data if t.showlegend is not False)
+    if entries > LEGEND_INLINE_MAX:
+        fig.update_layout(legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top"),
+                          margin=dict(t=44))
+    return fig
 
 
 def base_figure(title: str, x_title: str, y_title: str = "", height: int = 320) -> go.Figure:

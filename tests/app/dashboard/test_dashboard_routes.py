@@ -35,3 +35,19 @@ def test_other_paths_are_not_runs():
     assert parse_run_path("/run/", "") is None
     assert parse_run_path("/runs/x", "") is None
     assert run_href("x") == "/run/x"
+
+
+def test_the_whole_view_round_trips_through_its_url():
+    spec = ViewSpec(run="a/b", reference="ref", axis="tokens", start=100, end=120, lo=0, hi=5000,
+                    smoothing=0.85, full_y=True)
+    path, _, search = spec.href().partition("?")
+    assert parse_run_path(path, "?" + search) == spec
+    assert ViewSpec(run="x").href() == "/run/x"
+
+
+def test_smoothing_out_of_range_or_garbage_is_clamped_or_ignored():
+    assert parse_run_path("/run/x", "?smooth=2").smoothing == 0.999
+    assert parse_run_path("/run/x", "?smooth=-1").smoothing == 0.0
+    assert parse_run_path("/run/x", "?smooth=nan").smoothing == 0.0
+    assert parse_run_path("/run/x", "?smooth=abc").smoothing == 0.0
+    assert parse_run_path("/run/x", "?from=10").lo is None  # half a range is no range
