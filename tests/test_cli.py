@@ -85,3 +85,10 @@ def test_detect_in_a_pipe_prints_whole_names_on_one_line(sqlite_url):
     assert "a-run-that-went-nan: " in out.stderr and "critical" in out.stderr
     # One progress line per phase, for a CI log.
     assert "gapwatch detect: [" in out.stderr and "loading a-run-that-went-nan" in out.stderr
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    out = subprocess.run([sys.executable, "-m", "app", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == f"gapwatch {version('gapwatch')}"

@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
     config = DetectConfig(detectors=names, axis=args.axis, replace=args.replace, write_series=not args.no_write)
-    store = open_store(args.store, read_only=args.no_write)
+    # Judging needs a stored run: a mistyped store path is an error, never a new empty store.
+    store = open_store(args.store, read_only=args.no_write, create=False)
     try:
         with phases("detect") as progress:
             result = detect_stored(store, args.run, args.reference, config, write=not args.no_write,

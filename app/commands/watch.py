@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         DetectionEngine(config.detect)  # a bad name fails here, in one line, before anything starts
 
     targets = TargetSpec(runs=tuple(args.run or ()), reference=args.reference, all_runs=args.all)
-    store = open_store(args.store)
+    # Named runs must exist already; --all may start on a store that no run has written to yet.
+    store = open_store(args.store, create=bool(args.all))
     try:
         watched = "every run" if args.all else ", ".join(
             f"{t.run} (reference: {t.reference or 'none'})" for t in targets.resolve(store))
