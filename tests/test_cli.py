@@ -92,3 +92,14 @@ def test_version_is_the_installed_distributions():
 
     out = subprocess.run([sys.executable, "-m", "app", "--version"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == f"gapwatch {version('gapwatch')}"
+
+
+def test_slow_commands_print_a_line_per_phase_into_a_log(tmp_path, sqlite_url):
+    source = tmp_path / "metrics.csv"
+    source.write_text("step,train/loss\n" + "".join(f"{s},{3.0 - s / 1000:.4f}\n" for s in range(1, 301)))
+    out = subprocess.run([sys.executable, "-m", "app", "import", str(source), "--run", "csv-run", "--store", sqlite_url],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    phases = [line for line in out.stderr.splitlines() if line.startswith("gapwatch import: [")]
+    assert len(phases) == 2 and "reading" in phases[0] and "writing 300 steps of 1 metrics as csv-run" in phases[1]
+    assert "created run 'csv-run'" in out.stderr
