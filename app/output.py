@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from typing import TextIO
 
 
+# Narrowest a wrapped free-text column may get in a table before rows are printed one below the other.
+MIN_WRAPPED_WIDTH = 30
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -48,18 +52,36 @@ def print_rows(columns: Sequence[Column], rows: Sequence[Sequence[object]], titl
         stream.flush()
         return
     from rich.console import Console
+    from rich.padding import Padding
     from rich.table import Table
+    from rich.text import Text
 
+    console = Console(file=stream, highlight=False)
+    cells = [[str(v) if v is not None else "-" for v in row] for row in rows]
+    widths = [max([len(c.name)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    whole = sum(w + 3 for c, w in zip(columns, widths) if not c.wraps)
+    if whole + MIN_WRAPPED_WIDTH > console.width:
+        # Too narrow for a table whose names stay whole: each row is a line of its whole fields,
+        # its free text indented below it.
+        if title:
+            console.print(Text(title, style="italic"))
+        console.print(Text("  ".join(c.name for c in columns if not c.wraps), style="bold"), soft_wrap=True)
+        for i, row in enumerate(cells):
+            style = styles[i] if styles else None
+            console.print(Text("  ".join(v for c, v in zip(columns, row) if not c.wraps), style=style), soft_wrap=True)
+            for c, v in zip(columns, row):
+                if c.wraps:
+                    console.print(Padding(Text(v), (0, 0, 0, 4)))
+        return
     table = Table(title=title)
-    for c in columns:
+    for c, width in zip(columns, widths):
         if c.wraps:
             table.add_column(c.name, ratio=1, overflow="fold")
         else:
-            table.add_column(c.name, no_wrap=True, justify="right" if c.right else "left",
-                             min_width=max([len(c.name)] + [len(str(r[columns.index(c)])) for r in rows]))
-    for i, row in enumerate(rows):
-        table.add_row(*(str(v) if v is not None else "-" for v in row), style=styles[i] if styles else None)
-    Console(file=stream, highlight=False).print(table)
+            table.add_column(c.name, no_wrap=True, justify="right" if c.right else "left", min_width=width)
+    for i, row in enumerate(cells):
+        table.add_row(*row, style=styles[i] if styles else None)
+    console.print(table)
 
 
 @contextmanager
