@@ -68,7 +68,9 @@ def test_fail_on_critical_gates_a_ci_job_on_a_nan(sqlite_url, capsys):
     found = json.loads(capsys.readouterr().out)
     assert any(r["detector"] == "nonfinite" and r["severity"] == "critical" for r in found)
     clean = ["detect", "--run", "a-clean-run-with-a-long-name", "--store", url, "--no-write"]
+    capsys.readouterr()
     assert main([*clean, "--fail-on", "critical"]) == 0
+    assert capsys.readouterr().out == "severity\tdetector\tmetric\tsteps\tcount\tfinding\n"  # a header, no rows
     assert main([*clean, "--fail-on", "warning"]) == 0
 
 

@@ -86,13 +86,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_findings(result, incidents, ungrouped: bool = False) -> None:
-    import sys
-
     from app.findings import headline, steps
     from app.output import Column, is_terminal, print_rows
 
-    if not result.detections:
-        print(f"nothing found in {result.run}", file=sys.stderr if not is_terminal() else sys.stdout)
+    if not result.detections and is_terminal():
+        print(f"nothing found in {result.run}")
         return
     if ungrouped:
         columns = [Column("severity"), Column("detector"), Column("metric"), Column("steps", right=True),
