@@ -20,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--run", action="append", metavar="R", help="run to watch (repeat for several)")
-    which.add_argument("--all", action="store_true", help="every run in the store, including new ones")
+    which.add_argument("--all", action="store_true",
+                       help="every run in the store, including new ones; a run without a reference is judged "
+                       "by the detectors that need none")
     parser.add_argument("--reference", metavar="B", help="reference run (default: each run's stored reference)")
     add_store_argument(parser)
     parser.add_argument("--config", metavar="FILE", help="YAML or TOML file: sinks, silences, incidents, delivery")
