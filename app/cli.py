@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gapwatch",
         description="Watch long pre-training runs against a reference run.",
     )
+    parser.add_argument("--version", action="version", version=f"gapwatch {installed_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -30,6 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         module.register(sub)
     return parser
+
+
+def installed_version() -> str:
+    """The version of the installed distribution (pyproject.toml's, once installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gapwatch")
+    except PackageNotFoundError:
+        return "unknown (not installed; run from a source tree)"
 
 
 def main(argv: list[str] | None = None) -> int:

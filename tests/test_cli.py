@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
-from app.cli import build_parser
+from app.cli import build_parser, main
+from app.options import FAIL_EXIT
 
 
 def subcommands() -> list[str]:
@@ -34,3 +37,71 @@ def test_each_subcommand_has_help():
 def test_no_command_prints_help_and_fails():
     out = subprocess.run([sys.executable, "-m", "app"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "usage: gapwatch" in out.stdout
+
+
+# --- for scripts and CI ---------------------------------------------------------------------------
+def _store_with_a_nan_run(url: str) -> str:
+    import numpy as np
+    import pandas as pd
+
+    from monitor.store import open_store
+
+    steps = np.arange(1, 401)
+    loss = 3.0 + 2.0 * np.exp(-steps / 100.0) + 0.01 * np.sin(steps)
+    with open_store(url) as store:
+        for name in ("a-clean-run-with-a-long-name", "a-run-that-went-nan"):
+            values = loss.copy()
+            if name.endswith("nan"):
+                values[300] = np.nan
+            store.ensure_run(name)
+            store.write_metrics(name, pd.DataFrame({"step": steps, "key": "train/loss", "value": values}))
+    return url
+
+
+def test_fail_on_critical_gates_a_ci_job_on_a_nan(sqlite_url, capsys):
+    url = _store_with_a_nan_run(sqlite_url)
+    nan = ["detect", "--run", "a-run-that-went-nan", "--store", url, "--no-write"]
+    assert main(nan) == 0  # without --fail-on, findings are reported, not an error
+    assert main([*nan, "--fail-on", "critical"]) == FAIL_EXIT
+    capsys.readouterr()
+    assert main([*nan, "--fail-on", "warning", "--json"]) == FAIL_EXIT
+    found = json.loads(capsys.readouterr().out)
+    assert any(r["detector"] == "nonfinite" and r["severity"] == "critical" for r in found)
+    clean = ["detect", "--run", "a-clean-run-with-a-long-name", "--store", url, "--no-write"]
+    capsys.readouterr()
+    assert main([*clean, "--fail-on", "critical"]) == 0
+    assert capsys.readouterr().out == "severity\tdetector\tmetric\tsteps\tcount\tfinding\n"  # a header, no rows
+    assert main([*clean, "--fail-on", "warning"]) == 0
+
+
+def test_detect_in_a_pipe_prints_whole_names_on_one_line(sqlite_url):
+    url = _store_with_a_nan_run(sqlite_url)
+    out = subprocess.run([sys.executable, "-m", "app", "detect", "--run", "a-run-that-went-nan", "--store", url,
+                          "--no-write", "--fail-on", "critical"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "40"})
+    assert out.returncode == FAIL_EXIT, out.stderr
+    header, *rows = out.stdout.splitlines()
+    assert header == "severity\tdetector\tmetric\tsteps\tcount\tfinding"
+    nonfinite = next(r.split("\t") for r in rows if "\tnonfinite\t" in r)
+    assert nonfinite[:4] == ["critical", "nonfinite", "train/loss", "301"]
+    assert "a-run-that-went-nan: " in out.stderr and "critical" in out.stderr
+    # One progress line per phase, for a CI log.
+    assert "gapwatch detect: [" in out.stderr and "loading a-run-that-went-nan" in out.stderr
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    out = subprocess.run([sys.executable, "-m", "app", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == f"gapwatch {version('gapwatch')}"
+
+
+def test_slow_commands_print_a_line_per_phase_into_a_log(tmp_path, sqlite_url):
+    source = tmp_path / "metrics.csv"
+    source.write_text("step,train/loss\n" + "".join(f"{s},{3.0 - s / 1000:.4f}\n" for s in range(1, 301)))
+    out = subprocess.run([sys.executable, "-m", "app", "import", str(source), "--run", "csv-run", "--store", sqlite_url],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    phases = [line for line in out.stderr.splitlines() if line.startswith("gapwatch import: [")]
+    assert len(phases) == 2 and "reading" in phases[0] and "writing 300 steps of 1 metrics as csv-run" in phases[1]
+    assert "created run 'csv-run'" in out.stderr

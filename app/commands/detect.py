@@ -1,13 +1,19 @@
-"""`gapwatch detect`: judge a stored run (against its reference) and store what the detectors find."""
+"""`gapwatch detect`: judge a stored run (against its reference) and store what the detectors find.
+
+Findings print grouped into incidents by the watch service's rule (monitor/alerting/grouping.py):
+one row per detector x metric x episode with its count and its worst detection. `--fail-on` makes
+the exit status say whether anything that severe was found, for a CI job to gate on.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from app.options import add_store_argument
+from app.options import FAIL_EXIT, add_fail_on_argument, add_store_argument, fails
 
 JSON_KEYS = ("detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message",
              "evidence")
+GROUP_KEYS = JSON_KEYS + ("count", "episodes", "period_steps")
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -16,7 +22,8 @@ def register(subparsers) -> None:
         "detect",
         help="run the detectors over a stored run",
         description="Judge a stored run with the detectors (all, or those named), against a reference run "
-        "when one is given or recorded for the run, print what they find and store it.",
+        "when one is given or recorded for the run, print what they find grouped into incidents, and "
+        f"store it. Exit status: 0, or {FAIL_EXIT} with --fail-on when a finding reached that severity.",
     )
     parser.add_argument("--run", required=True, help="name of the run to judge")
     parser.add_argument("--reference", default=None,
@@ -27,7 +34,10 @@ def register(subparsers) -> None:
     parser.add_argument("--axis", default="auto", choices=("auto", "step", "tokens"),
                         help="axis on which the run meets its reference (default: auto)")
     parser.add_argument("--json", action="store_true",
-                        help="print the detections as a JSON list instead of a table")
+                        help="print the findings as a JSON list instead of rows")
+    parser.add_argument("--ungrouped", action="store_true",
+                        help="one row per detection instead of one per incident")
+    add_fail_on_argument(parser)
     parser.add_argument("--no-write", action="store_true", help="print only; store nothing")
     parser.add_argument("--replace", action="store_true",
                         help="forget the run's stored detections of these detectors first")
@@ -38,49 +48,62 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from rich.console import Console
-
+    from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
     from monitor.detection import DetectConfig, detect_stored, severity_counts
     from monitor.store import open_store
 
+    from app.output import phases
+
     names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
     config = DetectConfig(detectors=names, axis=args.axis, replace=args.replace, write_series=not args.no_write)
-    err = Console(stderr=True)
-    store = open_store(args.store, read_only=args.no_write)
+    # Judging needs a stored run: a mistyped store path is an error, never a new empty store.
+    store = open_store(args.store, read_only=args.no_write, create=False)
     try:
-        with err.status("judging", spinner="dots") as status:
+        with phases("detect") as progress:
             result = detect_stored(store, args.run, args.reference, config, write=not args.no_write,
-                                   progress=lambda msg: status.update(msg))
+                                   progress=progress)
+            progress("grouping findings into incidents")
+            marks = store.run_marks(args.run).series
     finally:
         store.close()
+    incidents = most_severe_first(group(result.detections, progress_from_marks(args.run, marks)))
     if args.json:
-        rows = [{k: d.to_dict()[k] for k in JSON_KEYS} for d in result.detections]
+        if args.ungrouped:
+            rows = [{k: d.to_dict()[k] for k in JSON_KEYS} for d in result.detections]
+        else:
+            rows = [{k: i.to_dict()[k] for k in GROUP_KEYS} for i in incidents]
         json.dump(rows, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
-        return 0
-    print_table(Console(), result)
+    else:
+        print_findings(result, incidents, ungrouped=args.ungrouped)
     counts = severity_counts(result.detections)
     against = f" against {result.reference} ({result.axis} axis)" if result.reference else ""
-    err.print(f"{args.run}{against}: {counts['critical']} critical, {counts['warning']} warning, "
-              f"{counts['info']} info")
+    print(f"{args.run}{against}: {len(incidents)} incident(s) from {len(result.detections)} detection(s): "
+          f"{counts['critical']} critical, {counts['warning']} warning, {counts['info']} info", file=sys.stderr)
     for item in result.not_judged:
-        err.print(item.describe(), markup=False, highlight=False)
-    return 0
+        print(item.describe(), file=sys.stderr)
+    return FAIL_EXIT if fails(args.fail_on, [d.severity for d in result.detections]) else 0
 
 
-def print_table(console, result) -> None:
-    from rich.table import Table
+def print_findings(result, incidents, ungrouped: bool = False) -> None:
+    from app.findings import headline, steps
+    from app.output import Column, is_terminal, print_rows
 
-    if not result.detections:
-        console.print(f"[green]nothing found in {result.run}[/green]")
+    if not result.detections and is_terminal():
+        print(f"nothing found in {result.run}")
         return
-    table = Table(title=f"detections in {result.run}", show_lines=False)
-    for col, kw in (("severity", {}), ("detector", {}), ("metric", {}), ("steps", {"justify": "right"}),
-                    ("peak", {"justify": "right"}), ("score", {"justify": "right"}), ("message", {"ratio": 1})):
-        table.add_column(col, **kw)
-    for d in result.detections:
-        sev = d.severity.value
-        steps = f"{d.start_step:,}" if d.start_step == d.end_step else f"{d.start_step:,}–{d.end_step:,}"
-        table.add_row(f"[{SEVERITY_STYLE[sev]}]{sev}[/]", d.detector, d.metric, steps, f"{d.peak_step:,}",
-                      f"{d.score:.3g}", d.message)
-    console.print(table)
+    if ungrouped:
+        columns = [Column("severity"), Column("detector"), Column("metric"), Column("steps", right=True),
+                   Column("peak", right=True), Column("score", right=True), Column("message", wraps=True)]
+        rows = [[d.severity.value, d.detector, d.metric,
+                 f"{d.start_step:,}" if d.start_step == d.end_step else f"{d.start_step:,}–{d.end_step:,}",
+                 f"{d.peak_step:,}", f"{d.score:.3g}", d.message] for d in result.detections]
+        severities = [d.severity.value for d in result.detections]
+        title = f"detections in {result.run}"
+    else:
+        columns = [Column("severity"), Column("detector"), Column("metric"), Column("steps", right=True),
+                   Column("count", right=True), Column("finding", wraps=True)]
+        rows = [[i.severity.value, i.detector, i.metric, steps(i), i.count, headline(i)] for i in incidents]
+        severities = [i.severity.value for i in incidents]
+        title = f"findings in {result.run} (one row per incident)"
+    print_rows(columns, rows, title=title, styles=[SEVERITY_STYLE[s] for s in severities])

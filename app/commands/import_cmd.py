@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from monitor.importers.wandb_api import ApiConfig
     from monitor.store import open_store
 
+    from app.output import phases
+
     if args.poll_interval <= 0:
         raise GapwatchError("--poll-interval must be positive")
     if args.tokens_per_step is not None and args.tokens_per_step <= 0:
@@ -86,23 +88,32 @@ def run(args: argparse.Namespace) -> int:
                    load_kwargs=load_kwargs, write_kwargs=write_kwargs, config=config,
                    api_config=api_config, on_poll=report)
             return 0
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as progress:
-            reading = progress.add_task(f"reading {fmt}", total=None)
+        if console.is_terminal:
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn())
+            with Progress(*columns, console=console, transient=True) as progress:
+                reading = progress.add_task(f"reading {fmt}", total=None)
 
-            def read_progress(done, total):
-                progress.update(reading, completed=done, total=total or None)
+                def read_progress(done, total):
+                    progress.update(reading, completed=done, total=total or None)
 
-            imported = load(args.source, args.profile, fmt=fmt, step=args.step,
-                            progress=read_progress, api_config=api_config, **load_kwargs)
-            progress.update(reading, visible=False)
-            writing = progress.add_task("writing rows", total=len(imported.scalars))
+                imported = load(args.source, args.profile, fmt=fmt, step=args.step,
+                                progress=read_progress, api_config=api_config, **load_kwargs)
+                progress.update(reading, visible=False)
+                writing = progress.add_task("writing rows", total=len(imported.scalars))
 
-            def write_progress(done, total):
-                progress.update(writing, completed=done, total=total or None)
+                def write_progress(done, total):
+                    progress.update(writing, completed=done, total=total or None)
 
-            result = write_run(store, args.run, imported, progress=write_progress, **write_kwargs)
+                result = write_run(store, args.run, imported, progress=write_progress, **write_kwargs)
+        else:
+            # No terminal to redraw a bar on (a CI log, a pipe): one line per phase.
+            with phases("import") as phase:
+                phase(f"reading {args.source} ({fmt})")
+                imported = load(args.source, args.profile, fmt=fmt, step=args.step, api_config=api_config,
+                                **load_kwargs)
+                phase(f"writing {len(imported.scalars):,} steps of {len(imported.keys)} metrics as {args.run}")
+                result = write_run(store, args.run, imported, **write_kwargs)
         for note in imported.notes:
             console.print(f"note: {note}", highlight=False)
         what = "created" if result.created else "updated"

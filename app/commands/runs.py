@@ -1,4 +1,8 @@
-"""`gapwatch runs`: the runs in a store, one line each."""
+"""`gapwatch runs`: the runs in a store, one line each; `runs set-reference | rename | rm` change them.
+
+Listing only reads: it never creates a store (a mistyped path is one clear error). The changes
+need an existing store and existing runs, and never create either.
+"""
 
 from __future__ import annotations
 
@@ -7,39 +11,119 @@ import time
 
 from app.options import add_store_argument
 
+COLUMNS = ("run", "status", "source", "reference", "last step", "last metric", "attempts", "open alerts")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("runs", help="list the runs in the store", description="List the runs in the store.")
+    parser = sub.add_parser("runs", help="list the runs in the store; set a reference, rename or remove a run",
+                            description="List the runs in the store, or change one (see the actions below).")
     add_store_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.set_defaults(func=run)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of rows")
+    parser.set_defaults(func=list_runs)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+
+    ref = actions.add_parser("set-reference", help="record the reference run a run is judged against",
+                             description="Record REFERENCE as the run's reference (detect, watch and the "
+                                         "report use it when given none), or clear it with --none.")
+    ref.add_argument("run", metavar="RUN")
+    which = ref.add_mutually_exclusive_group(required=True)
+    which.add_argument("reference", metavar="REFERENCE", nargs="?", default=None)
+    which.add_argument("--none", action="store_true", help="the run has no reference")
+    add_store_argument(ref, default=argparse.SUPPRESS)
+    ref.set_defaults(func=set_reference)
+
+    rename = actions.add_parser("rename", help="rename a run",
+                                description="Rename a run; its metrics, detections and alerts follow, and runs "
+                                            "that use it as their reference use the new name.")
+    rename.add_argument("old", metavar="OLD")
+    rename.add_argument("new", metavar="NEW")
+    add_store_argument(rename, default=argparse.SUPPRESS)
+    rename.set_defaults(func=rename_run)
+
+    rm = actions.add_parser("rm", help="remove runs and everything stored with them",
+                            description="Remove runs with their metrics, events, detections, alerts and "
+                                        "undelivered notifications. A run that is another run's reference is "
+                                        "kept unless --force, which also clears that reference.")
+    rm.add_argument("names", metavar="RUN", nargs="+")
+    rm.add_argument("--force", action="store_true", help="also remove runs that others use as their reference")
+    add_store_argument(rm, default=argparse.SUPPRESS)
+    rm.set_defaults(func=remove_runs)
 
 
-def run(args: argparse.Namespace) -> int:
+def list_runs(args: argparse.Namespace) -> int:
     import json
-
-    from rich.console import Console
-    from rich.table import Table
 
     from monitor.store import open_store
 
-    with open_store(args.store, read_only=False) as store:
+    from app.output import Column, print_rows
+
+    with open_store(args.store, read_only=True) as store:
         runs = store.list_runs()
     if args.json:
         print(json.dumps(runs.astype(object).where(runs.notna(), None).to_dict("records"), default=str))
         return 0
-    table = Table(title=f"runs in {store.url.redacted()}")
-    for column in ("run", "status", "source", "reference", "last step", "last metric", "attempts", "open alerts"):
-        table.add_column(column)
     now = time.time()
+    rows = []
     for r in runs.to_dict("records"):
         last_seen = _present(r["last_wall_time"])
         ago = f"{now - last_seen:.0f} s ago" if last_seen is not None else "-"
         last = _present(r["last_step"])
-        table.add_row(r["name"], r["status"], r["source"], _present(r["reference"]) or "-",
-                      str(int(last)) if last is not None else "-", ago, str(r["attempts"]), str(r["open_alerts"]))
-    Console().print(table)
+        rows.append([r["name"], r["status"], r["source"], _present(r["reference"]) or "-",
+                     str(int(last)) if last is not None else "-", ago, str(r["attempts"]), str(r["open_alerts"])])
+    print_rows([Column(c, right=c in ("last step", "attempts", "open alerts")) for c in COLUMNS], rows,
+               title=f"runs in {store.url.redacted()}")
     return 0
+
+
+def set_reference(args: argparse.Namespace) -> int:
+    from monitor.store import open_store
+
+    with open_store(args.store, create=False) as store:
+        store.set_reference(args.run, None if args.none else args.reference)
+    print(f"{args.run}: reference {'cleared' if args.none else args.reference}")
+    return 0
+
+
+def rename_run(args: argparse.Namespace) -> int:
+    from monitor.store import open_store
+
+    with open_store(args.store, create=False) as store:
+        with store.atomic():
+            store.rename_run(args.old, args.new)
+            # Saved under the old name: the watch service and detect rebuild them from the data.
+            store.delete_states(_states_of(args.old))
+    print(f"renamed {args.old} to {args.new}")
+    return 0
+
+
+def remove_runs(args: argparse.Namespace) -> int:
+    from monitor.errors import GapwatchError
+    from monitor.store import open_store
+
+    with open_store(args.store, create=False) as store:
+        for name in args.names:
+            store.run_id(name)  # every name exists, or nothing is removed
+        removing = set(args.names)
+        with store.atomic():
+            for name in args.names:
+                users = [u for u in store.runs_referring_to(name) if u not in removing]
+                if users and not args.force:
+                    raise GapwatchError(f"run {name!r} is the reference of {', '.join(users)}; "
+                                        "set another reference for them first, or pass --force")
+                for user in users:
+                    store.set_reference(user, None)
+                store.delete_run(name)
+                store.delete_states(_states_of(name))
+    for name in args.names:
+        print(f"removed {name}")
+    return 0
+
+
+def _states_of(run: str) -> list[str]:
+    from monitor.detection import not_judged_state
+    from monitor.watch.run_watcher import state_name
+
+    return [state_name(run), not_judged_state(run)]
 
 
 def _present(value):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 
-from app.options import add_store_argument
+from app.options import FAIL_EXIT, add_fail_on_argument, add_store_argument, fails
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,23 +14,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="watch runs and send alerts (console, Slack, webhooks)",
         description="Follow runs in the store, run the detectors on every new step, and turn detections "
         "into alerts: one per incident, resolved when it ends, delivered through an outbox that "
-        "survives restarts. Slack: set SLACK_WEBHOOK_URL (never printed).",
+        "survives restarts. Slack: set SLACK_WEBHOOK_URL (never printed). With --once: one pass, the "
+        f"watched runs' notifications delivered, and exit status {FAIL_EXIT} with --fail-on when one of "
+        "their open alerts reached that severity.",
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--run", action="append", metavar="R", help="run to watch (repeat for several)")
-    which.add_argument("--all", action="store_true", help="every run in the store, including new ones")
+    which.add_argument("--all", action="store_true",
+                       help="every run in the store, including new ones; a run without a reference is judged "
+                       "by the detectors that need none")
     parser.add_argument("--reference", metavar="B", help="reference run (default: each run's stored reference)")
     add_store_argument(parser)
     parser.add_argument("--config", metavar="FILE", help="YAML or TOML file: sinks, silences, incidents, delivery")
     parser.add_argument("--once", action="store_true", help="one detection pass and one delivery pass, then exit")
     parser.add_argument("--poll-interval", type=float, metavar="S", help="seconds between polls (default 1)")
     parser.add_argument("--detectors", metavar="NAMES", help="comma-separated detector names (default: all)")
+    parser.add_argument("--json", action="store_true",
+                        help="with --once: print the watched runs' open alerts as JSON (console alerts go to stderr)")
+    add_fail_on_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
     import logging
     import signal
+    import sys
     import threading
 
     from monitor.engine import DetectionEngine
@@ -41,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.reference and not args.run:
         raise GapwatchError("--reference goes with --run")
+    for flag, given in (("--json", args.json), ("--fail-on", args.fail_on)):
+        if given and not args.once:
+            raise GapwatchError(f"{flag} goes with --once")
     config = load_config(args.config)
     if args.poll_interval is not None:
         if args.poll_interval <= 0:
@@ -51,25 +64,42 @@ def run(args: argparse.Namespace) -> int:
         DetectionEngine(config.detect)  # a bad name fails here, in one line, before anything starts
 
     targets = TargetSpec(runs=tuple(args.run or ()), reference=args.reference, all_runs=args.all)
-    store = open_store(args.store)
+    # Named runs must exist already; --all may start on a store that no run has written to yet.
+    store = open_store(args.store, create=bool(args.all))
     try:
         watched = "every run" if args.all else ", ".join(
             f"{t.run} (reference: {t.reference or 'none'})" for t in targets.resolve(store))
         _log_to_stderr(config)
         log = logging.getLogger("gapwatch.watch")
-        service = WatchService(store, config, targets)
+        # With --json, stdout holds the JSON alone; console alerts go where the log goes.
+        service = WatchService(store, config, targets, stream=sys.stderr if args.json else None)
         log.info("watching %s in %s; every %.1f s; sinks: %s", watched, store.url.redacted(),
                  config.poll_interval_s, "; ".join(s.describe() for s in config.alerting.sinks))
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: service.stop())
         service.run(once=args.once)
-        pending = service.outbox.pending_count()
+        runs = service.watched_runs() if args.once else None
+        pending = service.outbox.pending_count(runs)
         if pending:
             log.info("%d notification(s) wait in the outbox for the next start", pending)
+        open_alerts = [a for run in runs for a in store.alerts.list(run, state="open")] if args.once else []
     finally:
         store.close()
-    return 0
+    if args.json:
+        json.dump([{k: _plain(a[k]) for k in ALERT_KEYS} | {"run": a["run_name"], "evidence": json.loads(a["evidence"])}
+                   for a in open_alerts], sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    return FAIL_EXIT if fails(args.fail_on, [a["severity"] for a in open_alerts]) else 0
+
+
+ALERT_KEYS = ("id", "attempt", "detector", "metric", "severity", "start_step", "end_step", "peak_step", "score",
+              "message", "opened_at", "updated_at")
+
+
+def _plain(value):
+    """A JSON-safe cell: a non-finite score is null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _log_to_stderr(config) -> None:

@@ -1,9 +1,13 @@
-"""Every detection on either run, most severe first: the evidence behind the verdict, in full."""
+"""Every finding on either run, most severe first, grouped into incidents as the watch service
+alerts on them (monitor/alerting/grouping.py): one row per run x detector x metric x episode, with
+how many detections it holds and its worst one, so 160 pauses of one kind are one row, not 160."""
 
 from __future__ import annotations
 
-from monitor.schema import Detection, Severity
+from monitor.alerting.grouping import group, marks_of, most_severe_first, progress_from_marks
+from monitor.schema import Severity
 
+from app.findings import headline, steps
 from app.report.model import Column, Table
 from app.report.pair import ComparedPair
 
@@ -18,20 +22,25 @@ def findings_table(pair: ComparedPair) -> Table:
             Column("detector", "detector", fmt=""),
             Column("metric", "metric", fmt=""),
             Column("steps", "steps", fmt=""),
-            Column("message", "message", fmt=""),
+            Column("count", "detections", fmt="d"),
+            Column("message", "finding (the worst detection of each incident)", fmt=""),
         ],
-        note="The run is judged against the reference; the reference is judged on its own "
-             "(spikes, data, resumes, throughput).",
+        note="One row per incident: detections of one detector on one metric belong together until the "
+             "metric runs clean for the quiet window the watch service resolves alerts after. The run is "
+             "judged against the reference; the reference is judged on its own (spikes, data, resumes, "
+             "throughput).",
         flag_key="flagged",
     )
-    found: list[Detection] = list(pair.detections) + list(pair.reference_detections)
-    found.sort(key=lambda d: (-Severity(d.severity).rank, d.run != pair.run.name, d.start_step))
-    for d in found:
+    progress = {**progress_from_marks(pair.run.name, marks_of(pair.run)),
+                **progress_from_marks(pair.reference.name, marks_of(pair.reference))}
+    incidents = group(list(pair.detections) + list(pair.reference_detections), progress)
+    ordered = most_severe_first(incidents)
+    ordered.sort(key=lambda i: (-i.severity.rank, i.run != pair.run.name))  # stable: start steps stay in order
+    for i in ordered:
         table.rows.append({
-            "run": d.run, "severity": Severity(d.severity).value, "detector": d.detector,
-            "metric": d.metric, "start_step": int(d.start_step), "end_step": int(d.end_step),
-            "steps": (f"{d.start_step:,}" if d.start_step == d.end_step else f"{d.start_step:,}–{d.end_step:,}"),
-            "message": d.message, "flagged": Severity(d.severity).rank >= Severity.WARNING.rank,
+            "run": i.run, "severity": i.severity.value, "detector": i.detector, "metric": i.metric,
+            "start_step": i.start_step, "end_step": i.end_step, "steps": steps(i), "count": i.count,
+            "message": headline(i), "flagged": i.severity.rank >= Severity.WARNING.rank,
         })
     if not table.rows:
         table.empty_reason = "no detector fired on either run"

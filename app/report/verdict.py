@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from monitor.alerting.grouping import group
 from monitor.schema import Detection, Severity
 
 from app.report import cells
@@ -147,7 +148,9 @@ def _tied_verdict(detections: list[Detection], tables: dict[str, Table]) -> Verd
     sentence += ("; " + ", ".join(parts) + ".") if parts else "."
     if caveats:
         names = sorted({d.detector for d in caveats})
-        sentence += f" Caveats: {len(caveats)} {' and '.join(names)} finding(s), listed below."
+        # Counted as incidents, as the findings table lists them (spikes and stalls are logged every
+        # step, so the tracker's default spacing is theirs).
+        sentence += f" Caveats: {len(group(caveats))} {' and '.join(names)} incident(s), listed below."
     if not parts:
         sentence += " The two runs share no compared metric, so this says little."
     return Verdict(kind=kind, headline=headline, sentence=sentence, evidence=evidence,

@@ -79,8 +79,14 @@ def incident_key(d: Detection) -> IncidentKey:
     return (d.run, int(d.attempt or 0), d.detector, d.metric)
 
 
-def _score(value: float | None) -> float:
+def score_rank(value: float | None) -> float:
+    """A score to compare by: a missing or non-finite one ranks below every other."""
     return -math.inf if value is None or not math.isfinite(value) else float(value)
+
+
+def spacing_of(first: int, last: int, rows: int) -> float:
+    """Typical steps between two logged values of a metric (at least 1), for `Progress.spacing`."""
+    return max(1.0, (last - first) / (rows - 1)) if rows > 1 and last > first else 1.0
 
 
 class IncidentTracker:
@@ -104,44 +110,53 @@ class IncidentTracker:
         changes: list[AlertChange] = []
         for d in sorted(detections, key=lambda d: (d.start_step, d.end_step)):
             key = incident_key(d)
-            gap = self._quiet_window(d.detector, self._progress(progress, d.run, d.metric))
+            gap = self.quiet_window(d.detector, self.progress_of(progress, d.run, d.metric))
             alert = open_alerts.get(key)
-            if alert is not None and d.start_step > alert.end_step + gap:
+            if alert is not None and self.ends_before(alert, d, gap):
                 # The metric ran clean for a whole window between the two: that incident is over.
                 changes.append(self._resolve(alert, now))
                 last_resolved[key] = open_alerts.pop(key)
                 alert = None
             if alert is not None:
-                change = self._extend(alert, d, now)
+                change = self.extend(alert, d, now)
                 if change is not None:
                     changes.append(change)
                 continue
             previous = last_resolved.get(key)
-            if previous is not None and d.end_step <= previous.end_step + self.config.cooldown_steps:
+            if previous is not None and self.within_cooldown(previous, d):
                 # Already reported (seen again after a restart) or a recurrence inside the cool-down.
                 continue
-            alert = self._open(d, key, now)
+            alert = self.open_alert(d, key, now)
             open_alerts[key] = alert
             changes.append(AlertChange(OPENED, alert))
         for key, alert in list(open_alerts.items()):
-            seen = self._progress(progress, alert.run, alert.metric)
-            if seen is not None and seen.last_step >= alert.end_step + self._quiet_window(alert.detector, seen):
+            seen = self.progress_of(progress, alert.run, alert.metric)
+            if seen is not None and seen.last_step >= alert.end_step + self.quiet_window(alert.detector, seen):
                 changes.append(self._resolve(alert, now))
                 last_resolved[key] = open_alerts.pop(key)
         return changes
 
     @staticmethod
-    def _progress(progress: dict, run: str, metric: str) -> Progress | None:
+    def ends_before(alert: Alert, d: Detection, quiet_window: int) -> bool:
+        """The metric ran clean for a whole quiet window between `alert` and `d`."""
+        return d.start_step > alert.end_step + quiet_window
+
+    def within_cooldown(self, previous: Alert, d: Detection) -> bool:
+        """`d` recurs inside the cool-down after `previous` was resolved: it opens nothing."""
+        return d.end_step <= previous.end_step + self.config.cooldown_steps
+
+    @staticmethod
+    def progress_of(progress: dict, run: str, metric: str) -> Progress | None:
         return progress.get((run, metric), progress.get((run, None)))
 
-    def _quiet_window(self, detector: str, seen: Progress | None) -> int:
+    def quiet_window(self, detector: str, seen: Progress | None) -> int:
         """Clean steps that end an incident: the configured window, or enough steps for
         `resolve_after_points` observations of a sparsely logged metric, whichever is longer."""
         spacing = seen.spacing if seen is not None else 1.0
         return max(self.config.resolve_after(detector), math.ceil(spacing * self.config.resolve_after_points))
 
     @staticmethod
-    def _open(d: Detection, key: IncidentKey, now: float) -> Alert:
+    def open_alert(d: Detection, key: IncidentKey, now: float) -> Alert:
         return Alert(
             run=d.run, attempt=key[1], detector=d.detector, metric=d.metric, state=OPEN,
             severity=Severity(d.severity), start_step=int(d.start_step), end_step=int(d.end_step),
@@ -150,9 +165,9 @@ class IncidentTracker:
         )
 
     @staticmethod
-    def _extend(alert: Alert, d: Detection, now: float) -> AlertChange | None:
+    def extend(alert: Alert, d: Detection, now: float) -> AlertChange | None:
         severity = Severity(d.severity)
-        worse_score = _score(d.score) > _score(alert.score)
+        worse_score = score_rank(d.score) > score_rank(alert.score)
         later = d.end_step > alert.end_step
         earlier = d.start_step < alert.start_step and d.end_step >= alert.start_step
         escalates = severity.rank > alert.severity.rank

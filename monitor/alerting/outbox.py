@@ -65,14 +65,15 @@ class Outbox:
         self.paused_until: dict[str, float] = {}
         self._warned_unknown: set[str] = set()
 
-    def deliver_due(self) -> DeliveryPass:
-        """Send every notification that is due now (bounded by the batch size)."""
+    def deliver_due(self, runs: list[str] | None = None, unlimited: frozenset[str] = frozenset()) -> DeliveryPass:
+        """Send every notification that is due now (bounded by the batch size): of these runs' alerts
+        only, when `runs` is given; the sinks named in `unlimited` without their rate limit."""
         result = DeliveryPass()
         # (sink, alert) pairs with an older notification still undelivered: the newer ones wait, so
         # a resolution never arrives before its opening.
         blocked: set[tuple[str, int]] = set()
         attempted = 0
-        for row in self._pending():
+        for row in self._pending(runs):
             now = self.clock()
             order_key = (row.sink, row.alert_id)
             if order_key in blocked:
@@ -87,7 +88,7 @@ class Outbox:
             if self.paused_until.get(row.sink, 0.0) > now or attempted >= self.delivery.batch_size:
                 result.held += 1
                 continue
-            if not self.buckets[row.sink].take():
+            if row.sink not in unlimited and not self.buckets[row.sink].take():
                 result.held += 1
                 continue
             if not self._claim(row.id, now):
@@ -129,12 +130,12 @@ class Outbox:
             return None
         return max(0.0, earliest - self.clock())
 
-    def pending_count(self) -> int:
-        return self.store.outbox.pending_count()
+    def pending_count(self, runs: list[str] | None = None) -> int:
+        return self.store.outbox.pending_count(runs)
 
     # --- the table -----------------------------------------------------------------------------
-    def _pending(self):
-        return self.store.outbox.pending(PENDING_SCAN_LIMIT)
+    def _pending(self, runs: list[str] | None = None):
+        return self.store.outbox.pending(PENDING_SCAN_LIMIT, runs)
 
     def _claim(self, row_id: int, now: float) -> bool:
         return self.store.outbox.claim(row_id, now, self.delivery.claim_lease_s)

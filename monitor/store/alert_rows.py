@@ -61,21 +61,26 @@ class OutboxRows:
         with self._db.tx() as conn:
             return [name for (name,) in conn.execute(select(_o.sink).distinct().where(_o.alert_id == alert_id))]
 
-    def pending(self, limit: int) -> list:
-        """Undelivered notifications, oldest first: id, alert_id, sink, kind, payload, tries, next_try_at."""
+    def pending(self, limit: int, runs: list[str] | None = None) -> list:
+        """Undelivered notifications (of these runs' alerts; None: every run's), oldest first: id,
+        alert_id, sink, kind, payload, tries, next_try_at."""
+        query = select(_o.id, _o.alert_id, _o.sink, _o.kind, _o.payload, _o.tries, _o.next_try_at)
         with self._db.tx() as conn:
             return conn.execute(
-                select(_o.id, _o.alert_id, _o.sink, _o.kind, _o.payload, _o.tries, _o.next_try_at)
-                .where(_o.delivered_at.is_(None))
-                .order_by(_o.id)
-                .limit(limit)
+                self._of_runs(query, runs).where(_o.delivered_at.is_(None)).order_by(_o.id).limit(limit)
             ).all()
 
-    def pending_count(self) -> int:
+    def pending_count(self, runs: list[str] | None = None) -> int:
+        query = select(func.count()).select_from(tables.alert_outbox)
         with self._db.tx() as conn:
-            return conn.execute(
-                select(func.count()).select_from(tables.alert_outbox).where(_o.delivered_at.is_(None))
-            ).scalar_one()
+            return conn.execute(self._of_runs(query, runs).where(_o.delivered_at.is_(None))).scalar_one()
+
+    @staticmethod
+    def _of_runs(query, runs: list[str] | None):
+        if runs is None:
+            return query
+        return (query.join(tables.alerts, _a.id == _o.alert_id).join(tables.runs, _r.id == _a.run_id)
+                .where(_r.name.in_(list(runs))))
 
     def earliest_due(self, sinks: list[str]) -> float | None:
         """When the earliest undelivered notification of these sinks is next due; None if none."""

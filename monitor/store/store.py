@@ -34,15 +34,22 @@ from monitor.store.run_frames import KeyRows
 from monitor.store.url import StoreURL, resolve
 
 
-def open_store(url: str | None = None, read_only: bool = False) -> "Store":
-    """Open (and, unless read-only, create or upgrade) the store at `url`."""
+def open_store(url: str | None = None, read_only: bool = False, create: bool = True) -> "Store":
+    """Open (and, unless read-only, upgrade) the store at `url`; a store that does not exist yet is
+    created only for writing with `create` (a command that changes existing runs passes False, so
+    a mistyped path is an error, not a new empty store)."""
     store_url = resolve(url)
+    path = store_url.sqlite_path
+    if not read_only and not create and path is not None and not path.exists():
+        raise GapwatchError(f"no gapwatch store at {path}")
     engine = engines.create(store_url, read_only=read_only)
     try:
         with engine.begin() as conn:
             if read_only:
                 _check_readable_version(conn, store_url)
             else:
+                if not create and migrations.current_version(conn) == 0:
+                    raise GapwatchError(f"{store_url.redacted()} holds no gapwatch store yet")
                 migrations.upgrade(conn)
     except (OperationalError, DBAPIError) as exc:
         engine.dispose()
@@ -168,13 +175,49 @@ class Store:
         return reader.list_runs(self._db)
 
     def delete_run(self, name: str) -> None:
+        """Delete a run with everything that hangs on it, undelivered notifications of its alerts too."""
         with self._db.tx() as conn:
             run_id = self._db.run_id(conn, name)
+            alert_ids = select(tables.alerts.c.id).where(tables.alerts.c.run_id == run_id)
+            conn.execute(delete(tables.alert_outbox).where(tables.alert_outbox.c.alert_id.in_(alert_ids)))
             for table in (tables.metrics, tables.series, tables.rollups, tables.events, tables.detections,
                           tables.alerts):
                 conn.execute(delete(table).where(table.c.run_id == run_id))
             conn.execute(delete(tables.runs).where(tables.runs.c.id == run_id))
         self._db.forget_run(name)
+
+    def rename_run(self, old: str, new: str) -> None:
+        """Rename a run. Its metrics, events, detections and alerts hang on its id and follow; runs
+        and detections that name it as their reference name the new one."""
+        if not new or len(new) > 255:
+            raise GapwatchError(f"run name {new!r} must be 1 to 255 characters")
+        r, d = tables.runs.c, tables.detections.c
+        with self._db.tx() as conn:
+            run_id = self._db.run_id(conn, old)
+            if conn.execute(select(r.id).where(r.name == new)).first() is not None:
+                raise GapwatchError(f"a run named {new!r} is already in {self.url.redacted()}")
+            conn.execute(tables.runs.update().where(r.id == run_id).values(name=new, updated_at=time.time()))
+            conn.execute(tables.runs.update().where(r.reference == old).values(reference=new))
+            conn.execute(tables.detections.update().where(d.reference == old).values(reference=new))
+        self._db.forget_run(old)
+        self._db.remember_run(new, run_id)
+
+    def set_reference(self, name: str, reference: str | None) -> None:
+        """Record `reference` (None: none) as the run's reference; it must be another stored run."""
+        if reference == name:
+            raise GapwatchError(f"run {name!r} cannot be its own reference")
+        with self._db.tx() as conn:
+            self._db.run_id(conn, name)
+            if reference is not None:
+                self._db.run_id(conn, reference)
+            conn.execute(tables.runs.update().where(tables.runs.c.name == name)
+                         .values(reference=reference, updated_at=time.time()))
+
+    def runs_referring_to(self, name: str) -> list[str]:
+        """The runs that name `name` as their reference."""
+        r = tables.runs.c
+        with self._db.read() as conn:
+            return [n for (n,) in conn.execute(select(r.name).where(r.reference == name).order_by(r.name))]
 
     def new_attempt(self, name: str) -> int:
         """The next attempt number of a run: 1 for its first logging process, 2 after a restart..."""
@@ -325,6 +368,11 @@ class Store:
             self._db.upsert(conn, tables.service_state,
                             [{"name": name, "payload": dumps(payload), "updated_at": time.time()}],
                             index=["name"], update=["payload", "updated_at"])
+
+    def delete_states(self, names: Iterable[str]) -> None:
+        """Forget saved service state (rebuilt from the data by whoever saved it)."""
+        with self._db.tx() as conn:
+            conn.execute(delete(tables.service_state).where(tables.service_state.c.name.in_(list(names))))
 
     def load_state(self, name: str) -> dict | None:
         with self._db.read() as conn:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.alerting.incidents import Progress
+from monitor.alerting.incidents import Progress, spacing_of
 from monitor.schema import RunData, RunInfo, empty_events
 from monitor.store import KeyRange, KeyRows, run_data
 from monitor.store import RunMarks as Marks
@@ -91,8 +91,7 @@ def progress(run: str, cursor: Cursor, m: Marks) -> dict[tuple[str, str | None],
     out: dict[tuple[str, str | None], Progress] = {}
     for key, last in cursor.key_last.items():
         first, _, n = m.series.get(key, (last, last, 1))
-        spacing = (last - first) / (n - 1) if n > 1 and last > first else 1.0
-        out[(run, key)] = Progress(last, max(1.0, spacing))
+        out[(run, key)] = Progress(last, spacing_of(first, last, n))
     if cursor.key_last:
         out[(run, None)] = Progress(max(cursor.key_last.values()))
     return out

@@ -36,6 +36,11 @@ class PollResult:
     window_end: int
 
 
+def state_name(run: str) -> str:
+    """Name under which the store keeps the watch service's state of `run`."""
+    return f"watch/{run}"
+
+
 class RunWatcher:
     def __init__(self, store, run: str, reference: str | None, engine: DetectionEngine,
                  window_steps: int = 50_000) -> None:
@@ -44,7 +49,7 @@ class RunWatcher:
         self.reference = reference
         self.engine = engine
         self.window_steps = window_steps
-        self.state_name = f"watch/{run}"
+        self.state_name = state_name(run)
         self._axis_wanted = engine.config.axis
         self._reference_data: RunData | None = None
         self._reference_marks: tuple | None = None

@@ -139,16 +139,24 @@ class WatchService:
     def deliver(self) -> DeliveryPass:
         return self.outbox.deliver_due()
 
+    def watched_runs(self) -> list[str]:
+        """The runs the last poll covered."""
+        return [t.run for t in self._current]
+
     def _drain_once(self) -> None:
-        """Deliver what one pass found. Notifications held back only by a sink's rate limit go out
-        at its rate, for at most ONCE_DRAIN_S; a failing sink keeps its notifications for the next
-        start (the outbox says how many)."""
+        """Deliver what one pass found, for the watched runs only: another run's queued
+        notifications wait for the service that watches it. The console is one's own terminal, so
+        its rate limit (which spreads a storm over a chat channel) does not apply; notifications
+        held back by another sink's rate limit go out at its rate, for at most ONCE_DRAIN_S. A
+        failing sink keeps its notifications for the next start (the outbox says how many)."""
+        runs = self.watched_runs()
+        unlimited = frozenset(s.name for s in self.config.alerting.sinks if s.kind == "console")
         deadline = time.monotonic() + ONCE_DRAIN_S
-        result = self.deliver()
+        result = self.outbox.deliver_due(runs, unlimited)
         failed = result.failed
         while result.held and not failed and time.monotonic() < deadline:
             time.sleep(ONCE_DRAIN_POLL_S)
-            result = self.deliver()
+            result = self.outbox.deliver_due(runs, unlimited)
             failed += result.failed
 
     def _delivery_loop(self) -> None:

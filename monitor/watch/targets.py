@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from monitor.errors import GapwatchError
-from monitor.schema import RunStatus
 
 
 @dataclass(frozen=True)
@@ -21,13 +20,14 @@ class TargetSpec:
     reference: str | None = None
     """Reference for the named runs; None: each run's own stored reference."""
     all_runs: bool = False
-    """Every run in the store that is not only an imported reference, found anew as runs appear."""
+    """Every run in the store, found anew as runs appear. A run without a reference (an imported
+    reference among them) is judged by the detectors that need none: spikes, NaN, data, resumes,
+    throughput."""
 
     def resolve(self, store) -> list[Target]:
         if self.all_runs:
             runs = store.list_runs()
-            keep = (runs["status"] != RunStatus.IMPORTED.value) | runs["reference"].notna()
-            return [Target(name, _none(ref)) for name, ref in zip(runs.loc[keep, "name"], runs.loc[keep, "reference"])]
+            return [Target(name, _none(ref)) for name, ref in zip(runs["name"], runs["reference"])]
         targets = []
         for run in self.runs:
             info = store.get_run(run)

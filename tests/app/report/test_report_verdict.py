@@ -73,10 +73,11 @@ def test_nonfinite_first_and_resume_before_divergence():
 
 def test_info_findings_and_caveats_leave_the_verdict_tied():
     found = [det("reference_divergence", severity=Severity.INFO), det("spike", metric="train/grad_norm"),
-             det("throughput", metric="perf/step_time_s")]
+             det("throughput", metric="perf/step_time_s"),
+             det("throughput", metric="perf/step_time_s", start=1010, end=1010)]  # the same incident
     v = decide(found, tables())
     assert v.kind == "tied_with_caveats" and v.severity == "warning"
-    assert "Caveats: 2 spike and throughput finding(s)" in v.sentence
+    assert "Caveats: 2 spike and throughput incident(s)" in v.sentence
 
 
 def test_most_severe_then_highest_score_names_the_verdict():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -58,9 +60,9 @@ def test_once_prints_the_alert_on_the_console_and_exits(store_with_nan, tmp_path
         assert len(store.read_detections("r")) == 1
 
 
-def test_once_sends_a_burst_beyond_the_rate_limit_at_the_sinks_rate(sqlite_url, tmp_path):
-    """More notifications than the console's burst: --once sends the rest at the sink's rate
-    instead of leaving them in the outbox."""
+def test_once_sends_a_burst_beyond_the_console_rate_limit_at_once(sqlite_url, tmp_path):
+    """More notifications than the console's burst, at a rate that would take minutes: the console
+    is one's own terminal, so --once prints them all instead of leaving them in the outbox."""
     with open_store(sqlite_url) as store:
         steps = np.arange(200)
         for i in range(4):
@@ -68,7 +70,7 @@ def test_once_sends_a_burst_beyond_the_rate_limit_at_the_sinks_rate(sqlite_url, 
             store.write_metrics(f"r{i}", pd.DataFrame({"step": steps, "key": "train/loss",
                                                        "value": np.where(steps == 50, np.nan, 2.0)}))
     config = tmp_path / "watch.yaml"
-    config.write_text("sinks: [{name: console, kind: console, burst: 2, rate_per_minute: 600}]")
+    config.write_text("sinks: [{name: console, kind: console, burst: 2, rate_per_minute: 1}]")
     env = {k: v for k, v in os.environ.items() if k != "SLACK_WEBHOOK_URL"}
     out = subprocess.run([sys.executable, "-m", "app", "watch", "--all", "--store", sqlite_url, "--once",
                           "--config", str(config), "--detectors", "nonfinite"],
@@ -77,3 +79,73 @@ def test_once_sends_a_burst_beyond_the_rate_limit_at_the_sinks_rate(sqlite_url, 
     lines = [x for x in out.stdout.splitlines() if "alert #" in x]
     assert sum(x.startswith("CRITICAL") for x in lines) == 4 and sum(x.startswith("RESOLVED") for x in lines) == 4
     assert "wait in the outbox" not in out.stderr
+
+
+def _nan_run(store, name, status=None):
+    steps = np.arange(200)
+    store.ensure_run(name, **({"status": status} if status else {}))
+    store.write_metrics(name, pd.DataFrame({"step": steps, "key": "train/loss",
+                                            "value": np.where(steps == 150, np.nan, 2.0)}))
+
+
+def test_once_delivers_only_its_own_runs_notifications(sqlite_url, capsys):
+    with open_store(sqlite_url) as store:
+        _nan_run(store, "mine")
+        _nan_run(store, "someone-elses")
+    # Another watch queued notifications for its run and never delivered them (its sink is gone).
+    assert main(["watch", "--run", "someone-elses", "--store", sqlite_url, "--once", "--detectors", "nonfinite",
+                 "--config", _config_without_sinks(sqlite_url)]) == 0
+    with open_store(sqlite_url) as store:
+        assert store.outbox.pending_count(["someone-elses"]) == 1
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        db.execute("UPDATE alert_outbox SET next_try_at = 0")  # its retry is due now
+    capsys.readouterr()
+    assert main(["watch", "--run", "mine", "--store", sqlite_url, "--once", "--detectors", "nonfinite"]) == 0
+    printed = [x for x in capsys.readouterr().out.splitlines() if "alert #" in x]
+    assert len(printed) == 1 and " on mine " in printed[0]
+    with open_store(sqlite_url) as store:
+        assert store.outbox.pending_count(["mine"]) == 0 and store.outbox.pending_count(["someone-elses"]) == 1
+
+
+def _config_without_sinks(sqlite_url):
+    """A watch config whose sink "console" is a webhook that refuses connections (nothing listens
+    on port 9 of loopback): its notifications stay queued for a sink of that name, which a later
+    watch with the default console sink would print, were they its runs'."""
+    path = sqlite_url.removeprefix("sqlite:///") + ".watch.yaml"
+    with open(path, "w") as f:
+        f.write("sinks: [{name: console, kind: webhook, url: 'http://127.0.0.1:9/hook'}]\n")
+    return path
+
+
+def test_once_json_and_fail_on_gate_a_ci_job(store_with_nan, capsys):
+    argv = ["watch", "--run", "r", "--store", store_with_nan, "--once", "--detectors", "nonfinite", "--json"]
+    assert main([*argv, "--fail-on", "critical"]) == 1
+    captured = capsys.readouterr()
+    (alert,) = json.loads(captured.out)  # stdout holds the JSON alone
+    assert (alert["run"], alert["detector"], alert["severity"], alert["start_step"]) == ("r", "nonfinite", "critical", 150)
+    assert "alert #" in captured.err  # the console sink printed to stderr
+    # A second pass finds nothing new, and the open alert still fails the gate.
+    assert main([*argv, "--fail-on", "warning"]) == 1
+    capsys.readouterr()
+
+
+def test_once_on_a_clean_run_exits_0_with_fail_on(sqlite_url, capsys):
+    with open_store(sqlite_url) as store:
+        store.ensure_run("clean")
+        store.write_metrics("clean", pd.DataFrame({"step": np.arange(200), "key": "train/loss", "value": 2.0}))
+    assert main(["watch", "--run", "clean", "--store", sqlite_url, "--once", "--json", "--fail-on", "warning"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_json_and_fail_on_need_once(store_with_nan, capsys):
+    for flag in (["--json"], ["--fail-on", "critical"]):
+        assert main(["watch", "--run", "r", "--store", store_with_nan, *flag]) == 2
+        assert "goes with --once" in capsys.readouterr().err
+
+
+def test_all_covers_imported_runs_without_a_reference(sqlite_url, capsys):
+    with open_store(sqlite_url) as store:
+        _nan_run(store, "imported-alone", status="imported")
+    assert main(["watch", "--all", "--store", sqlite_url, "--once", "--detectors", "nonfinite", "--json"]) == 0
+    (alert,) = json.loads(capsys.readouterr().out)
+    assert alert["run"] == "imported-alone" and alert["detector"] == "nonfinite"

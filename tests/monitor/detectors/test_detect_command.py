@@ -20,6 +20,7 @@ from monitor.store import open_store
 from .synth import pair
 
 KEYS = {"detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message", "evidence"}
+GROUP_KEYS = KEYS | {"count", "episodes", "period_steps"}
 
 
 def put(store, data, reference=None, config=None):
@@ -77,9 +78,13 @@ def test_cli_json(memorizing_store, capsys):
     assert code == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["detector"] for r in rows} == {"reference_divergence", "memorization"}
-    assert all(set(r) == KEYS for r in rows)
+    assert all(set(r) == GROUP_KEYS and r["count"] >= 1 for r in rows)
     mem = next(r for r in rows if r["detector"] == "memorization")
     assert mem["severity"] == "critical" and mem["evidence"]["train_delta"] < -0.2
+    assert main(["detect", "--run", "run", "--store", memorizing_store, "--json", "--ungrouped", "--no-write",
+                 "--detectors", "reference_divergence,memorization"]) == 0
+    each = json.loads(capsys.readouterr().out)
+    assert all(set(r) == KEYS for r in each) and len(each) >= len(rows)
 
 
 def test_cli_table_without_reference_skips_comparisons(memorizing_store, capsys, monkeypatch):
@@ -99,8 +104,9 @@ def test_cli_table_without_reference_skips_comparisons(memorizing_store, capsys,
 ])
 def test_cli_errors_are_one_line(memorizing_store, args, problem, capsys):
     assert main(["detect", "--store", memorizing_store, *args]) == 2
-    err = capsys.readouterr().err
-    assert problem in err and len(err.strip().splitlines()) == 1, err
+    lines = capsys.readouterr().err.strip().splitlines()
+    # Progress lines may come first (stderr is no terminal here); the error is one line, the last.
+    assert problem in lines[-1] and all(": [" in line and "s] " in line for line in lines[:-1]), lines
 
 
 def test_cli_as_a_process(memorizing_store):

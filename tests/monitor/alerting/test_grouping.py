@@ -1,0 +1,78 @@
+"""Detections grouped into incidents by the watch service's rule (monitor/alerting/grouping.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.alerting.config import IncidentConfig
+from monitor.alerting.grouping import group, marks_of, most_severe_first, progress_from_marks
+from monitor.alerting.incidents import IncidentTracker, Progress
+from monitor.schema import Detection, Severity
+
+from tests.monitor.detectors.synth import run
+
+from .test_incidents import run_tracker
+
+CONFIG = IncidentConfig(resolve_after_steps=100, cooldown_steps=500)
+
+
+def det(start, end=None, score=1.0, severity=Severity.INFO, detector="spike", metric="train/loss", run="r"):
+    return Detection(run=run, detector=detector, metric=metric, start_step=start, end_step=start if end is None else end,
+                     peak_step=start, score=score, severity=severity, message=f"at {start} scored {score}",
+                     evidence={"lost_s": 2.0})
+
+
+def test_one_incident_per_episode_with_its_count_and_worst_detection():
+    found = [det(1000), det(1050, score=9.0), det(1120, severity=Severity.WARNING),  # gaps under 100: one
+             det(1400),  # 280 clean steps later, but inside the 500-step cool-down: counted in the first
+             det(5000), det(5010)]  # a new episode
+    first, second = group(found, config=CONFIG)
+    assert (first.count, first.start_step, first.end_step) == (4, 1000, 1400)
+    assert first.worst.start_step == 1050 and first.severity is Severity.WARNING
+    assert (second.count, second.start_step) == (2, 5000)
+
+
+def test_episodes_are_where_the_watch_service_opens_alerts():
+    found = [det(s) for s in (10, 40, 300, 900, 960, 2000, 2600, 2650)]
+    tracker = IncidentTracker(CONFIG)
+    changes, _, _ = run_tracker(tracker, [([d], d.end_step) for d in found] + [([], 4000)])
+    opened = [c.alert.start_step for c in changes if c.kind == "opened"]
+    assert [i.start_step for i in group(found, config=CONFIG)] == opened == [10, 900, 2000, 2600]
+
+
+def test_keys_never_mix():
+    found = [det(10), det(20, detector="throughput", metric="perf/step_time_s"), det(30, run="other")]
+    assert sorted((i.run, i.detector) for i in group(found)) == [("other", "spike"), ("r", "spike"),
+                                                                  ("r", "throughput")]
+
+
+def test_a_sparse_metric_stays_one_episode_across_its_logging_interval():
+    evals = [det(s, detector="eval_regression", metric="eval/downstream/piqa/acc") for s in range(1000, 4001, 1000)]
+    assert len(group(evals, config=CONFIG)) == 4  # as if logged every step: 1,000 clean steps end an episode
+    marks = {"eval/downstream/piqa/acc": (1000, 9000, 9)}  # evaluated every 1,000 steps
+    (one,) = group(evals, progress_from_marks("r", marks), config=CONFIG)
+    assert one.count == 4
+
+
+def test_bursts_at_a_steady_period_are_one_periodic_incident():
+    bursts = [det(start + k, detector="throughput", metric="perf/step_time_s")
+              for start in range(1000, 20000, 2000) for k in (0, 3, 9)]
+    (periodic,) = group(bursts, config=CONFIG)
+    assert periodic.count == 30 and periodic.episodes == 10 and periodic.period_steps == 2000
+    # Episodes at irregular spacing (spikes) stay apart.
+    irregular = [det(s) for s in (1000, 2700, 3400, 5900, 6600, 9500)]
+    assert len(group(irregular, config=CONFIG)) == 6
+    # Four bursts are too few to call a period.
+    assert len(group([d for d in bursts if d.start_step < 8000], config=CONFIG)) == 4
+
+
+def test_most_severe_first_and_marks_of_a_run_in_memory():
+    found = [det(10), det(5000, severity=Severity.CRITICAL, detector="nonfinite")]
+    assert [i.detector for i in most_severe_first(group(found))] == ["nonfinite", "spike"]
+    steps = np.arange(1, 1001)
+    frame = pd.DataFrame({"train/loss": 3.0, "eval/heldout/c4/loss": np.where(steps % 100 == 0, 3.1, np.nan)},
+                         index=pd.Index(steps, name="step"))
+    marks = marks_of(run("r", frame))
+    assert marks["train/loss"] == (1, 1000, 1000) and marks["eval/heldout/c4/loss"] == (100, 1000, 10)
+    assert progress_from_marks("r", marks)[("r", "eval/heldout/c4/loss")] == Progress(1000, 100.0)
