@@ -15,6 +15,7 @@ from tsdownsample import MinMaxLTTBDownsampler
 
 from app.dashboard.axis import STEP_AXIS, AxisMap, interpolated_tokens, linear_tokens
 from app.dashboard.routes import ViewSpec
+from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
     HELDOUT_PREFIX,
@@ -213,19 +214,22 @@ def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> p
 def findings(store: Store, run: str) -> pd.DataFrame:
     """What was found on `run`: its alerts (the watch service's incidents), then the stored
     detections that no alert of the same detector and metric overlaps (those `gapwatch detect`
-    stored, or recurrences the watch folded into a cool-down), with state "found". Columns as
-    `read_alerts`, plus `source` ("alert" or "detection")."""
-    alerts = store.read_alerts(run).assign(source="alert")
-    detections = _detections(store, run, None)
-    if not len(detections):
+    stored, or recurrences the watch folded into a cool-down), grouped into incidents by the watch
+    service's rule (monitor/alerting/grouping.py) with state "found". Columns as `read_alerts`, plus
+    `source` ("alert" or "detection") and `count` (detections in the row)."""
+    alerts = store.read_alerts(run).assign(source="alert", count=1)
+    stored = store.read_detections(run)
+    covered = [any(d.detector == a.detector and d.metric == a.metric and d.start_step <= a.end_step
+                   and d.end_step >= a.start_step for a in alerts.itertuples(index=False)) for d in stored]
+    loose = [d for d, c in zip(stored, covered) if not c]
+    if not loose:
         return alerts
-    covered = np.zeros(len(detections), dtype=bool)
-    for a in alerts.itertuples(index=False):
-        covered |= ((detections["detector"] == a.detector) & (detections["metric"] == a.metric)
-                    & (detections["start_step"] <= a.end_step) & (detections["end_step"] >= a.start_step)).to_numpy()
-    found = detections[~covered].assign(state="found", source="detection")
+    incidents = most_severe_first(group(loose, progress_from_marks(run, store.run_marks(run).series)))
+    found = pd.DataFrame([{**i.to_dict(), "state": "found", "source": "detection"} for i in incidents])
+    found["severity"] = found["severity"].map(lambda s: getattr(s, "value", s))
+    found = found[[c for c in alerts.columns if c in found.columns]]
     frame = pd.concat([alerts, found], ignore_index=True) if len(alerts) else found.reset_index(drop=True)
-    return frame.astype({"start_step": "int64", "end_step": "int64", "peak_step": "int64"})
+    return frame.astype({"start_step": "int64", "end_step": "int64", "peak_step": "int64", "count": "int64"})
 
 
 def run_extent(store: Store, run: str) -> tuple[int, int] | None:

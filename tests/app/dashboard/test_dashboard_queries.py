@@ -122,19 +122,22 @@ def test_findings_are_alerts_and_the_stored_detections_no_alert_covers(tmp_path,
     runs = demo.build(url, steps=300, alerts=False)
     with open_store(url, read_only=True) as store:
         found = queries.findings(store, runs.run)
-    # Nothing was alerted: every stored detection is a finding of its own.
-    assert len(found) == 5 and set(found["state"]) == {"found"} and set(found["source"]) == {"detection"}
-    assert "critical" in set(found["severity"])
+    # Nothing was alerted: the stored detections are the findings, grouped as the watch service
+    # would alert on them (three spikes within one cool-down are one incident), most severe first.
+    assert found[["detector", "count"]].values.tolist() == [["reference_divergence", 1], ["spike", 3],
+                                                            ["throughput", 1]]
+    assert set(found["state"]) == {"found"} and set(found["source"]) == {"detection"}
+    assert found["severity"].tolist()[0] == "critical"
     with open_store(url) as store:
         spike = runs.spike_steps[0]
         demo.add_alert(store, runs.run, "spike", TRAIN_GRAD_NORM, "warning", spike - 2, spike + 2, "spike alert")
     with open_store(url, read_only=True) as store:
         found = queries.findings(store, runs.run)
-    # The alert replaces the detection it covers; the other spikes stay (other steps).
-    assert len(found) == 5
+    # The alert replaces the detection it covers; the other two spikes stay, as one incident.
     assert found.loc[found["source"] == "alert", "message"].tolist() == ["spike alert"]
     spikes = found[(found["detector"] == "spike") & (found["source"] == "detection")]
-    assert sorted(spikes["start_step"]) == sorted(runs.spike_steps[1:])
+    assert spikes[["start_step", "end_step", "count"]].values.tolist() == [
+        [runs.spike_steps[1], runs.spike_steps[2], 2]]
     assert found["start_step"].dtype == "int64"
 
 
