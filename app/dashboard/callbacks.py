@@ -92,7 +92,11 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
     def change_view(reference, axis, _show_all, smoothing, full_y, _relayouts, view, pathname):
         """A new view from a control or a zoom, written into the URL too (so it can be shared)."""
         spec = ViewSpec.from_dict(view["spec"])
+        before = spec
         step_range = tuple(view["range"]) if view["range"] else None
+        if ctx.triggered_id == "ref-select" and (reference or None) == (view.get("shown_reference") or None):
+            # The dropdown settling on the reference the page already shows is no change.
+            return no_update, no_update, no_update
         if ctx.triggered_id == "show-all":
             step_range = None
         elif ctx.triggered_id == "ref-select":
@@ -112,10 +116,13 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             if new_range == step_range:
                 return no_update, no_update, no_update
             step_range = new_range
+        if spec == before and step_range == (tuple(view["range"]) if view["range"] else None):
+            return no_update, no_update, no_update
         spec = spec.replace(lo=step_range[0] if step_range else None, hi=step_range[1] if step_range else None)
         search = "?" + spec.href().partition("?")[2] if "?" in spec.href() else ""
-        return ({"spec": spec.to_dict(), "range": list(step_range) if step_range else None}, search,
-                f"{pathname}{search}")
+        shown = spec.reference if ctx.triggered_id == "ref-select" else view.get("shown_reference")
+        return ({"spec": spec.to_dict(), "range": list(step_range) if step_range else None,
+                 "shown_reference": shown}, search, f"{pathname}{search}")
 
     @app.callback(
         Output(PANEL, "figure"), Output("live", "data"), Output("resolution", "children"),

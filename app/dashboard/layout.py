@@ -75,7 +75,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
              default_reference: str | None, tasks: list[str]) -> html.Div:
     others = [{"label": n, "value": n} for n in run_names if n != spec.run]
     reference = spec.reference if spec.reference is not None else default_reference
-    view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None}
+    view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None, "shown_reference": reference}
     # No height on the graphs: each figure carries its own (an empty panel is a short note).
     graphs = [
         dcc.Graph(id={"type": "panel", "name": p}, className=f"panel panel-{p}",
