@@ -71,7 +71,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         if run is None:
             return layout.missing_run(spec.run)
         reference = spec.reference if spec.reference is not None else run["reference"]
-        tasks = queries.downstream_tasks(store, [n for n in (spec.run, reference) if n and n in names])
+        tasks = queries.downstream_tasks(store, spec.run, reference if reference in names else None)
         step_range = (spec.lo, spec.hi) if spec.lo is not None else queries.link_range(spec.start, spec.end)
         return layout.run_page(spec, names, step_range, run["reference"], tasks)
 
@@ -121,7 +121,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         spec = spec.replace(lo=step_range[0] if step_range else None, hi=step_range[1] if step_range else None)
         search = "?" + spec.href().partition("?")[2] if "?" in spec.href() else ""
         shown = spec.reference if ctx.triggered_id == "ref-select" else view.get("shown_reference")
-        return ({"spec": spec.to_dict(), "range": list(step_range) if step_range else None,
+        return ({**view, "spec": spec.to_dict(), "range": list(step_range) if step_range else None,
                  "shown_reference": shown}, search, f"{pathname}{search}")
 
     @app.callback(
@@ -138,7 +138,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             # Keep what the page shows and say why it is not current.
             return ([no_update] * len(ctx.outputs_list[0]), no_update, no_update,
                     [f"The store cannot be read ({describe_db_error(exc)}): showing what was read before."])
-        rendered = panels.build(data, tasks)
+        # No pick: the first tasks in the report's order (most different from the reference first).
+        rendered = panels.build(data, tasks or view.get("tasks"))
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
         return ([rendered.figures[name] for name in order], state, rendered.resolution,

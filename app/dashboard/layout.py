@@ -75,7 +75,8 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
              default_reference: str | None, tasks: list[str]) -> html.Div:
     others = [{"label": n, "value": n} for n in run_names if n != spec.run]
     reference = spec.reference if spec.reference is not None else default_reference
-    view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None, "shown_reference": reference}
+    view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None, "shown_reference": reference,
+            "tasks": tasks}
     # No height on the graphs: each figure carries its own (an empty panel is a short note).
     graphs = [
         dcc.Graph(id={"type": "panel", "name": p}, className=f"panel panel-{p}",
@@ -111,7 +112,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
             html.Label("downstream tasks"),
             dcc.Dropdown(id="task-select", options=[{"label": t, "value": t} for t in tasks], multi=True,
                          placeholder=(f"all {len(tasks)}" if len(tasks) <= DEFAULT_MAX_TASKS
-                                      else f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}"),
+                                      else f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}, most different first"),
                          style={"minWidth": "420px"}),
         ], className="task-row", style=None if tasks else {"display": "none"}),
         html.Div(graphs, className="panels"),

@@ -15,6 +15,9 @@ from tsdownsample import MinMaxLTTBDownsampler
 
 from app.dashboard.axis import STEP_AXIS, AxisMap, interpolated_tokens, linear_tokens
 from app.dashboard.routes import ViewSpec
+from app.report.downstream_table import downstream_table
+from app.report.pair import ComparedPair
+from monitor.align import align_pair
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
@@ -51,12 +54,28 @@ def wanted_keys(all_keys: list[str], prefixes: tuple[str, ...]) -> list[str]:
     return [k for k in all_keys if k.startswith(prefixes) and not k.endswith(SKIPPED_SUFFIXES)]
 
 
-def downstream_tasks(store: Store, runs: list[str]) -> list[str]:
-    """`<task>/<metric>` of every downstream eval the runs logged (their stderr and n left out)."""
-    keys = set()
-    for run in runs:
-        keys.update(k for k in store.list_keys(run) if k.startswith(DOWNSTREAM_PREFIX))
-    return sorted(k[len(DOWNSTREAM_PREFIX):] for k in keys if not k.endswith(("/stderr", "/n")))
+def downstream_tasks(store: Store, run: str, reference: str | None) -> list[str]:
+    """`<task>/<metric>` of every downstream eval the runs logged (their stderr and n left out),
+    in the report's order: the tasks whose difference from the reference is most significant
+    first (app/report/downstream_table.py, on the two runs' downstream series only), then the
+    rest alphabetically."""
+    keys = {run: [k for k in store.list_keys(run) if k.startswith(DOWNSTREAM_PREFIX)]}
+    if reference:
+        keys[reference] = [k for k in store.list_keys(reference) if k.startswith(DOWNSTREAM_PREFIX)]
+    names = sorted({k[len(DOWNSTREAM_PREFIX):] for ks in keys.values() for k in ks
+                    if not k.endswith(("/stderr", "/n"))})
+    if not reference or not keys[run] or not keys[reference]:
+        return names
+    first = _most_different(store, run, reference, keys)
+    return first + [n for n in names if n not in first]
+
+
+def _most_different(store: Store, run: str, reference: str, keys: dict[str, list[str]]) -> list[str]:
+    loaded = {name: store.load_run(name, [*ks, TRAIN_TOKENS]) for name, ks in keys.items()}
+    aligned_run, aligned_ref = align_pair(loaded[run], loaded[reference], "auto")
+    pair = ComparedPair(run=loaded[run], reference=loaded[reference], aligned_run=aligned_run,
+                        aligned_reference=aligned_ref, axis="", axis_reason="")
+    return [f"{row['task']}/{row['metric']}" for row in downstream_table(pair).rows]
 
 
 def axis_for(store: Store, info: RunInfo, kind: str) -> AxisMap | None:

@@ -160,3 +160,23 @@ def test_new_points_reads_only_after_each_keys_last_step(demo_url):
         rows = queries.new_points(store, RUN, {TRAIN_LOSS: 2990, TRAIN_GRAD_NORM: 2995}, max_points=2000)
     assert rows[rows["key"] == TRAIN_LOSS]["step"].tolist() == list(range(2991, 3000))
     assert rows[rows["key"] == TRAIN_GRAD_NORM]["step"].tolist() == list(range(2996, 3000))
+
+
+def test_downstream_tasks_come_in_the_reports_order_most_different_first(tmp_path):
+    from monitor.schema import downstream_key
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    scores = {"arc_easy": (0.50, 0.50), "hellaswag": (0.60, 0.40), "boolq": (0.53, 0.50)}
+    with open_store(url) as store:
+        for i, name in enumerate(("run", "ref")):
+            store.ensure_run(name)
+            rows = [{"step": s, "key": TRAIN_LOSS, "value": 3.0} for s in range(0, 2001, 100)]
+            for task, values in scores.items():
+                for step in (1000, 2000):
+                    rows += [{"step": step, "key": downstream_key(task, "acc"), "value": values[i]},
+                             {"step": step, "key": downstream_key(task, "acc") + "/stderr", "value": 0.01}]
+            store.write_metrics(name, pd.DataFrame(rows))
+    with open_store(url, read_only=True) as store:
+        assert queries.downstream_tasks(store, "run", "ref") == ["hellaswag/acc", "boolq/acc", "arc_easy/acc"]
+        # Without a reference there is no difference to order by: alphabetical.
+        assert queries.downstream_tasks(store, "run", None) == ["arc_easy/acc", "boolq/acc", "hellaswag/acc"]
