@@ -13,6 +13,7 @@ import pandas as pd
 
 from monitor.align import align_pair
 from monitor.alerting.incidents import Progress
+from monitor.detectors.base import EVAL_PREFIX
 from monitor.detectors.rundata import concat_rows
 from monitor.detectors.state import DetectorState
 from monitor.engine import DetectionEngine
@@ -141,11 +142,16 @@ class RunWatcher:
         return ref
 
     def _trim_reference(self) -> None:
-        """Keep each aligned column only from the first step a detector's tail still holds of it."""
+        """Keep of each aligned column what a detector's tail can still ask for: an evaluation
+        column from the first step a tail holds of it (a detector interpolates the reference's
+        checkpoints between the run's), a dense column only at the steps the tails hold. A tail
+        that keeps the run's first row (the data-loader check) would otherwise keep every dense
+        step since then, and a poll would cost as much as the run is long."""
         cache = self._ref_cache
         if cache is None or cache.scalars.empty:
             return
         keep_from: dict[str, int] = {}
+        held: dict[str, list[np.ndarray]] = {}
         for state in self.states.values():
             tail = state.tail
             if tail is None or tail.scalars.empty:
@@ -154,10 +160,15 @@ class RunWatcher:
                 logged = tail.scalars.index[tail.scalars[column].notna().to_numpy()]
                 first = int(logged[0]) if len(logged) else int(tail.scalars.index[-1])
                 keep_from[column] = min(first, keep_from.get(column, first))
+                held.setdefault(column, []).append(tail.scalars.index.to_numpy())
         scalars = cache.scalars[[c for c in cache.scalars.columns if c in keep_from]]
         steps = scalars.index.to_numpy()
         for column in scalars.columns:
-            scalars.loc[steps < keep_from[column], column] = np.nan
+            if column.startswith(EVAL_PREFIX):
+                drop = steps < keep_from[column]
+            else:
+                drop = ~np.isin(steps, np.concatenate(held[column]))
+            scalars.loc[drop, column] = np.nan
         scalars = scalars[scalars.notna().any(axis=1)]
         nf = cache.logged_nonfinite
         nf = nf[nf["key"].map(keep_from).fillna(np.inf).to_numpy() <= nf["step"].to_numpy()]
