@@ -12,11 +12,12 @@ from monitor.engine import DetectConfig, DetectionEngine, DetectResult, empty_se
 from monitor.errors import GapwatchError
 from monitor.schema import Detection, NotJudged, RunData, Severity
 
-Progress = Callable[[str], None]
+ProgressCallback = Callable[[str], None]
+"""Told one line per phase of a long job ("loading run", "aligning", ...)."""
 
 
-def _quiet(_: str) -> None:
-    pass
+def quiet(_: str) -> None:
+    """The progress callback that says nothing."""
 
 
 def make_detectors(config: DetectConfig):
@@ -25,13 +26,13 @@ def make_detectors(config: DetectConfig):
 
 
 def judge(run: RunData, reference: RunData | None, config: DetectConfig | None = None,
-          progress: Progress = _quiet) -> DetectResult:
+          progress: ProgressCallback = quiet) -> DetectResult:
     """Run the configured detectors over `run` (and its reference, aligned). Pure: no store."""
     return DetectionEngine(config).judge(run, reference, progress)
 
 
 def detect_stored(store, run: str, reference: str | None = None, config: DetectConfig | None = None,
-                  write: bool = True, progress: Progress = _quiet) -> DetectResult:
+                  write: bool = True, progress: ProgressCallback = quiet) -> DetectResult:
     """Judge a stored run against `reference` (default: the reference recorded for the run) and,
     unless `write` is False, store the detections (upserted by run, detector, metric and first
     step), detector series and what could not be judged."""

@@ -39,7 +39,7 @@ from trainer.data import DataHosts
 from trainer.distributed import data_parallel_mesh, local_data_hosts
 from trainer.evaluation import InLoopEvals
 from trainer.faults import Faults
-from trainer.sinks import ConsoleSink, HostSink, Sinks, WandbSink
+from trainer.sinks import ProgressLineSink, HostSink, Sinks, WandbSink
 from trainer.step import (DATA_AXIS, expected_unique_fraction, init_state, make_train_step,
                           state_sharding)
 
@@ -204,7 +204,7 @@ class _Trainer:
                                         str(opts.checkpoint_dir().parent)))
         every = opts.console_every if opts.console_every is not None else max(cfg.steps // 20, 1)
         if every:
-            host_sinks.append(ConsoleSink(cfg.steps, every))
+            host_sinks.append(ProgressLineSink(cfg.steps, every))
         return Sinks(monitor, host_sinks)
 
     def _announce(self, sinks: Sinks, latest, start, loader_states, global_batch, records, corpus_key) -> None:

@@ -91,7 +91,7 @@ def _wandb_id(run: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in run)[:64]
 
 
-class ConsoleSink:
+class ProgressLineSink:
     """A progress line every `every` steps: step, loss, tokens/s, epoch (stderr, for humans)."""
 
     def __init__(self, total_steps: int, every: int, stream=None) -> None:

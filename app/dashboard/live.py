@@ -22,7 +22,7 @@ from monitor.store import Store
 
 
 @dataclass
-class PollResult:
+class LiveUpdate:
     append: dict | None  # panel -> [{"x": [[...]], "y": [[...]]}, [trace indices]]
     refresh: bool
     alerts_changed: bool
@@ -46,7 +46,7 @@ def initial_state(store: Store, view: ViewData, rendered: RenderedView, now: flo
     }
 
 
-def poll(store: Store, state: dict, *, max_points: int, full_refresh_s: float, now: float) -> PollResult:
+def poll(store: Store, state: dict, *, max_points: int, full_refresh_s: float, now: float) -> LiveUpdate:
     signature = store.activity(state["run"])
     old = state["signature"]
     # The alert list shows stored detections too: new ones from `detect` redraw it.
@@ -54,26 +54,26 @@ def poll(store: Store, state: dict, *, max_points: int, full_refresh_s: float, n
     markers_changed = signature[0] != old[0] or signature[1] != old[1]
     state = {**state, "signature": signature}
     if state["fixed_range"]:
-        return PollResult(None, markers_changed, alerts_changed, state)
+        return LiveUpdate(None, markers_changed, alerts_changed, state)
 
     run_new = _fresh(store, state, "run", max_points)
     if run_new is None:
-        return PollResult(None, True, alerts_changed, state)
+        return LiveUpdate(None, True, alerts_changed, state)
     ref_new = None
     if state["reference"] is not None:
         ref_new = _fresh(store, state, "reference", max_points)
         if ref_new is None:
-            return PollResult(None, True, alerts_changed, state)
+            return LiveUpdate(None, True, alerts_changed, state)
         # Only as far as the run has got: the reference's future is not part of a live view.
         run_end = _run_end_x(state, run_new)
         if len(ref_new):
             ref_new = ref_new[ref_new["x"] <= run_end] if run_end is not None else ref_new.iloc[0:0]
     added = len(run_new) + (len(ref_new) if ref_new is not None else 0)
     if added == 0:
-        return PollResult(None, markers_changed, alerts_changed, state)
+        return LiveUpdate(None, markers_changed, alerts_changed, state)
     appended = state["appended"] + added
     if markers_changed or appended > max_points // 2 or now - state["rendered_at"] > full_refresh_s:
-        return PollResult(None, True, alerts_changed, state)
+        return LiveUpdate(None, True, alerts_changed, state)
 
     frames = {"run": run_new, "reference": ref_new}
     last = {role: dict(state["last"][role]) for role in ("run", "reference")}
@@ -98,7 +98,7 @@ def poll(store: Store, state: dict, *, max_points: int, full_refresh_s: float, n
             for key, step in frame.groupby("key")["step"].max().items():
                 last[role][key] = max(int(step), last[role].get(key, -1))
     state = {**state, "last": last, "appended": appended, "run_end_x": _run_end_x(state, run_new)}
-    return PollResult(append or None, False, alerts_changed, state)
+    return LiveUpdate(append or None, False, alerts_changed, state)
 
 
 def _fresh(store: Store, state: dict, role: str, max_points: int) -> pd.DataFrame | None:

@@ -9,25 +9,17 @@ side. The report writes nothing to the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from monitor.align import align_pair
-from monitor.detection import DetectConfig, judge
+from monitor.detection import DetectConfig, ProgressCallback, judge, quiet
 from monitor.errors import GapwatchError
 from monitor.schema import RunData
 
 from app.report.pair import ComparedPair
 
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    return None
-
-
 def load_pair(store, run: str, reference: str | None = None, detect: DetectConfig | None = None,
-              progress: Progress = _quiet) -> ComparedPair:
+              progress: ProgressCallback = quiet) -> ComparedPair:
     """The stored run and its reference (given, else the one recorded with the run), compared."""
     info = store.get_run(run)
     if info is None:
@@ -47,7 +39,7 @@ def load_pair(store, run: str, reference: str | None = None, detect: DetectConfi
 
 
 def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None,
-            progress: Progress = _quiet) -> ComparedPair:
+            progress: ProgressCallback = quiet) -> ComparedPair:
     """Align two runs for the tables and judge them with the detectors."""
     detect = replace(detect or DetectConfig(), write_series=True)
     if run.scalars.empty:

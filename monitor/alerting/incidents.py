@@ -11,6 +11,7 @@ detections again (or a detector that reports whole intervals each pass) sends no
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +22,19 @@ from monitor.schema import Detection, Severity
 OPEN = "open"
 RESOLVED = "resolved"
 
-# Change kinds. Only OPENED, ESCALATED and RESOLVED notify; EXTENDED updates the row quietly.
-OPENED = "opened"
-EXTENDED = "extended"
-ESCALATED = "escalated"
-RESOLVED_CHANGE = "resolved"
-NOTIFYING = (OPENED, ESCALATED, RESOLVED_CHANGE)
+
+
+class ChangeKind(str, enum.Enum):
+    """What a change does to an alert (the state an alert is in is OPEN or RESOLVED above)."""
+
+    OPENED = "opened"
+    EXTENDED = "extended"
+    """Quiet: the row is updated, nobody is notified."""
+    ESCALATED = "escalated"
+    RESOLVED = "resolved"
+
+
+NOTIFYING = (ChangeKind.OPENED, ChangeKind.ESCALATED, ChangeKind.RESOLVED)
 
 IncidentKey = tuple[str, int, str, str]
 
@@ -68,7 +76,7 @@ class Alert:
 
 @dataclass
 class AlertChange:
-    kind: str
+    kind: ChangeKind
     alert: Alert
     """The alert itself (shared by every change to it in one batch, so it holds the final state)."""
     previous_severity: Severity | None = None
@@ -128,7 +136,7 @@ class IncidentTracker:
                 continue
             alert = self.open_alert(d, key, now)
             open_alerts[key] = alert
-            changes.append(AlertChange(OPENED, alert))
+            changes.append(AlertChange(ChangeKind.OPENED, alert))
         for key, alert in list(open_alerts.items()):
             seen = self.progress_of(progress, alert.run, alert.metric)
             if seen is not None and seen.last_step >= alert.end_step + self.quiet_window(alert.detector, seen):
@@ -184,10 +192,10 @@ class IncidentTracker:
             alert.severity = severity
         alert.updated_at = now
         if escalates:
-            return AlertChange(ESCALATED, alert, previous_severity=before)
-        return AlertChange(EXTENDED, alert)
+            return AlertChange(ChangeKind.ESCALATED, alert, previous_severity=before)
+        return AlertChange(ChangeKind.EXTENDED, alert)
 
     @staticmethod
     def _resolve(alert: Alert, now: float) -> AlertChange:
         alert.state, alert.resolved_at, alert.updated_at = RESOLVED, now, now
-        return AlertChange(RESOLVED_CHANGE, alert)
+        return AlertChange(ChangeKind.RESOLVED, alert)

@@ -13,11 +13,9 @@ import pandas as pd
 from monitor.alerting import notifications
 from monitor.alerting.config import AlertingConfig
 from monitor.alerting.incidents import (
-    ESCALATED,
     NOTIFYING,
     OPEN,
-    OPENED,
-    RESOLVED_CHANGE,
+    ChangeKind,
     Alert,
     AlertChange,
     IncidentKey,
@@ -72,11 +70,11 @@ class AlertLedger:
                 if id(change.alert) not in written:
                     self._write_alert(change.alert)
                     written.add(id(change.alert))
-            opened_now = {id(c.alert) for c in changes if c.kind == OPENED}
+            opened_now = {id(c.alert) for c in changes if c.kind == ChangeKind.OPENED}
             for change in changes:
                 if change.kind not in NOTIFYING:
                     continue
-                if change.kind == ESCALATED and id(change.alert) in opened_now:
+                if change.kind == ChangeKind.ESCALATED and id(change.alert) in opened_now:
                     # Opened and escalated in one pass: the opening message already has the severity.
                     continue
                 queued += self._enqueue(change, now)
@@ -99,7 +97,7 @@ class AlertLedger:
 
     def _enqueue(self, change: AlertChange, now: float) -> int:
         alert = change.alert
-        if change.kind == RESOLVED_CHANGE:
+        if change.kind == ChangeKind.RESOLVED:
             # A resolution goes wherever the incident was announced, and nowhere else.
             sinks = self.store.outbox.sinks_of(alert.id)
         elif self.config.silenced(alert, now):

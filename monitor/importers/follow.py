@@ -35,7 +35,7 @@ class FollowConfig:
 
 
 @dataclass
-class PollResult:
+class FollowPoll:
     poll: int
     rows_new: int
     rows_total: int
@@ -45,8 +45,8 @@ class PollResult:
 def follow(store, name: str, source: str, fmt: str, *, profile: str | Profile | None = None,
            load_kwargs: dict | None = None, write_kwargs: dict | None = None,
            config: FollowConfig | None = None, api_config=None,
-           on_poll: Callable[[PollResult], None] | None = None,
-           sleep: Callable[[float], None] = time.sleep) -> PollResult:
+           on_poll: Callable[[FollowPoll], None] | None = None,
+           sleep: Callable[[float], None] = time.sleep) -> FollowPoll:
     """Poll `source` into run `name` until it is done or a limit is reached; the last result."""
     config = config or FollowConfig()
     load_kwargs = dict(load_kwargs or {})
@@ -60,7 +60,7 @@ def follow(store, name: str, source: str, fmt: str, *, profile: str | Profile | 
         result = write_run(store, name, run, previous_rows=previous, **write_kwargs)
         # Only the first poll names the run it is the reference of.
         write_kwargs.pop("reference_of", None)
-        outcome = PollResult(poll, result.rows_new, result.rows_total, finished)
+        outcome = FollowPoll(poll, result.rows_new, result.rows_total, finished)
         if on_poll is not None:
             on_poll(outcome)
         if result.rows_new:
@@ -149,4 +149,4 @@ class _WandbApiPoller(_WandbFilePoller):
         return run, previous, self.reader.finished
 
 
-__all__ = ["FollowConfig", "PollResult", "follow"]
+__all__ = ["FollowConfig", "FollowPoll", "follow"]

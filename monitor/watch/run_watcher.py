@@ -26,7 +26,7 @@ STATE_VERSION = 2
 
 
 @dataclass
-class PollResult:
+class JudgedBatch:
     detections: list[Detection]
     """New or changed detections (an interval seen before comes back only when it changed)."""
     series: pd.DataFrame
@@ -92,7 +92,7 @@ class RunWatcher:
         }
 
     # --- polling -------------------------------------------------------------------------------
-    def poll(self) -> PollResult | None:
+    def poll(self) -> JudgedBatch | None:
         """Judge what arrived since the last poll; None when nothing did."""
         m = rows.marks(self.store, self.run)
         if not rows.has_news(self.cursor, m):
@@ -103,7 +103,7 @@ class RunWatcher:
         update = self.engine.update(self.states, batch.rows, reference)
         self._trim_reference()
         self._fill_attempts(update.detections)
-        return PollResult(update.detections, update.series, rows.progress(self.run, self.cursor, m), batch.more,
+        return JudgedBatch(update.detections, update.series, rows.progress(self.run, self.cursor, m), batch.more,
                           batch.window_end)
 
     # --- the reference, aligned onto the run's steps -------------------------------------------

@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from monitor.alerting.incidents import EXTENDED, IncidentTracker
+from monitor.alerting.incidents import ChangeKind, IncidentTracker
 from monitor.alerting.ledger import AlertLedger
 from monitor.alerting.outbox import DeliveryPass, Outbox
 from monitor.alerting.sinks import Sink, build_sinks
 from monitor.engine import DetectionEngine
 from monitor.errors import GapwatchError
-from monitor.store import DatabaseError
+from monitor.store import DatabaseError, describe_db_error
 from monitor.watch.config import WatchConfig
 from monitor.watch.run_watcher import RunWatcher
 from monitor.watch.targets import Target, TargetSpec
@@ -77,7 +77,7 @@ class WatchService:
             try:
                 self._current = self.targets.resolve(self.store)
             except DatabaseError as exc:
-                log.warning("store unavailable (%s); will retry", _first_line(exc))
+                log.warning("store unavailable (%s); will retry", describe_db_error(exc))
                 return 0
         self._polls += 1
         queued = 0
@@ -88,7 +88,7 @@ class WatchService:
                 queued += self._poll_target(target)
             except DatabaseError as exc:
                 # The store went away for a moment: forget in-memory state, resume from what was saved.
-                log.warning("%s: store unavailable (%s); will retry", target.run, _first_line(exc))
+                log.warning("%s: store unavailable (%s); will retry", target.run, describe_db_error(exc))
                 self.watchers.pop(target, None)
             except GapwatchError as exc:
                 log.warning("%s: %s", target.run, exc)
@@ -122,7 +122,7 @@ class WatchService:
             if save_state:
                 self._state_saved_at[target.run] = now
             for change in changes:
-                level = logging.DEBUG if change.kind == EXTENDED else logging.INFO
+                level = logging.DEBUG if change.kind == ChangeKind.EXTENDED else logging.INFO
                 log.log(level, "%s: alert %s %s (%s on %s, steps %d-%d)", target.run, change.alert.id, change.kind,
                         change.alert.detector, change.alert.metric, change.alert.start_step, change.alert.end_step)
             if not result.more:
@@ -165,7 +165,7 @@ class WatchService:
                 self.outbox.deliver_due()
                 due = self.outbox.seconds_until_due()
             except DatabaseError as exc:
-                log.warning("outbox: store unavailable (%s); will retry", _first_line(exc))
+                log.warning("outbox: store unavailable (%s); will retry", describe_db_error(exc))
                 due = None
             except Exception:  # noqa: BLE001 - the delivery thread must outlive any one failure
                 log.exception("outbox: delivery pass failed; will retry")
@@ -201,13 +201,8 @@ class WatchService:
             try:
                 self.save_states()
             except DatabaseError as exc:
-                log.warning("could not save watch state on stop (%s)", _first_line(exc))
+                log.warning("could not save watch state on stop (%s)", describe_db_error(exc))
 
     def stop(self) -> None:
         self.stop_event.set()
         self._wake_delivery.set()
-
-
-def _first_line(exc: Exception) -> str:
-    orig = getattr(exc, "orig", exc)
-    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]

@@ -125,6 +125,6 @@ def test_an_alert_link_opens_its_range_in_the_same_view(server, page):
     wait_for_panel(page, "loss")
     page.wait_for_function(f"(() => {{ const r = {panel_js('loss')}._fullLayout.xaxis.range;"
                            f" return r[0] <= {q['start']} && r[1] >= {q['end']}; }})()", timeout=30_000)
-    assert page.locator(f"#ref-select").inner_text().strip().startswith(REFERENCE)
+    assert page.locator("#ref-select").inner_text().strip().startswith(REFERENCE)
     screenshot(page, "real-pair-alert-link")
     assert not page.errors, page.errors

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from monitor.alerting.config import IncidentConfig
 from monitor.alerting.incidents import (
-    ESCALATED,
-    EXTENDED,
-    OPENED,
-    RESOLVED_CHANGE,
+    ChangeKind,
     IncidentTracker,
     Progress,
 )
@@ -39,8 +36,8 @@ def test_long_incident_sends_one_opening_and_one_resolution():
     batches = [([det(1000, end)], end) for end in range(1000, 6000, 10)]
     batches += [([], step) for step in range(6000, 6200, 10)]
     changes, open_alerts, resolved = run_tracker(tracker, batches)
-    notifying = [c for c in changes if c.kind != EXTENDED]
-    assert kinds(notifying) == [OPENED, RESOLVED_CHANGE]
+    notifying = [c for c in changes if c.kind != ChangeKind.EXTENDED]
+    assert kinds(notifying) == [ChangeKind.OPENED, ChangeKind.RESOLVED]
     alert = notifying[-1].alert
     assert (alert.start_step, alert.end_step, alert.state) == (1000, 5990, "resolved")
     assert not open_alerts and list(resolved) == [("r", 0, "nonfinite", "train/loss")]
@@ -57,7 +54,7 @@ def test_same_detections_twice_change_nothing():
     open_alerts, resolved = {}, {}
     first = tracker.apply([det(10, 50)], open_alerts, resolved, {("r", None): Progress(50)}, now=1.0)
     again = tracker.apply([det(10, 50)], open_alerts, resolved, {("r", None): Progress(50)}, now=2.0)
-    assert kinds(first) == [OPENED] and again == []
+    assert kinds(first) == [ChangeKind.OPENED] and again == []
     # ...and a resolved incident seen again (a restart replays old detections) stays resolved.
     tracker.apply([], open_alerts, resolved, {("r", None): Progress(500)}, now=3.0)
     assert tracker.apply([det(10, 50)], open_alerts, resolved, {("r", None): Progress(500)}, now=4.0) == []
@@ -68,7 +65,7 @@ def test_escalation_notifies_once_and_keeps_the_worst_evidence():
     batches = [([det(0, 10, score=1.0)], 10), ([det(0, 20, Severity.CRITICAL, score=5.0)], 20),
                ([det(0, 30, Severity.WARNING, score=2.0)], 30)]
     changes, open_alerts, _ = run_tracker(tracker, batches)
-    assert kinds(changes) == [OPENED, ESCALATED, EXTENDED]
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.ESCALATED, ChangeKind.EXTENDED]
     assert changes[1].previous_severity is Severity.WARNING
     alert = next(iter(open_alerts.values()))
     assert alert.severity is Severity.CRITICAL and alert.score == 5.0 and alert.end_step == 30
@@ -80,7 +77,7 @@ def test_recurrence_inside_cooldown_is_quiet_and_after_it_opens_a_new_alert():
                ([det(300, 320)], 320), ([], 500),      # recurrence ends within 50 + 500: quiet
                ([det(700, 720)], 720), ([], 900)]      # beyond the cool-down: a new incident
     changes, _, resolved = run_tracker(tracker, batches)
-    assert kinds(changes) == [OPENED, RESOLVED_CHANGE, OPENED, RESOLVED_CHANGE]
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.RESOLVED, ChangeKind.OPENED, ChangeKind.RESOLVED]
     assert changes[2].alert is not changes[0].alert
     assert changes[2].alert.start_step == 700
 
@@ -88,7 +85,7 @@ def test_recurrence_inside_cooldown_is_quiet_and_after_it_opens_a_new_alert():
 def test_gap_longer_than_the_quiet_window_ends_the_incident():
     tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=0))
     changes, _, _ = run_tracker(tracker, [([det(0, 50), det(400, 450)], 450)])
-    assert kinds(changes) == [OPENED, RESOLVED_CHANGE, OPENED]
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.RESOLVED, ChangeKind.OPENED]
 
 
 def test_sparse_metric_continues_across_evals_and_needs_two_clean_ones():
@@ -98,13 +95,13 @@ def test_sparse_metric_continues_across_evals_and_needs_two_clean_ones():
         progress = {("r", "eval/downstream/hellaswag/acc"): Progress(step, spacing=1000.0)}
         found = [det(step, step, metric="eval/downstream/hellaswag/acc", detector="eval_regression")] if flagged else []
         changes += tracker.apply(found, open_alerts, resolved, progress, now=float(step))
-    notifying = [c.kind for c in changes if c.kind != EXTENDED]
-    assert notifying == [OPENED, RESOLVED_CHANGE]
+    notifying = [c.kind for c in changes if c.kind != ChangeKind.EXTENDED]
+    assert notifying == [ChangeKind.OPENED, ChangeKind.RESOLVED]
     assert changes[-1].alert.end_step == 3000
 
 
 def test_attempts_are_separate_incidents():
     tracker = IncidentTracker()
     changes, open_alerts, _ = run_tracker(tracker, [([det(0, 10, attempt=1), det(5, 20, attempt=2)], 20)])
-    assert kinds(changes) == [OPENED, OPENED]
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.OPENED]
     assert {k[1] for k in open_alerts} == {1, 2}
