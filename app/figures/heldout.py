@@ -23,26 +23,29 @@ def _points(frame: pd.DataFrame, y_col: str, name: str, color: str, *, dash: str
     )
 
 
+def _add_sets(fig: go.Figure, run: pd.DataFrame, reference: pd.DataFrame, y_col: str, *, run_name: str,
+              reference_name: str | None, stderr: bool) -> None:
+    """One line per set and run, in the run's or the reference's colour, a marker per set."""
+    sets = sorted(set(run["set"]) | set(reference["set"]))
+    for i, name in enumerate(sets):
+        symbol = SET_SYMBOLS[i % len(SET_SYMBOLS)]
+        for frame, who, color, dash in ((reference, reference_name or "reference", REFERENCE_COLOR, "dash"),
+                                        (run, run_name, RUN_COLOR, None)):
+            part = frame[frame["set"] == name]
+            if len(part):
+                fig.add_trace(_points(part, y_col, f"{text(name)} · {text(who)}", color, dash=dash, group=name,
+                                      symbol=symbol, stderr=part["stderr"].to_numpy(dtype=float) if stderr else None))
+
+
 def heldout_figure(run: pd.DataFrame, reference: pd.DataFrame | None = None, *, run_name: str,
                    reference_name: str | None = None, x_title: str = "step", full_y: bool = True,
                    empty_reason: str = "no held-out evaluations logged") -> go.Figure:
     """Frames (set, step, loss, stderr): the run's colour and the reference's, one marker per set."""
     fig = base_figure("held-out loss at checkpoints (±1 s.e.)", x_title, "loss", height=340)
     reference = reference if reference is not None else run.iloc[0:0]
-    sets = sorted(set(run["set"]) | set(reference["set"]))
-    if not sets:
+    if not len(run) and not len(reference):
         return note_empty(fig, empty_reason)
-    for i, name in enumerate(sets):
-        symbol = SET_SYMBOLS[i % len(SET_SYMBOLS)]
-        ref = reference[reference["set"] == name]
-        if len(ref):
-            fig.add_trace(_points(ref, "loss", f"{text(name)} · {text(reference_name or 'reference')}",
-                                  REFERENCE_COLOR, dash="dash", group=name, symbol=symbol,
-                                  stderr=ref["stderr"].to_numpy(dtype=float)))
-        own = run[run["set"] == name]
-        if len(own):
-            fig.add_trace(_points(own, "loss", f"{text(name)} · {text(run_name)}", RUN_COLOR, dash=None, group=name,
-                                  symbol=symbol, stderr=own["stderr"].to_numpy(dtype=float)))
+    _add_sets(fig, run, reference, "loss", run_name=run_name, reference_name=reference_name, stderr=True)
     if not full_y:
         both = pd.concat([run, reference], ignore_index=True)
         clip_transient(fig, x_values(both), both["loss"].to_numpy(dtype=float))
@@ -56,17 +59,7 @@ def gap_figure(run_gap: pd.DataFrame, reference_gap: pd.DataFrame | None = None,
     reference's does not is fitting its training data more than the reference did."""
     fig = base_figure("train–held-out gap (held-out − train)", x_title, "Δ loss", height=300)
     reference_gap = reference_gap if reference_gap is not None else run_gap.iloc[0:0]
-    sets = sorted(set(run_gap["set"]) | set(reference_gap["set"]))
-    if not sets:
+    if not len(run_gap) and not len(reference_gap):
         return note_empty(fig, empty_reason)
-    for i, name in enumerate(sets):
-        symbol = SET_SYMBOLS[i % len(SET_SYMBOLS)]
-        ref = reference_gap[reference_gap["set"] == name]
-        if len(ref):
-            fig.add_trace(_points(ref, "gap", f"{text(name)} · {text(reference_name or 'reference')}",
-                                  REFERENCE_COLOR, dash="dash", group=name, symbol=symbol))
-        own = run_gap[run_gap["set"] == name]
-        if len(own):
-            fig.add_trace(_points(own, "gap", f"{text(name)} · {text(run_name)}", RUN_COLOR, dash=None, group=name,
-                                  symbol=symbol))
+    _add_sets(fig, run_gap, reference_gap, "gap", run_name=run_name, reference_name=reference_name, stderr=False)
     return side_legend(fig)

@@ -202,17 +202,21 @@ class SpikeDetector(Detector):
     def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
         """Per metric and logged step: the value, its expected level, sigma, z and each rule's flag."""
         frames = []
-        for metric in self.columns(run):
-            x = finite(run, metric)
-            if len(x) < 2:
-                continue
-            z, expected, sigma = self.gapwatch_z(x, metric in self.log_scale)
-            every = self.flags(x, metric, z=z)
+        for metric, x, z, expected, sigma, every in self._judged(run):
             frames.append(pd.DataFrame({"metric": metric, "step": x.index.to_numpy(), "value": x.to_numpy(),
                                         "expected": expected, "sigma": sigma, "z": z, "band": self.threshold,
                                         **{f"flag_{k}": v for k, v in every.items()}}))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             {c: pd.Series(dtype=float) for c in ("metric", "step", "value", "expected", "sigma", "z", "band")})
+
+    def _judged(self, run: RunData):
+        """Per metric with two or more finite values: (metric, values, z, expected, sigma, flags)."""
+        for metric in self.columns(run):
+            x = finite(run, metric)
+            if len(x) < 2:
+                continue
+            z, expected, sigma = self.gapwatch_z(x, metric in self.log_scale)
+            yield metric, x, z, expected, sigma, self.flags(x, metric, z=z)
 
     def score_series(self, run: RunData) -> pd.DataFrame:
         """Long frame (step, key, value) of the spike score of each metric, by `definition`."""
@@ -229,12 +233,7 @@ class SpikeDetector(Detector):
         """The detections and the spike-score series from one pass over the run; `compact`
         keeps only the points where a score changes (see `change_points`)."""
         out, frames = [], []
-        for metric in self.columns(run):
-            x = finite(run, metric)
-            if len(x) < 2:
-                continue
-            z, expected, sigma = self.gapwatch_z(x, metric in self.log_scale)
-            every = self.flags(x, metric, z=z)
+        for metric, x, z, expected, sigma, every in self._judged(run):
             scores = {k: self.spike_scores(v) for k, v in every.items()}
             out.extend(self._excursions(run, metric, x, z, expected, sigma, every, scores))
             if metric in SCORE_KEYS:
