@@ -21,7 +21,7 @@ from monitor.align import AXES, align_pair
 from monitor.detectors import Detector, build
 from monitor.detectors.state import DetectorState, state_from_dict, state_to_dict
 from monitor.errors import GapwatchError
-from monitor.schema import Detection, NotJudged, RunData
+from monitor.schema import Detection, NotJudged, RunData, empty_long
 
 
 @dataclass
@@ -151,5 +151,4 @@ class DetectionEngine:
 
 
 def empty_series() -> pd.DataFrame:
-    return pd.DataFrame({"step": pd.Series(dtype="int64"), "key": pd.Series(dtype=str),
-                         "value": pd.Series(dtype=float)})
+    return empty_long("step", "key", "value")

@@ -191,6 +191,15 @@ class RunData:
         return col[logged]
 
 
+# The columns of a long frame of metric values (one row per run, key and step) and their dtypes.
+LONG_DTYPES = {"run": str, "key": str, "step": "int64", "attempt": "int64", "value": float}
+
+
+def empty_long(*columns: str) -> pd.DataFrame:
+    """A typed empty long frame with these columns (default key, step, value), in this order."""
+    return pd.DataFrame({c: pd.Series(dtype=LONG_DTYPES[c]) for c in (columns or ("key", "step", "value"))})
+
+
 def empty_events() -> pd.DataFrame:
     return pd.DataFrame(
         {"step": pd.Series(dtype="int64"), "kind": pd.Series(dtype=str),

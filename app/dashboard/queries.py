@@ -26,6 +26,7 @@ from monitor.schema import (
     TRAIN_LOSS,
     TRAIN_TOKENS,
     RunInfo,
+    empty_long,
 )
 from monitor.smoothing import ema_debiased
 from monitor.store import Store
@@ -209,8 +210,7 @@ def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str,
         widths = {k: w for (_, k), w in long.attrs.get("bucket_width", {}).items()}
         long = long.drop(columns="run")
     else:
-        long = pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
-                             "value": pd.Series(dtype=float)})
+        long = empty_long()
         widths = {}
     long["x"] = axis.to_x(long["step"].to_numpy())
     events = store.read_events(info.name, kinds=MARKER_KINDS)
@@ -265,8 +265,7 @@ def new_points(store: Store, run: str, last: dict[str, int], max_points: int) ->
     frames = [store.read_scalars(run, keys, since_step=step, max_points=max_points) for step, keys in groups.items()]
     frames = [f for f in frames if len(f)]
     if not frames:
-        return pd.DataFrame({"run": pd.Series(dtype=str), "key": pd.Series(dtype=str),
-                             "step": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+        return empty_long("run", "key", "step", "value")
     return pd.concat(frames, ignore_index=True)
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from monitor.detectors.reference_divergence import ReferenceDivergence
 from monitor.detectors.noise import log_slope
 from monitor.detectors.stats import cadence, window_summaries
-from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData
+from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData, empty_long
 
 # Most windows of the delta across a view: about one per 6 px of a full-width chart. A zoomed-out
 # view of a million steps would otherwise hold ten thousand detector windows.
@@ -48,7 +48,7 @@ def long_frame(run_data: RunData, keys: Iterable[str] | None = None) -> pd.DataF
         s = run_data.series(key)
         parts.append(pd.DataFrame({"key": key, "step": s.index.to_numpy(dtype="int64"), "value": s.to_numpy(dtype=float)}))
     if not parts:
-        return pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+        return empty_long()
     return pd.concat(parts, ignore_index=True)
 
 

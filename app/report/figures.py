@@ -16,7 +16,7 @@ import pandas as pd
 from tsdownsample import MinMaxDownsampler
 
 from monitor import schema
-from monitor.schema import Detection, RunData
+from monitor.schema import Detection, RunData, empty_long
 
 from app import figures as F
 from app.report.model import FigureItem, Table
@@ -61,8 +61,7 @@ def thin_long(run: RunData, keys, max_points: int) -> pd.DataFrame:
         if len(frame):
             parts.append(frame.assign(key=key)[["key", "step", "value"]])
     if not parts:
-        return pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
-                             "value": pd.Series(dtype=float)})
+        return empty_long()
     return pd.concat(parts, ignore_index=True)
 
 

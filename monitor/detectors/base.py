@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from monitor.schema import Detection, NotJudged, RunData, Severity
+from monitor.schema import Detection, NotJudged, RunData, Severity, empty_long
 
 from .rundata import (
     concat_rows,
@@ -104,8 +104,7 @@ class Detector(abc.ABC):
 
     def detect_with_series(self, run: RunData, reference: RunData | None = None) -> tuple[list[Detection], pd.DataFrame]:
         """The detections and the series this detector emits (spike scores; none by default)."""
-        return self.detect(run, reference), pd.DataFrame({"step": pd.Series(dtype="int64"),
-                                                          "key": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
+        return self.detect(run, reference), empty_long("step", "key", "value")
 
     @abc.abstractmethod
     def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.alerting.incidents import Progress, spacing_of
-from monitor.schema import RunData, RunInfo, empty_events
+from monitor.schema import RunData, RunInfo, empty_events, empty_long
 from monitor.store import KeyRange, KeyRows, run_data
 from monitor.store import RunMarks as Marks
 
@@ -141,8 +141,7 @@ def _key_ranges(cursor: Cursor, m: Marks) -> dict[str, tuple[int, int | None]]:
 def _frame(rows: dict[str, KeyRows]) -> pd.DataFrame:
     """The rows read, long (key, step, attempt, value), ordered by key, step and attempt."""
     if not rows:
-        return pd.DataFrame({"key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
-                             "attempt": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+        return empty_long("key", "step", "attempt", "value")
     keys = sorted(rows)
     frame = pd.DataFrame({
         "key": np.concatenate([np.full(len(rows[k]), k, dtype=object) for k in keys]),
