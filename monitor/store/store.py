@@ -34,10 +34,12 @@ from monitor.store.run_frames import KeyRows
 from monitor.store.url import StoreURL, resolve
 
 
-def open_store(url: str | None = None, read_only: bool = False) -> "Store":
-    """Open (and, unless read-only, create or upgrade) the store at `url`."""
+def open_store(url: str | None = None, read_only: bool = False,
+               statement_timeout_s: float | None = None) -> "Store":
+    """Open (and, unless read-only, create or upgrade) the store at `url`. `statement_timeout_s`
+    bounds each statement (see engine.create); None keeps the backend's defaults."""
     store_url = resolve(url)
-    engine = engines.create(store_url, read_only=read_only)
+    engine = engines.create(store_url, read_only=read_only, statement_timeout_s=statement_timeout_s)
     try:
         with engine.begin() as conn:
             if read_only:
