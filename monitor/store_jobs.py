@@ -138,8 +138,10 @@ class StoreJob:
                 self.attempt = self.store.new_attempt(self.target.run)
             batches, bad = Spool.read(path)
             if own:
-                # A slow write whose batch was spooled as well, and then went through.
-                batches = [b for b in batches if b.get("id") not in self.confirmed]
+                # A slow write whose batch was spooled as well and then went through, or a batch
+                # flush() spooled and handed to this very job.
+                mine = self.batch.get("id") if self.batch is not None else None
+                batches = [b for b in batches if b.get("id") not in self.confirmed and b.get("id") != mine]
             for batch in batches:
                 if batch.get("attempt") is None:
                     if own:
