@@ -14,12 +14,9 @@ import operator
 from typing import Any
 
 from monitor.errors import GapwatchError
-from monitor.schema import is_valid_key
+from monitor.schema import MAX_STEP, is_valid_key
 
 log = logging.getLogger("gapwatch.client")
-
-# The store keeps steps as 64-bit integers.
-MAX_STEP = 2**63 - 1
 
 
 class InvalidLogError(GapwatchError, ValueError):
@@ -30,6 +27,8 @@ class LogChecks:
     def __init__(self, run: str, on_invalid: str = "raise") -> None:
         if on_invalid not in ("raise", "warn"):
             raise ValueError(f"on_invalid must be 'raise' or 'warn', not {on_invalid!r}")
+        if not isinstance(run, str) or not run.strip() or len(run) > 255:
+            raise InvalidLogError(f"gapwatch: run name {run!r} must have 1 to 255 characters, not all blank")
         self.run = run
         self.raise_errors = on_invalid == "raise"
         self._valid_keys: set[str] = set()

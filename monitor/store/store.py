@@ -118,6 +118,8 @@ class Store:
         """Create the run if it is new; an existing run keeps its fields except those given here."""
         if not name or len(name) > 255:
             raise GapwatchError(f"run name {name!r} must be 1 to 255 characters")
+        if not name.strip():
+            raise GapwatchError(f"run name {name!r} is blank: give a name with a visible character")
         now = time.time()
         with self._db.tx() as conn:
             existing = conn.execute(select(tables.runs).where(tables.runs.c.name == name)).mappings().first()

@@ -97,3 +97,8 @@ def test_a_batch_the_store_refuses_is_quarantined_and_does_not_block_the_rest(sq
     assert str(quarantined[0]) in warning and "steps 1..1" in warning
     assert not list(run_dir.glob("*.jsonl")), "the spool is empty; the bad batch waits in quarantine only"
     assert os.path.exists(quarantined[0])
+
+
+def test_a_blank_run_name_is_refused_at_once(sqlite_url, tmp_path):
+    with pytest.raises(InvalidLogError, match=r"run name '   ' must have 1 to 255 characters, not all blank"):
+        Monitor("   ", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path))
