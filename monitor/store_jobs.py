@@ -106,7 +106,7 @@ class StoreJob:
             self._check()
             if self.attempt is None:
                 self.attempt = self.store.new_attempt(self.target.run)
-            if self.batch is not None:
+            if self.batch is not None and not self.written:
                 own = self.batch.get("attempt")
                 self._write_or_quarantine(self.batch, self.attempt if own is None else own)
                 self.written = True
@@ -138,10 +138,8 @@ class StoreJob:
                 self.attempt = self.store.new_attempt(self.target.run)
             batches, bad = Spool.read(path)
             if own:
-                # A slow write whose batch was spooled as well and then went through, or a batch
-                # flush() spooled and handed to this very job.
-                mine = self.batch.get("id") if self.batch is not None else None
-                batches = [b for b in batches if b.get("id") not in self.confirmed and b.get("id") != mine]
+                # A slow write whose batch was spooled as well and then went through.
+                batches = [b for b in batches if b.get("id") not in self.confirmed]
             for batch in batches:
                 if batch.get("attempt") is None:
                     if own:
@@ -152,9 +150,13 @@ class StoreJob:
                         if owner not in foreign_attempts:
                             foreign_attempts[owner] = self.store.new_attempt(self.target.run)
                         batch["attempt"] = foreign_attempts[owner]
+            mine = self.batch.get("id") if self.batch is not None else None
             for group in _groups(batches):
                 self._check()
                 self._write_group(group)
+                # flush() spools a batch and hands it to a job: written here, not again below.
+                if mine is not None and any(b.get("id") == mine for b in group):
+                    self.written = True
             for line in bad:
                 kept = self.spool.quarantine({"run": self.target.run, "error": "not a batch", "line": line})
                 log.warning("gapwatch: a damaged line in the spool %s of run %r was moved to %s",

@@ -252,3 +252,28 @@ def test_flush_returns_in_time_while_a_write_is_stuck(sqlite_url, tmp_path, monk
         mon.log(20, {"train/loss": 1.0})
     with open_store(sqlite_url) as store:
         assert store.count_rows("r") == 21
+
+
+def test_a_flushed_batch_survives_a_write_that_fails(sqlite_url, tmp_path, monkeypatch):
+    """flush() spools a batch and hands it to a store job; the job's replay meets that batch in the
+    spool. If the write then fails, the batch must still be in the spool for the next try."""
+    import monitor.store_jobs as jobs
+
+    real = jobs.write_batch
+    failures = iter([OSError("connection reset")])
+
+    def fails_once(*args):
+        for exc in failures:
+            raise exc
+        return real(*args)
+
+    settings = MonitorConfig(spool_dir=tmp_path, flush_interval_s=60.0, retry_interval_s=0.1)
+    with Monitor("r", store=sqlite_url, settings=settings) as mon:
+        monkeypatch.setattr(jobs, "write_batch", fails_once)
+        for step in range(10):
+            mon.log(step, {"train/loss": 1.0})
+        assert mon.flush()
+        time.sleep(0.3)
+        mon.log(10, {"train/loss": 1.0})
+    with open_store(sqlite_url) as store:
+        assert store.load_run("r").scalars.index.tolist() == list(range(11))
