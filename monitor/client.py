@@ -1,50 +1,71 @@
 """The logging client: `Monitor(run).log(step, metrics)` from any trainer, in microseconds.
 
-The calling thread only appends to a queue. A background writer thread turns values into floats
-(so a JAX array is fetched from the device there, a step or more after it was logged, never on the
-training thread), batches them, and writes to the store every `flush_interval_s`. When the store
-cannot be reached the batches go to an append-only spool file and are replayed, in order, when it
-comes back; writes are idempotent, so a batch that was half-written before a failure is safe to
-replay. Nothing accepted is lost at exit or on SIGTERM; SIGKILL loses at most one flush interval.
+The calling thread checks the key and step (log_checks.py) and appends to a queue; nothing else.
+A writer thread wakes on a fixed cadence (every `flush_interval_s` from the start, not from the
+end of the last write), turns values into floats (so a JAX array is fetched from the device
+there, never on the training thread) and hands the batch to a store job (store_jobs.py) that it
+waits on only while the store answers. A batch the store has not taken within half an interval
+goes to an append-only, fsynced spool (spool.py), and stays there while the store is unreachable;
+the spool is replayed, in order, once it answers again. Writes are idempotent, so a batch both
+written late and replayed is stored once. So: SIGKILL loses at most about one flush interval,
+SIGTERM and exit lose nothing, and no call of the trainer's waits on the store: `flush()` and
+`close()` return within their bounds, leaving in the spool what the store would not take.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
-import json
 import logging
 import math
-import os
 import signal
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import platformdirs
 
-from monitor.jsonutil import dumps
+from monitor.log_checks import InvalidLogError, LogChecks
+from monitor.outage import Outage
 from monitor.schema import EventKind, RunStatus
+from monitor.spool import Spool
 
 log = logging.getLogger("gapwatch.client")
+
+__all__ = ["InvalidLogError", "Monitor", "MonitorConfig", "NullMonitor"]
+
+# Store jobs left behind (stuck on a frozen connection) before the writer stops starting new
+# ones: each holds a thread and a connection until the path thaws or a TCP timeout ends it.
+MAX_LEFT_BEHIND = 4
 
 
 @dataclass
 class MonitorConfig:
     flush_interval_s: float = 1.0
-    """Seconds between writes to the store: also the most a SIGKILL can lose."""
+    """Seconds between writes to the store, on a fixed cadence: also the most a SIGKILL loses."""
     spool_dir: Path | None = None
     """Where batches wait while the store is unreachable (default: per-user cache dir)."""
     retry_interval_s: float = 2.0
     """Seconds between attempts to reach an unreachable store."""
+    write_timeout_s: float = 5.0
+    """How long the writer waits on a store that makes no progress before it declares it
+    unreachable and leaves the operation behind (its batch is in the spool by then)."""
+    flush_timeout_s: float = 5.0
+    """The longest `flush()` waits when given no timeout."""
+    close_timeout_s: float = 5.0
+    """The longest `close()` waits for the store; what it would not take stays in the spool."""
+    statement_timeout_s: float = 30.0
+    """Server-side bound on one statement (PostgreSQL statement_timeout, SQLite busy timeout), so
+    a session stuck behind a frozen connection releases its locks."""
+    on_invalid: str = "raise"
+    """A bad key or step in `log()`: "raise" (InvalidLogError at the call) or "warn" (drop that
+    value or call, warning once per key and problem)."""
     handle_sigterm: bool = True
     """Flush on SIGTERM before the previous handler runs (only when created on the main thread)."""
     max_queue: int = 1_000_000
-    """Entries held in memory before `log` starts dropping the oldest (a store down for hours)."""
+    """Entries held in memory before `log` starts dropping the oldest (a writer that cannot keep up)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -60,8 +81,8 @@ class NullMonitor:
     def event(self, kind: str | EventKind, step: int, **payload: Any) -> None:
         pass
 
-    def flush(self, timeout: float | None = None) -> None:
-        pass
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
 
     def close(self, status: str | RunStatus | None = None) -> None:
         pass
@@ -90,29 +111,45 @@ class Monitor:
     ) -> None:
         """`store` is a URL (None: $GAPWATCH_STORE or the default SQLite file) or an open Store.
         `attempt` is normally left to the store (one more than the run's last); pass it when several
-        hosts log into one run, so they agree."""
+        hosts log into one run, so they agree. Waits at most `write_timeout_s` for the store."""
+        from monitor.store_jobs import Target
+
         self.run = run
         self.settings = settings or MonitorConfig()
         if flush_interval_s is not None:
             self.settings.flush_interval_s = flush_interval_s
-        self._store_arg = store
-        self._run_fields = dict(project=project, config=config or {}, reference=reference,
-                                tokens_per_step=tokens_per_step, source=source)
         self.attempt = attempt
-        self._queue: collections.deque = collections.deque()
-        self._store = None
-        self._closed = False
-        self._lock = threading.Lock()  # one flush at a time (writer thread vs close/flush)
-        self._wake = threading.Event()
-        self._flushed = threading.Condition()
-        self._enqueued = 0
-        self._written = 0
+        self._checks = LogChecks(run, self.settings.on_invalid)
         spool_root = self.settings.spool_dir or Path(platformdirs.user_cache_dir("gapwatch")) / "spool"
-        self._spool_dir = Path(spool_root) / _safe(run)
-        # The pid in the name tells a live writer's spool from one a killed process left behind.
-        self._spool_path = self._spool_dir / f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"
+        self._spool = Spool(Path(spool_root), run)
+        self._target = Target(run, store, dict(project=project, config=config or {}, reference=reference,
+                                               tokens_per_step=tokens_per_step, source=source),
+                              self.settings.statement_timeout_s)
+        self._outage = Outage(run, _store_name(store), str(self._spool.dir))
+        self._queue: collections.deque = collections.deque()
+        self._held: list[tuple[dict, int]] = []  # batches the spool's disk refused, kept in memory
+        self._spool_refused = False
+        self._cv = threading.Condition()  # guards the counts flush() waits on
+        self._wake = threading.Event()
+        self._enqueued = 0
+        self._handled = 0  # entries now in the store or the spool
+        self._flush_wanted = False
+        self._closed = False
+        self._closing = False
+        self._close_by = math.inf
+        self._final_status: Any = None
+        self._final_sent = False
+        self._store = None
+        self._left_behind: list = []
+        self._batches = 0  # batch ids, so a replay can skip a batch it knows went through
+        self._confirmed: set[int] = set()
         self._next_retry = 0.0
-        self._connect()
+        self._next_tick = time.monotonic() + self.settings.flush_interval_s
+        # Connect now, for a bounded time: a healthy store knows the run, and this process its
+        # attempt, before the first step; a hung one costs the trainer write_timeout_s once.
+        self._job = self._start_job(None, 0)
+        if self._job.done.wait(self.settings.write_timeout_s):
+            self._settle(self._job)
         self._thread = threading.Thread(target=self._loop, name=f"gapwatch-writer-{run}", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -123,52 +160,70 @@ class Monitor:
     # --- the hot path ------------------------------------------------------------------------------
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Queue metrics for `step`. Values may be floats, NumPy scalars or JAX arrays; nothing is
-        converted or copied from a device here."""
+        converted or copied from a device here. A bad key or step raises InvalidLogError here
+        (or, with on_invalid="warn", is dropped with a warning); nothing of a rejected call is kept."""
         if self._closed:
             raise RuntimeError(f"Monitor for run {self.run!r} is closed")
-        if len(self._queue) >= self.settings.max_queue:
-            self._queue.popleft()
-            log.warning("gapwatch queue full: dropped the oldest entry")
-        self._queue.append(("m", step, dict(metrics), time.time()))
-        self._enqueued += 1
+        checked = self._checks.step(step)
+        if checked is None:
+            return
+        metrics = self._checks.metrics(checked, metrics)
+        if metrics:
+            self._enqueue(("m", checked, metrics, time.time()))
 
     def event(self, kind: str | EventKind, step: int, **payload: Any) -> None:
         if self._closed:
             raise RuntimeError(f"Monitor for run {self.run!r} is closed")
+        checked = self._checks.step(step)
+        if checked is None:
+            return
         kind = kind.value if isinstance(kind, EventKind) else str(kind)
-        self._queue.append(("e", step, {"kind": kind, "payload": payload}, time.time()))
+        self._enqueue(("e", checked, {"kind": kind, "payload": payload}, time.time()))
+
+    def _enqueue(self, entry: tuple) -> None:
+        if len(self._queue) >= self.settings.max_queue:
+            self._queue.popleft()
+            self._count(1)  # given up, so flush() does not wait for it
+            log.warning("gapwatch queue full: dropped the oldest entry")
+        self._queue.append(entry)
         self._enqueued += 1
 
     # --- lifecycle -----------------------------------------------------------------------------------
-    def flush(self, timeout: float | None = 30.0) -> bool:
-        """Write everything queued so far (to the store, or the spool if it is down)."""
-        target = self._enqueued
+    def flush(self, timeout: float | None = None) -> bool:
+        """Make everything logged so far durable, in the store or the spool; True when it is.
+        Returns within `timeout` (default settings.flush_timeout_s), whatever the store does."""
+        timeout = self.settings.flush_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            target = self._enqueued
+            self._flush_wanted = True
         self._wake.set()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._flushed:
-            while self._written < target and self._thread.is_alive():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
+        with self._cv:
+            while self._handled < target and self._thread.is_alive():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     return False
-                self._flushed.wait(remaining if remaining is not None else 0.5)
-        if not self._thread.is_alive():
-            self._flush_once()
-        return True
+                self._cv.wait(min(remaining, 0.5))
+        if self._handled < target:  # the writer is gone (interpreter shutdown): spool it here
+            self._save_rest()
+        return self._handled >= target
 
     def close(self, status: str | RunStatus | None = None) -> None:
+        """Write what is queued, set the run's status and let go of the store, within
+        settings.close_timeout_s; what the store would not take by then stays in the spool."""
         if self._closed:
             return
         self._closed = True
+        self._final_status = status
+        self._close_by = time.monotonic() + self.settings.close_timeout_s
+        self._closing = True
         self._wake.set()
-        self._thread.join(timeout=60)
-        self._flush_once()
-        if status is not None and self._store is not None:
-            try:
-                self._store.update_run(self.run, status=status)
-            except Exception as exc:  # noqa: BLE001 - a status update must not crash a finished run
-                log.warning("gapwatch: could not set status of %s: %s", self.run, exc)
-        if self._store is not None:
-            self._store.close()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(0.0, self._close_by - time.monotonic()))
+        if self._thread.is_alive():
+            self._save_rest()
+            log.warning("gapwatch: run %r closed after %.1f s with the store still busy; what it had "
+                        "not taken is in the spool %s", self.run, self.settings.close_timeout_s, self._spool.dir)
         if self._prev_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._prev_sigterm)
         atexit.unregister(self.close)
@@ -189,108 +244,213 @@ class Monitor:
 
     # --- the writer thread -----------------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._closed:
-            self._wake.wait(self.settings.flush_interval_s)
-            self._wake.clear()
-            self._flush_once()
-
-    def _flush_once(self) -> None:
-        with self._lock:
-            batch = []
-            while self._queue:
-                batch.append(self._queue.popleft())
-            if batch:
-                metrics, events = _to_rows(batch)
-                self._deliver({"attempt": self.attempt, "metrics": metrics, "events": events})
-            elif self._spool_path.exists() or self._has_leftover_spools():
-                self._deliver(None)
-            with self._flushed:
-                self._written += len(batch)
-                self._flushed.notify_all()
-
-    def _deliver(self, batch: dict | None) -> None:
-        """Write the spool (older batches) and then this batch; spool this one if the store fails."""
-        if self._store is None and time.monotonic() >= self._next_retry:
-            self._connect()
-        if self._store is not None:
+        while True:
             try:
-                self._replay_spools()
-                if batch is not None:
-                    self._write(batch)
+                if self._cycle():
+                    return
+            except Exception:  # noqa: BLE001 - the writer must outlive any bug; nothing queued is lost
+                log.exception("gapwatch: the writer of run %r hit an unexpected error and carries on", self.run)
+                time.sleep(min(1.0, self.settings.flush_interval_s))
+
+    def _cycle(self) -> bool:
+        """One turn of the writer; True once closing is done."""
+        interval = self.settings.flush_interval_s
+        job = self._job
+        busy = job is not None and not job.spooled  # a fresh job: wait for it before writing more
+        now = time.monotonic()
+        until = self._next_tick
+        if job is not None:
+            until = min(until, self._give_up_at(job))
+            if busy:
+                until = min(until, job.started + self._patience())
+        if not (self._flush_wanted or (self._closing and not busy)):
+            self._wake.wait(max(0.0, until - now))
+        self._wake.clear()
+        now = time.monotonic()
+        if self._job is not None:
+            self._watch(self._job, now)
+        if self._flush_wanted and not self._closing:
+            self._flush_wanted = False
+            self._flush_to_spool()
+        if self._job is not None and not self._job.spooled:
+            return False
+        tick = now >= self._next_tick
+        if tick:
+            # A fixed grid from the start: a slow write never pushes the next one later.
+            self._next_tick += interval * (math.floor((now - self._next_tick) / interval) + 1)
+        if tick or self._closing:
+            self._dispatch(now)
+        return self._closing and self._final_sent and self._job is None and not self._queue
+
+    def _flush_to_spool(self) -> None:
+        """flush(): the spool makes a batch durable in an fsync, a store write can take a while;
+        so spool it now and hand it to the store too, which confirms it (a replay then skips it)."""
+        batch, entries = self._drain()
+        if batch is None:
+            return
+        self._save(batch, entries)
+        saved = not (self._held and self._held[-1][0] is batch)
+        if saved and self._job is None and self._store is not None:
+            self._job = self._start_job(batch, 0)
+            self._job.spooled = True
+
+    def _patience(self) -> float:
+        """How long a batch may sit in a store job before it is spooled too: half an interval, so
+        what a SIGKILL can lose stays near one interval even when the store freezes mid-write."""
+        return min(self.settings.flush_interval_s / 2, self.settings.write_timeout_s)
+
+    def _give_up_at(self, job) -> float:
+        at = job.progress_at + self.settings.write_timeout_s
+        if self._closing:
+            # Leave time to spool before close() stops waiting.
+            at = min(at, self._close_by - min(0.5, self.settings.close_timeout_s / 4))
+        return at
+
+    def _watch(self, job, now: float) -> None:
+        if job.done.is_set():
+            self._settle(job)
+            return
+        if not job.spooled and now >= job.started + self._patience():
+            job.spooled = True
+            self._save(job.batch, job.entries)
+        if now >= self._give_up_at(job):
+            job.abandoned_at = now
+            job.abandoned = True
+            self._job = None
+            self._left_behind.append(job)
+            if self._closing:  # slow, not necessarily gone: close() says what stays in the spool
+                self._store = None
+            else:
+                self._drop_store(f"no answer in {now - job.progress_at:.1f} s")
+
+    def _settle(self, job) -> None:
+        """Take a finished job's outcome: its store and attempt, or its batch into the spool."""
+        self._job = None
+        if job.attempt is not None and self.attempt is None:
+            self.attempt = job.attempt
+        if job.error is None:
+            self._store = None if job.final else job.store
+            if not job.spooled:
+                job.spooled = True
+                self._count(job.entries)
+            elif job.batch is not None:
+                self._confirmed.add(job.batch["id"])
+            self._outage.end()
+            return
+        if not job.spooled:
+            job.spooled = True
+            self._save(job.batch, job.entries)
+        from monitor.store.errors import describe_db_error
+
+        self._drop_store(describe_db_error(job.error))
+        if job.final and job.status is not None:
+            log.warning("gapwatch: could not set the status of run %r to %s: the store is unreachable",
+                        self.run, getattr(job.status, "value", job.status))
+
+    def _dispatch(self, now: float) -> None:
+        """Hand what is queued to a new store job, or to the spool while the store is away."""
+        batch, entries = self._drain()
+        if self._job is not None:  # a slow job is still out: the spool takes this batch
+            self._save(batch, entries)
+            return
+        reachable = self._store is not None
+        stuck = self._count_left_behind()
+        may_retry = now >= self._next_retry and stuck < MAX_LEFT_BEHIND
+        if self._closing:
+            if self._final_sent:
+                self._save(batch, entries)
                 return
-            except Exception as exc:  # noqa: BLE001 - any store failure means: spool and retry
-                log.warning("gapwatch: store unreachable (%s); spooling to %s", exc, self._spool_dir)
-                self._drop_store()
-        if batch is not None:
-            self._append_spool(batch)
+            self._final_sent = True
+            if reachable or may_retry:
+                self._job = self._start_job(batch, entries, status=self._final_status, final=True)
+                return
+            self._save(batch, entries)
+            if self._final_status is not None:
+                log.warning("gapwatch: could not set the status of run %r: the store is unreachable", self.run)
+            return
+        if not reachable:
+            # While the store is away every batch goes straight to the spool: a retry carries
+            # none, so a retry that hangs holds nothing a SIGKILL could lose.
+            self._save(batch, entries)
+            if may_retry:
+                self._job = self._start_job(None, 0)
+            return
+        if batch is None and not self._spool.has_pending():
+            return
+        self._job = self._start_job(batch, entries)
 
-    def _connect(self) -> None:
-        from monitor.store import Store, open_store
+    def _start_job(self, batch: dict | None, entries: int, status: Any = None, final: bool = False):
+        from monitor.store_jobs import StoreJob
 
-        try:
-            store = self._store_arg if isinstance(self._store_arg, Store) else open_store(self._store_arg)
-            store.ensure_run(self.run, **{k: v for k, v in self._run_fields.items() if v is not None})
-            self._store = store
-            # Spools left by killed processes hold earlier attempts than ours: number them first.
-            self._replay_spools(own=False)
-            if self.attempt is None:
-                self.attempt = store.new_attempt(self.run)
-        except Exception as exc:  # noqa: BLE001 - any failure to reach the store means: spool
-            self._drop_store()
-            log.warning("gapwatch: store unreachable (%s); logging to the spool until it is back", exc)
+        job = StoreJob(target=self._target, spool=self._spool, wake=self._wake, store=self._store,
+                       attempt=self.attempt, batch=batch, entries=entries, status=status, final=final,
+                       confirmed=self._confirmed)
+        job.start()
+        return job
 
-    def _drop_store(self) -> None:
+    def _count_left_behind(self) -> int:
+        """Jobs still stuck; one that got through after all says the store is back: retry now."""
+        if any(j.progress_at > j.abandoned_at for j in self._left_behind):
+            self._next_retry = 0.0
+        self._confirmed.update(j.batch["id"] for j in self._left_behind if j.written)
+        self._left_behind = [j for j in self._left_behind if not j.done.is_set()]
+        return len(self._left_behind)
+
+    def _drop_store(self, reason: str) -> None:
         self._store = None
         self._next_retry = time.monotonic() + self.settings.retry_interval_s
+        self._outage.begin(reason)
 
-    def _write(self, batch: dict) -> None:
-        attempt = batch["attempt"] if batch["attempt"] is not None else self.attempt
-        with self._store.atomic():
-            if batch["metrics"]:
-                frame = pd.DataFrame(batch["metrics"], columns=["step", "key", "value", "wall_time"])
-                frame["attempt"] = attempt
-                self._store.write_metrics(self.run, frame)
-            if batch["events"]:
-                self._store.write_events(self.run, [dict(e, attempt=attempt) for e in batch["events"]])
+    def _drain(self) -> tuple[dict | None, int]:
+        taken = []
+        while self._queue:
+            taken.append(self._queue.popleft())
+        held, self._held = self._held, []
+        if not taken and not held:
+            return None, 0
+        try:
+            metrics, events = _to_rows(taken)
+        except Exception:
+            # Back to the front of the queue, in order: a failure here must not lose them.
+            self._queue.extendleft(reversed(taken))
+            self._held = held
+            raise
+        for batch, _ in reversed(held):
+            metrics = batch["metrics"] + metrics
+            events = batch["events"] + events
+        entries = len(taken) + sum(n for _, n in held)
+        self._batches += 1
+        return {"id": self._batches, "attempt": self.attempt, "metrics": metrics, "events": events}, entries
 
-    # --- the spool ---------------------------------------------------------------------------------------
-    def _append_spool(self, batch: dict) -> None:
-        self._spool_dir.mkdir(parents=True, exist_ok=True)
-        line = dumps(batch) + "\n"
-        with open(self._spool_path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
-
-    def _has_leftover_spools(self) -> bool:
-        return self._spool_dir.exists() and any(
-            not _writer_alive(p) for p in self._spool_dir.glob("*.jsonl")
-        )
-
-    def _replay_spools(self, own: bool = True) -> None:
-        """Replay this run's spool files, oldest first: those a killed process left behind, then
-        (with `own`) ours. A live process's spool is its own business."""
-        if not self._spool_dir.exists():
+    def _save(self, batch: dict | None, entries: int) -> None:
+        """Into the spool, fsynced; if the disk refuses, keep it in memory and try again later."""
+        if batch is None:
             return
-        files = sorted(self._spool_dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-        for path in files:
-            if path == self._spool_path and not own:
-                continue
-            if path != self._spool_path and _writer_alive(path):
-                continue
-            foreign_attempt = None
-            with open(path, encoding="utf-8") as f:
-                lines = f.readlines()
-            for line in lines:
-                if not line.endswith("\n"):
-                    break  # the last line of a file whose writer was killed mid-write
-                batch = json.loads(line)
-                if batch["attempt"] is None and path != self._spool_path:
-                    # A process that never reached the store: its rows were a separate attempt.
-                    foreign_attempt = foreign_attempt or self._store.new_attempt(self.run)
-                    batch["attempt"] = foreign_attempt
-                self._write(batch)
-            path.unlink()
+        try:
+            self._spool.append(batch)
+        except OSError as exc:
+            self._held.append((batch, entries))
+            if not self._spool_refused:
+                self._spool_refused = True
+                log.warning("gapwatch: cannot write the spool %s (%s); run %r keeps its rows in memory",
+                            self._spool.dir, exc, self.run)
+            return
+        self._spool_refused = False
+        self._count(entries)
+
+    def _save_rest(self) -> None:
+        """close() or flush() without a writer: spool what is queued and the job's batch."""
+        job = self._job
+        if job is not None and not job.spooled:
+            job.spooled = True
+            self._save(job.batch, job.entries)
+        self._save(*self._drain())
+
+    def _count(self, entries: int) -> None:
+        if entries:
+            with self._cv:
+                self._handled += entries
+                self._cv.notify_all()
 
 
 def _to_rows(batch: list[tuple]) -> tuple[list[list], list[dict]]:
@@ -300,33 +460,31 @@ def _to_rows(batch: list[tuple]) -> tuple[list[list], list[dict]]:
     for kind, step, body, wall in batch:
         if kind == "m":
             for key, value in body.items():
-                metrics.append([int(step), key, _to_float(value), wall])
+                metrics.append([step, key, _to_float(value), wall])
         else:
-            events.append({"step": int(step), "kind": body["kind"], "payload": body["payload"], "wall_time": wall})
+            events.append({"step": step, "kind": body["kind"], "payload": body["payload"], "wall_time": wall})
     return metrics, events
 
 
 def _to_float(value: Any) -> float:
-    """A value that is not a number is stored as NaN (and said once), never dropped silently."""
+    """A value that is not a number is stored as NaN (and said), never dropped silently; a value
+    whose conversion fails in any other way (a device error) too, so the writer carries on."""
     try:
         return float(value)
     except (TypeError, ValueError):
         log.warning("gapwatch: %r is not a number; stored as NaN", value)
-        return math.nan
+    except Exception as exc:  # noqa: BLE001 - a device fetch may raise anything
+        log.warning("gapwatch: could not fetch a value (%s); stored as NaN", exc)
+    return math.nan
 
 
-def _writer_alive(spool: Path) -> bool:
-    pid_text = spool.name.split("-", 1)[0]
-    if not pid_text.isdigit() or int(pid_text) == os.getpid():
-        return False
+def _store_name(store: Any) -> str:
+    """The store as a person would name it, password hidden."""
+    from monitor.store import Store, resolve
+
+    if isinstance(store, Store):
+        return store.url.redacted()
     try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "run"
+        return resolve(store).redacted()
+    except Exception:  # noqa: BLE001 - a bad URL is reported when connecting; this is only a name
+        return str(store)

@@ -91,6 +91,9 @@ def downstream_key(task: str, metric: str, stat: str | None = None) -> str:
     return f"{key}/{stat}" if stat else key
 
 
+# Steps are stored as 64-bit integers: the largest a store keeps.
+MAX_STEP = 2**63 - 1
+
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*(/[a-z0-9_.\-]+)+$")
 _SLUG_BAD = re.compile(r"[^a-z0-9_.\-]+")
 

@@ -20,6 +20,7 @@ Rules (the same as for text logs, since these are appended by a running trainer)
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
 
 from .imported_run import ImportedRun
 from .logged_rows import LoggedRows
@@ -37,6 +39,10 @@ KEY_FIELDS = ("key", "metric", "name")
 LONG_VALUE_FIELD = "value"
 TIME_FIELDS = ("wall_time", "_timestamp", "timestamp", "time")
 NESTED_SEP = "/"
+# Limits that turn a pathological file into one clear line instead of minutes of work or a
+# RecursionError: no trainer logs 10,000 metrics, nor names of 32 nested parts.
+MAX_COLUMNS = 10_000
+MAX_NESTING = 32
 
 
 def parse_jsonl(path: str | Path, step_key: str | None = None) -> ImportedRun:
@@ -57,6 +63,9 @@ def parse_jsonl(path: str | Path, step_key: str | None = None) -> ImportedRun:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise GapwatchError(f"{path}: line {number}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise GapwatchError(f"{path}: line {number}: nested far deeper than {MAX_NESTING} "
+                                "levels: not a metric log") from None
         if not isinstance(obj, dict):
             raise GapwatchError(f"{path}: line {number}: expected a JSON object")
         builder.add_object(number, obj, step_key)
@@ -69,6 +78,7 @@ def parse_jsonl(path: str | Path, step_key: str | None = None) -> ImportedRun:
 
 def parse_generic_csv(path: str | Path, step_key: str | None = None) -> ImportedRun:
     path = Path(path)
+    _check_width(path)
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[],
                             skipinitialspace=True, sep=separator(path))
@@ -85,6 +95,19 @@ def parse_generic_csv(path: str | Path, step_key: str | None = None) -> Imported
     return builder.result(path.stem)
 
 
+def _check_width(path: Path) -> None:
+    """Refuse a CSV wider than MAX_COLUMNS from its header alone: parsing millions of columns
+    takes minutes before anything could be said."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh, delimiter=separator(path)), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return  # pandas says what is wrong with it
+    if len(header) > MAX_COLUMNS + 1:
+        raise GapwatchError(f"{path}: {len(header):,} columns; at most {MAX_COLUMNS:,} metrics are "
+                            "read from one file")
+
+
 def step_field(fields, step_key: str | None) -> str | None:
     if step_key:
         return step_key if step_key in fields else None
@@ -97,6 +120,7 @@ class _Builder:
         self.rows = LoggedRows()
         self.skipped: dict[str, int] = {}
         self.any_time = False
+        self.names: set[str] = set()
 
     def add_object(self, number: int, obj: dict, step_key: str | None, from_csv=False) -> None:
         field = step_field(obj, step_key)
@@ -112,18 +136,25 @@ class _Builder:
                 raise GapwatchError(f"{self.source}: line {number}: {key_field} must be a name")
             self._value(number, step, name, obj[LONG_VALUE_FIELD], wall, from_csv)
             return
-        for name, raw in _flatten(obj):
-            if name == field or name in TIME_FIELDS:
-                continue
-            self._value(number, step, name, raw, wall, from_csv)
+        try:
+            for name, raw in _flatten(obj):
+                if name == field or name in TIME_FIELDS:
+                    continue
+                self._value(number, step, name, raw, wall, from_csv)
+        except _TooDeep:
+            raise GapwatchError(f"{self.source}: line {number}: nested more than {MAX_NESTING} levels "
+                                "deep; a metric name has at most that many parts") from None
 
     def _step(self, number: int, field: str, raw) -> int:
-        value = _number(raw, from_csv=isinstance(raw, str))
-        if value is None or not math.isfinite(value) or value != int(value) or value < 0:
+        step = _whole(raw)
+        if step is None or step < 0:
             raise GapwatchError(
                 f"{self.source}: line {number}: step {raw!r} is not a whole number >= 0"
             )
-        return self.rows.at_step(number, int(value))
+        if step > MAX_STEP:
+            raise GapwatchError(f"{self.source}: line {number}: step {raw!r} is beyond the largest "
+                                f"step a store keeps ({MAX_STEP})")
+        return self.rows.at_step(number, step)
 
     def _wall(self, obj: dict) -> float:
         for f in TIME_FIELDS:
@@ -145,6 +176,11 @@ class _Builder:
                 )
             self.skipped[name] = self.skipped.get(name, 0) + 1
             return
+        if name not in self.names:
+            if len(self.names) >= MAX_COLUMNS:
+                raise GapwatchError(f"{self.source}: line {number}: more than {MAX_COLUMNS:,} metric "
+                                    "names; at most that many are read from one file")
+            self.names.add(name)
         self.rows.add(step, name, value, wall)
 
     def result(self, name_hint: str) -> ImportedRun:
@@ -154,22 +190,52 @@ class _Builder:
         if self.skipped:
             listed = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items())[:6])
             notes.append(f"{self.source}: left out values that are not numbers: {listed}")
+        scalars = self.rows.scalars(with_wall_time=self.any_time)
+        repeated = scalars.duplicated(["key", "step", "attempt"], keep="last")
+        if repeated.any():
+            first = scalars.loc[repeated].iloc[0]
+            notes.append(f"{self.source}: {int(repeated.sum()):,} values repeat a metric at a step an "
+                         f"earlier line gave (first: {first['key']} at step {first['step']}); the "
+                         "last value wins")
         return ImportedRun(
             name_hint=name_hint,
-            scalars=self.rows.scalars(with_wall_time=self.any_time),
+            scalars=scalars,
             events=self.rows.events,
             source=self.source,
             notes=notes,
         )
 
 
-def _flatten(obj: dict, prefix: str = ""):
+class _TooDeep(Exception):
+    pass
+
+
+def _flatten(obj: dict, prefix: str = "", depth: int = 1):
+    if depth > MAX_NESTING:
+        raise _TooDeep()
     for name, value in obj.items():
         full = f"{prefix}{name}"
         if isinstance(value, dict):
-            yield from _flatten(value, full + NESTED_SEP)
+            yield from _flatten(value, full + NESTED_SEP, depth + 1)
         else:
             yield full, value
+
+
+def _whole(raw) -> int | None:
+    """An exact integer from a JSON value or CSV cell (no detour through float for big ints)."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            pass
+    value = _number(raw, from_csv=isinstance(raw, str))
+    if value is None or not math.isfinite(value) or value != int(value):
+        return None
+    return int(value)
 
 
 def _number(raw, from_csv: bool) -> float | None:

@@ -48,6 +48,7 @@ def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
             continue
         if not sniff(doc):
             raise GapwatchError(f"{file}: not an lm-eval results file (no 'results' and 'config')")
+        _check_shape(file, doc)
         docs.append((file, doc))
     if not docs:
         raise GapwatchError(f"{path}: no lm-eval results files")
@@ -73,6 +74,8 @@ def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
         events.append({"step": at, "kind": EventKind.EVAL.value,
                        "payload": {"kind": "downstream", "tasks": sorted(set(tasks)),
                                    "file": file.name}})
+    if not steps:
+        raise GapwatchError(f"{path}: the lm-eval results hold no numeric metric (empty 'results')")
     order = sorted(range(len(steps)), key=lambda i: steps[i])
     config = dict(docs[0][1].get("config") or {})
     return ImportedRun(
@@ -95,6 +98,21 @@ def _load(file: Path):
         raise GapwatchError(f"{file}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     except UnicodeDecodeError:
         raise GapwatchError(f"{file}: not a text file") from None
+
+
+def _check_shape(file: Path, doc: dict) -> None:
+    """The fields the parser reads are mappings where lm-eval writes mappings: one line if not."""
+    if not doc["results"]:
+        raise GapwatchError(f"{file}: the lm-eval 'results' are empty: nothing to import")
+    config = doc.get("config")
+    if config is not None and not isinstance(config, dict):
+        raise GapwatchError(f"{file}: 'config' is a {type(config).__name__}, not a mapping")
+    n_samples = doc.get("n-samples")
+    if n_samples is not None and not isinstance(n_samples, dict):
+        raise GapwatchError(f"{file}: 'n-samples' is a {type(n_samples).__name__}, not a mapping")
+    for task, counts in (n_samples or {}).items():
+        if counts is not None and not isinstance(counts, dict):
+            raise GapwatchError(f"{file}: 'n-samples'[{task!r}] is a {type(counts).__name__}, not a mapping")
 
 
 def _step_of(file: Path, doc: dict) -> int:

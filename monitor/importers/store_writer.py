@@ -35,6 +35,7 @@ WRITE_CHUNK_ROWS = 200_000
 class WriteResult:
     run: str
     rows_new: int
+    """Rows the store gained (a repeated key and step counts once)."""
     rows_total: int
     events: int
     created: bool
@@ -142,7 +143,10 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
                     f"--reference-of {reference_of!r}: no such run in {store.url.redacted()}"
                 )
             store.update_run(reference_of, reference=name)
-    return WriteResult(name, total, rows_total, events, existing is None)
+    # A source that repeats a (key, step) within one attempt stores it once (the last value wins,
+    # as the importer's note says): count what the store gained, not the lines read.
+    stored = total - int(new.duplicated(["key", "step", "attempt"]).sum()) if total else 0
+    return WriteResult(name, stored, rows_total, events, existing is None)
 
 
 def import_state(store, name: str) -> dict | None:

@@ -412,6 +412,10 @@ def parse_wandb_run(path: str | os.PathLike, progress=None) -> ImportedRun:
     """A whole `.wandb` file (or offline run folder) as an ImportedRun with W&B's metric names."""
     reader = WandbRunReader(find_run_file(path))
     rows = reader.read(progress=progress)
+    if not len(rows.step):
+        # Following a run that has just started may see this; a one-shot import has nothing to do.
+        raise GapwatchError(f"{reader.path}: no logged metrics in this W&B run file (only its header "
+                            "and settings): nothing to import")
     return to_imported(reader, rows)
 
 

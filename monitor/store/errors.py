@@ -6,7 +6,8 @@ tell "the database is gone for a moment" from a bug, so the store names those fa
 
 from __future__ import annotations
 
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 DatabaseError = DBAPIError
 """The database or its driver failed a statement or a connection: refused, gone, locked, timed out
@@ -20,3 +21,14 @@ def describe_db_error(exc: Exception) -> str:
     """The driver's first line, which names the real cause (refused, no such database, locked)."""
     orig = getattr(exc, "orig", exc)
     return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True when `exc` says the store could not be reached or did not answer in time (refused,
+    dropped, cancelled by a timeout, locked): trying again later may succeed. False when the
+    statement itself is wrong (bad data, a violated constraint), which no retry can fix."""
+    if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeoutError)):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, (OSError, TimeoutError))

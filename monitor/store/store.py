@@ -34,15 +34,17 @@ from monitor.store.run_frames import KeyRows
 from monitor.store.url import StoreURL, resolve
 
 
-def open_store(url: str | None = None, read_only: bool = False, create: bool = True) -> "Store":
+def open_store(url: str | None = None, read_only: bool = False, create: bool = True,
+               statement_timeout_s: float | None = None) -> "Store":
     """Open (and, unless read-only, upgrade) the store at `url`; a store that does not exist yet is
     created only for writing with `create` (a command that changes existing runs passes False, so
-    a mistyped path is an error, not a new empty store)."""
+    a mistyped path is an error, not a new empty store). `statement_timeout_s` bounds each
+    statement (see engine.create); None keeps the backend's defaults."""
     store_url = resolve(url)
     path = store_url.sqlite_path
     if not read_only and not create and path is not None and not path.exists():
         raise GapwatchError(f"no gapwatch store at {path}")
-    engine = engines.create(store_url, read_only=read_only)
+    engine = engines.create(store_url, read_only=read_only, statement_timeout_s=statement_timeout_s)
     try:
         with engine.begin() as conn:
             if read_only:
@@ -123,6 +125,8 @@ class Store:
         """Create the run if it is new; an existing run keeps its fields except those given here."""
         if not name or len(name) > 255:
             raise GapwatchError(f"run name {name!r} must be 1 to 255 characters")
+        if not name.strip():
+            raise GapwatchError(f"run name {name!r} is blank: give a name with a visible character")
         now = time.time()
         with self._db.tx() as conn:
             existing = conn.execute(select(tables.runs).where(tables.runs.c.name == name)).mappings().first()

@@ -54,7 +54,9 @@ def render(n: dict[str, Any]) -> tuple[str, list[dict]]:
     blocks.append(ContextBlock(elements=[
         MarkdownTextObject(text=f"gapwatch alert #{n['alert_id']} · {n['kind']} · key `{n['idempotency_key']}`")
     ]))
-    return text, [b.to_dict() for b in blocks]
+    # The fallback text is shown in notifications and parsed as mrkdwn like the blocks: a run
+    # named `<!channel>` must not ping a channel from it either.
+    return _esc(text), [b.to_dict() for b in blocks]
 
 
 def _evidence_lines(evidence: dict[str, Any]) -> str:

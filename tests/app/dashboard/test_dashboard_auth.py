@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
+import time
 
 import pytest
 
 from app.dashboard.app import create_app
-from app.dashboard.auth import COOKIE, AuthConfig
+from app.dashboard.auth import COOKIE, FAILED_TRY_DELAY_S, MAX_WAIT_S, AuthConfig, FailedTries
 from app.dashboard.server import check_bind, is_loopback
 from monitor.errors import GapwatchError
 from monitor.store import open_store
@@ -92,3 +93,33 @@ def test_auth_config_from_environment():
     auth = AuthConfig.from_env({"GAPWATCH_DASHBOARD_PASSWORD": PASSWORD, "GAPWATCH_DASHBOARD_USER": "ann"})
     assert auth.enabled and auth.username == "ann" and auth.token is None
     assert not AuthConfig.from_env({"GAPWATCH_DASHBOARD_TOKEN": ""}).enabled
+
+
+def test_every_response_carries_a_content_security_policy(client_for):
+    policy = client_for(AuthConfig()).get("/").headers["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy and "object-src 'none'" in policy
+
+
+def test_wrong_tokens_slow_their_client_down(client_for):
+    client = client_for(AuthConfig(token=TOKEN))
+    began = time.monotonic()
+    codes = [client.get("/", headers={"Authorization": f"Bearer wrong{i}"}).status_code for i in range(8)]
+    assert codes == [401] * 8
+    assert time.monotonic() - began >= 7 * FAILED_TRY_DELAY_S, "each wrong guess waited for the one before"
+    # The right token still gets in, after the wait its client's last failure earned, and clears it.
+    assert client.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    began = time.monotonic()
+    assert client.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert time.monotonic() - began < FAILED_TRY_DELAY_S
+
+
+def test_guesses_queued_far_ahead_are_turned_away_without_waiting():
+    """Parallel connections from one client queue behind each other until the queue is longer
+    than MAX_WAIT_S; then the client is told to come back later. Other clients are not affected."""
+    tries = FailedTries()
+    for _ in range(int(MAX_WAIT_S / FAILED_TRY_DELAY_S) + 2):
+        tries.failed("10.0.0.9")
+    began = time.monotonic()
+    assert not tries.wait_turn("10.0.0.9")
+    assert tries.wait_turn("10.0.0.10")
+    assert time.monotonic() - began < FAILED_TRY_DELAY_S

@@ -238,3 +238,16 @@ def test_a_sink_that_raises_is_a_failed_try_not_a_dead_delivery_loop(store):
     outbox.sinks["console"] = ConsoleSink("console", out)
     drain(outbox, lambda: outbox.pending_count() == 0)
     assert "alert #1" in out.getvalue()
+
+
+def test_the_fallback_text_is_escaped_like_the_blocks(store, receiver):
+    evil = "<!channel> <https://evil|open me>"
+    store.ensure_run(evil, reference="ref")
+    config = slack_config(receiver.url())
+    queue_incidents(store, config, [detection(run=evil)])
+    outbox = make_outbox(store, config)
+    drain(outbox, lambda: outbox.pending_count() == 0)
+    body = receiver.deliveries()[0].body
+    assert "<!channel>" not in body["text"] and "<https://" not in body["text"]
+    assert "&lt;!channel&gt; &lt;https://evil|open me&gt;" in body["text"]
+    assert "*Run*\\n&lt;!channel&gt; &lt;https://evil|open me&gt;" in json.dumps(body["blocks"])

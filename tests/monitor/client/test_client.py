@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from monitor.client import Monitor, MonitorConfig, NullMonitor
 from monitor.store import open_store
+from tests.monitor.client.private_postgres import PrivatePostgres
 
 
 def test_accepts_floats_numpy_scalars_and_jax_arrays(sqlite_url, tmp_path):
@@ -132,36 +132,6 @@ def test_sigkill_loses_at_most_about_one_flush_interval(sqlite_url, tmp_path):
     # 0.2 s of flush interval at <= 500 steps/s is <= 100 steps; allow for a loaded machine.
     print(f"logged up to {last}, stored up to {steps.max()}: lost {lost}")
     assert 0 <= lost <= 400
-
-
-class PrivatePostgres:
-    """A PostgreSQL server of our own, so the test can stop it without touching anyone else's."""
-
-    BIN = "/usr/lib/postgresql/15/bin"
-
-    def __init__(self) -> None:
-        import socket
-        import tempfile
-
-        self.dir = tempfile.mkdtemp(prefix="gapwatch-pg-", dir="/tmp")
-        os.chmod(self.dir, 0o777)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self._as_postgres(f"{self.BIN}/initdb", "-D", f"{self.dir}/data", "-A", "trust", "-U", "postgres")
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _as_postgres(self, *cmd: str) -> None:
-        # initdb refuses to run as root; the cluster belongs to the postgres user.
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run(prefix + list(cmd), check=True, capture_output=True, timeout=120)
-
-    def start(self) -> None:
-        self._as_postgres(f"{self.BIN}/pg_ctl", "-D", f"{self.dir}/data", "-w", "-l", f"{self.dir}/log",
-                          "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1", "start")
-
-    def stop(self) -> None:
-        self._as_postgres(f"{self.BIN}/pg_ctl", "-D", f"{self.dir}/data", "-w", "-m", "fast", "stop")
 
 
 @pytest.fixture
