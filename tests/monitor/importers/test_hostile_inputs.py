@@ -14,9 +14,11 @@ from monitor.store import open_store
 def import_error(source, sqlite_url, capsys, run="r") -> str:
     """The one line `gapwatch import` prints for a source it refuses (exit status 2)."""
     assert main(["import", str(source), "--run", run, "--store", sqlite_url]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("gapwatch import: error:") and "\n" not in err and "Traceback" not in err
-    return err
+    # Progress lines (one per phase, stderr being no terminal here) come first; the error is one line.
+    lines = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in lines if line.startswith("gapwatch import: error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0] and not any("Traceback" in line for line in lines)
+    return errors[0]
 
 
 def write(path, text):
