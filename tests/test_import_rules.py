@@ -31,8 +31,8 @@ DETECTOR_THIRD_PARTY = {"numpy", "pandas", "scipy", "sklearn"}
 SQL_PACKAGES = {"sqlalchemy", "psycopg", "sqlite3"}
 STORE = "monitor.store"
 # The extras' stacks (pyproject.toml's trainer, evals and parity) and our packages built on them: the
-# core (monitor/, app/) installs without them, so it never imports them as it loads. Only a command
-# (or the demo it runs) imports them, inside the function that first checked its extra.
+# core (monitor/, app/) installs without them, so it never imports them as it loads. Only the
+# commands (and the demo they run) import them, inside functions, after app/extras.py checked them.
 EXTRA_PACKAGES = {"jax", "jaxlib", "optax", "grain", "orbax", "tokenizers", "lm_eval", "datasets", "tqdm",
                   "torch", "transformers", "trainer", "evals"}
 CORE = ("monitor", "app")
