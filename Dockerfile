@@ -7,11 +7,12 @@ ENV PYTHONUNBUFFERED=1 \
     WANDB_ERROR_REPORTING=false
 
 WORKDIR /opt/gapwatch
-# Dependencies first, so a code change does not reinstall them.
-COPY pyproject.toml README.md ./
+# Dependencies first, so a code change does not reinstall them: the core and the trainer extra (the
+# compose file's demo trainer), at the exact versions the tests passed with.
+COPY pyproject.toml README.md constraints.txt ./
 RUN mkdir -p monitor evals trainer app && touch monitor/__init__.py evals/__init__.py \
         trainer/__init__.py app/__init__.py \
-    && pip install . \
+    && pip install -c constraints.txt '.[trainer]' \
     && pip uninstall -y gapwatch
 COPY monitor monitor
 COPY evals evals

@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench lint clean
 
-# Reinstall only when the dependency list changes; otherwise this costs nothing.
-$(STAMP): pyproject.toml
+# Reinstall only when the dependency list changes; otherwise this costs nothing. Every extra, at
+# the exact versions constraints.txt holds, so each build gets what was tested.
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,parity]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all,test]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -30,6 +30,13 @@ DETECTOR_THIRD_PARTY = {"numpy", "pandas", "scipy", "sklearn"}
 # Only the store speaks SQL: its drivers and SQLAlchemy are imported nowhere else.
 SQL_PACKAGES = {"sqlalchemy", "psycopg", "sqlite3"}
 STORE = "monitor.store"
+# The extras' stacks (pyproject.toml's trainer, evals and parity) and our packages built on them: the
+# core (monitor/, app/) installs without them, so it never imports them as it loads. Only the
+# commands (and the demo they run) import them, inside functions, after app/extras.py checked them.
+EXTRA_PACKAGES = {"jax", "jaxlib", "optax", "grain", "orbax", "tokenizers", "lm_eval", "datasets", "tqdm",
+                  "torch", "transformers", "trainer", "evals"}
+CORE = ("monitor", "app")
+LAZY_EXTRA_IMPORTERS = ("app.commands", "app.demo")
 
 
 def module_name(path: Path) -> str:
@@ -57,6 +64,17 @@ def imports_of(path: Path, module: str) -> list[tuple[int, str]]:
     return found
 
 
+def function_level_lines(path: Path) -> set[int]:
+    """Lines of the import statements that run only when a function is called."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {node.lineno for func in ast.walk(tree) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(func) if isinstance(node, (ast.Import, ast.ImportFrom))}
+
+
+def within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
 def rule_for(module: str) -> tuple[str, set[str] | None]:
     for package in sorted(RULES, key=len, reverse=True):
         if module == package or module.startswith(package + "."):
@@ -77,8 +95,11 @@ SOURCES = sorted(p for pkg in OURS for p in (REPO / pkg).rglob("*.py"))
 
 def violations(path: Path, module: str) -> list[str]:
     package, permitted = rule_for(module)
+    lazy = function_level_lines(path) if within(module, LAZY_EXTRA_IMPORTERS) else set()
     found = []
     for line, target in imports_of(path, module):
+        if within(module, CORE) and target.split(".")[0] in EXTRA_PACKAGES and line not in lazy:
+            found.append(f"{module}:{line} imports {target} (the core loads without the extras)")
         if is_our_module(target):
             # A parent package import (`import monitor`) says nothing about the flow.
             if permitted is not None and target not in OURS and not allowed(target, permitted):
@@ -178,3 +199,17 @@ def test_the_checker_catches_violations(tmp_path):
         "monitor.importers.probe:1 imports sqlalchemy (only monitor.store speaks SQL)"]
     probe.write_text("def f():\n    import trainer.model\n")
     assert violations(probe, "evals.probe") == ["evals.probe:2 imports trainer.model (evals may not)"]
+
+
+def test_the_core_loads_without_the_extras(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import jax\n\ndef f():\n    import trainer.loop\n    import torch\n")
+    extras = "(the core loads without the extras)"
+    assert violations(probe, "app.report.probe") == [
+        f"app.report.probe:1 imports jax {extras}", f"app.report.probe:4 imports trainer.loop {extras}",
+        f"app.report.probe:5 imports torch {extras}"]
+    # A command may import them lazily, never as it loads.
+    assert violations(probe, "app.commands.probe") == [f"app.commands.probe:1 imports jax {extras}"]
+    probe.write_text("def f():\n    import lm_eval\n")
+    assert violations(probe, "monitor.watch.probe") == [f"monitor.watch.probe:2 imports lm_eval {extras}"]
+    assert violations(probe, "evals.probe") == []

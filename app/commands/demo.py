@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app.extras import require_extra
 from app.options import add_store_argument
 
 
@@ -29,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("trainer")  # the demo trains its four runs
     from app.demo import Demo, DemoConfig
 
     config = DemoConfig(workdir=args.workdir, store=args.store, config=args.config, steps=args.steps,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from monitor.errors import GapwatchError
 
+from app.extras import require_extra
 from app.options import add_store_argument
 
 
@@ -54,6 +55,8 @@ def heldout_set(spec: str, data_dir: Path | None):
 
 
 def run(args: argparse.Namespace) -> int:
+    # Checkpoints are the trainer's (JAX, Orbax); the trainer extra brings the evals' stack too.
+    require_extra("trainer")
     from evals.downstream import DownstreamConfig, run_tasks
     from evals.harness import HarnessConfig
     from evals.heldout import HeldoutConfig, evaluate_heldout

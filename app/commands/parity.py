@@ -19,6 +19,7 @@ from pathlib import Path
 
 from monitor.errors import GapwatchError
 
+from app.extras import require_extra
 from app.options import add_store_argument
 
 
@@ -75,9 +76,11 @@ def run(args: argparse.Namespace) -> int:
     if args.against and args.checkpoints:
         raise GapwatchError("give either --against hf or two checkpoints, not both")
     if args.against == "hf":
+        require_extra("parity")
         return _run_hf(args)
     if len(args.checkpoints) != 2:
         raise GapwatchError("give two checkpoints to compare, or --against hf")
+    require_extra("trainer")
     return _run_checkpoints(args)
 
 

@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 
+from app.extras import require_extra
 from app.options import add_store_argument
 
 FAULT_NAMES = ("double-sharding", "resume-off-by-one", "loss-spike", "nan", "slow-host")
@@ -69,6 +70,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("trainer")
     if args.run is None:
         name = args.config if args.config in ("tiny", "demo") else "train"
         args.run = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
