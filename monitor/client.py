@@ -21,7 +21,7 @@ import math
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,6 @@ class MonitorConfig:
     """Flush on SIGTERM before the previous handler runs (only when created on the main thread)."""
     max_queue: int = 1_000_000
     """Entries held in memory before `log` starts dropping the oldest (a writer that cannot keep up)."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class NullMonitor:

@@ -194,6 +194,12 @@ class RunData:
         return col[logged]
 
 
+def file_name(run: str) -> str:
+    """A run name as one file or folder name: anything but letters, digits, `-`, `_` and `.`
+    becomes `_`, at most 100 characters, never empty (the spool and the trainer's run folder)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in run)[:100] or "run"
+
+
 # The columns of a long frame of metric values (one row per run, key and step) and their dtypes.
 LONG_DTYPES = {"run": str, "key": str, "step": "int64", "attempt": "int64", "value": float}
 

@@ -17,11 +17,12 @@ import uuid
 from pathlib import Path
 
 from monitor.jsonutil import dumps
+from monitor.schema import file_name
 
 
 class Spool:
     def __init__(self, root: Path, run: str) -> None:
-        self.dir = Path(root) / _safe(run)
+        self.dir = Path(root) / file_name(run)
         self.quarantine_path = self.dir / "quarantine" / f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"
         self._prefix = f"{os.getpid()}-{uuid.uuid4().hex}"
         self._seq = 0
@@ -122,7 +123,3 @@ def _writer_alive(spool: Path) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "run"

@@ -32,7 +32,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from monitor import schema
 from monitor.client import Monitor, NullMonitor
 from monitor.errors import GapwatchError
-from monitor.schema import EventKind, RunStatus
+from monitor.schema import EventKind, RunStatus, file_name
 from trainer import checkpoint, corpus, flops, optim, packing, preflight
 from trainer.config import TrainConfig
 from trainer.data import DataHosts
@@ -72,7 +72,7 @@ class RunOptions:
     """Reference run name recorded with the run."""
 
     def checkpoint_dir(self) -> Path:
-        base = self.run_dir or Path(platformdirs.user_data_dir("gapwatch")) / "runs" / _safe(self.run)
+        base = self.run_dir or Path(platformdirs.user_data_dir("gapwatch")) / "runs" / file_name(self.run)
         return Path(base) / "checkpoints"
 
 
@@ -361,7 +361,3 @@ def _versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return found
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "run"
