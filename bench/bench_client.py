@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from bench.results import record, table
-from monitor.client import Monitor, MonitorConfig
+from monitor.client import Monitor, MonitorSettings
 
 KEYS = [f"train/metric_{i}" for i in range(10)]
 
@@ -32,7 +32,7 @@ def per_call(log, n: int) -> np.ndarray:
 
 
 def bench_monitor(n: int, tmp: str) -> np.ndarray:
-    mon = Monitor("bench", store=f"sqlite:///{tmp}/bench.db", settings=MonitorConfig(spool_dir=tmp))
+    mon = Monitor("bench", store=f"sqlite:///{tmp}/bench.db", settings=MonitorSettings(spool_dir=tmp))
     try:
         return per_call(mon.log, n)
     finally:

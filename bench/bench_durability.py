@@ -33,7 +33,7 @@ from pathlib import Path
 import psycopg
 
 from bench.results import record, table
-from monitor.client import Monitor, MonitorConfig
+from monitor.client import Monitor, MonitorSettings
 from monitor.store import open_store
 from tests.monitor.client.partition_proxy import PartitionProxy
 from tests.monitor.client.private_postgres import PrivatePostgres
@@ -49,9 +49,9 @@ FAULT_AT_S, FAULT_FOR_S, KILL_AT_S = 2.0, 5.0, 3.0
 CHILD = """
 import sys, time
 from pathlib import Path
-from monitor.client import Monitor, MonitorConfig
+from monitor.client import Monitor, MonitorSettings
 url, spool, seconds, interval = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-mon = Monitor("trial", store=url, settings=MonitorConfig(flush_interval_s=interval, spool_dir=spool))
+mon = Monitor("trial", store=url, settings=MonitorSettings(flush_interval_s=interval, spool_dir=spool))
 keys = [f"train/m{i}" for i in range(10)]
 step, began = 0, time.monotonic()
 due, next_flush = began, began + 0.5
@@ -132,7 +132,7 @@ def trial(url: str, fault: str, spool: Path, controls: dict) -> dict:
         controls["end"]()
     child.wait()
     with Monitor("trial", store=controls.get("direct_url", url),
-                 settings=MonitorConfig(spool_dir=spool, handle_sigterm=False)):
+                 settings=MonitorSettings(spool_dir=spool, handle_sigterm=False)):
         pass  # the next process on the host: replays what the spool holds
     with open_store(controls.get("direct_url", url)) as store:
         stored = set(store.load_run("trial").scalars.index.tolist())

@@ -34,7 +34,7 @@ from monitor.spool import Spool
 
 log = logging.getLogger("gapwatch.client")
 
-__all__ = ["InvalidLogError", "Monitor", "MonitorConfig", "NullMonitor"]
+__all__ = ["InvalidLogError", "Monitor", "MonitorSettings", "NullMonitor"]
 
 # Store jobs left behind (stuck on a frozen connection) before the writer stops starting new
 # ones: each holds a thread and a connection until the path thaws or a TCP timeout ends it.
@@ -42,7 +42,10 @@ MAX_LEFT_BEHIND = 4
 
 
 @dataclass
-class MonitorConfig:
+class MonitorSettings:
+    """How the client writes (cadence, spool, deadlines): `Monitor(settings=...)`. The run's own
+    configuration (hyperparameters) is `Monitor(config=...)`, as in `wandb.init(config=, settings=)`."""
+
     flush_interval_s: float = 1.0
     """Seconds between writes to the store, on a fixed cadence: also the most a SIGKILL loses."""
     spool_dir: Path | None = None
@@ -105,7 +108,7 @@ class Monitor:
         tokens_per_step: float | None = None,
         source: str = "gapwatch",
         attempt: int | None = None,
-        settings: MonitorConfig | None = None,
+        settings: MonitorSettings | None = None,
         flush_interval_s: float | None = None,
     ) -> None:
         """`store` is a URL (None: $GAPWATCH_STORE or the default SQLite file) or an open Store.
@@ -114,7 +117,7 @@ class Monitor:
         from monitor.store_jobs import Target
 
         self.run = run
-        self.settings = settings or MonitorConfig()
+        self.settings = settings or MonitorSettings()
         if flush_interval_s is not None:
             self.settings.flush_interval_s = flush_interval_s
         self.attempt = attempt

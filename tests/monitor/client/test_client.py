@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from monitor.client import Monitor, MonitorConfig, NullMonitor
+from monitor.client import Monitor, MonitorSettings, NullMonitor
 from monitor.store import open_store
 from tests.monitor.client.private_postgres import PrivatePostgres
 
@@ -22,7 +22,7 @@ from tests.monitor.client.private_postgres import PrivatePostgres
 def test_accepts_floats_numpy_scalars_and_jax_arrays(sqlite_url, tmp_path):
     import jax.numpy as jnp
 
-    with Monitor("r", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path)) as mon:
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path)) as mon:
         mon.log(0, {"train/loss": 2.5, "train/grad_norm": np.float32(0.5), "train/tokens": np.int64(4096)})
         mon.log(1, {"train/loss": jnp.asarray(2.25), "train/grad_norm": jnp.float32(math.nan),
                     "optim/lr": math.inf})
@@ -50,7 +50,7 @@ class DeviceValue:
 
 def test_log_never_fetches_values_on_the_calling_thread(sqlite_url, tmp_path):
     values = [DeviceValue(float(step)) for step in range(20)]
-    with Monitor("r", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path)) as mon:
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path)) as mon:
         for step, value in enumerate(values):
             mon.log(step, {"train/loss": value})
             assert value.fetched_on is None, "log() must not touch the value"
@@ -69,7 +69,7 @@ def test_null_monitor_has_the_same_face():
 
 
 def test_each_process_is_a_new_attempt(sqlite_url, tmp_path):
-    settings = MonitorConfig(spool_dir=tmp_path)
+    settings = MonitorSettings(spool_dir=tmp_path)
     with Monitor("r", store=sqlite_url, settings=settings) as first:
         first.log(10, {"train/loss": 1.0})
     with Monitor("r", store=sqlite_url, settings=settings) as second:
@@ -85,10 +85,10 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from monitor.client import Monitor, MonitorConfig
+    from monitor.client import Monitor, MonitorSettings
     url, mode, spool = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     interval = 60.0 if mode == "sigterm" else 0.2
-    mon = Monitor("child", store=url, settings=MonitorConfig(flush_interval_s=interval, spool_dir=spool))
+    mon = Monitor("child", store=url, settings=MonitorSettings(flush_interval_s=interval, spool_dir=spool))
     step = 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -147,7 +147,7 @@ def private_pg():
 
 
 def test_spool_and_replay_while_postgres_is_stopped_and_started(private_pg, tmp_path):
-    settings = MonitorConfig(spool_dir=tmp_path, retry_interval_s=0.1)
+    settings = MonitorSettings(spool_dir=tmp_path, retry_interval_s=0.1)
     mon = Monitor("pg-run", store=private_pg.url, settings=settings)
 
     def log_steps(lo, hi):
@@ -176,8 +176,8 @@ def test_a_killed_processes_spool_is_replayed_by_the_next_one(sqlite_url, tmp_pa
         """
         import sys
         from pathlib import Path
-        from monitor.client import Monitor, MonitorConfig
-        mon = Monitor("r", store=sys.argv[1], settings=MonitorConfig(spool_dir=Path(sys.argv[2])))
+        from monitor.client import Monitor, MonitorSettings
+        mon = Monitor("r", store=sys.argv[1], settings=MonitorSettings(spool_dir=Path(sys.argv[2])))
         for step in range(50):
             mon.log(step, {"train/loss": 1.0})
         mon.close()
@@ -186,7 +186,7 @@ def test_a_killed_processes_spool_is_replayed_by_the_next_one(sqlite_url, tmp_pa
     subprocess.run([sys.executable, "-c", script, dead_url, str(tmp_path)], check=True, timeout=120,
                    capture_output=True)
     assert len(list((tmp_path / "r").glob("*.jsonl"))) == 1
-    with Monitor("r", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path)) as mon:
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path)) as mon:
         mon.log(50, {"train/loss": 2.0})
     assert mon.attempt == 2, "the dead process's rows were attempt 1"
     with open_store(sqlite_url) as store:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from monitor.client import Monitor, MonitorConfig
+from monitor.client import Monitor, MonitorSettings
 from monitor.store import open_store
 from tests.monitor.client.partition_proxy import PartitionProxy
 
@@ -29,8 +29,8 @@ KEYS = [f"train/m{i}" for i in range(10)]
 SLACK_S = 0.5
 
 
-def fault_settings(spool) -> MonitorConfig:
-    return MonitorConfig(flush_interval_s=0.5, write_timeout_s=3.0, retry_interval_s=1.0, flush_timeout_s=2.0,
+def fault_settings(spool) -> MonitorSettings:
+    return MonitorSettings(flush_interval_s=0.5, write_timeout_s=3.0, retry_interval_s=1.0, flush_timeout_s=2.0,
                          close_timeout_s=3.0, spool_dir=spool, handle_sigterm=False)
 
 
@@ -134,9 +134,9 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from monitor.client import Monitor, MonitorConfig
+    from monitor.client import Monitor, MonitorSettings
     url, spool, interval = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
-    mon = Monitor("killed", store=url, settings=MonitorConfig(
+    mon = Monitor("killed", store=url, settings=MonitorSettings(
         flush_interval_s=interval, write_timeout_s=2.0, retry_interval_s=1.0, spool_dir=spool))
     keys = [f"train/m{i}" for i in range(10)]
     step, due, stop = 0, time.monotonic(), time.monotonic() + 60
@@ -188,7 +188,7 @@ def test_sigkill_loses_at_most_one_flush_interval(backend, request, tmp_path):
                                   lambda step: proxy.freeze() if step == RATE else None, 6 * RATE)
         proxy.thaw()
     # The next process on this host replays what the killed one spooled.
-    with Monitor("killed", store=store_url, settings=MonitorConfig(spool_dir=tmp_path, handle_sigterm=False)):
+    with Monitor("killed", store=store_url, settings=MonitorSettings(spool_dir=tmp_path, handle_sigterm=False)):
         pass
     with open_store(store_url) as store:
         stored = store.load_run("killed").scalars.index.tolist()
@@ -212,7 +212,7 @@ def test_the_writer_carries_on_after_an_unexpected_error(sqlite_url, tmp_path, m
         return real(batch)
 
     monkeypatch.setattr(client, "_to_rows", flaky)
-    with Monitor("r", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path, flush_interval_s=0.1)) as mon:
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path, flush_interval_s=0.1)) as mon:
         for step in range(50):
             mon.log(step, {"train/loss": 1.0})
         assert mon.flush()
@@ -228,7 +228,7 @@ def test_a_value_whose_fetch_fails_is_stored_as_nan(sqlite_url, tmp_path):
         def __float__(self):
             raise RuntimeError("device lost")
 
-    with Monitor("r", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path)) as mon:
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path)) as mon:
         mon.log(0, {"train/loss": Broken(), "train/grad_norm": 1.0})
         mon.log(1, {"train/loss": 2.0})
     with open_store(sqlite_url) as store:
@@ -248,7 +248,7 @@ def test_flush_returns_in_time_while_a_write_is_stuck(sqlite_url, tmp_path, monk
         gate.wait(20)
         return real(*args)
 
-    settings = MonitorConfig(spool_dir=tmp_path, flush_interval_s=0.2, write_timeout_s=1.0, retry_interval_s=0.2,
+    settings = MonitorSettings(spool_dir=tmp_path, flush_interval_s=0.2, write_timeout_s=1.0, retry_interval_s=0.2,
                              flush_timeout_s=2.0)
     with Monitor("r", store=sqlite_url, settings=settings) as mon:
         monkeypatch.setattr(jobs, "write_batch", stuck)
@@ -278,7 +278,7 @@ def test_a_flushed_batch_survives_a_write_that_fails(sqlite_url, tmp_path, monke
             raise exc
         return real(*args)
 
-    settings = MonitorConfig(spool_dir=tmp_path, flush_interval_s=60.0, retry_interval_s=0.1)
+    settings = MonitorSettings(spool_dir=tmp_path, flush_interval_s=60.0, retry_interval_s=0.1)
     with Monitor("r", store=sqlite_url, settings=settings) as mon:
         monkeypatch.setattr(jobs, "write_batch", fails_once)
         for step in range(10):

@@ -10,13 +10,13 @@ import os
 import numpy as np
 import pytest
 
-from monitor.client import InvalidLogError, Monitor, MonitorConfig
+from monitor.client import InvalidLogError, Monitor, MonitorSettings
 from monitor.store import open_store
 
 
 @pytest.mark.parametrize("store_url", ["sqlite", "postgresql"], indirect=True)
 def test_a_bad_key_and_a_nan_step_raise_at_log_and_later_steps_are_stored(store_url, tmp_path):
-    with Monitor("r", store=store_url, settings=MonitorConfig(spool_dir=tmp_path, flush_interval_s=0.1)) as mon:
+    with Monitor("r", store=store_url, settings=MonitorSettings(spool_dir=tmp_path, flush_interval_s=0.1)) as mon:
         for step in range(100):
             mon.log(step, {"train/loss": 1.0})
         with pytest.raises(InvalidLogError, match=r"metric key 'Train Loss' is not of the form namespace/name"):
@@ -40,7 +40,7 @@ def test_a_bad_key_and_a_nan_step_raise_at_log_and_later_steps_are_stored(store_
     (2**63, "is beyond the largest step"),
 ])
 def test_each_bad_step_has_its_message(sqlite_url, tmp_path, step, message):
-    with Monitor("r", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path)) as mon:
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path)) as mon:
         with pytest.raises(InvalidLogError, match=message):
             mon.log(step, {"train/loss": 1.0})
         with pytest.raises(InvalidLogError, match=message):
@@ -50,7 +50,7 @@ def test_each_bad_step_has_its_message(sqlite_url, tmp_path, step, message):
 
 
 def test_a_series_never_goes_back_but_other_series_may(sqlite_url, tmp_path):
-    with Monitor("r", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path)) as mon:
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path)) as mon:
         mon.log(10, {"train/loss": 1.0})
         mon.log(10, {"train/grad_norm": 1.0})
         mon.log(5, {"eval/heldout/c4/loss": 3.0})  # an evaluation logged late, at its checkpoint
@@ -60,7 +60,7 @@ def test_a_series_never_goes_back_but_other_series_may(sqlite_url, tmp_path):
 
 def test_warn_mode_drops_the_bad_values_keeps_the_rest_and_says_so_once(sqlite_url, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="gapwatch.client")
-    settings = MonitorConfig(spool_dir=tmp_path, on_invalid="warn")
+    settings = MonitorSettings(spool_dir=tmp_path, on_invalid="warn")
     with Monitor("r", store=sqlite_url, settings=settings) as mon:
         for step in range(5):
             mon.log(step, {"Train Loss": 1.0, "train/loss": float(step)})
@@ -85,7 +85,7 @@ def test_a_batch_the_store_refuses_is_quarantined_and_does_not_block_the_rest(sq
         {"attempt": None, "metrics": [[2, "train/loss", 1.0, 0.0]], "events": []},
     ]
     (run_dir / f"{dead_pid}-old.jsonl").write_text("".join(json.dumps(b) + "\n" for b in lines))
-    with Monitor("r", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path)) as mon:
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path)) as mon:
         mon.log(3, {"train/loss": 2.0})
     with open_store(sqlite_url) as store:
         assert store.load_run("r").scalars.index.tolist() == [0, 2, 3]
@@ -101,4 +101,4 @@ def test_a_batch_the_store_refuses_is_quarantined_and_does_not_block_the_rest(sq
 
 def test_a_blank_run_name_is_refused_at_once(sqlite_url, tmp_path):
     with pytest.raises(InvalidLogError, match=r"run name '   ' must have 1 to 255 characters, not all blank"):
-        Monitor("   ", store=sqlite_url, settings=MonitorConfig(spool_dir=tmp_path))
+        Monitor("   ", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path))
