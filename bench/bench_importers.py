@@ -1,7 +1,7 @@
 """Reading `.wandb` run files: our reader against a straightforward one, and a 1.41M-step import.
 
 - Side by side on a file written by the real wandb package (offline mode): rows/s of
-  `monitor.importers.wandb_file` vs the straightforward reader (each record parsed with wandb's
+  `monitor.importers.wandb.run_file` vs the straightforward reader (each record parsed with wandb's
   protobuf classes, `json.loads` on every item), best of three runs each.
 - The same pair on a 1.41M-step history in wandb's exact layout (three records a step as wandb
   0.31 writes them: the `_wandb.runtime` summary, the summary mirror of the row, the history row,
@@ -63,7 +63,7 @@ def naive_rows(path: Path, max_steps: int | None = None) -> int:
     every history item; returns the history rows read."""
     from wandb.proto import wandb_internal_pb2 as wpb
 
-    from monitor.importers.wandb_log import read_records
+    from monitor.importers.wandb.log_format import read_records
 
     buf = path.read_bytes()
     found = read_records(buf, str(path))
@@ -80,7 +80,7 @@ def naive_rows(path: Path, max_steps: int | None = None) -> int:
 
 
 def ours_rows(path: Path) -> int:
-    from monitor.importers.wandb_file import WandbRunReader
+    from monitor.importers.wandb.run_file import WandbRunReader
 
     reader = WandbRunReader(path)
     reader.read()
@@ -117,7 +117,7 @@ def real_file(root: Path, steps: int) -> Path:
 def synthetic_file(path: Path, steps: int) -> int:
     """A history in wandb 0.31's exact record layout, encoded by hand for speed (checked against
     wandb's own Record class on a sample below)."""
-    from monitor.importers.wandb_log import encode_log
+    from bench.wandb_log_writer import encode_log
 
     def field(tag: bytes, text: str) -> bytes:
         data = text.encode()

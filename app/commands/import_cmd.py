@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from monitor.importers import detect_format, load
     from monitor.importers.follow import FollowConfig, follow
     from monitor.importers.store_writer import write_run
-    from monitor.importers.wandb_api import ApiConfig
+    from monitor.importers.wandb.api import ApiConfig
     from monitor.store import open_store
 
     from app.output import phases

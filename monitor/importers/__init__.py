@@ -38,10 +38,11 @@ def detect_format(source: str | os.PathLike) -> str:
     path = Path(source)
     if not path.exists():
         raise GapwatchError(f"{source}: no such file or directory")
-    from . import lm_eval_json, tensorboard_events, text_logs, wandb_csv, wandb_file
+    from . import lm_eval_json, tensorboard_events, text_logs
+    from .wandb import csv_export, run_file
 
     if path.is_dir():
-        if wandb_file.is_wandb_source(path):
+        if run_file.is_wandb_source(path):
             return "wandb-file"
         if any(tensorboard_events.is_event_file(f) for f in path.rglob("*tfevents*")):
             return "tensorboard"
@@ -56,9 +57,9 @@ def detect_format(source: str | os.PathLike) -> str:
         return "wandb-file"
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        header = next(csv.reader([head.split("\n", 1)[0]], delimiter=wandb_csv.separator(path)),
+        header = next(csv.reader([head.split("\n", 1)[0]], delimiter=csv_export.separator(path)),
                       [])
-        return "wandb-csv" if wandb_csv.sniff([h.strip() for h in header]) else "csv"
+        return "wandb-csv" if csv_export.sniff([h.strip() for h in header]) else "csv"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
     if suffix == ".json":
@@ -89,7 +90,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     step: the step of an lm-eval results file whose model_args name no revision.
     profiles_file: the user's profile YAML (default: $GAPWATCH_PROFILES or the config dir).
     progress: called with (done, total) while a large source is read.
-    api_config: how a wandb:// source's server is reached (wandb_api.ApiConfig).
+    api_config: how a wandb:// source's server is reached (wandb.api.ApiConfig).
     """
     fmt = fmt or detect_format(source)
     if fmt not in FORMATS:
@@ -115,15 +116,15 @@ def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_c
 
         return parse_text_log(source), "llmc"
     if fmt == "wandb-csv":
-        from .wandb_csv import parse_wandb_csv
+        from .wandb.csv_export import parse_wandb_csv
 
         return parse_wandb_csv(source, tokens_per_step=tokens_per_step), None
     if fmt == "wandb-file":
-        from .wandb_file import parse_wandb_run
+        from .wandb.run_file import parse_wandb_run
 
         return parse_wandb_run(source, progress=progress), None
     if fmt == "wandb-api":
-        from .wandb_api import parse_wandb_api
+        from .wandb.api import parse_wandb_api
 
         return parse_wandb_api(str(source), api_config, progress=progress), None
     if fmt == "lm-eval-json":

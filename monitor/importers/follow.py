@@ -91,7 +91,7 @@ def _poller(store, name, source, fmt, profile, load_kwargs, api_config):
 
 class _WandbFilePoller:
     def __init__(self, source, profile, load_kwargs) -> None:
-        from .wandb_file import WandbRunReader, find_run_file
+        from .wandb.run_file import WandbRunReader, find_run_file
 
         self.reader = WandbRunReader(find_run_file(source))
         self.profile = profile
@@ -101,7 +101,7 @@ class _WandbFilePoller:
         self.first = True
 
     def __call__(self):
-        from .wandb_file import to_imported
+        from .wandb.run_file import to_imported
 
         previous = None if self.first else self.rows
         new = self.reader.read(follow=True)
@@ -122,7 +122,7 @@ class _WandbFilePoller:
 
 class _WandbApiPoller(_WandbFilePoller):
     def __init__(self, store, name, source, profile, load_kwargs, api_config) -> None:
-        from .wandb_api import ApiConfig, WandbApiReader
+        from .wandb.api import ApiConfig, WandbApiReader
 
         self.reader = WandbApiReader(source, api_config or ApiConfig())
         self.profile = profile
@@ -139,7 +139,7 @@ class _WandbApiPoller(_WandbFilePoller):
             self.first = True
 
     def __call__(self):
-        from .wandb_api import to_imported
+        from .wandb.api import to_imported
 
         previous = None if self.first else self.rows
         steps, keys, values, walls = self.reader.read()

@@ -32,7 +32,7 @@ from monitor.schema import MAX_STEP
 
 from .imported_run import ImportedRun
 from .logged_rows import LoggedRows
-from .wandb_csv import separator
+from .wandb.csv_export import separator
 
 STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
 KEY_FIELDS = ("key", "metric", "name")

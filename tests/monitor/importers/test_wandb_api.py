@@ -12,7 +12,7 @@ from monitor import schema
 from monitor.errors import GapwatchError
 from monitor.importers import load
 from monitor.importers.follow import FollowConfig, follow
-from monitor.importers.wandb_api import ApiConfig, WandbApiReader, probe
+from monitor.importers.wandb.api import ApiConfig, WandbApiReader, probe
 from monitor.store import open_store
 
 from .wandb_standin import StandInRun, WandbStandIn

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.errors import GapwatchError
-from monitor.importers.wandb_crc import crc_mismatches, failing_blocks
-from monitor.importers.wandb_log import BLOCK_SIZE, HEADER_SIZE, _walk_blocks, encode_log
+from monitor.importers.wandb.crc import crc_mismatches, failing_blocks
+from bench.wandb_log_writer import encode_log
+from monitor.importers.wandb.log_format import BLOCK_SIZE, HEADER_SIZE, _walk_blocks
 
 
 def _chunks(raw: bytes):

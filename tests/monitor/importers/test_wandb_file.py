@@ -16,12 +16,14 @@ from wandb.proto import wandb_internal_pb2 as wpb
 
 from monitor import schema
 from monitor.errors import GapwatchError
-from monitor.importers import load, wandb_log
-from monitor.importers.wandb_file import (WandbRunReader, find_run_file, parse_wandb_run,
+from monitor.importers import load
+from monitor.importers.wandb import log_format
+from monitor.importers.wandb.run_file import (WandbRunReader, find_run_file, parse_wandb_run,
                                           to_imported)
-from monitor.importers.wandb_log import BLOCK_SIZE, FILE_HEADER, encode_log, read_records
-from monitor.importers.wandb_records import decode_exact
-from monitor.importers.wandb_wire import TAIL_MARGIN
+from bench.wandb_log_writer import encode_log
+from monitor.importers.wandb.log_format import BLOCK_SIZE, FILE_HEADER, read_records
+from monitor.importers.wandb.records import decode_exact
+from monitor.importers.wandb.wire import TAIL_MARGIN
 
 from .conftest import offline_run_dir, run_writer
 
@@ -396,7 +398,7 @@ def test_segments_of_one_block_read_as_the_whole_file(tmp_path, monkeypatch):
     path = tmp_path / "run-x.wandb"
     path.write_bytes(encode_log([*records, _pad(301)]))
     whole, expected = _rows_of(path)
-    monkeypatch.setattr(wandb_log, "SEGMENT_BLOCKS", 1)
+    monkeypatch.setattr(log_format, "SEGMENT_BLOCKS", 1)
     segmented, got = _rows_of(path)
     assert got == expected and len(got) == 300
     assert (segmented.records, segmented.offset, segmented.summary) == (
@@ -411,7 +413,7 @@ def test_a_failed_read_leaves_the_reader_as_it_was(tmp_path, monkeypatch):
     raw[int(found.starts[50]) + 3] ^= 0xFF  # damage late in the file
     path = tmp_path / "run-x.wandb"
     path.write_bytes(bytes(raw))
-    monkeypatch.setattr(wandb_log, "SEGMENT_BLOCKS", 1)  # earlier segments decode first
+    monkeypatch.setattr(log_format, "SEGMENT_BLOCKS", 1)  # earlier segments decode first
     reader = WandbRunReader(path)
     with pytest.raises(GapwatchError, match="record 51 at byte .*: checksum mismatch"):
         reader.read(follow=True)

@@ -22,7 +22,6 @@ GapwatchError naming the file, the record number and the byte offset.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -30,7 +29,7 @@ import numpy as np
 
 from monitor.errors import GapwatchError
 
-from .wandb_crc import crc_mismatches
+from .crc import crc_mismatches
 
 FILE_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 BLOCK_SIZE = 32 * 1024
@@ -42,8 +41,6 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 # them maps fresh memory: on the 707 MB benchmark file, 64 MiB segments take 0.85 s, the whole
 # file at once 1.1-1.4 s, 16 MiB segments 1.0 s (more numpy calls, on shorter arrays).
 SEGMENT_BLOCKS = 2048
-# CRC-32 of the type byte alone: the running CRC each chunk's data continues from.
-_TYPE_CRC = tuple(zlib.crc32(bytes([t])) for t in range(5))
 
 
 @dataclass
@@ -254,26 +251,3 @@ def _assemble(buf, pos, length, kind, numbers, torn_at, offset, source) -> LogRe
 
 def _damaged(source: str, record: int, offset: int, problem: str) -> GapwatchError:
     return GapwatchError(f"{source}: record {record + 1} at byte {offset}: {problem}")
-
-
-def encode_log(payloads, header: bytes = FILE_HEADER) -> bytes:
-    """A log in the layout above holding these record payloads (what wandb's writer produces),
-    for building test and benchmark files without running a training job."""
-    out = bytearray(header)
-    for payload in payloads:
-        pos, first = 0, True
-        while True:
-            room = BLOCK_SIZE - len(out) % BLOCK_SIZE
-            if room < HEADER_SIZE:
-                out += b"\x00" * room
-                room = BLOCK_SIZE
-            take = min(room - HEADER_SIZE, len(payload) - pos)
-            last = pos + take == len(payload)
-            kind = FULL if first and last else FIRST if first else LAST if last else MIDDLE
-            body = payload[pos:pos + take]
-            out += CHUNK_HEADER.pack(zlib.crc32(body, _TYPE_CRC[kind]), take, kind) + body
-            pos += take
-            first = False
-            if last:
-                break
-    return bytes(out)

@@ -1,6 +1,6 @@
 """Decoding W&B `Record` protobufs exactly, with wandb's own classes (wandb.proto.wandb_internal).
 
-Used for the records the vectorised reader (`wandb_wire`) does not take (nested dicts, typed values,
+Used for the records the vectorised reader (`wire`) does not take (nested dicts, typed values,
 records split over blocks, any unexpected shape) and for the few run, config, exit and header
 records. Also the value conversion both paths share: JSON text -> float64.
 """

@@ -32,10 +32,10 @@ import pyarrow as pa
 
 from monitor.errors import GapwatchError
 
-from . import wandb_wire as wire
-from .imported_run import ImportedRun, scalars_frame
-from .wandb_log import FILE_HEADER, check_file_header, iter_records
-from .wandb_records import NESTED_SEP, NotText, decode_exact, to_float
+from . import wire
+from ..imported_run import ImportedRun, scalars_frame
+from .log_format import FILE_HEADER, check_file_header, iter_records
+from .records import NESTED_SEP, NotText, decode_exact, to_float
 
 STEP_KEY = "_step"
 TIMESTAMP_KEY = "_timestamp"

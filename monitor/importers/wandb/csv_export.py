@@ -29,7 +29,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from .imported_run import ImportedRun, scalars_frame
+from ..imported_run import ImportedRun, scalars_frame
 
 
 STEP_COLUMNS = ("_step", "Step", "step")

@@ -4,7 +4,7 @@ Why not just the protobuf library: it builds a Python object per record and per 
 3 records and 20 items per logged step that costs more than the 4 us a step that a 1.4M-step
 reference run allows (see bench/bench_importers.py). The protobuf runtime stays the reference:
 everything this module does not positively recognise goes to wandb's own `Record` class
-(`wandb_records`), and the tests check both give the same rows on files the real wandb wrote.
+(`records`), and the tests check both give the same rows on files the real wandb wrote.
 
 What is recognised, exactly as the protobuf wire format (and wandb 0.31) lays it out:
 

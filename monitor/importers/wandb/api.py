@@ -10,7 +10,7 @@ which sends people looking in the wrong place. The probe reports the real cause 
 (connection refused, name not resolved, timed out, an HTTP error status) within
 `ApiConfig.probe_timeout_s`.
 
-Rules are those of W&B history (see wandb_file): names starting with `_` are W&B's own, `_step` is
+Rules are those of W&B history (see run_file): names starting with `_` are W&B's own, `_step` is
 the step, `_timestamp` the wall time, non-numeric values are left out and counted, steps only grow.
 A run whose state is `running` is imported as live; `follow` polls it for new steps.
 """
@@ -29,7 +29,7 @@ import numpy as np
 
 from monitor.errors import GapwatchError
 
-from .imported_run import ImportedRun, scalars_frame
+from ..imported_run import ImportedRun, scalars_frame
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 _URL = re.compile(r"^wandb://(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?P<run>[^/\s]+)/?$")
