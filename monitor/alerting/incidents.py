@@ -24,7 +24,7 @@ RESOLVED = "resolved"
 
 
 
-class ChangeKind(str, enum.Enum):
+class ChangeKind(enum.StrEnum):
     """What a change does to an alert (the state an alert is in is OPEN or RESOLVED above)."""
 
     OPENED = "opened"
