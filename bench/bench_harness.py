@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 
+from bench.real_data import REAL_DATA
 from bench.results import record, table
 
 TASKS = ("arc_easy", "piqa", "hellaswag")
-SHARED_EVALS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "evals"
-TRAIN_TEXT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "text" / "wikitext-2" / "test.txt"
+SHARED_EVALS = REAL_DATA / "evals"
+TRAIN_TEXT = REAL_DATA / "text" / "wikitext-2" / "test.txt"
 
 
 def _data_dir(tmp: Path) -> Path:

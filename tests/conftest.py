@@ -9,10 +9,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bench.real_data import REAL_DATA
+
 REPO = Path(__file__).resolve().parents[1]
-# The real training logs and benchmark data the tests read: $GAPWATCH_TEST_DATA, else the data folder
-# that the project's machines keep beside the repository. This is the one place that names it.
-SHARED_DATA = Path(os.environ.get("GAPWATCH_TEST_DATA", REPO.parent / "shared" / "data"))
+SHARED_DATA = REAL_DATA
 PG_ADMIN_URL = os.environ.get("GAPWATCH_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 # Debian's Chromium, headless, never a downloaded browser; no background traffic on a closed network.
 CHROMIUM = "/usr/bin/chromium"

@@ -22,10 +22,11 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.real_data import REAL_DATA
 from monitor.importers import load
 from monitor.schema import RunData
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "runs"
+DATA = REAL_DATA / "runs"
 MODDED = DATA / "modded-nanogpt"
 LADDER = DATA / "olmo-wandb-exports" / "ladder"
 HALVES = ("calibration", "test")
