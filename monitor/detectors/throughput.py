@@ -22,7 +22,7 @@ before, so the watch service reaches the verdicts a whole-run pass reaches.
 * Goodput: ideal over actual time of each complete block of step times; blocks below `min_goodput`
   are reported (metric perf/goodput).
 
-A stall, a drop or a goodput finding cites the host's load (sys/load_per_cpu, where the run logs it)
+A stall, a drop (against the run's own baseline or the reference) or a goodput finding cites the host's load (sys/load_per_cpu, where the run logs it)
 in its window, and says the machine was loaded when that reached `busy_host_load`: on a shared host a
 slow step is news about the machine, not the run.
 """
@@ -371,8 +371,10 @@ class ThroughputDetector(Detector):
             k = a + int(np.argmin(rel[a:b + 1]))
             evidence = {"value": float(w.median[iw][k]), "reference_value": float(v.median[iv][k]),
                         "delta": float(rel[k]), "band": -self.drop_fraction, "blocks": int(b - a + 1)}
+            load, loaded = self._host_load(run, w.first_step[iw][a], w.last_step[iw][b])
+            evidence.update(load)
             message = (f"{metric} {w.median[iw][k]:.4g}, {-rel[k]:.0%} below the reference's "
-                       f"{v.median[iv][k]:.4g} (same hardware? then the run is slower)")
+                       f"{v.median[iv][k]:.4g} (same hardware? then the run is slower){loaded}")
             out.append(self._detection(run, reference, f"{metric}/vs_reference", w.first_step[iw][a], w.last_step[iw][b],
                                        w.mid_step[iw][k], float(-rel[k]), Severity.INFO, message, evidence))
         return out
