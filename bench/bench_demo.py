@@ -16,6 +16,24 @@ from pathlib import Path
 
 from bench.results import record, table
 
+# Which run each training phase trains (as app/demo.py names them), for the load it logged.
+PHASE_RUNS = {"reference run": "reference", "candidate run": "double-sharding", "run killed": "resume-off-by-one",
+              "clean rerun": "clean-rerun"}
+
+
+def logged_load(store_url: str) -> dict[str, float]:
+    """Mean sys/load_per_cpu each run logged while it trained (the load the phase ran under)."""
+    from monitor.schema import SYS_LOAD_PER_CPU
+    from monitor.store import open_store
+
+    with open_store(store_url) as store:
+        loads = {}
+        for run in PHASE_RUNS.values():
+            scalars = store.load_run(run).scalars
+            if SYS_LOAD_PER_CPU in scalars.columns:
+                loads[run] = float(scalars[SYS_LOAD_PER_CPU].mean())
+        return loads
+
 
 def main(argv: list[str] | None = None) -> None:
     from app.demo import Demo, DemoConfig
@@ -31,10 +49,16 @@ def main(argv: list[str] | None = None) -> None:
         ok = demo.run()
         total = time.monotonic() - started
         phases = demo.timed()
+        loads = logged_load(demo.config.store_url)
     load_after = os.getloadavg()
-    rows = [{"phase": title, "seconds": f"{seconds:.0f}", "share": f"{seconds / total:.0%}"}
-            for title, seconds in phases.items()]
-    rows.append({"phase": "**whole demo**", "seconds": f"**{total:.0f}**", "share": "100%"})
+    def load_of(title: str) -> str:
+        run = next((r for prefix, r in PHASE_RUNS.items() if title.startswith(prefix)), None)
+        return f"{loads[run]:.2f}" if run in loads else ""
+
+    rows = [{"phase": title, "seconds": f"{seconds:.0f}", "share": f"{seconds / total:.0%}",
+             "load per CPU while training (mean logged)": load_of(title)} for title, seconds in phases.items()]
+    rows.append({"phase": "**whole demo**", "seconds": f"**{total:.0f}**", "share": "100%",
+                 "load per CPU while training (mean logged)": ""})
     downstream = (f"downstream evals every {demo.config.downstream_every} steps on "
                   f"{len(demo.config.downstream_tasks)} tasks x {demo.config.downstream_limit} documents"
                   if demo.eval_data else "no downstream evals (the eval data could not be fetched)")
