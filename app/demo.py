@@ -4,6 +4,10 @@ Each phase runs the same `gapwatch` commands a user would, as child processes, a
 when it starts and when it ends. The story it tells is the one gapwatch was born from: a run whose
 data loader double-shards looks *better* than its reference on train loss while held-out loss is
 tied, and a resume off by one batch goes unnoticed, unless something watches for them.
+
+Every run, the W&B reference included, runs downstream evals in its loop (a seeded subset of the
+benchmarks that `gapwatch evals fetch-data` puts in the per-user cache, fetched once), so the
+memorization verdict against the reference rests on train, held-out and downstream alike.
 """
 
 from __future__ import annotations
@@ -26,12 +30,27 @@ RESUMED = "resume-off-by-one"
 RERUN = "clean-rerun"
 
 
+# Detectors of how the machine ran rather than what the run learned: a busy laptop slows steps
+# down, and that is worth showing but is not the run's fault, so these never fail the demo.
+MACHINE_DETECTORS = frozenset({"throughput"})
+
+# In-loop downstream evals of every run: at every other held-out checkpoint, on the same seeded
+# subset of documents each time. Measured with the demo model on this 2-core machine under a load
+# of about 4 (2026-12-02): five of these tasks at 40 documents cost 0.9 s an evaluation; MMLU's subset
+# is taken per subject (57 of them), so 16 documents each cost 15 s and 4 each 3.5 s: sixteen
+# evaluations of it would more than double the demo's training time, so the demo leaves it out, and
+# BoolQ too: its passages do not fit the demo model's 32-token window.
+DOWNSTREAM_EVERY = 50
+DOWNSTREAM_TASKS = ("hellaswag", "arc_easy", "arc_challenge", "openbookqa", "piqa", "winogrande")
+DOWNSTREAM_LIMIT = 40
+
+
 @dataclass(frozen=True)
 class Expectation:
     """A detector that must (or must not) fire on a run for the demo to have told the truth."""
 
     run: str
-    detector: str | None  # None: nothing at all may fire
+    detector: str | None  # None: no detector of what the run learned may fire
     why: str
 
 
@@ -40,7 +59,8 @@ EXPECTATIONS = (
     Expectation(CANDIDATE, "memorization_reread", "records read again score lower than first reads in the same batches, "
                 "while held-out loss is tied"),
     Expectation(RESUMED, "resume", "model restored at step N+1, data loader at batch N"),
-    Expectation(RERUN, None, "another seed of the same recipe is not a divergence"),
+    Expectation(RERUN, None, "another seed of the same recipe is not a divergence, a memorization, "
+                "a held-out or a downstream difference"),
 )
 
 
@@ -67,6 +87,14 @@ class DemoConfig:
     """Step after which the resumed run's first process is SIGKILLed; None: 40% of the run."""
     serve: bool = True
     """Serve the dashboard at the end, until Ctrl-C."""
+    eval_data: Path | None = None
+    """Benchmark files for the downstream evals; default: the per-user cache, fetched once."""
+    downstream_every: int = DOWNSTREAM_EVERY
+    """Steps between the in-loop downstream evals of every run."""
+    downstream_tasks: tuple[str, ...] = DOWNSTREAM_TASKS
+    """The tasks they run (evals.task_suite.TASKS)."""
+    downstream_limit: int = DOWNSTREAM_LIMIT
+    """Seeded documents per task (per subject for MMLU)."""
     host: str = "127.0.0.1"
     port: int = 8050
 
@@ -81,23 +109,33 @@ class Demo:
         self.workdir = config.workdir.resolve()
         self.started = time.monotonic()
         self.phase = 0
+        self.eval_data: Path | None = None  # set by fetch_eval_data; None: no downstream evals
+        self.phase_seconds: dict[str, float] = {}
 
     # --- narration ---------------------------------------------------------------------------------
-    PHASES = 7
+    PHASES = 8
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:6.0f} s] {text}", flush=True)
 
     def begin(self, title: str) -> None:
         self.phase += 1
+        self.phase_seconds[title] = time.monotonic()
         self.say(f"({self.phase}/{self.PHASES}) {title}")
+
+    def timed(self) -> dict[str, float]:
+        """Seconds each phase took so far (a phase ends where the next begins)."""
+        starts = list(self.phase_seconds.items())
+        ends = [t for _title, t in starts[1:]] + [time.monotonic()]
+        return {title: end - start for (title, start), end in zip(starts, ends)}
 
     # --- running our own commands ------------------------------------------------------------------
     def gapwatch(self, *args: str, env: dict[str, str] | None = None, quiet: bool = False) -> str:
         """Run `gapwatch ARGS` as a child process; its output streams through unless `quiet`."""
         cmd = [sys.executable, "-m", "app", *args]
+        # No progress bars from the in-loop evals: the trainer prints its own line every few steps.
         full_env = {**os.environ, "GAPWATCH_STORE": self.config.store_url, "WANDB_ERROR_REPORTING": "false",
-                    "WANDB_SILENT": "true", **(env or {})}
+                    "WANDB_SILENT": "true", "TQDM_DISABLE": "1", **(env or {})}
         result = subprocess.run(cmd, env=full_env, text=True, stdout=subprocess.PIPE if quiet else None,
                                 stderr=subprocess.STDOUT if quiet else None)
         if result.returncode != 0:
@@ -105,13 +143,45 @@ class Demo:
                                 + (f": {result.stdout.strip().splitlines()[-1]}" if quiet and result.stdout.strip() else ""))
         return result.stdout or ""
 
+    def train_config(self) -> str:
+        """The trainer config of every run: the preset with the demo's downstream evals when the
+        eval data is there; a config file is used as it is (its own evals settings decide)."""
+        from trainer.config import PRESETS
+
+        if self.eval_data is None or self.config.config not in PRESETS:
+            return self.config.config
+        path = self.workdir / f"train-{self.config.config}.yaml"
+        c = self.config
+        path.write_text(yaml.safe_dump({"preset": c.config, "evals": {
+            "downstream_every": c.downstream_every, "downstream_tasks": list(c.downstream_tasks),
+            "downstream_limit": c.downstream_limit, "downstream_data_dir": str(self.eval_data)}}))
+        return str(path)
+
     def train(self, run: str, *extra: str, env: dict[str, str] | None = None) -> None:
-        args = ["train", "--config", self.config.config, "--run", run, "--run-dir", str(self.workdir / "runs" / run)]
+        args = ["train", "--config", self.train_config(), "--run", run, "--run-dir", str(self.workdir / "runs" / run)]
         if self.config.steps:
             args += ["--steps", str(self.config.steps)]
         self.gapwatch(*args, *extra, env=env)
 
     # --- the phases --------------------------------------------------------------------------------
+    def fetch_eval_data(self) -> None:
+        """The benchmark files, once: `gapwatch evals fetch-data` (a pip download) unless they are
+        already there. Without them the demo goes on without downstream evals."""
+        from evals.data_layout import default_data_dir
+
+        self.begin("eval data for the in-loop downstream evals")
+        data_dir = (self.config.eval_data or default_data_dir()).resolve()
+        if not (data_dir / "tasks").is_dir():
+            try:
+                self.gapwatch("evals", "fetch-data", "--data-dir", str(data_dir), quiet=True)
+            except GapwatchError as exc:
+                self.say(f"no downstream evals this time: fetching the eval data failed ({exc})")
+                return
+        self.eval_data = data_dir
+        c = self.config
+        self.say(f"downstream evals every {c.downstream_every} steps on {', '.join(c.downstream_tasks)} "
+                 f"({c.downstream_limit} seeded documents each), from {data_dir}")
+
     def reference_from_wandb(self) -> None:
         self.begin("reference run, logged to Weights & Biases in offline mode only")
         trainer_run = REFERENCE + "-trainer"
@@ -165,33 +235,75 @@ class Demo:
 
         outcomes = []
         with open_store(self.config.store_url) as store:
-            fired = {run: {d.detector for d in store.read_detections(run)} for run in (CANDIDATE, RESUMED, RERUN)}
+            fired = {run: {d.detector for d in store.read_detections(run)} - MACHINE_DETECTORS
+                     for run in (CANDIDATE, RESUMED, RERUN)}
         for exp in EXPECTATIONS:
             found = fired.get(exp.run, set())
-            if exp.detector is None:
-                outcomes.append((exp, not found, ", ".join(sorted(found)) or "nothing fired"))
-            else:
-                outcomes.append((exp, exp.detector in found, ", ".join(sorted(found)) or "nothing fired"))
+            ok = not found if exp.detector is None else exp.detector in found
+            outcomes.append((exp, ok, ", ".join(sorted(found)) or "nothing fired"))
         return outcomes
+
+    def machine_findings(self) -> list[tuple[str, str, str]]:
+        """(run, detector, message) of every finding about how the machine ran: shown, never judged."""
+        from monitor.store import open_store
+
+        with open_store(self.config.store_url) as store:
+            return [(run, d.detector, d.message) for run in (REFERENCE, CANDIDATE, RESUMED, RERUN)
+                    for d in store.read_detections(run) if d.detector in MACHINE_DETECTORS]
 
     def summarize(self, outcomes) -> bool:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title="What gapwatch caught")
+        table = Table(title="What the runs learned: what gapwatch caught")
         for column in ("run", "expected", "why", "detectors that fired", "ok"):
             table.add_column(column)
         for exp, ok, found in outcomes:
             expected = exp.detector or "nothing"
             table.add_row(exp.run, expected, exp.why, found, "[green]yes[/]" if ok else "[red]NO[/]")
+        machine = Table(title="How the machine ran (shown, never a failure of the demo)")
+        for column in ("run", "detector", "finding"):
+            machine.add_column(column)
+        for run, detector, message in self.machine_findings() or [("every run", "throughput", "nothing fired")]:
+            machine.add_row(run, detector, message)
         # Piped or logged output has no terminal width to follow; rich's 80 columns would cut run names.
-        Console(width=None if sys.stdout.isatty() else 120).print(table)
+        console = Console(width=None if sys.stdout.isatty() else 120)
+        console.print(table)
+        console.print(machine)
         self.say(self.memorization_numbers(CANDIDATE))
+        self.say(self.memorization_verdict(CANDIDATE))
         return all(ok for _exp, ok, _found in outcomes)
+
+    def memorization_verdict(self, run: str) -> str:
+        """Whether the reference-based memorization detector fired on `run`, and why (or why not)."""
+        from monitor.align import align_pair
+        from monitor.detectors.memorization import Memorization
+        from monitor.store import open_store
+
+        with open_store(self.config.store_url) as store:
+            fired = store.read_detections(run, "memorization")
+            aligned_run, aligned_ref = align_pair(store.load_run(run), store.load_run(REFERENCE))
+        head = f"memorization against the W&B reference ({run}):"
+        if fired:
+            return f"{head} fired at steps {fired[0].start_step}-{fired[-1].end_step}: {fired[-1].message}"
+        detector = Memorization()
+        missing = detector.not_judged(aligned_run, aligned_ref)
+        if missing:
+            return f"{head} not judged: " + "; ".join(m.describe() for m in missing)
+        table = detector.explain(aligned_run, aligned_ref)
+        table = table[table["judged"].astype(bool)]
+        legs = {"train below": "below", "held-out not better": "not_better",
+                "held-out did not follow": "not_followed", "downstream not better": "downstream_ok"}
+        held = {name: int(table[col].astype(bool).sum()) for name, col in legs.items()}
+        return (f"{head} did not fire (it needs all four legs at {detector.persist_checkpoints} judged "
+                f"checkpoints in a row); of {len(table)} judged checkpoints, "
+                + ", ".join(f"{name} held at {n}" for name, n in held.items()))
 
     def memorization_numbers(self, run: str) -> str:
         """What the memorization detectors judged: the train and held-out differences against the
         reference at the last judged checkpoint, and the last block of the in-batch comparison."""
+        import pandas as pd
+
         from monitor.align import align_pair
         from monitor.detectors.memorization import Memorization
         from monitor.detectors.memorization_reread import MemorizationReread
@@ -208,9 +320,11 @@ class Demo:
         else:
             last = table.iloc[-1]
             legs = [("train below", last.below), ("held-out not better", last.not_better),
-                    ("held-out did not follow", last.not_followed)]
+                    ("held-out did not follow", last.not_followed), ("downstream not better", last.downstream_ok)]
+            downstream = (f", downstream z {last.downstream_z:+.2f}" if pd.notna(last.downstream_z)
+                          else ", no downstream evals at this step")
             text = (f"{run} at step {int(last.step)}: train loss {last.train_delta:+.3f} and held-out loss "
-                    f"{last.heldout_delta:+.3f} against the reference; "
+                    f"{last.heldout_delta:+.3f} against the reference{downstream}; "
                     + ", ".join(f"{name}: {'yes' if ok else 'no'}" for name, ok in legs))
         blocks = in_batch.blocks(data)
         if len(blocks):
@@ -236,6 +350,7 @@ class Demo:
     def run(self) -> bool:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.say(f"gapwatch demo in {self.workdir}; store {self.config.store_url}")
+        self.fetch_eval_data()
         self.reference_from_wandb()
         self.candidate()
         self.resumed()
@@ -244,5 +359,8 @@ class Demo:
         self.report()
         ok = self.summarize(self.check())
         self.say("every expectation held" if ok else "some expectations did NOT hold (see the table)")
+        self.say("phases: " + ", ".join(f"{title.split(':')[0].split(',')[0]} {s:.0f} s"
+                                         for title, s in self.timed().items())
+                 + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         self.dashboard()
         return ok

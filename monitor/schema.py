@@ -26,6 +26,11 @@ PERF_STEP_TIME_S = "perf/step_time_s"
 PERF_TOKENS_PER_S = "perf/tokens_per_s"
 PERF_MFU = "perf/mfu"  # a fraction in [0, 1], not a percentage
 
+# --- the host ---------------------------------------------------------------------------------
+# The host's 1-minute load average (os.getloadavg) divided by its CPU count: above 1, more tasks
+# wanted a CPU than there were CPUs, so slow steps may be the machine's, not the run's.
+SYS_LOAD_PER_CPU = "sys/load_per_cpu"
+
 # --- data loader ------------------------------------------------------------------------------
 DATA_CURSOR = "data/cursor"  # records consumed so far, summed over every data host
 DATA_EPOCH = "data/epoch"
@@ -61,6 +66,7 @@ CORE_KEYS = (
     PERF_STEP_TIME_S,
     PERF_TOKENS_PER_S,
     PERF_MFU,
+    SYS_LOAD_PER_CPU,
     DATA_CURSOR,
     DATA_EPOCH,
     DATA_UNIQUE_FRACTION,

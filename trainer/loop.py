@@ -264,6 +264,8 @@ class _Trainer:
                         schema.TRAIN_TOKENS: float(step * cfg.tokens_per_step),
                         schema.DATA_EXPECTED_UNIQUE_FRACTION: expected_unique_fraction(
                             step, global_batch, records),
+                        # A read of /proc/loadavg: lets a slow step be told from a busy host.
+                        schema.SYS_LOAD_PER_CPU: os.getloadavg()[0] / (os.cpu_count() or 1),
                     }
                     if step > steady_after:
                         step_time = now - previous

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=None, help="steps of each run (default: the preset's)")
     parser.add_argument("--kill-at-step", type=int, default=None,
                         help="SIGKILL the resumed run after this step (default: 40%% of the run)")
+    parser.add_argument("--eval-data", type=Path, default=None,
+                        help="benchmark files for the in-loop downstream evals (default: the per-user "
+                             "cache, filled once by `gapwatch evals fetch-data`)")
     parser.add_argument("--no-serve", action="store_true", help="do not serve the dashboard at the end")
     parser.add_argument("--port", type=int, default=8050, help="dashboard port (default: 8050)")
     parser.set_defaults(func=run)
@@ -34,5 +37,6 @@ def run(args: argparse.Namespace) -> int:
     from app.demo import Demo, DemoConfig
 
     config = DemoConfig(workdir=args.workdir, store=args.store, config=args.config, steps=args.steps,
-                        kill_at_step=args.kill_at_step, serve=not args.no_serve, port=args.port)
+                        kill_at_step=args.kill_at_step, serve=not args.no_serve, port=args.port,
+                        eval_data=args.eval_data)
     return 0 if Demo(config).run() else 1

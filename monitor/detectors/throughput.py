@@ -21,6 +21,10 @@ before, so the watch service reaches the verdicts a whole-run pass reaches.
   the reference, where it logs the same metric, block by block on the aligned axis.
 * Goodput: ideal over actual time of each complete block of step times; blocks below `min_goodput`
   are reported (metric perf/goodput).
+
+A stall, a drop (against the run's own baseline or the reference) or a goodput finding cites the host's load (sys/load_per_cpu, where the run logs it)
+in its window, and says the machine was loaded when that reached `busy_host_load`: on a shared host a
+slow step is news about the machine, not the run.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, NotJudged, RunData, Severity
+from monitor.schema import (PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, SYS_LOAD_PER_CPU, NotJudged, RunData,
+                            Severity)
 
 from .base import Detector
 from .rundata import finite, logging_interval, pinned
@@ -84,19 +89,26 @@ class ThroughputDetector(Detector):
     """Block widths follow the logging interval of each metric's first 32 logged steps."""
     drop_metrics: tuple[str, ...] = (PERF_MFU, PERF_TOKENS_PER_S)
     """The throughput metrics judged for drops (higher is better)."""
+    busy_host_load: float = 1.5
+    """Load average per CPU from which a finding says the host was loaded: half again as many
+    runnable tasks as CPUs, so the run waited for a CPU (a CPU-bound run alone keeps it near 1)."""
 
     def __post_init__(self) -> None:
         self.drop_metrics = tuple(self.drop_metrics)
 
     def columns(self, run: RunData) -> list[str]:
-        return [c for c in (PERF_STEP_TIME_S, *self.drop_metrics) if c in run.scalars.columns]
+        return [c for c in (PERF_STEP_TIME_S, *self.drop_metrics, SYS_LOAD_PER_CPU) if c in run.scalars.columns]
 
     def history_points(self, column: str) -> int:
         # Step times: the block a step is judged by and its own; the pauses a periodic pattern is
         # recognised from are carried (`carry`). Throughput: the baseline blocks and a run of drops.
+        step_times = 2 * self.block_points + self.periodic_min_count
+        throughput = (self.baseline_blocks + self.persist_blocks + 1) * self.drop_block_points
         if column == PERF_STEP_TIME_S:
-            return 2 * self.block_points + self.periodic_min_count
-        return (self.baseline_blocks + self.persist_blocks + 1) * self.drop_block_points
+            return step_times
+        if column == SYS_LOAD_PER_CPU:  # cited over any window the other two can flag
+            return max(step_times, throughput)
+        return throughput
 
     def pin(self, run: RunData, pinned: dict) -> dict:
         pinned = super().pin(run, pinned)
@@ -146,7 +158,7 @@ class ThroughputDetector(Detector):
         return v
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
-        if not self.columns(run):
+        if not set(self.columns(run)) - {SYS_LOAD_PER_CPU}:
             return [NotJudged(self.name, f"the run logs none of {PERF_STEP_TIME_S}, "
                               f"{', '.join(self.drop_metrics)}")]
         times = finite(run, PERF_STEP_TIME_S)
@@ -215,8 +227,10 @@ class ThroughputDetector(Detector):
                         "ratio": float(t[k] / ideal[k]), "bound_s": float(v["bound"].iloc[k]), "lost_s": lost,
                         "lost_share": share, "band": self.stall_warning_share, "n": int(b - a + 1)}
             severity = Severity.WARNING if share >= self.stall_warning_share else Severity.INFO
+            load, loaded = self._host_load(run, steps[a], steps[b])
+            evidence.update(load)
             message = (f"stall: step took {t[k]:.3g} s, {t[k] / ideal[k]:.1f}x the ideal {ideal[k]:.3g} s "
-                       f"({lost:.3g} s lost, {share:.2%} of the run's time so far)")
+                       f"({lost:.3g} s lost, {share:.2%} of the run's time so far){loaded}")
             out.append(self._detection(run, None, PERF_STEP_TIME_S, steps[a], steps[b], steps[k],
                                        float(t[k] / ideal[k]), severity, message, evidence))
         out.extend(self._goodput(run, v))
@@ -293,9 +307,11 @@ class ThroughputDetector(Detector):
             evidence = {"rule": "goodput", "goodput": float(goodput[k]), "band": self.min_goodput,
                         "ideal_time_s": float(sl["ideal"].sum()), "actual_time_s": float(sl["actual"].sum()),
                         "blocks": int(b - a + 1), "n": int(sl["n"].sum())}
+            load, loaded = self._host_load(run, sl["first"].iloc[0], sl["last"].iloc[-1])
+            evidence.update(load)
             message = (f"goodput {goodput[k]:.1%} over {self.block_points} steps: "
                        f"{sl['actual'].sum() - sl['ideal'].sum():.4g} s of {sl['actual'].sum():.4g} s went to steps "
-                       f"slower than the ideal")
+                       f"slower than the ideal{loaded}")
             out.append(self._detection(run, None, "perf/goodput", sl["first"].iloc[0], sl["last"].iloc[-1],
                                        blocks["first"].iloc[k], float(1 - goodput[k]), Severity.WARNING, message,
                                        evidence))
@@ -330,8 +346,10 @@ class ThroughputDetector(Detector):
             k = a + int(np.argmin(rel[a:b + 1]))
             evidence = {"rule": "drop", "value": float(w.median[k]), "baseline": float(base[a]), "delta": float(rel[k]),
                         "band": -self.drop_fraction, "blocks": int(b - a + 1), "n": int(w.n[a:b + 1].sum())}
+            load, loaded = self._host_load(run, w.first_step[a], w.last_step[b])
+            evidence.update(load)
             message = (f"{metric} {w.median[k]:.4g}, {-rel[k]:.0%} below the run's own baseline "
-                       f"{base[a]:.4g}")
+                       f"{base[a]:.4g}{loaded}")
             out.append(self._detection(run, None, metric, w.first_step[a], w.last_step[b], w.mid_step[k],
                                        float(-rel[k]), Severity.WARNING, message, evidence))
         return out
@@ -353,12 +371,26 @@ class ThroughputDetector(Detector):
             k = a + int(np.argmin(rel[a:b + 1]))
             evidence = {"value": float(w.median[iw][k]), "reference_value": float(v.median[iv][k]),
                         "delta": float(rel[k]), "band": -self.drop_fraction, "blocks": int(b - a + 1)}
+            load, loaded = self._host_load(run, w.first_step[iw][a], w.last_step[iw][b])
+            evidence.update(load)
             message = (f"{metric} {w.median[iw][k]:.4g}, {-rel[k]:.0%} below the reference's "
-                       f"{v.median[iv][k]:.4g} (same hardware? then the run is slower)")
+                       f"{v.median[iv][k]:.4g} (same hardware? then the run is slower){loaded}")
             out.append(self._detection(run, reference, f"{metric}/vs_reference", w.first_step[iw][a], w.last_step[iw][b],
                                        w.mid_step[iw][k], float(-rel[k]), Severity.INFO, message, evidence))
         return out
 
+    def _host_load(self, run: RunData, start: float, end: float) -> tuple[dict, str]:
+        """The highest load per CPU logged in steps start..end, as evidence, and the clause the
+        message ends with when it reached `busy_host_load` (empty otherwise or when none is logged)."""
+        load = finite(run, SYS_LOAD_PER_CPU)
+        window = load[(load.index >= start) & (load.index <= end)]
+        if window.empty:
+            return {}, ""
+        peak = float(window.max())
+        if peak < self.busy_host_load:
+            return {"host_load_per_cpu": peak}, ""
+        return {"host_load_per_cpu": peak}, (f"; the host was loaded (load average {peak:.2g} per CPU in these "
+                                             f"steps), so the machine may be to blame rather than the run")
 
 
 def _times(run: RunData) -> pd.Series:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from monitor.detectors.throughput import ThroughputDetector
-from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, Severity
+from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, SYS_LOAD_PER_CPU, Severity
 
 from .synth import perf, run
 
@@ -46,6 +46,20 @@ def test_stall_fires_with_severity_by_the_time_it_cost():
     r.scalars.loc[4000, PERF_STEP_TIME_S] = 60.0  # a minute lost: 3% of the run so far
     (d,) = [d for d in ThroughputDetector().detect(r) if d.evidence["rule"] == "stall"]
     assert d.severity == Severity.WARNING
+
+
+def test_a_stall_on_a_loaded_host_says_the_host_was_loaded():
+    r = perf_run()
+    r.scalars[SYS_LOAD_PER_CPU] = 0.6  # a quiet host...
+    r.scalars.loc[4000, PERF_STEP_TIME_S] = 5.0
+    (quiet,) = ThroughputDetector().detect(r)
+    assert quiet.evidence["host_load_per_cpu"] == pytest.approx(0.6) and "loaded" not in quiet.message
+    r.scalars.loc[3990:4010, SYS_LOAD_PER_CPU] = 2.5  # ...then five runnable tasks on two CPUs
+    (busy,) = ThroughputDetector().detect(r)
+    assert busy.evidence["host_load_per_cpu"] == pytest.approx(2.5)
+    assert "the host was loaded (load average 2.5 per CPU" in busy.message
+    # The same step time, the same verdict: the load explains the finding, it does not hide it.
+    assert (busy.start_step, busy.severity, busy.score) == (quiet.start_step, quiet.severity, quiet.score)
 
 
 def test_periodic_pauses_are_one_detection():
