@@ -168,7 +168,7 @@ class Store:
     def delete_run(self, name: str) -> None:
         with self._db.tx() as conn:
             run_id = self._db.run_id(conn, name)
-            for table in (tables.metrics, tables.series, tables.rollups, tables.events, tables.detections,
+            for table in (tables.metrics, tables.metric_chunks, tables.series, tables.rollups, tables.events, tables.detections,
                           tables.alerts):
                 conn.execute(delete(table).where(table.c.run_id == run_id))
             conn.execute(delete(tables.runs).where(tables.runs.c.id == run_id))
