@@ -37,10 +37,35 @@ def _tail_cond(run_id: int, key_id: int | None, lo: int | None, hi: int | None):
     return cond
 
 
-def tail_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = None, hi: int | None = None) -> ChunkRows:
-    """Rows of the row table (not yet sealed in chunks) with lo <= step <= hi, wall times too."""
-    got = conn.execute(select(_m.step, _m.attempt, _m.value, _m.wall_time)
-                       .where(_tail_cond(run_id, key_id, lo, hi)).order_by(_m.step, _m.attempt)).all()
+_TAIL_QUERY = ("SELECT step, attempt, value, wall_time FROM metrics WHERE run_id = ? AND key_id = ? "
+               "AND step >= ? AND step <= ? ORDER BY step, attempt")
+# PostgreSQL: each column as one bytea of its big-endian binary values (NULL values sent as NaN),
+# so a range of rows crosses the wire as four values that NumPy reads as they are.
+_PG_TAIL_QUERY = "SELECT " + ", ".join(
+    f"string_agg({send}({col}), ''::bytea ORDER BY step, attempt)"
+    for send, col in (("int8send", "step"), ("int4send", "attempt"),
+                      ("float8send", "coalesce(value, 'NaN'::float8)"), ("float8send", "wall_time"))
+) + " FROM metrics WHERE run_id = %s AND key_id = %s AND step >= %s AND step <= %s"
+
+
+def tail_rows(conn: Connection, run_id: int, key_id: int, lo: int, hi: int) -> ChunkRows:
+    """Rows of the row table (not yet sealed in chunks) with lo <= step <= hi, wall times too:
+    what sealing a chunk moves. Sealing reads back every row a live run wrote, so this goes
+    through the driver: on PostgreSQL as four binary aggregates (fetching row by row cost more
+    than writing the rows had), on SQLite as a plain cursor fetch."""
+    raw = conn.connection.driver_connection
+    if conn.dialect.name == "postgresql":
+        with raw.cursor() as cur:
+            steps, attempts, values, walls = cur.execute(_PG_TAIL_QUERY, (run_id, key_id, lo, hi)).fetchone()
+        if steps is None:
+            return ChunkRows(*columns([], [np.int64, np.int64, float, float]))
+        return ChunkRows(np.frombuffer(steps, ">i8").astype(np.int64), np.frombuffer(attempts, ">i4").astype(np.int64),
+                         np.frombuffer(values, ">f8").astype(float), np.frombuffer(walls, ">f8").astype(float))
+    cursor = raw.cursor()
+    try:
+        got = cursor.execute(_TAIL_QUERY, (run_id, key_id, lo, hi)).fetchall()
+    finally:
+        cursor.close()
     return ChunkRows(*columns(got, [np.int64, np.int64, float, float]))
 
 
@@ -81,26 +106,6 @@ def series_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = Non
         if not keep.all():
             out = KeyRows(out.steps[keep], out.attempts[keep], out.values[keep])
     return out
-
-
-def run_rows(conn: Connection, run_id: int, key_ids: list[int] | None = None) -> dict[int, KeyRows]:
-    """Every row of a run (or of some of its keys), per key id."""
-    sealed: dict[int, list] = {}
-    # A key at a time: a query's compressed chunks are held until all are decoded.
-    for key_id in (chunks.keys(conn, run_id) if key_ids is None else key_ids):
-        for _, _, rows in chunks.read(conn, run_id, [key_id]):
-            sealed.setdefault(key_id, []).append(rows)
-    cond = _m.run_id == run_id
-    if key_ids is not None:
-        cond = and_(cond, _m.key_id.in_(key_ids))
-    got = conn.execute(select(_m.key_id, _m.step, _m.attempt, _m.value).where(cond)
-                       .order_by(_m.key_id, _m.step, _m.attempt)).all()
-    key_col, steps, attempts, values = columns(got, [np.int64, np.int64, np.int64, float])
-    starts = np.flatnonzero(np.r_[True, key_col[1:] != key_col[:-1]]) if len(key_col) else np.empty(0, int)
-    ends = np.r_[starts[1:], len(key_col)]
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
-        sealed.setdefault(int(key_col[lo]), []).append(KeyRows(steps[lo:hi], attempts[lo:hi], values[lo:hi]))
-    return {key_id: _joined(parts) for key_id, parts in sealed.items()}
 
 
 def latest_tail(conn: Connection, run_id: int, key_id: int, lo: int, hi: int, rows: int = 64):

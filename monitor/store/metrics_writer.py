@@ -156,7 +156,7 @@ def seal_all(conn: Connection) -> None:
     s, m = tables.series.c, tables.metrics.c
     for run_id, key_id, last_step in conn.execute(select(s.run_id, s.key_id, s.last_step)).all():
         boundary = width * (int(last_step) // width)
-        rows = metric_rows.tail_rows(conn, run_id, key_id, hi=boundary - 1)
+        rows = metric_rows.tail_rows(conn, run_id, key_id, 0, boundary - 1)
         if not len(rows):
             continue
         conn.execute(delete(tables.metrics).where(and_(m.run_id == run_id, m.key_id == key_id, m.step < boundary)))
