@@ -179,8 +179,8 @@ def _merge_chunks(conn: Connection, run_id: int, key_id: int, new: _Batch, closi
             conn.execute(delete(tables.metrics).where(and_(
                 m.run_id == run_id, m.key_id == key_id, m.step >= closing * width, m.step < (closing + 1) * width)))
     for chunk in sorted(targets):
-        pick = new_chunks == chunk
-        fresh = ChunkRows(new.steps[pick], new.attempts[pick], new.values[pick], new.wall_times[pick])
+        a, b = np.searchsorted(new.steps, [chunk * width, (chunk + 1) * width])  # new rows are sorted
+        fresh = ChunkRows(new.steps[a:b], new.attempts[a:b], new.values[a:b], new.wall_times[a:b])
         parts = [stored[chunk], fresh] if chunk in stored else [fresh]
         merged = chunks.merge_first_wins(parts)
         if len(merged):
