@@ -171,14 +171,14 @@ def main(argv: list[str] | None = None) -> None:
         base = baseline_tree(args.baseline, work / "baseline")
         results = {"baseline": measure("baseline", base, work, args.steps, jsonl, ingest_steps, read_steps),
                    "ours": measure("ours", ROOT, work, args.steps, jsonl, ingest_steps, read_steps)}
-        jsonl_mb = jsonl.stat().st_size / 1e6
+        results["jsonl MB"] = jsonl.stat().st_size / 1e6
     print(json.dumps(results, indent=1))
     if not args.no_record:
-        write_results(results, args.steps, args.baseline, jsonl_mb)
+        write_results(results, args.steps, args.baseline)
 
 
-def write_results(results: dict, steps: int, baseline: str, jsonl_mb: float) -> None:
-    b, o = results["baseline"], results["ours"]
+def write_results(results: dict, steps: int, baseline: str) -> None:
+    b, o, jsonl_mb = results["baseline"], results["ours"], results["jsonl MB"]
     users = [
         {"command": f"`gapwatch {cmd}`", "baseline s": f"{b[cmd][0]:.1f}", "ours s": f"**{o[cmd][0]:.1f}**",
          "speed-up": f"{b[cmd][0] / o[cmd][0]:.1f}x", "baseline peak MB": f"{b[cmd][1]:,.0f}",

@@ -9,6 +9,7 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 
 from monitor.errors import GapwatchError
+from monitor.store import tail_cache
 from monitor.store.url import StoreURL
 
 # Writers wait this long for the single SQLite write lock before giving up. A writer commits in
@@ -51,6 +52,11 @@ def _sqlite_engine(store_url: StoreURL, read_only: bool) -> Engine:
             # NORMAL in WAL mode loses at most the last transactions on power loss, never corrupts.
             cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
+
+    @event.listens_for(engine, "rollback")
+    def _rollback(conn) -> None:
+        # Rows this connection remembered writing are gone with the transaction.
+        tail_cache.clear(conn.info)
 
     @event.listens_for(engine, "begin")
     def _begin(conn) -> None:

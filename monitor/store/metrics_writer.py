@@ -23,7 +23,7 @@ import pandas as pd
 from sqlalchemy import Connection, and_, delete, func, select, text
 from sqlalchemy.exc import IntegrityError
 
-from monitor.store import chunks, metric_rows, tables
+from monitor.store import chunks, metric_rows, tables, tail_cache
 from monitor.store.chunks import ChunkRows
 from monitor.store.rollups import LEVEL_WIDTHS, aggregate
 
@@ -172,7 +172,10 @@ def _merge_chunks(conn: Connection, run_id: int, key_id: int, new: _Batch, closi
     targets = set(np.unique(new_chunks).tolist()) | ({closing} if closing is not None else set())
     stored = {c: rows for _, c, rows in chunks.read(conn, run_id, [key_id], chunks=targets, with_wall_times=True)}
     if closing is not None:
-        moved = metric_rows.tail_rows(conn, run_id, key_id, closing * width, (closing + 1) * width - 1)
+        lo, hi = closing * width, (closing + 1) * width - 1
+        moved = tail_cache.take(conn, run_id, key_id, lo, hi)
+        if moved is None:
+            moved = metric_rows.tail_rows(conn, run_id, key_id, lo, hi)
         if len(moved):
             stored[closing] = chunks.merge_first_wins([stored[closing], moved]) if closing in stored else moved
             m = tables.metrics.c
@@ -216,7 +219,22 @@ def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool
     else:
         # Straight to sqlite3's executemany: SQLAlchemy's per-row parameter handling would cost
         # several times the insert itself.
-        conn.exec_driver_sql(_SQLITE_INSERT, tuples)
+        stored = conn.exec_driver_sql(_SQLITE_INSERT, tuples).rowcount
+        _remember_tail(conn, run_id, batch, complete=stored == len(tuples))
+
+
+def _remember_tail(conn: Connection, run_id: int, batch: _Batch, complete: bool) -> None:
+    """Keep the rows just stored for sealing (tail_cache.py); after an insert that skipped rows
+    already there, this connection no longer knows the tail of these series."""
+    starts = np.flatnonzero(np.r_[True, batch.key_ids[1:] != batch.key_ids[:-1]])
+    ends = np.r_[starts[1:], len(batch.steps)]
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        key_id = int(batch.key_ids[lo])
+        if complete:
+            tail_cache.add(conn, run_id, key_id, ChunkRows(batch.steps[lo:hi], batch.attempts[lo:hi],
+                                                           batch.values[lo:hi], batch.wall_times[lo:hi]))
+        else:
+            tail_cache.forget(conn, run_id, key_id)
 
 
 def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) -> None:

@@ -25,7 +25,7 @@ from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
 from monitor.schema import Detection, RunData, RunInfo, RunStatus, Severity, is_valid_key
 from monitor.store import engine as engines
-from monitor.store import increments, metric_rows, metrics_writer, migrations, reader, tables
+from monitor.store import increments, metric_rows, metrics_writer, migrations, reader, tables, tail_cache
 from monitor.store.alert_rows import AlertRows, OutboxRows
 from monitor.store.database import Database
 from monitor.store.errors import describe_db_error
@@ -168,6 +168,7 @@ class Store:
     def delete_run(self, name: str) -> None:
         with self._db.tx() as conn:
             run_id = self._db.run_id(conn, name)
+            tail_cache.forget(conn, run_id)
             for table in (tables.metrics, tables.metric_chunks, tables.series, tables.rollups, tables.events, tables.detections,
                           tables.alerts):
                 conn.execute(delete(table).where(table.c.run_id == run_id))

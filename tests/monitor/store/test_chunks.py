@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, insert, select
@@ -152,3 +153,22 @@ def test_the_chunk_width_is_the_stores_not_the_codes(sqlite_url, monkeypatch):
         model = {(s, 1): float(s) for s in range(600)}
         monkeypatch.setattr(chunks, "CHUNK_STEPS", 64)  # check_against's boundary uses the store's
         check_against(store, "r", model)
+
+
+def test_sealing_from_remembered_rows_notices_other_writers_and_rollbacks(sqlite_url):
+    """A connection seals from the rows it remembers writing (tail_cache.py) only while they are
+    exactly the table's: two stores writing one series in turn, and a rolled-back batch, still
+    seal every row there is and no row that is not."""
+    model: dict = {}
+    with open_store(sqlite_url) as a, open_store(sqlite_url) as b:
+        a.ensure_run("r")
+        for i, lo in enumerate(range(0, 900, 50)):
+            frame = batch(range(lo, lo + 50), 1, lambda s, at: s + 0.5)
+            (a if i % 3 else b).write_metrics("r", frame)
+            model_write(model, frame)
+            if i == 7:
+                with pytest.raises(RuntimeError), a.atomic():
+                    a.write_metrics("r", batch(range(lo + 50, lo + 60), 1, lambda s, at: -1.0))
+                    raise RuntimeError("the import failed")
+        check_against(a, "r", model)
+        check_against(b, "r", model)
