@@ -89,8 +89,11 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame) -> int:
     batch = _Batch(key_ids[order], steps[order], attempts[order],
                    rows["value"].to_numpy(float)[order], rows["wall_time"].to_numpy(float)[order])
 
-    marks = _lock_marks(conn, run_id, np.unique(batch.key_ids).tolist())
-    mark = np.array([marks.get(k, -1) for k in batch.key_ids.tolist()], dtype=np.int64)
+    distinct = np.unique(batch.key_ids)
+    marks = _lock_marks(conn, run_id, distinct.tolist())
+    # Per row through the distinct keys: a dict lookup per row cost ~0.3 us a row.
+    mark = np.array([marks.get(k, -1) for k in distinct.tolist()], dtype=np.int64)[
+        np.searchsorted(distinct, batch.key_ids)]
     appends = batch.steps > mark
     in_tail = _seal(conn, run_id, batch, marks)
     if in_tail.any():

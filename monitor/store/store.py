@@ -216,7 +216,9 @@ class Store:
         with self._db.tx() as conn:
             run_id = self._db.run_id(conn, name)
             ids = self._db.ensure_keys(conn, rows["key"].unique())
-            rows["key_id"] = rows["key"].map(ids).astype("int64")
+            # Each distinct name looked up once: a map over the string column costs ~0.5 us a row.
+            codes, names = pd.factorize(rows["key"])
+            rows["key_id"] = np.array([ids[n] for n in names], dtype=np.int64)[codes]
             return metrics_writer.write(conn, run_id, rows.drop(columns="key"))
 
     def count_rows(self, name: str) -> int:
