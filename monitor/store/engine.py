@@ -53,16 +53,20 @@ def _sqlite_engine(store_url: StoreURL, read_only: bool) -> Engine:
             cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 
-    @event.listens_for(engine, "rollback")
-    def _rollback(conn) -> None:
-        # Rows this connection remembered writing are gone with the transaction.
-        tail_cache.clear(conn.info)
-
     @event.listens_for(engine, "begin")
     def _begin(conn) -> None:
         # A deferred transaction that later writes can fail with "database is locked" at once,
         # without waiting: a writer takes the write lock up front and waits its turn instead.
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return _forgetting_on_rollback(engine)
+
+
+def _forgetting_on_rollback(engine: Engine) -> Engine:
+    @event.listens_for(engine, "rollback")
+    def _rollback(conn) -> None:
+        # Rows a connection remembered writing (tail_cache.py) are gone with the transaction.
+        tail_cache.clear(conn.info)
 
     return engine
 
@@ -83,4 +87,4 @@ def _postgres_engine(store_url: StoreURL, read_only: bool) -> Engine:
     connect_args = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "gapwatch"}
     if read_only:
         connect_args["options"] = "-c default_transaction_read_only=on"
-    return create_engine(store_url.url, pool_pre_ping=True, connect_args=connect_args)
+    return _forgetting_on_rollback(create_engine(store_url.url, pool_pre_ping=True, connect_args=connect_args))

@@ -218,12 +218,12 @@ def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool
         )
     )
     if conn.dialect.name == "postgresql":
-        _copy_postgres(conn, tuples, only_appends)
+        complete = _copy_postgres(conn, tuples, only_appends)
     else:
         # Straight to sqlite3's executemany: SQLAlchemy's per-row parameter handling would cost
         # several times the insert itself.
-        stored = conn.exec_driver_sql(_SQLITE_INSERT, tuples).rowcount
-        _remember_tail(conn, run_id, batch, complete=stored == len(tuples))
+        complete = conn.exec_driver_sql(_SQLITE_INSERT, tuples).rowcount == len(tuples)
+    _remember_tail(conn, run_id, batch, complete)
 
 
 def _remember_tail(conn: Connection, run_id: int, batch: _Batch, complete: bool) -> None:
@@ -240,15 +240,15 @@ def _remember_tail(conn: Connection, run_id: int, batch: _Batch, complete: bool)
             tail_cache.forget(conn, run_id, key_id)
 
 
-def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) -> None:
+def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) -> bool:
     """COPY (binary) straight into the table when every row lies past its series' mark, so no row
     can already exist; otherwise, or if another host raced us to a new series, COPY into a
-    temporary table and merge with INSERT ... ON CONFLICT DO NOTHING."""
+    temporary table and merge with INSERT ... ON CONFLICT DO NOTHING. True if every row was new."""
     if only_appends:
         try:
             with conn.begin_nested():
                 _copy_rows(conn, "metrics", tuples)
-            return
+            return True
         except IntegrityError:
             pass
     raw = conn.connection.driver_connection
@@ -265,7 +265,9 @@ def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) ->
             "SELECT run_id, key_id, step, attempt, value, wall_time FROM metrics_incoming "
             "ON CONFLICT DO NOTHING"
         )
+        complete = cur.rowcount == len(tuples)
         cur.execute("TRUNCATE metrics_incoming")
+    return complete
 
 
 def _copy_rows(conn: Connection, table: str, tuples: list[tuple]) -> None:

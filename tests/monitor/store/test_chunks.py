@@ -155,12 +155,12 @@ def test_the_chunk_width_is_the_stores_not_the_codes(sqlite_url, monkeypatch):
         check_against(store, "r", model)
 
 
-def test_sealing_from_remembered_rows_notices_other_writers_and_rollbacks(sqlite_url):
+def test_sealing_from_remembered_rows_notices_other_writers_and_rollbacks(store_url):
     """A connection seals from the rows it remembers writing (tail_cache.py) only while they are
     exactly the table's: two stores writing one series in turn, and a rolled-back batch, still
     seal every row there is and no row that is not."""
     model: dict = {}
-    with open_store(sqlite_url) as a, open_store(sqlite_url) as b:
+    with open_store(store_url) as a, open_store(store_url) as b:
         a.ensure_run("r")
         for i, lo in enumerate(range(0, 900, 50)):
             frame = batch(range(lo, lo + 50), 1, lambda s, at: s + 0.5)
