@@ -44,7 +44,6 @@ matched checkpoints (`eval_keys.matching_steps`). What was done is recorded in
 from __future__ import annotations
 
 import copy
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,16 +105,17 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
             ref_cols[key] = _with_unmatched(pd.Series(values, index=pd.Index(steps, dtype="int64")), mine,
                                             x[~used], theirs.to_numpy()[~used])
         else:
-            steps, values, how = _dense(mine, x, theirs.to_numpy(), ref_bounds, config)
-            if len(steps) == 0:
+            kept, values, how = _dense(mine, x, theirs.to_numpy(), ref_bounds, config)
+            if len(kept) == 0:
                 continue
-            run_cols[key] = mine.loc[steps]
-            ref_cols[key] = pd.Series(values, index=pd.Index(steps, dtype="int64"))
+            # Positions, not labels: a lookup of 1.4M labels hashes every one.
+            run_cols[key] = mine if len(kept) == len(mine) else mine.iloc[kept]
+            steps = run_cols[key].index
+            ref_cols[key] = pd.Series(values, index=steps)
         stats[key] = {"points": int(len(steps)), "method": how}
 
-    # Index.union merges sorted indexes; a union of Python sets of 1.4M steps took seconds.
-    indexes = [s.index for s in run_cols.values()] + [s.index for s in ref_cols.values()]
-    index = (functools.reduce(pd.Index.union, indexes) if indexes else pd.Index([])).astype("int64").rename("step")
+    index = pd.Index(_union([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
+                     dtype="int64", name="step")
     meta = {
         "axis": chosen,
         "reason": reason,
@@ -280,19 +280,38 @@ def _with_unmatched(matched: pd.Series, mine: pd.Series, x: np.ndarray, values: 
     return pd.concat([matched, extra]).sort_index()
 
 
+def _union(arrays: list[np.ndarray]) -> np.ndarray:
+    """Sorted distinct steps of sorted step arrays. Dense metrics share their steps, so equal arrays
+    are merged once; a union of Python sets of 1.4M steps took seconds, pairwise Index.union
+    about a second."""
+    distinct: list[np.ndarray] = []
+    for steps in arrays:
+        if not any(len(d) == len(steps) and np.array_equal(d, steps) for d in distinct):
+            distinct.append(steps)
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else np.empty(0, np.int64)
+    # A stable sort merges the sorted runs (timsort); np.unique hashes first, ~1 s for 2.8M steps.
+    merged = np.sort(np.concatenate(distinct), kind="stable")
+    return merged[np.r_[True, merged[1:] != merged[:-1]]]
+
+
 def _dense(mine: pd.Series, x: np.ndarray, values: np.ndarray, bounds: np.ndarray,
            config: AlignConfig):
-    """Reference values at the run's steps: exact where logged, else honest interpolation."""
+    """Reference values at the run's steps: exact where logged, else honest interpolation. Returns
+    the positions in `mine` of the steps that have a reference value, those values and how."""
+    run_steps = mine.index.to_numpy(dtype="float64")
+    if len(x) == len(run_steps) and np.array_equal(x, run_steps):
+        return np.arange(len(x)), values, "matching steps"  # the same steps: nothing to search
     order = np.argsort(x, kind="stable")
     xs, vs = x[order], values[order]
-    run_steps = mine.index.to_numpy(dtype="float64")
     inside = (run_steps >= xs[0]) & (run_steps <= xs[-1])
     targets = run_steps[inside]
     pos = np.searchsorted(xs, targets)
     pos_c = np.clip(pos, 0, len(xs) - 1)
     exact = np.isclose(xs[pos_c], targets, rtol=0.0, atol=1e-6)
+    where = np.flatnonzero(inside)
     if exact.all() or len(xs) < 2:
-        return targets[exact].astype("int64"), vs[pos_c[exact]], "matching steps"
+        return where[exact], vs[pos_c[exact]], "matching steps"
     gaps = np.diff(xs)
     usual = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0
     left = np.clip(pos - 1, 0, len(xs) - 2)
@@ -312,15 +331,54 @@ def _dense(mine: pd.Series, x: np.ndarray, values: np.ndarray, bounds: np.ndarra
     interp = y0 + frac * (y1 - y0)
     keep = exact | interp_ok
     out = np.where(exact, vs[pos_c], interp)
-    return targets[keep].astype("int64"), out[keep], "interpolated between reference points"
+    return where[keep], out[keep], "interpolated between reference points"
 
 
 # --- rebuilding RunData ------------------------------------------------------------------------------
+def _positions(index: pd.Index, s: pd.Series) -> np.ndarray | slice:
+    """Where a column's steps (all among the index's) sit in the index."""
+    if len(s) == len(index):
+        return slice(None)  # sorted, distinct and as many: the same steps
+    return np.searchsorted(index.to_numpy(), s.index.to_numpy())
+
+
+def _frame(cols: dict[str, pd.Series], index: pd.Index) -> pd.DataFrame:
+    """One float block filled column by column: a frame of reindexed Series costs a hash lookup a
+    step and a copy to consolidate."""
+    if not cols:
+        return pd.DataFrame(index=index)
+    matrix = np.full((len(index), len(cols)), np.nan)
+    for j, s in enumerate(cols.values()):
+        matrix[_positions(index, s), j] = s.to_numpy(dtype="float64")
+    # copy=False: pandas 3 copies a NumPy array it is given, by default.
+    return pd.DataFrame(matrix, index=index, columns=pd.Index(list(cols), dtype=str), copy=False)
+
+
+def _unchanged(scalars: pd.DataFrame, cols: dict[str, pd.Series], index: pd.Index) -> bool:
+    """Whether the aligned frame would equal `scalars` exactly: same steps, same columns, and in
+    each column the kept values are all the column's values (NaN elsewhere in both)."""
+    if list(cols) != list(scalars.columns) or not index.equals(scalars.index):
+        return False
+    for key, s in cols.items():
+        original = scalars[key].to_numpy()
+        values = s.to_numpy(dtype="float64")
+        where = _positions(index, s)
+        if not np.array_equal(original[where], values, equal_nan=True):
+            return False
+        if isinstance(where, np.ndarray) and (np.count_nonzero(~np.isnan(original))
+                                              != np.count_nonzero(~np.isnan(values))):
+            return False
+    return True
+
+
 def _rebuild(data: RunData, cols: dict[str, pd.Series], index: pd.Index, meta: dict,
              identity: bool, to_run_steps) -> RunData:
-    frame = pd.DataFrame({k: s.reindex(index) for k, s in cols.items()}, index=index)
-    frame = frame.astype("float64") if len(frame.columns) else pd.DataFrame(index=index)
-    frame.index.name = "step"
+    if _unchanged(data.scalars, cols, index):
+        # The common case (same steps, same metrics): the frame itself, not a copy of it; pandas'
+        # copy-on-write keeps the two apart should either be written.
+        frame = data.scalars.copy(deep=False)
+    else:
+        frame = _frame(cols, index)
     info = copy.copy(data.info)
     info.config = {**data.info.config, "alignment": meta}
     nonfinite = []

@@ -197,7 +197,9 @@ class RunData:
         if len(self.logged_nonfinite):
             nf = self.logged_nonfinite[self.logged_nonfinite["key"] == key]
             logged |= col.index.isin(nf["step"])
-        return col[logged]
+        # A metric logged at every step is the column itself (copy-on-write keeps it apart from
+        # the frame), not a 1.4M-value copy per call.
+        return col if logged.all() else col[logged]
 
 
 def file_name(run: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 
 from monitor.errors import GapwatchError
+from monitor.store import tail_cache
 from monitor.store.url import StoreURL
 
 # Writers wait this long for the single SQLite write lock before giving up. A writer commits in
@@ -68,6 +69,15 @@ def _sqlite_engine(store_url: StoreURL, read_only: bool, statement_timeout_s: fl
         # without waiting: a writer takes the write lock up front and waits its turn instead.
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
+    return _forgetting_on_rollback(engine)
+
+
+def _forgetting_on_rollback(engine: Engine) -> Engine:
+    @event.listens_for(engine, "rollback")
+    def _rollback(conn) -> None:
+        # Rows a connection remembered writing (tail_cache.py) are gone with the transaction.
+        tail_cache.clear(conn.info)
+
     return engine
 
 
@@ -94,4 +104,4 @@ def _postgres_engine(store_url: StoreURL, read_only: bool, statement_timeout_s: 
         options += [f"-c statement_timeout={ms}", f"-c idle_in_transaction_session_timeout={ms}"]
     if options:
         connect_args["options"] = " ".join(options)
-    return create_engine(store_url.url, pool_pre_ping=True, connect_args=connect_args)
+    return _forgetting_on_rollback(create_engine(store_url.url, pool_pre_ping=True, connect_args=connect_args))

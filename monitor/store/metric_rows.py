@@ -1,5 +1,6 @@
 """Reads of logged metric rows, every attempt of each (run, key, step): the one module that knows
-where they are kept, for the reader, the watch service's incremental reads and the writer.
+where they are kept (sealed chunks, then the row table's write tail; see chunks.py), for the
+reader, the watch service's incremental reads and the writer.
 
 Every read is a range of one series (run, key) in step order, equal steps by attempt.
 """
@@ -9,22 +10,83 @@ from __future__ import annotations
 import numpy as np
 from sqlalchemy import Connection, and_, func, or_, select
 
-from monitor.store import tables
+from monitor.store import chunks, tables
+from monitor.store.chunks import ChunkRows
 from monitor.store.run_frames import KeyRows, empty_rows
 
 _m = tables.metrics.c
 
 
-def _arrays(rows: list, columns: int) -> list[np.ndarray]:
-    # fromiter over the rows: np.array(rows) probes each SQLAlchemy Row as a mapping first, which
-    # raises and catches a KeyError per row and costs ~30 us a row (1.2 s for 36k rows).
-    out = []
-    for i in range(columns):
-        if i == columns - 1:
-            out.append(np.fromiter((np.nan if r[i] is None else r[i] for r in rows), dtype=float, count=len(rows)))
-        else:
-            out.append(np.fromiter((r[i] for r in rows), dtype=np.int64, count=len(rows)))
-    return out
+def columns(rows: list, dtypes: list) -> list[np.ndarray]:
+    """Fetched rows as one array per column. Transposed with zip in C, then converted a column at a
+    time: np.array(rows) probes each SQLAlchemy Row as a mapping first (a caught KeyError a row).
+    A NULL value becomes NaN (see tables.py)."""
+    if not rows:
+        return [np.empty(0, dtype=d) for d in dtypes]
+    return [np.array(col, dtype=d) for col, d in zip(zip(*rows), dtypes)]
+
+
+def _tail_cond(run_id: int, key_id: int | None, lo: int | None, hi: int | None):
+    cond = _m.run_id == run_id
+    if key_id is not None:
+        cond = and_(cond, _m.key_id == key_id)
+    if lo is not None:
+        cond = and_(cond, _m.step >= lo)
+    if hi is not None:
+        cond = and_(cond, _m.step <= hi)
+    return cond
+
+
+_TAIL_QUERY = ("SELECT step, attempt, value, wall_time FROM metrics WHERE run_id = ? AND key_id = ? "
+               "AND step >= ? AND step <= ? ORDER BY step, attempt")
+# PostgreSQL: each column as one bytea of its big-endian binary values (NULL values sent as NaN),
+# so a range of rows crosses the wire as four values that NumPy reads as they are.
+_PG_TAIL_QUERY = "SELECT " + ", ".join(
+    f"string_agg({send}({col}), ''::bytea ORDER BY step, attempt)"
+    for send, col in (("int8send", "step"), ("int4send", "attempt"),
+                      ("float8send", "coalesce(value, 'NaN'::float8)"), ("float8send", "wall_time"))
+) + " FROM metrics WHERE run_id = %s AND key_id = %s AND step >= %s AND step <= %s"
+
+
+def tail_rows(conn: Connection, run_id: int, key_id: int, lo: int, hi: int) -> ChunkRows:
+    """Rows of the row table (not yet sealed in chunks) with lo <= step <= hi, wall times too:
+    what sealing a chunk moves. Sealing reads back every row a live run wrote, so this goes
+    through the driver: on PostgreSQL as four binary aggregates (fetching row by row cost more
+    than writing the rows had), on SQLite as a plain cursor fetch."""
+    raw = conn.connection.driver_connection
+    if conn.dialect.name == "postgresql":
+        with raw.cursor() as cur:
+            steps, attempts, values, walls = cur.execute(_PG_TAIL_QUERY, (run_id, key_id, lo, hi)).fetchone()
+        if steps is None:
+            return ChunkRows(*columns([], [np.int64, np.int64, float, float]))
+        return ChunkRows(np.frombuffer(steps, ">i8").astype(np.int64), np.frombuffer(attempts, ">i4").astype(np.int64),
+                         np.frombuffer(values, ">f8").astype(float), np.frombuffer(walls, ">f8").astype(float))
+    cursor = raw.cursor()
+    try:
+        got = cursor.execute(_TAIL_QUERY, (run_id, key_id, lo, hi)).fetchall()
+    finally:
+        cursor.close()
+    return ChunkRows(*columns(got, [np.int64, np.int64, float, float]))
+
+
+def _joined(parts: list[KeyRows]) -> KeyRows:
+    """Chunks in order, then the tail: already in (step, attempt) order, since a step's rows live
+    in one place and the tail lies past every sealed chunk."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty_rows()
+    if len(parts) == 1:
+        return KeyRows(parts[0].steps, parts[0].attempts, parts[0].values)
+    return KeyRows(np.concatenate([p.steps for p in parts]), np.concatenate([p.attempts for p in parts]),
+                   np.concatenate([p.values for p in parts]))
+
+
+def _trim(rows: ChunkRows, lo: int | None, hi: int | None) -> ChunkRows:
+    if not len(rows) or ((lo is None or rows.steps[0] >= lo) and (hi is None or rows.steps[-1] <= hi)):
+        return rows
+    a = 0 if lo is None else int(np.searchsorted(rows.steps, lo, "left"))
+    b = len(rows) if hi is None else int(np.searchsorted(rows.steps, hi, "right"))
+    return ChunkRows(rows.steps[a:b], rows.attempts[a:b], rows.values[a:b])
 
 
 def series_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = None, hi: int | None = None,
@@ -32,58 +94,67 @@ def series_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = Non
     """Rows of one series with lo <= step <= hi (either open). `replay` = (seen, attempt) keeps,
     at steps up to `seen`, only rows of that attempt or later: what a replaying attempt logged
     again, not what was read before."""
-    cond = and_(_m.run_id == run_id, _m.key_id == key_id)
-    if lo is not None:
-        cond = and_(cond, _m.step >= lo)
-    if hi is not None:
-        cond = and_(cond, _m.step <= hi)
+    parts = [_trim(rows, lo, hi) for _, _, rows in chunks.read(conn, run_id, [key_id], lo, hi)]
+    cond = _tail_cond(run_id, key_id, lo, hi)
     if replay is not None:
         cond = and_(cond, or_(_m.step > replay[0], _m.attempt >= replay[1]))
-    rows = conn.execute(select(_m.step, _m.attempt, _m.value).where(cond).order_by(_m.step, _m.attempt)).all()
-    if not rows:
-        return empty_rows()
-    return KeyRows(*_arrays(rows, 3))
-
-
-def run_rows(conn: Connection, run_id: int, key_ids: list[int] | None = None) -> dict[int, KeyRows]:
-    """Every row of a run (or of some of its keys), per key id."""
-    cond = _m.run_id == run_id
-    if key_ids is not None:
-        cond = and_(cond, _m.key_id.in_(key_ids))
-    result = conn.execute(select(_m.key_id, _m.step, _m.attempt, _m.value).where(cond)
-                          .order_by(_m.key_id, _m.step, _m.attempt))
-    # Plain tuples: pandas and NumPy probe each SQLAlchemy Row as a mapping (a caught KeyError a row).
-    rows = [tuple(r) for r in result]
-    if not rows:
-        return {}
-    key_col, steps, attempts, values = _arrays(rows, 4)
-    starts = np.flatnonzero(np.r_[True, key_col[1:] != key_col[:-1]])
-    ends = np.r_[starts[1:], len(key_col)]
-    return {int(key_col[lo]): KeyRows(steps[lo:hi], attempts[lo:hi], values[lo:hi])
-            for lo, hi in zip(starts.tolist(), ends.tolist())}
+    got = conn.execute(select(_m.step, _m.attempt, _m.value).where(cond).order_by(_m.step, _m.attempt)).all()
+    parts.append(KeyRows(*columns(got, [np.int64, np.int64, float])))
+    out = _joined(parts)
+    if replay is not None and len(out):
+        keep = (out.steps > replay[0]) | (out.attempts >= replay[1])
+        if not keep.all():
+            out = KeyRows(out.steps[keep], out.attempts[keep], out.values[keep])
+    return out
 
 
 def latest_tail(conn: Connection, run_id: int, key_id: int, lo: int, hi: int, rows: int = 64):
     """The last few logged steps of a range (latest attempt each), newest last."""
     got = conn.execute(
         select(_m.step, _m.value)
-        .where(and_(_m.run_id == run_id, _m.key_id == key_id, _m.step >= lo, _m.step <= hi))
+        .where(_tail_cond(run_id, key_id, lo, hi))
         .order_by(_m.step.desc(), _m.attempt.desc())
         .limit(rows)
     ).all()
     seen: dict[int, float] = {}
     for step, value in got:
         seen.setdefault(step, np.nan if value is None else value)
-    steps = np.array(sorted(seen), dtype=np.int64)
-    return steps, np.array([seen[k] for k in steps], dtype=float)
+    if len(got) < rows:  # the range's tail rows are all here: it reaches into sealed chunks
+        seen.update(_newest_sealed(conn, run_id, key_id, lo, hi, rows - len(seen)))
+    steps = np.array(sorted(seen)[-rows:], dtype=np.int64)
+    return steps, np.array([seen[k] for k in steps.tolist()], dtype=float)
+
+
+def _newest_sealed(conn: Connection, run_id: int, key_id: int, lo: int, hi: int, wanted: int) -> dict[int, float]:
+    """The latest value of at least `wanted` of the newest sealed steps in [lo, hi] (fewer if the
+    range has fewer): a couple of chunks hold them unless the metric is sparse, then more."""
+    limit = 2
+    while True:
+        found: dict[int, float] = {}
+        newest = list(chunks.read(conn, run_id, [key_id], lo, hi, descending=True, limit=limit))
+        for _, _, sealed in newest:
+            trimmed = _trim(sealed, lo, hi)
+            steps, values = KeyRows(trimmed.steps, trimmed.attempts, trimmed.values).latest()
+            found.update(zip(steps.tolist(), values.tolist()))
+        if len(found) >= wanted or len(newest) < limit:
+            return found
+        limit *= 16
 
 
 def latest_attempt(conn: Connection, run_id: int, key_id: int, step: int) -> int | None:
     """The highest attempt that logged this step of the series; None if none did."""
-    return conn.execute(select(func.max(_m.attempt)).where(
+    found = conn.execute(select(func.max(_m.attempt)).where(
         and_(_m.run_id == run_id, _m.key_id == key_id, _m.step == step))).scalar()
+    if found is not None:
+        return found
+    for _, _, sealed in chunks.read(conn, run_id, [key_id], step, step):
+        at = sealed.attempts[sealed.steps == step]
+        if len(at):
+            return int(at.max())
+    return None
 
 
 def count(conn: Connection, run_id: int) -> int:
     """Rows stored for a run, every attempt counted."""
-    return conn.execute(select(func.count()).select_from(tables.metrics).where(_m.run_id == run_id)).scalar_one()
+    tail = conn.execute(select(func.count()).select_from(tables.metrics).where(_m.run_id == run_id)).scalar_one()
+    return int(tail) + chunks.count(conn, run_id)

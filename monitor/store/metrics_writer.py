@@ -5,6 +5,12 @@ so a replayed batch changes nothing. Rollups are merged incrementally only for r
 high-water mark (the common, append-only case). A batch that reaches back to or before the mark (a
 replay, or a resumed run logging steps again) makes the writer rebuild the affected buckets from the
 raw rows instead, which is exact and idempotent too.
+
+Where rows go (see chunks.py): a row whose step lies in a sealed range (below the start of the
+chunk that holds the series' last step, this batch included) is merged into its chunk; the rest go
+to the row table. When a batch moves a series' last step into a later chunk, the tail rows of the
+ranges it sealed move from the row table into chunks in the same transaction. A merge keeps the
+stored row of a (step, attempt) over a new one, as ON CONFLICT DO NOTHING does in the row table.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import pandas as pd
 from sqlalchemy import Connection, and_, delete, func, select, text
 from sqlalchemy.exc import IntegrityError
 
-from monitor.store import tables
+from monitor.store import chunks, metric_rows, tables, tail_cache
+from monitor.store.chunks import ChunkRows
 from monitor.store.rollups import LEVEL_WIDTHS, aggregate
 
 _SQLITE_INSERT = (
@@ -82,10 +89,15 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame) -> int:
     batch = _Batch(key_ids[order], steps[order], attempts[order],
                    rows["value"].to_numpy(float)[order], rows["wall_time"].to_numpy(float)[order])
 
-    marks = _lock_marks(conn, run_id, np.unique(batch.key_ids).tolist())
-    mark = np.array([marks.get(k, -1) for k in batch.key_ids.tolist()], dtype=np.int64)
+    distinct = np.unique(batch.key_ids)
+    marks = _lock_marks(conn, run_id, distinct.tolist())
+    # Per row through the distinct keys: a dict lookup per row cost ~0.3 us a row.
+    mark = np.array([marks.get(k, -1) for k in distinct.tolist()], dtype=np.int64)[
+        np.searchsorted(distinct, batch.key_ids)]
     appends = batch.steps > mark
-    _insert_raw(conn, run_id, batch, only_appends=bool(appends.all()))
+    in_tail = _seal(conn, run_id, batch, marks)
+    if in_tail.any():
+        _insert_raw(conn, run_id, batch.select(in_tail), only_appends=bool(appends[in_tail].all()))
 
     if appends.any():
         fresh = batch.select(appends).latest_per_step()
@@ -119,6 +131,68 @@ class _Batch:
         return self.select(last)
 
 
+def _seal(conn: Connection, run_id: int, batch: _Batch, marks: dict[int, int]) -> np.ndarray:
+    """Merge the batch's rows in sealed ranges into their chunks and seal the ranges this batch
+    closes; return the mask of the rows that belong in the row table."""
+    width = chunks.width(conn)
+    in_tail = np.ones(len(batch.steps), dtype=bool)
+    starts = np.flatnonzero(np.r_[True, batch.key_ids[1:] != batch.key_ids[:-1]])
+    ends = np.r_[starts[1:], len(batch.steps)]
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        key_id = int(batch.key_ids[lo])
+        old_mark = marks.get(key_id, -1)
+        boundary = width * (max(old_mark, int(batch.steps[hi - 1])) // width)
+        sealed = batch.steps[lo:hi] < boundary
+        # The chunk that held the old tail, if this batch moves the tail past it.
+        closing = old_mark // width if 0 <= old_mark < boundary else None
+        if not sealed.any() and closing is None:
+            continue
+        in_tail[lo:hi] = ~sealed
+        _merge_chunks(conn, run_id, key_id, batch.select(np.flatnonzero(sealed) + lo), closing)
+    return in_tail
+
+
+def seal_all(conn: Connection) -> None:
+    """Move every row of a sealed range from the row table into chunks (a store written before
+    chunks existed): afterwards each series' rows below its last step's chunk are chunked."""
+    width = chunks.width(conn)
+    s, m = tables.series.c, tables.metrics.c
+    for run_id, key_id, last_step in conn.execute(select(s.run_id, s.key_id, s.last_step)).all():
+        boundary = width * (int(last_step) // width)
+        rows = metric_rows.tail_rows(conn, run_id, key_id, 0, boundary - 1)
+        if not len(rows):
+            continue
+        conn.execute(delete(tables.metrics).where(and_(m.run_id == run_id, m.key_id == key_id, m.step < boundary)))
+        moved = _Batch(np.full(len(rows), key_id, dtype=np.int64), rows.steps, rows.attempts, rows.values,
+                       rows.wall_times)
+        _merge_chunks(conn, run_id, key_id, moved, None)
+
+
+def _merge_chunks(conn: Connection, run_id: int, key_id: int, new: _Batch, closing: int | None) -> None:
+    """Write every chunk that `new` rows fall in, and chunk `closing` from the row table's rows."""
+    width = chunks.width(conn)
+    new_chunks = new.steps // width
+    targets = set(np.unique(new_chunks).tolist()) | ({closing} if closing is not None else set())
+    stored = {c: rows for _, c, rows in chunks.read(conn, run_id, [key_id], chunks=targets, with_wall_times=True)}
+    if closing is not None:
+        lo, hi = closing * width, (closing + 1) * width - 1
+        moved = tail_cache.take(conn, run_id, key_id, lo, hi)
+        if moved is None:
+            moved = metric_rows.tail_rows(conn, run_id, key_id, lo, hi)
+        if len(moved):
+            stored[closing] = chunks.merge_first_wins([stored[closing], moved]) if closing in stored else moved
+            m = tables.metrics.c
+            conn.execute(delete(tables.metrics).where(and_(
+                m.run_id == run_id, m.key_id == key_id, m.step >= closing * width, m.step < (closing + 1) * width)))
+    for chunk in sorted(targets):
+        a, b = np.searchsorted(new.steps, [chunk * width, (chunk + 1) * width])  # new rows are sorted
+        fresh = ChunkRows(new.steps[a:b], new.attempts[a:b], new.values[a:b], new.wall_times[a:b])
+        parts = [stored[chunk], fresh] if chunk in stored else [fresh]
+        merged = chunks.merge_first_wins(parts)
+        if len(merged):
+            chunks.write(conn, run_id, key_id, chunk, merged)
+
+
 def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, int]:
     """Last step written per key. On PostgreSQL the rows are locked for this transaction, so two
     hosts writing the same series take turns deciding append versus rebuild."""
@@ -144,22 +218,37 @@ def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool
         )
     )
     if conn.dialect.name == "postgresql":
-        _copy_postgres(conn, tuples, only_appends)
+        complete = _copy_postgres(conn, tuples, only_appends)
     else:
         # Straight to sqlite3's executemany: SQLAlchemy's per-row parameter handling would cost
         # several times the insert itself.
-        conn.exec_driver_sql(_SQLITE_INSERT, tuples)
+        complete = conn.exec_driver_sql(_SQLITE_INSERT, tuples).rowcount == len(tuples)
+    _remember_tail(conn, run_id, batch, complete)
 
 
-def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) -> None:
+def _remember_tail(conn: Connection, run_id: int, batch: _Batch, complete: bool) -> None:
+    """Keep the rows just stored for sealing (tail_cache.py); after an insert that skipped rows
+    already there, this connection no longer knows the tail of these series."""
+    starts = np.flatnonzero(np.r_[True, batch.key_ids[1:] != batch.key_ids[:-1]])
+    ends = np.r_[starts[1:], len(batch.steps)]
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        key_id = int(batch.key_ids[lo])
+        if complete:
+            tail_cache.add(conn, run_id, key_id, ChunkRows(batch.steps[lo:hi], batch.attempts[lo:hi],
+                                                           batch.values[lo:hi], batch.wall_times[lo:hi]))
+        else:
+            tail_cache.forget(conn, run_id, key_id)
+
+
+def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) -> bool:
     """COPY (binary) straight into the table when every row lies past its series' mark, so no row
     can already exist; otherwise, or if another host raced us to a new series, COPY into a
-    temporary table and merge with INSERT ... ON CONFLICT DO NOTHING."""
+    temporary table and merge with INSERT ... ON CONFLICT DO NOTHING. True if every row was new."""
     if only_appends:
         try:
             with conn.begin_nested():
                 _copy_rows(conn, "metrics", tuples)
-            return
+            return True
         except IntegrityError:
             pass
     raw = conn.connection.driver_connection
@@ -176,7 +265,9 @@ def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) ->
             "SELECT run_id, key_id, step, attempt, value, wall_time FROM metrics_incoming "
             "ON CONFLICT DO NOTHING"
         )
+        complete = cur.rowcount == len(tuples)
         cur.execute("TRUNCATE metrics_incoming")
+    return complete
 
 
 def _copy_rows(conn: Connection, table: str, tuples: list[tuple]) -> None:
@@ -246,19 +337,9 @@ def _merge_series(conn: Connection, run_id: int, latest: _Batch) -> None:
 
 def _rebuild_tail(conn: Connection, run_id: int, key_id: int, from_step: int) -> None:
     """Recompute rollups and the series mark of one key from `from_step`'s buckets onwards."""
-    m = tables.metrics.c
     coarsest = LEVEL_WIDTHS[-1]
     start = (from_step // coarsest) * coarsest
-    raw = conn.execute(
-        select(m.step, m.attempt, m.value, m.wall_time)
-        .where(and_(m.run_id == run_id, m.key_id == key_id, m.step >= start))
-        .order_by(m.step, m.attempt)
-    ).all()
-    frame = pd.DataFrame(raw, columns=["step", "attempt", "value", "wall_time"])
-    frame["value"] = frame["value"].astype(float)  # NULL -> NaN
-    latest = frame.drop_duplicates("step", keep="last")
-    steps = latest["step"].to_numpy(dtype=np.int64)
-    values = latest["value"].to_numpy(dtype=float)
+    steps, values = metric_rows.series_rows(conn, run_id, key_id, lo=start).latest()
     key_ids = np.full(len(steps), key_id, dtype=np.int64)
     r = tables.rollups.c
     params = []
@@ -278,10 +359,16 @@ def _rebuild_tail(conn: Connection, run_id: int, key_id: int, from_step: int) ->
 
 def _recount_series(conn: Connection, run_id: int, key_id: int) -> None:
     m = tables.metrics.c
-    first, last, n, wall = conn.execute(
+    tail = conn.execute(
         select(func.min(m.step), func.max(m.step), func.count(func.distinct(m.step)), func.max(m.wall_time))
         .where(and_(m.run_id == run_id, m.key_id == key_id))
     ).one()
+    sealed = chunks.summary(conn, run_id, key_id)
+    # A step's rows are all in the tail or all in one chunk, so distinct steps add up.
+    first = min(v for v in (tail[0], sealed[0]) if v is not None)
+    last = max(v for v in (tail[1], sealed[1]) if v is not None)
+    n = int(tail[2] or 0) + int(sealed[2] or 0)
+    wall = max(v for v in (tail[3], sealed[3]) if v is not None)
     s = tables.series.c
     conn.execute(delete(tables.series).where(and_(s.run_id == run_id, s.key_id == key_id)))
     conn.execute(

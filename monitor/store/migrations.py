@@ -12,16 +12,24 @@ from collections.abc import Callable
 from sqlalchemy import Connection, inspect, select, text
 
 from monitor.errors import GapwatchError
-from monitor.store import tables
+from monitor.store import chunks, metrics_writer, tables
 
 
 def _v1_initial(conn: Connection) -> None:
     tables.metadata.create_all(conn)
 
 
+def _v2_chunks(conn: Connection) -> None:
+    # A store made at version 1 by this code already has the table (create_all makes every table).
+    tables.metric_chunks.create(conn, checkfirst=True)
+    chunks.record_width(conn)
+    metrics_writer.seal_all(conn)
+
+
 # (version, what it does, function). The store's version is the last applied entry.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "runs, metrics with attempts, series marks, rollups, events, detections, alerts, outbox", _v1_initial),
+    (2, "sealed step ranges of each series as compressed chunks; the row table keeps the tail", _v2_chunks),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

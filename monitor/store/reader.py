@@ -286,15 +286,21 @@ def run_info(db: Database, name: str) -> RunInfo:
 
 
 def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunData:
-    """Every logged value of a run at full resolution, split as RunData describes."""
+    """Every logged value of a run at full resolution, split as RunData describes. Read a series
+    at a time, so memory holds the frame and one series' rows, not every row of the run."""
     info = run_info(db, name)
+    events = read_events(db, name).drop(columns=["wall_time"])
     with db.read() as conn:
         run_id = db.run_id(conn, name)
-        ids = None if keys is None else list(db.key_ids(conn, _as_list(keys)).values())
-        by_id = metric_rows.run_rows(conn, run_id, ids)
-        names = db.key_names(conn, by_id)
-    events = read_events(db, name).drop(columns=["wall_time"])
-    return run_data(info, {names[k]: rows for k, rows in by_id.items()}, events)
+        s = tables.series.c
+        stored = [k for (k,) in conn.execute(select(s.key_id).where(s.run_id == run_id))]
+        if keys is not None:
+            wanted = set(db.key_ids(conn, _as_list(keys)).values())
+            stored = [k for k in stored if k in wanted]
+        names = db.key_names(conn, stored)
+        by_name = sorted((names[k], k) for k in stored)
+        rows = ((key, metric_rows.series_rows(conn, run_id, key_id)) for key, key_id in by_name)
+        return run_data(info, rows, events)
 
 
 def read_detections(db: Database, run: str | None = None, detector: str | None = None) -> list[Detection]:

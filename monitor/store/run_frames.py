@@ -4,6 +4,7 @@ value, a repeat or a logged NaN is."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,8 @@ class KeyRows:
         last = np.empty(len(self.steps), dtype=bool)
         last[:-1] = self.steps[1:] != self.steps[:-1]
         last[-1] = True
+        if last.all():  # no step logged twice (the common case): no copies
+            return self.steps, self.values
         return self.steps[last], self.values[last]
 
     def repeated(self) -> np.ndarray:
@@ -63,40 +66,70 @@ def split_long(frame: pd.DataFrame) -> dict[str, KeyRows]:
     return out
 
 
-def run_data(info: RunInfo, rows: dict[str, KeyRows], events: pd.DataFrame,
+def run_data(info: RunInfo, rows: Mapping[str, KeyRows] | Iterable[tuple[str, KeyRows]], events: pd.DataFrame,
              earlier: dict[str, KeyRows] | None = None) -> RunData:
     """The RunData of these rows. `earlier` holds rows of other attempts at some of the same
     (key, step)s that are not among `rows` (the watch service reads them apart): they count for
-    repeats only, since the rows given are the latest."""
-    keys = sorted(k for k, r in rows.items() if len(r))
-    latest = {k: rows[k].latest() for k in keys}
-    index = _union([latest[k][0] for k in keys])
-    # One float block filled column by column: a pivot of the long rows would cost several times
-    # the frame's size in temporaries.
-    matrix = np.full((len(index), len(keys)), np.nan)
-    for j, key in enumerate(keys):
-        steps, values = latest[key]
-        matrix[np.searchsorted(index, steps), j] = values
-    scalars = pd.DataFrame(matrix, index=pd.Index(index, dtype="int64", name="step"),
-                           columns=pd.Index(keys, dtype=str) if keys else None)
-    if not keys:
-        scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
+    repeats only, since the rows given are the latest.
 
+    `rows` may be an iterator of (key, rows) pairs: each key's rows are then dropped as soon as
+    its latest values are taken, so a whole run is never held as rows (three arrays a row) and as
+    the frame at once."""
+    earlier = earlier or {}
+    pairs = sorted(rows.items()) if isinstance(rows, Mapping) else rows
+    keys: list[str] = []
+    steps_of: list[np.ndarray] = []
+    values_of: list[np.ndarray] = []
+    distinct: list[np.ndarray] = []
     repeat_parts = []
-    for key in sorted(set(keys) | set(earlier or {})):
-        every = _with_earlier(rows.get(key, empty_rows()), (earlier or {}).get(key))
-        mask = every.repeated()
-        if mask.any():
-            repeat_parts.append((key, every.steps[mask], every.attempts[mask], every.values[mask]))
     nonfinite_parts = []
-    for key in keys:
-        steps, values = latest[key]
+    seen = set()
+    for key, key_rows in pairs:
+        seen.add(key)
+        _collect_repeats(repeat_parts, key, key_rows, earlier.get(key))
+        if not len(key_rows):
+            continue
+        steps, values = key_rows.latest()
+        # Dense metrics share one array of steps: keep one, so the index is merged from few.
+        same = next((d for d in distinct if len(d) == len(steps) and np.array_equal(d, steps)), None)
+        if same is None:
+            distinct.append(steps)
+        keys.append(key)
+        steps_of.append(steps if same is None else same)
+        values_of.append(values)
         bad = ~np.isfinite(values)
         if bad.any():
             nonfinite_parts.append((key, steps[bad], None, values[bad]))
+    for key in sorted(set(earlier) - seen):
+        _collect_repeats(repeat_parts, key, empty_rows(), earlier[key])
+    del pairs
+
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    index = _union(distinct)
+    # One float block filled column by column: a pivot of the long rows would cost several times
+    # the frame's size in temporaries.
+    matrix = np.full((len(index), len(keys)), np.nan)
+    for j, i in enumerate(order):
+        matrix[np.searchsorted(index, steps_of[i]), j] = values_of[i]
+        values_of[i] = None  # placed: let it go
+    names = [keys[i] for i in order]
+    # copy=False: pandas 3 copies a NumPy array it is given, by default.
+    scalars = pd.DataFrame(matrix, index=pd.Index(index, dtype="int64", name="step"),
+                           columns=pd.Index(names, dtype=str) if names else None, copy=False)
+    if not names:
+        scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
+    repeat_parts.sort(key=lambda p: p[0])
+    nonfinite_parts.sort(key=lambda p: p[0])
     return RunData(info=info, scalars=scalars, events=events.reset_index(drop=True),
                    repeats=_long(repeat_parts, with_attempt=True),
                    logged_nonfinite=_long(nonfinite_parts, with_attempt=False))
+
+
+def _collect_repeats(parts: list, key: str, rows: KeyRows, earlier: KeyRows | None) -> None:
+    every = _with_earlier(rows, earlier)
+    mask = every.repeated()
+    if mask.any():
+        parts.append((key, every.steps[mask], every.attempts[mask], every.values[mask]))
 
 
 def _union(arrays: list[np.ndarray]) -> np.ndarray:

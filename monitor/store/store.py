@@ -25,7 +25,7 @@ from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
 from monitor.schema import Detection, RunData, RunInfo, RunStatus, Severity, is_valid_key
 from monitor.store import engine as engines
-from monitor.store import increments, metric_rows, metrics_writer, migrations, reader, tables
+from monitor.store import increments, metric_rows, metrics_writer, migrations, reader, tables, tail_cache
 from monitor.store.alert_rows import AlertRows, OutboxRows
 from monitor.store.database import Database
 from monitor.store.errors import describe_db_error
@@ -184,8 +184,9 @@ class Store:
             run_id = self._db.run_id(conn, name)
             alert_ids = select(tables.alerts.c.id).where(tables.alerts.c.run_id == run_id)
             conn.execute(delete(tables.alert_outbox).where(tables.alert_outbox.c.alert_id.in_(alert_ids)))
-            for table in (tables.metrics, tables.series, tables.rollups, tables.events, tables.detections,
-                          tables.alerts):
+            tail_cache.forget(conn, run_id)
+            for table in (tables.metrics, tables.metric_chunks, tables.series, tables.rollups, tables.events,
+                          tables.detections, tables.alerts):
                 conn.execute(delete(table).where(table.c.run_id == run_id))
             conn.execute(delete(tables.runs).where(tables.runs.c.id == run_id))
         self._db.forget_run(name)
@@ -264,7 +265,9 @@ class Store:
         with self._db.tx() as conn:
             run_id = self._db.run_id(conn, name)
             ids = self._db.ensure_keys(conn, rows["key"].unique())
-            rows["key_id"] = rows["key"].map(ids).astype("int64")
+            # Each distinct name looked up once: a map over the string column costs ~0.5 us a row.
+            codes, names = pd.factorize(rows["key"])
+            rows["key_id"] = np.array([ids[n] for n in names], dtype=np.int64)[codes]
             return metrics_writer.write(conn, run_id, rows.drop(columns="key"))
 
     def count_rows(self, name: str) -> int:

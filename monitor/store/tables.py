@@ -12,6 +12,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -52,9 +53,9 @@ metric_keys = Table(
     Column("name", String(255), nullable=False, unique=True),
 )
 
-# One row per (run, key, step, attempt). A step logged again after a restart keeps both attempts;
-# readers take the highest attempt. No rowid on SQLite: the primary key is the clustered order,
-# so a range of steps of one series is one contiguous read.
+# One row per (run, key, step, attempt) of the write tail (see metric_chunks). A step logged again
+# after a restart keeps both attempts; readers take the highest attempt. No rowid on SQLite: the
+# primary key is the clustered order, so a range of steps of one series is one contiguous read.
 metrics = Table(
     "metrics",
     metadata,
@@ -65,6 +66,26 @@ metrics = Table(
     Column("value", Float),
     Column("wall_time", Float, nullable=False),
     sqlite_with_rowid=False,
+)
+
+# Sealed step ranges of each series, one row per (run, key, chunk of CHUNK_STEPS steps): the
+# compressed columns of every row the range holds (see chunks.py). The row table keeps the rest.
+# A rowid table on SQLite: rows of several kilobytes do not belong in a clustered B-tree.
+metric_chunks = Table(
+    "metric_chunks",
+    metadata,
+    Column("run_id", Integer, primary_key=True),
+    Column("key_id", Integer, primary_key=True),
+    Column("chunk", BigInteger, primary_key=True),
+    Column("n", Integer, nullable=False),
+    Column("n_steps", Integer, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("max_wall_time", Float, nullable=False),
+    Column("step_data", LargeBinary, nullable=False),
+    Column("attempt_data", LargeBinary, nullable=False),
+    Column("value_data", LargeBinary, nullable=False),
+    Column("wall_time_data", LargeBinary, nullable=False),
 )
 
 # Per-series high-water marks: last step and row count, kept with every write. They tell the writer

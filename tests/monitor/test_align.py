@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from monitor import schema
 from monitor.align import EVAL_PREFIX, AlignConfig, align_pair
 from monitor.detectors.eval_keys import matching_steps
 from monitor.errors import GapwatchError
+from monitor.schema import RunData, RunInfo
 from monitor.importers import ImportedRun, load, scalars_frame
 
 C4 = schema.heldout_key("c4_en-validation")
@@ -195,3 +197,26 @@ def test_train_tokens_series_handles_a_batch_size_change():
     # Run step 15 = 20,000 tokens = reference step 20.
     assert loss.loc[15] == pytest.approx(20.0) and loss.loc[5] == pytest.approx(5.0)
     assert loss.loc[20] == pytest.approx(30.0)
+
+
+def test_a_pair_on_the_same_steps_shares_the_frames_and_stays_apart_on_write():
+    """Aligning runs logged at the same steps returns their frames as they are (no copy of a
+    1.4M-step frame); writing into an aligned frame leaves the run untouched."""
+    steps = pd.Index(np.arange(0, 3000, dtype="int64"), name="step")
+    def run(name, shift):
+        frame = pd.DataFrame({"train/loss": 3.0 - steps / 3000 + shift,
+                              "eval/heldout/c4/loss": np.where(steps % 500 == 0, 3.1 + shift, np.nan)}, index=steps)
+        return RunData(info=RunInfo(name=name), scalars=frame)
+    a, b = run("a", 0.0), run("b", 0.1)
+    aligned_a, aligned_b = align_pair(a, b, axis="step")
+    pd.testing.assert_frame_equal(aligned_a.scalars, a.scalars)
+    pd.testing.assert_frame_equal(aligned_b.scalars, b.scalars)
+    aligned_a.scalars.iloc[0, 0] = 99.0
+    assert a.scalars.iloc[0, 0] == 3.0
+    # A gap in the reference's log: the frames are built anew, and the run keeps only fair pairs.
+    b.scalars = b.scalars.drop(index=range(1500, 1510))
+    aligned_a, aligned_b = align_pair(a, b, axis="step")
+    kept = aligned_a.series("train/loss").index
+    assert len(kept) == 2990 and 1505 not in kept and 1499 in kept
+    assert aligned_b.series("train/loss").index.equals(kept)
+    assert aligned_a.series("eval/heldout/c4/loss").index.tolist() == list(range(0, 3000, 500))

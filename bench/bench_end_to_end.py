@@ -1,0 +1,222 @@
+"""What users wait for, end to end from the store: `gapwatch detect` and `gapwatch report` on a pair
+of long runs, today's code against a baseline commit, side by side in one run.
+
+Each code version runs in its own processes (PYTHONPATH = that version's tree; the baseline is
+`git archive` of a commit, default the one before the chunked store):
+- build: the two `bench_report.synthetic_run` runs written into a fresh SQLite store through
+  `Store.write_metrics` in batches of 20,000 steps (the importer's batch size).
+- detect / report: the CLI as a user runs it, wall clock and peak RSS (`/usr/bin/time`).
+- phases: the report's work in one process, timed phase by phase (load both runs, align, the
+  detectors on the run against its reference and on the reference alone, tables + charts + HTML),
+  with the peak RSS reached by the end of each phase.
+- import: `gapwatch import` of a JSONL file of the run (one object a step), wall and peak RSS.
+- ingest: bench_store's ingest (ours vs the raw driver, SQLite and PostgreSQL), and the
+  point-budget read of a 1.41M-step series, each version's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.results import record, table
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = "a034684"  # the row table only: every (step, metric) one row
+BATCH_STEPS = 20_000
+# A 1.41M-step pair takes minutes under the baseline on 2 shared cores.
+TIMEOUT_S = 1800
+
+BUILD = """
+import sys, time, numpy as np, pandas as pd
+from bench.bench_report import synthetic_run
+from monitor.store import open_store
+url, steps, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+started = time.perf_counter()
+with open_store(url) as store:
+    for name, seed, shift, reference in (("ref", 2, 0.0, None), ("cand", 1, -0.1, "ref")):
+        wide = synthetic_run(name, steps, seed=seed, shift=shift).scalars
+        store.ensure_run(name, tokens_per_step=4096.0, reference=reference,
+                         config={"num_devices": 8, "global_batch_size": 8})
+        for lo in range(0, len(wide), batch):
+            # Only what was logged: the sparse eval metrics are NaN between evaluations.
+            part = wide.iloc[lo:lo + batch].stack().dropna().rename("value").reset_index()
+            part.columns = ["step", "key", "value"]
+            store.write_metrics(name, part)
+        del wide
+print(time.perf_counter() - started)
+"""
+
+PHASES = """
+import json, resource, sys, time
+from app.report import build_report, compare, render_html
+from monitor.store import open_store
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+out, started = [], [time.perf_counter()]
+def phase(name):
+    now = time.perf_counter()
+    out.append({"phase": name, "s": now - started[0], "peak MB": peak_mb()})
+    started[0] = now
+
+def progress(message):
+    # compare() announces "aligning ..." and then "judging ...": the phases' boundaries.
+    if message.startswith("judging") and len(out) == 1:
+        phase("align for the report's tables")
+
+with open_store(sys.argv[1], read_only=True) as store:
+    run, ref = store.load_run("cand"), store.load_run("ref")
+phase("load both runs")
+pair = compare(run, ref, progress=progress)
+phase("detectors: run against reference (with its own alignment), reference alone")
+html = render_html(build_report(pair))
+phase("tables, charts, HTML")
+print(json.dumps(out))
+"""
+
+JSONL = """
+import json, sys
+from bench.bench_report import synthetic_run
+wide = synthetic_run("cand", int(sys.argv[2]), seed=1, shift=-0.1).scalars
+with open(sys.argv[1], "w") as f:
+    cols = list(wide.columns)
+    for step, row in zip(wide.index.tolist(), wide.to_numpy().tolist()):
+        obj = {"step": step}
+        obj.update((k, v) for k, v in zip(cols, row) if v == v)
+        f.write(json.dumps(obj) + "\\n")
+"""
+
+INGEST = """
+import json, sys
+from bench.bench_store import bench_ingest, bench_read
+print(json.dumps({"ingest": bench_ingest(int(sys.argv[1]), 1000), "read": bench_read(int(sys.argv[2]))}))
+"""
+
+
+def python(tree: Path, code: str, *args, timed: bool = False) -> tuple[str, float | None, float | None]:
+    """Run `code` with `tree` on the path; return its stdout and, if timed, wall s and peak MB."""
+    cmd = [sys.executable, "-c", code, *map(str, args)]
+    return _run(tree, cmd, timed)
+
+
+def cli(tree: Path, *args) -> tuple[str, float, float]:
+    return _run(tree, [sys.executable, "-m", "app", *map(str, args)], timed=True)
+
+
+def _run(tree: Path, cmd: list[str], timed: bool):
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as t:
+        if timed:
+            cmd = ["/usr/bin/time", "-o", t.name, "-f", "%e %M", *cmd]
+        done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:6])}... failed:\n{done.stderr[-3000:]}")
+        if not timed:
+            return done.stdout, None, None
+        wall, rss_kb = t.read().split()[-2:]
+    return done.stdout, float(wall), float(rss_kb) / 1024
+
+
+def baseline_tree(commit: str, into: Path) -> Path:
+    into.mkdir()
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def measure(label: str, tree: Path, work: Path, steps: int, jsonl: Path, ingest_steps: int,
+            read_steps: int) -> dict:
+    print(f"{label}: building the store", flush=True)
+    url = f"sqlite:///{work}/{label}.db"
+    build_s = float(python(tree, BUILD, url, steps, BATCH_STEPS)[0].split()[-1])
+    print(f"{label}: detect", flush=True)
+    _, detect_s, detect_mb = cli(tree, "detect", "--store", url, "--run", "cand", "--reference", "ref")
+    print(f"{label}: report", flush=True)
+    _, report_s, report_mb = cli(tree, "report", "--store", url, "--run", "cand", "--reference", "ref",
+                                 "-o", work / f"{label}.html")
+    print(f"{label}: phases", flush=True)
+    phases = json.loads(python(tree, PHASES, url)[0].strip().splitlines()[-1])
+    print(f"{label}: import", flush=True)
+    _, import_s, import_mb = cli(tree, "import", jsonl, "--store", f"sqlite:///{work}/{label}-import.db",
+                                 "--run", "imported")
+    print(f"{label}: ingest and point-budget read", flush=True)
+    store = json.loads(python(tree, INGEST, ingest_steps, read_steps)[0].strip().splitlines()[-1])
+    db_mb = (work / f"{label}.db").stat().st_size / 1e6
+    return {"build s": build_s, "db MB": db_mb, "detect": (detect_s, detect_mb), "report": (report_s, report_mb),
+            "phases": phases, "import": (import_s, import_mb), "store": store}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench_end_to_end")
+    parser.add_argument("--steps", type=int, default=1_410_000)
+    parser.add_argument("--quick", action="store_true", help="100k steps; smaller ingest and read runs")
+    parser.add_argument("--baseline", default=BASELINE, help="commit to compare against")
+    parser.add_argument("--no-record", action="store_true", help="print only; leave RESULTS.md alone")
+    args = parser.parse_args(argv)
+    ingest_steps, read_steps = 100_000, 1_410_000
+    if args.quick:
+        args.steps, ingest_steps, read_steps = 100_000, 20_000, 200_000
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        jsonl = work / "run.jsonl"
+        print(f"writing a {args.steps:,}-step JSONL", flush=True)
+        python(ROOT, JSONL, jsonl, args.steps)
+        base = baseline_tree(args.baseline, work / "baseline")
+        results = {"baseline": measure("baseline", base, work, args.steps, jsonl, ingest_steps, read_steps),
+                   "ours": measure("ours", ROOT, work, args.steps, jsonl, ingest_steps, read_steps)}
+        results["jsonl MB"] = jsonl.stat().st_size / 1e6
+    print(json.dumps(results, indent=1))
+    if not args.no_record:
+        write_results(results, args.steps, args.baseline)
+
+
+def write_results(results: dict, steps: int, baseline: str) -> None:
+    b, o, jsonl_mb = results["baseline"], results["ours"], results["jsonl MB"]
+    users = [
+        {"command": f"`gapwatch {cmd}`", "baseline s": f"{b[cmd][0]:.1f}", "ours s": f"**{o[cmd][0]:.1f}**",
+         "speed-up": f"{b[cmd][0] / o[cmd][0]:.1f}x", "baseline peak MB": f"{b[cmd][1]:,.0f}",
+         "ours peak MB": f"**{o[cmd][1]:,.0f}**"}
+        for cmd in ("detect", "report")
+    ]
+    users.append({"command": f"`gapwatch import` ({jsonl_mb:.0f} MB JSONL)", "baseline s": f"{b['import'][0]:.1f}",
+                  "ours s": f"**{o['import'][0]:.1f}**", "speed-up": f"{b['import'][0] / o['import'][0]:.1f}x",
+                  "baseline peak MB": f"{b['import'][1]:,.0f}", "ours peak MB": f"**{o['import'][1]:,.0f}**"})
+    phases = [
+        {"phase": pb["phase"], "baseline s": f"{pb['s']:.1f}", "ours s": f"{po['s']:.1f}",
+         "baseline peak MB so far": f"{pb['peak MB']:,.0f}", "ours peak MB so far": f"{po['peak MB']:,.0f}"}
+        for pb, po in zip(b["phases"], o["phases"])
+    ]
+    store_rows = [
+        {"": "write the pair (build)", "baseline": f"{b['build s']:.1f} s", "ours": f"{o['build s']:.1f} s"},
+        {"": "SQLite file", "baseline": f"{b['db MB']:,.0f} MB", "ours": f"{o['db MB']:,.0f} MB"},
+    ]
+    for i, backend in enumerate(("SQLite", "PostgreSQL")):
+        store_rows.append({"": f"ingest vs raw driver, {backend} (goal >= 50%)",
+                           "baseline": b["store"]["ingest"][i]["ours / raw"],
+                           "ours": o["store"]["ingest"][i]["ours / raw"]})
+    store_rows.append({"": f"point-budget read, 2,000 of {o['store']['read']['steps']} points (goal < 100 ms)",
+                       "baseline": b["store"]["read"]["read_scalars (median of 5)"],
+                       "ours": o["store"]["read"]["read_scalars (median of 5)"]})
+    record(
+        "end_to_end",
+        f"End to end from the store: two {steps:,}-step runs",
+        f"Baseline = commit {baseline} (every (step, metric) a row); ours = this tree. Two "
+        "`bench_report.synthetic_run` runs (10 metrics every step, held-out every 1,000 steps, 3 "
+        "downstream tasks every 5,000) in a SQLite store; each command a fresh process, wall clock "
+        "and peak RSS from `/usr/bin/time`. Goals: detect and report < 10 s and < 1 GB; import < 300 MB.\n\n"
+        + table(users)
+        + "\n\nThe report's work phase by phase in one process (peak RSS reached by the end of each phase):\n\n"
+        + table(phases)
+        + "\n\nThe store:\n\n" + table(store_rows),
+    )
+
+
+if __name__ == "__main__":
+    main()
