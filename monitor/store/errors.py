@@ -6,8 +6,22 @@ tell "the database is gone for a moment" from a bug, so the store names those fa
 
 from __future__ import annotations
 
-from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
+import sqlite3
+
+import psycopg
+from sqlalchemy.exc import (
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    PendingRollbackError,
+    SQLAlchemyError,
+)
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+# The drivers' own "could not talk to the database" errors: the store runs COPY and the chunk
+# merge on the driver connection, where SQLAlchemy does not wrap what the driver raises.
+_DRIVER_UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, sqlite3.OperationalError)
 
 DatabaseError = DBAPIError
 """The database or its driver failed a statement or a connection: refused, gone, locked, timed out
@@ -27,7 +41,11 @@ def is_unreachable(exc: BaseException) -> bool:
     """True when `exc` says the store could not be reached or did not answer in time (refused,
     dropped, cancelled by a timeout, locked): trying again later may succeed. False when the
     statement itself is wrong (bad data, a violated constraint), which no retry can fix."""
-    if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeoutError)):
+    if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeoutError,
+                        *_DRIVER_UNREACHABLE)):
+        return True
+    if isinstance(exc, PendingRollbackError):
+        # The connection was lost inside a transaction; a new one can write the batch.
         return True
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True

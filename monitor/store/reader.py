@@ -26,6 +26,7 @@ from monitor.schema import (
     RunInfo,
     Severity,
     empty_events,
+    empty_long,
 )
 from monitor.store import metric_rows, tables
 from monitor.store.database import Database
@@ -101,10 +102,7 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                     width = max(width, 2)
                 widths[(run, key)] = width
                 frames.append(pd.DataFrame({"run": run, "key": key, "step": steps, "value": values}))
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        {"run": pd.Series(dtype=str), "key": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
-         "value": pd.Series(dtype=float)}
-    )
+    out = pd.concat(frames, ignore_index=True) if frames else empty_long("run", "key", "step", "value")
     out.attrs["bucket_width"] = widths
     return out[_SCALAR_COLUMNS]
 
