@@ -119,7 +119,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         if spec == before and step_range == (tuple(view["range"]) if view["range"] else None):
             return no_update, no_update, no_update
         spec = spec.replace(lo=step_range[0] if step_range else None, hi=step_range[1] if step_range else None)
-        search = "?" + spec.href().partition("?")[2] if "?" in spec.href() else ""
+        search = spec.search()
         shown = spec.reference if ctx.triggered_id == "ref-select" else view.get("shown_reference")
         return ({**view, "spec": spec.to_dict(), "range": list(step_range) if step_range else None,
                  "shown_reference": shown}, search, f"{pathname}{search}")
@@ -176,8 +176,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         if not points or "customdata" not in points[0]:
             return no_update
         start, end = (int(v) for v in points[0]["customdata"])
-        spec = ViewSpec.from_dict(view["spec"]).replace(start=start, end=end, lo=None, hi=None)
-        return "?" + spec.href().partition("?")[2]
+        return ViewSpec.from_dict(view["spec"]).replace(start=start, end=end, lo=None, hi=None).search()
 
     @app.callback(
         Output("alerts-graph", "figure"), Output("alerts-list", "children"),

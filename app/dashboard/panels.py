@@ -123,11 +123,9 @@ class EmptyReasons:
         self.ref_keys = set(view.reference.keys) if view.reference is not None else set()
         self.zoomed = view.step_range is not None
 
-    def _drawn(self, long: pd.DataFrame, key: str | None = None, prefix: str | None = None) -> bool:
-        if not len(long):
-            return False
-        keys = long["key"]
-        return bool((keys == key).any()) if key is not None else bool(keys.str.startswith(prefix).any())
+    @staticmethod
+    def _drawn(long: pd.DataFrame, key: str) -> bool:
+        return bool(len(long)) and bool((long["key"] == key).any())
 
     def train(self) -> str:
         return "no train loss logged" if TRAIN_LOSS not in self.keys else "no train loss" + self.IN_RANGE

@@ -45,6 +45,12 @@ class ViewSpec:
     def replace(self, **changes) -> "ViewSpec":
         return ViewSpec(**{**self.to_dict(), **changes})
 
+    def search(self) -> str:
+        """The query part of `href` ("?ref=...", or "" for the default view): what the page writes
+        into its URL."""
+        _, mark, query = self.href().partition("?")
+        return mark + query
+
     def href(self) -> str:
         return run_href(self.run, reference=self.reference, axis=self.axis, start=self.start, end=self.end,
                         lo=self.lo, hi=self.hi, smoothing=self.smoothing, full_y=self.full_y)
