@@ -40,6 +40,8 @@ class Calibration:
     """Largest residual of a clean single calibration run's held-out minus train gap from its trend."""
     interp_error_scale: float
     """Standard error of an interpolated held-out loss per unit of bracket fall x w (1 - w)."""
+    interp_error_correlation: float
+    """Correlation of the interpolation errors at consecutive interpolated checkpoints."""
     points: dict[str, int]
 
 
@@ -75,10 +77,10 @@ def follow_points(pairs: list) -> pd.DataFrame:
     return t
 
 
-def interpolation_errors(half: str) -> np.ndarray:
-    """|interpolated - evaluated| / (|f(r1) - f(r0)| w (1 - w)) for every held-out evaluation of the
-    half's repeats that thinning the evaluations 2x, 3x and 4x (every phase) leaves out, rebuilt by
-    checkpoints.pair_series from the ones kept."""
+def interpolated_evaluations(half: str) -> list[np.ndarray]:
+    """(interpolated - evaluated) / (|f(r1) - f(r0)| w (1 - w)), in step order, for the held-out
+    evaluations of the half's repeats that thinning the evaluations 2x, 3x and 4x (every phase)
+    leaves out, rebuilt by checkpoints.pair_series from the ones kept: one array per thinning."""
     out = []
     for data in corpus.repeats(half):
         key = next(k for k in data.scalars.columns if k.startswith("eval/heldout/") and k.endswith("/loss"))
@@ -95,8 +97,19 @@ def interpolation_errors(half: str) -> np.ndarray:
                 pos = np.searchsorted(xs, x)
                 w = (x - xs[pos - 1]) / (xs[pos] - xs[pos - 1])
                 scale = np.abs(kept.to_numpy()[pos] - kept.to_numpy()[pos - 1]) * w * (1 - w)
-                out.append(np.abs(pairs["reference"].to_numpy() - truth) / np.maximum(scale, 1e-12))
-    return np.concatenate(out)
+                out.append((pairs["reference"].to_numpy() - truth) / np.maximum(scale, 1e-12))
+    return out
+
+
+def interpolation_errors(half: str) -> np.ndarray:
+    """|interpolated - evaluated| per unit of the error scale, every left-out evaluation."""
+    return np.abs(np.concatenate(interpolated_evaluations(half)))
+
+
+def interpolation_error_correlation(half: str) -> float:
+    """Correlation of the errors (in units of their scale) at consecutive interpolated evaluations."""
+    pairs = np.concatenate([np.column_stack([e[:-1], e[1:]]) for e in interpolated_evaluations(half) if e.size > 1])
+    return float(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1])
 
 
 def widest(fits: list[BetweenRunNoise]) -> BetweenRunNoise:
@@ -131,7 +144,7 @@ def calibrate(half: str = "calibration") -> Calibration:
     interp = float(np.percentile(interpolation_errors(half), 95) / 1.96)
     return Calibration(train=widest(fits["train"]), heldout=widest(fits["heldout"]), follow=widest(fits["follow"]),
                        largest_single_set_share=share, largest_trend_residual=resid_max, interp_error_scale=interp,
-                       points=points)
+                       interp_error_correlation=interpolation_error_correlation(half), points=points)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     test_errors = interpolation_errors("test")
     print(f"largest single-set share {c.largest_single_set_share:.4f}; largest trend residual "
           f"{c.largest_trend_residual:.4f}; interpolation error scale {c.interp_error_scale:.3f} (covers "
-          f"{np.mean(test_errors <= 1.96 * c.interp_error_scale):.1%} of the test half's errors at 1.96); "
+          f"{np.mean(test_errors <= 1.96 * c.interp_error_scale):.1%} of the test half's errors at 1.96), "
+          f"correlated {c.interp_error_correlation:.2f} at consecutive checkpoints "
+          f"({interpolation_error_correlation('test'):.2f} on the test half); "
           f"points {c.points}")
     return 0
 

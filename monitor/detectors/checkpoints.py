@@ -46,6 +46,11 @@ MAX_BRACKET_FACTOR = 2.5
 # held-out evaluations of the calibration repeats 2x, 3x and 4x and interpolating the dropped ones
 # (bench/quality/calibrate.py; on the test half the same band covers 95% of the errors).
 INTERP_ERROR_SCALE = 0.27
+# Correlation of the interpolation errors at consecutive interpolated checkpoints (both measured in
+# units of their own standard error, on the same thinned calibration repeats): part of an error is
+# the curve's shape, which neighbouring brackets share. Tests that pool checkpoints use it for
+# their measurement errors as a whole (eval noise, which is independent, included).
+INTERP_ERROR_CORRELATION = 0.44
 
 # Checkpoints of history a verdict at a new checkpoint depends on: the noise estimate's window of
 # exact pairs (which may be spread among interpolated ones), and a run of flagged checkpoints.
@@ -99,8 +104,13 @@ def measurement_error(pairs: pd.DataFrame) -> np.ndarray:
     second differences of the paired differences up to it (NaN before MIN_NOISE_POINTS of them).
 
     The estimate reads exact pairs when there are enough of them, and the interpolation error adds
-    in quadrature. Where most pairs are interpolated, their second differences already carry the
-    interpolation errors' scatter, so the larger of the two is used rather than both."""
+    in quadrature. Where most pairs are interpolated, their second differences carry the
+    interpolation errors as well as the eval noise: the share the interpolation errors explain
+    (each second difference's variance from independent errors, e0^2 + 4 e1^2 + e2^2) is taken
+    out, and what is left is the eval noise, to which the checkpoint's own interpolation error adds
+    in quadrature. Counting the interpolation errors twice, once in the scatter and once on their
+    own, would make a run paired only by interpolation unjudgeable early in training, where the
+    curve bends most."""
     d = pairs["delta"].to_numpy(dtype=float)
     exact = pairs["exact"].to_numpy(dtype=bool)
     interp = pairs["interp_error"].to_numpy(dtype=float)
@@ -115,8 +125,17 @@ def measurement_error(pairs: pd.DataFrame) -> np.ndarray:
         if exact_upto.size >= MIN_NOISE_POINTS:
             se[i] = np.hypot(_d2_sigma(d[exact_upto[-NOISE_WINDOW:]]), interp[i])
         elif i + 1 >= MIN_NOISE_POINTS:
-            se[i] = max(_d2_sigma(d[max(0, i + 1 - NOISE_WINDOW):i + 1]), interp[i])
+            window = slice(max(0, i + 1 - NOISE_WINDOW), i + 1)
+            se[i] = np.hypot(_eval_noise(d[window], interp[window]), interp[i])
     return se
+
+
+def _eval_noise(values: np.ndarray, interp: np.ndarray) -> float:
+    """Eval noise of a smooth series of interpolated pairs: the second differences' variance less
+    the share the interpolation errors explain, over the 6 sigma^2 that eval noise gives."""
+    total = 6.0 * _d2_sigma(values) ** 2
+    explained = float(np.median(interp[:-2] ** 2 + 4.0 * interp[1:-1] ** 2 + interp[2:] ** 2))
+    return float(np.sqrt(max(total - explained, 0.0) / 6.0))
 
 
 def _d2_sigma(values: np.ndarray) -> float:

@@ -22,12 +22,16 @@ the between-run noise of monitor/detectors/noise.py in every leg:
    as zero;
 3. held-out did not follow: held-out minus `max_heldout_share` x train difference is above zero by
    more than `z_threshold` standard deviations of its noise (a genuine improvement moves held-out
-   by most of the train gain; the OLMo 3 7B reproduction moved it by 2%);
+   by most of the train gain; the OLMo 3 7B reproduction moved it by 2%). It is tested on the mean
+   over the `persist_checkpoints` judged checkpoints that end at this one: the between-run part of
+   its noise is one persistent offset, the same at each of them, while their measurement errors
+   (eval noise, interpolation) partly average out (checkpoints.INTERP_ERROR_CORRELATION);
 4. downstream not better: where both runs have downstream evals at the checkpoint, their
    aggregate z is not above `z_threshold`.
 
 `persist_checkpoints` consecutive judged checkpoints (checkpoints where every leg could be
-computed; one that could not is skipped, not counted as clean) make a detection.
+computed; one that could not is skipped, not counted as clean), each with legs 1, 2 and 4 and with
+leg 3 over them, make a detection.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from scipy import stats as sps
 from monitor.schema import DATA_SEEN_2PLUS_FRACTION, DOWNSTREAM_PREFIX, HELDOUT_PREFIX, TRAIN_LOSS, NotJudged, RunData
 
 from .base import Detector, ReferenceUse, severity_for
-from .checkpoints import HISTORY_CHECKPOINTS, heldout_pairs, measurement_error, over_sets
+from .checkpoints import HISTORY_CHECKPOINTS, INTERP_ERROR_CORRELATION, MIN_NOISE_POINTS, heldout_pairs, measurement_error, over_sets
 from .eval_keys import downstream_aggregate
 from .noise import FOLLOW_NOISE, HELDOUT_NOISE, TRAIN_NOISE, BetweenRunNoise, log_slope
 from .rundata import finite, last_points_from
@@ -53,7 +57,8 @@ from .train_windows import train_at
 SUSPECT = ("the signature of repeated training data (data-loader sharding that resamples the "
            "corpus, a wrong epoch boundary)")
 TABLE_COLUMNS = ("step", "train_delta", "train_stderr", "train_tau", "train_z", "heldout_delta", "heldout_stderr",
-                 "heldout_level", "heldout_slope", "heldout_tau", "margin", "heldout_low", "heldout_high", "follow", "follow_z", "downstream_z",
+                 "heldout_level", "heldout_slope", "heldout_tau", "margin", "heldout_low", "heldout_high", "follow", "follow_z",
+                 "follow_pooled", "follow_pooled_z", "downstream_z",
                  "sets", "interpolated", "judged", "below", "not_better", "tied", "worse", "not_followed", "downstream_ok")
 
 
@@ -156,22 +161,24 @@ class Memorization(Detector):
         z_tost = sps.norm.isf(self.tie_alpha)
         margin = np.fmax(self.tie_sigmas * tau_h, share * np.abs(dt))
         low, high = dh - z_tost * se_h, dh + z_tost * se_h
+        follow_se = np.hypot(se_h, share * se_t)
         with np.errstate(invalid="ignore", divide="ignore"):
             train_z = dt / np.hypot(se_t, tau_t)
-            follow_z = follow / np.sqrt(se_h ** 2 + (share * se_t) ** 2 + tau_f ** 2)
+            follow_z = follow / np.hypot(follow_se, tau_f)
         down_z = self._downstream_z(run, reference, steps)
         judged = np.isfinite(train_z) & np.isfinite(follow_z) & np.isfinite(low)
+        pooled, pooled_z = _pooled(follow, follow_se, tau_f, judged, self.persist_checkpoints)
         with np.errstate(invalid="ignore"):
             table = pd.DataFrame({
                 "step": steps, "train_delta": dt, "train_stderr": se_t, "train_tau": tau_t, "train_z": train_z,
                 "heldout_delta": dh, "heldout_stderr": se_h, "heldout_level": level_h, "heldout_slope": slope_h,
                 "heldout_tau": tau_h, "margin": margin,
                 "heldout_low": low, "heldout_high": high, "follow": follow, "follow_z": follow_z,
-                "downstream_z": down_z, "sets": held["sets"].to_numpy(),
+                "follow_pooled": pooled, "follow_pooled_z": pooled_z, "downstream_z": down_z, "sets": held["sets"].to_numpy(),
                 "interpolated": ~held["exact"].to_numpy(dtype=bool), "judged": judged,
                 "below": train_z < -self.z_threshold, "not_better": low > -margin,
                 "tied": (low > -margin) & (high < margin), "worse": low > 0,
-                "not_followed": follow_z > self.z_threshold, "downstream_ok": ~(down_z > self.z_threshold),
+                "not_followed": pooled_z > self.z_threshold, "downstream_ok": ~(down_z > self.z_threshold),
             })
         return table
 
@@ -199,12 +206,13 @@ class Memorization(Detector):
         table = table[table["judged"].astype(bool)].reset_index(drop=True)
         if len(table) < self.persist_checkpoints:
             return []
-        flag = (table["below"] & table["not_better"] & table["not_followed"] & table["downstream_ok"]).to_numpy(bool)
-        out = []
-        for a, b in true_runs(flag):
-            if b - a + 1 >= self.persist_checkpoints:
-                out.append(self._one(run, reference, table, a, b))
-        return out
+        k = self.persist_checkpoints
+        legs = (table["below"] & table["not_better"] & table["downstream_ok"]).to_numpy(bool)
+        # A checkpoint is flagged when the pooled follow test that ends at it holds and the other
+        # legs hold at every checkpoint it pools; a run of flagged ones spans their pools.
+        held_over_pool = np.convolve(legs.astype(int), np.ones(k, dtype=int))[:len(legs)] == k
+        flag = held_over_pool & table["not_followed"].to_numpy(bool)
+        return [self._one(run, reference, table, a - k + 1, b) for a, b in true_runs(flag)]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         if reference is None:
@@ -223,7 +231,7 @@ class Memorization(Detector):
                               "evaluations (none around the run's)", self.metric)]
         if judged < self.persist_checkpoints:
             return [NotJudged(self.name, f"{judged} judged checkpoint(s) of {len(table)} paired; a verdict needs "
-                              f"{self.persist_checkpoints} (the held-out noise is estimated from 5)", self.metric,
+                              f"{self.persist_checkpoints} (the held-out noise is known from the {MIN_NOISE_POINTS}th paired one on)", self.metric,
                               f"{self.persist_checkpoints - judged} more judged checkpoints")]
         return []
 
@@ -241,6 +249,7 @@ class Memorization(Detector):
             "heldout_interval": [float(row["heldout_low"]), float(row["heldout_high"])],
             "margin": float(row["margin"]), "heldout": _heldout_verdict(row),
             "follow": float(row["follow"]), "follow_z": float(row["follow_z"]),
+            "follow_pooled": float(row["follow_pooled"]), "follow_pooled_z": float(row["follow_pooled_z"]),
             "delta": float(row["follow"]), "z": float(row["follow_z"]),
             "downstream_z": float(row["downstream_z"]), "heldout_sets": int(row["sets"]),
             "interpolated": int(sl["interpolated"].sum()), "n": int(b - a + 1),
@@ -278,6 +287,23 @@ def _checkpoints(run: RunData) -> np.ndarray:
         return np.array([], dtype=np.int64)
     logged = np.isfinite(run.scalars[keys].to_numpy(dtype=float)).any(axis=1)
     return run.scalars.index.to_numpy()[logged]
+
+
+def _pooled(follow: np.ndarray, se: np.ndarray, tau: np.ndarray, judged: np.ndarray,
+            k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The follow statistic's mean over the last k judged checkpoints up to each judged one, and
+    its z: the between-run offset is the same at each (its standard deviation averages to the
+    mean of theirs), the measurement errors correlate by INTERP_ERROR_CORRELATION."""
+    mean, z = np.full(follow.size, np.nan), np.full(follow.size, np.nan)
+    rows = np.flatnonzero(judged)
+    rho = INTERP_ERROR_CORRELATION
+    for i in range(k - 1, rows.size):
+        pool = rows[i - k + 1:i + 1]
+        s = se[pool]
+        var = ((1 - rho) * np.sum(s ** 2) + rho * np.sum(s) ** 2) / k ** 2 + np.mean(tau[pool]) ** 2
+        mean[pool[-1]] = float(np.mean(follow[pool]))
+        z[pool[-1]] = mean[pool[-1]] / np.sqrt(var)
+    return mean, z
 
 
 def _slope(steps: np.ndarray, level: np.ndarray) -> np.ndarray:

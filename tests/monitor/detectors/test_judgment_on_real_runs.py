@@ -28,6 +28,17 @@ def test_memorization_is_judged_when_the_reference_evaluates_less_often(shared_d
         assert "memorization" in detectors_that_fire(a, b), cadence
 
 
+def test_005_nats_of_memorization_with_evaluations_half_an_interval_apart(shared_data):
+    """Every pair interpolated, five checkpoints a run: caught once the follow leg pools the two
+    judged checkpoints it needs and the interpolation error is counted once (missed before); the
+    clean pair under the same cadence stays silent."""
+    run_, ref = corpus.repeats("test")[1], corpus.repeats("test")[0]  # r04 against r02
+    a, b = faults.apply_cadence("offset", faults.memorization(0.05)(run_), ref)
+    assert "memorization" in detectors_that_fire(a, b)
+    a, b = faults.apply_cadence("offset", run_, ref)
+    assert detectors_that_fire(a, b) == set()
+
+
 def test_a_reference_without_heldout_loss_says_memorization_was_not_judged(shared_data):
     run_, ref = corpus.repeats("test")[:2]
     ref = faults.thin_evals(ref, 10_000, phase=10_000)  # every held-out evaluation dropped
