@@ -194,12 +194,19 @@ def _merge_chunks(conn: Connection, run_id: int, key_id: int, new: _Batch, closi
 
 
 def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, int]:
-    """Last step written per key. On PostgreSQL the rows are locked for this transaction, so two
-    hosts writing the same series take turns deciding append versus rebuild."""
+    """Last step written per key. On PostgreSQL two hosts writing the same series take turns for
+    the rest of the transaction (deciding append versus rebuild, sealing chunks): each key's
+    transaction lock is taken in key order, so that writers of overlapping keys never deadlock. A lock on
+    the series' own row would not do: a series written for the first time has none yet, and two
+    hosts would both seal its first chunk. SQLite has one writer at a time already."""
     query = select(tables.series.c.key_id, tables.series.c.last_step).where(
         and_(tables.series.c.run_id == run_id, tables.series.c.key_id.in_(key_ids))
     )
     if conn.dialect.name == "postgresql":
+        conn.execute(text(
+            "SELECT count(pg_advisory_xact_lock(:run_id, k)) "
+            "FROM (SELECT k FROM unnest(CAST(:key_ids AS integer[])) AS k ORDER BY k) AS ordered"
+        ), {"run_id": run_id, "key_ids": sorted(key_ids)})
         query = query.with_for_update()
     return {int(k): int(s) for k, s in conn.execute(query)}
 
