@@ -79,14 +79,14 @@ class TableStream:
     with the source's names; once it is exhausted, `events` and `notes` are complete."""
 
     def __init__(self, path: str | Path, fmt: str, step_key: str | None = None,
-                 chunk_rows: int = CHUNK_ROWS) -> None:
+                 chunk_rows: int | None = None) -> None:
         if fmt not in ("jsonl", "csv"):
             raise ValueError(f"not a table format: {fmt}")
         self.path = Path(path)
         self.fmt = fmt
         self.source = str(self.path)
         self.step_key = step_key
-        self.chunk_rows = chunk_rows
+        self.chunk_rows = chunk_rows or CHUNK_ROWS
         self.builder = RowBuilder(self.source)
         self.notes: list[str] = []
         self.bytes_read = 0
