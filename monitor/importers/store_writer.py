@@ -156,7 +156,7 @@ class ImportWriter:
         new = scalars.iloc[skip:]
         total = len(new)
         for lo in range(0, total, WRITE_CHUNK_ROWS):
-            # Converted chunk by chunk: a categorical key column becomes strings only here.
+            # Slices of a whole run: a categorical key column becomes strings a slice at a time.
             self.store.write_metrics(self.name, _store_frame(new.iloc[lo:lo + WRITE_CHUNK_ROWS]))
             if progress is not None:
                 progress(min(lo + WRITE_CHUNK_ROWS, total), total)
@@ -215,7 +215,7 @@ def import_state(store, name: str) -> dict | None:
 def _store_frame(scalars: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame({
         "step": scalars["step"].to_numpy(),
-        "key": scalars["key"].astype(str).to_numpy(),
+        "key": scalars["key"],  # a categorical stays one: the store makes strings of it once
         "value": scalars["value"].to_numpy(),
         "attempt": scalars["attempt"].to_numpy(),
     })
