@@ -24,11 +24,11 @@ from monitor.errors import GapwatchError
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .normalize import apply_profile
 from .profiles import Profile, get_profile, resolve_profile
+from .table_import import STREAMED_FORMATS
 
 FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
            "csv", "llmc-log")
-# Formats imported chunk by chunk; the others are read whole, then written.
-STREAMED_FORMATS = ("jsonl", "csv")
+
 WANDB_URL_SCHEME = "wandb://"
 _SNIFF_BYTES = 64 * 1024
 

@@ -26,6 +26,9 @@ from .profiles import Profile, detect_profile, get_profile
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
 
+# Formats imported chunk by chunk; the others are read whole, then written.
+STREAMED_FORMATS = ("jsonl", "csv")
+
 
 @dataclass
 class ImportSummary:

@@ -8,7 +8,10 @@ within an attempt steps never go back) stays in one chunk, where the later value
 Each block takes a fast path when it is plain numbers: pyarrow's JSON reader for a block of flat
 objects, one vectorised conversion per CSV column. Anything else (nested objects, text values,
 long rows, a bad line) goes through the exact line-by-line reading of `generic_rows`, which also
-says what is wrong with a bad line. Both give the same rows, in file order.
+says what is wrong with a bad line. Both give the same rows in file order; within one JSON line the
+fast path orders the values as the block's columns, which differs from the line's own order only
+where lines order their names differently (nothing depends on the order within a line: the store
+and the fingerprint see a set of rows, and the rows imported before are whole lines).
 """
 
 from __future__ import annotations
@@ -220,14 +223,17 @@ class TableStream:
                 except OSError as exc:
                     raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
                 self.bytes_read += len(data)
-                if not data:
-                    break
-                data = carry + data
+                more = bool(data)
+                # A \r that may be the first half of a \r\n waits for the next read.
+                held = b"\r" if data.endswith(b"\r") else b""
+                data = _newlines(carry + data[:len(data) - len(held)])
                 end = data.rfind(b"\n") + 1
-                block, carry = data[:end], data[end:]
+                block, carry = data[:end], data[end:] + held
                 if block:
                     yield self._jsonl_block(block, line)
                     line += block.count(b"\n")
+                if not more:
+                    break
         if carry:
             self._utf8(carry)
             if carry.strip():
@@ -371,6 +377,11 @@ class TableStream:
         return self._wide(first_line, steps, walls, metric_names, columns)
 
 
+def _newlines(data: bytes) -> bytes:
+    """\r\n and \r as \n, as reading the file as text did."""
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in data else data
+
+
 def _last_step_start(steps: np.ndarray) -> int:
     """Index of the first row of the trailing run of rows at the last step."""
     other = np.flatnonzero(steps != steps[-1]) if len(steps) else np.empty(0)
@@ -382,7 +393,8 @@ def _arrow_values(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     logged = pc.is_valid(col).to_numpy(zero_copy_only=False)
     if col.type == pa.null():
         return np.full(len(col), math.nan), logged
-    values = pc.fill_null(col.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
+    # Unchecked: an integer beyond 2**53 rounds to the nearest float, as float() rounds it.
+    values = pc.fill_null(col.cast(pa.float64(), safe=False), 0.0).to_numpy(zero_copy_only=False)
     return values, logged
 
 

@@ -41,6 +41,8 @@ def _objects(steps: int = STEPS):
                "optim/lr": 1e-4, "perf/mfu": 0.4 + (i % 7) / 100}
         if step % 100 == 0:
             obj["eval/heldout/c4/loss"] = 2.9 - i / steps
+        if i % 500 == 0:
+            obj["data/cursor"] = 2**60 + 1  # beyond float precision: rounds as float() does
         if i == 1_234:
             obj["train/loss"] = float("nan")
             obj["train/grad_norm"] = float("inf")
@@ -231,3 +233,14 @@ def test_tokens_per_step_from_chunks_is_the_whole_run_answer(case):
     assert fed.result({}) == derived_tokens_per_step(rows)
     if case in ("constant", "rounding"):
         assert fed.result({}) == pytest.approx(4096.0)
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"])
+def test_windows_and_old_mac_line_ends_read_as_they_did(tmp_path, newline):
+    objects = _objects()
+    plain = _jsonl(tmp_path / "plain.jsonl", objects)
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(plain.read_bytes().replace(b"\n", newline.encode()))
+    a, b = load(plain), load(other)
+    pd.testing.assert_frame_equal(a.scalars, b.scalars)
+    assert a.events == b.events and len(a.notes) == len(b.notes)
