@@ -11,7 +11,7 @@ import pytest
 
 from monitor import schema
 from monitor.errors import GapwatchError
-from monitor.importers import import_source, load, table_stream
+from monitor.importers import import_source, load, table_import, table_stream
 from monitor.importers.imported_run import scalars_frame
 from monitor.importers.normalize import TokensPerStep, derived_tokens_per_step
 from monitor.importers.store_writer import import_state, write_run
@@ -193,22 +193,46 @@ def test_a_bad_line_far_into_the_file_is_one_error_and_keeps_what_was_imported(
     store.close()
 
 
-def test_the_profile_is_the_one_all_names_choose(sqlite_url, tmp_path):
+@pytest.mark.parametrize("later", [
+    {"train/CE loss": 3.0, "optim/total_grad_norm": 1.0},
+    # Under the first chunks' profile (gapwatch) these two would both be train/ce_loss.
+    {"train/CE loss": 3.0, "train/ce_loss": 2.0, "optim/total_grad_norm": 1.0},
+])
+def test_the_profile_is_the_one_all_names_choose(sqlite_url, tmp_path, later, monkeypatch):
     # The first chunks hold only a name both profiles know; the OLMo names come later.
-    objects = [{"step": s, "optim/lr": 1e-4} for s in range(1, 1_001)]
-    objects += [{"step": s, "optim/lr": 1e-4, "train/CE loss": 3.0,
-                 "optim/total_grad_norm": 1.0} for s in range(1_001, 1_201)]
+    objects = [{"step": s, "optim/lr": 1e-4} for s in range(1, 3_001)]
+    objects += [{"step": s, "optim/lr": 1e-4, **later} for s in range(3_001, 3_201)]
     path = _jsonl(tmp_path / "olmo.jsonl", objects, nested_line=None)
     store = open_store(sqlite_url)
     whole = load(path)
     assert whole.profile == "olmo"
     write_run(store, "whole", whole)
+    passes = []
+    once = table_import._import_once
+    monkeypatch.setattr(table_import, "_import_once", lambda **kw: passes.append(kw["fixed"])
+                        or once(**kw))
     _, summary = import_source(store, "streamed", path)
     assert summary.profile == "olmo"
+    assert [p.name if p else None for p in passes] == [None, "olmo"]  # redone with all names' choice
     a, b = _stored(store, "whole"), _stored(store, "streamed")
-    assert b[0].series(schema.TRAIN_LOSS).index.min() == 1_001
+    assert b[0].series(schema.TRAIN_LOSS).index.min() == 3_001
     pd.testing.assert_frame_equal(a[0].scalars, b[0].scalars)
     assert a[2] == b[2]
+    store.close()
+
+
+def test_two_names_onto_one_key_is_the_same_error_as_before(sqlite_url, tmp_path):
+    objects = [{"step": s, "train/loss": 3.0} for s in range(1, 3_001)]
+    objects += [{"step": s, "train/loss": 3.0, "extra/a b": 1.0, "extra/a_b": 2.0}
+                for s in range(3_001, 3_201)]
+    path = _jsonl(tmp_path / "clash.jsonl", objects, nested_line=None)
+    with pytest.raises(GapwatchError, match="maps both") as whole:
+        load(path)
+    store = open_store(sqlite_url)
+    with pytest.raises(GapwatchError, match="maps both") as streamed:
+        import_source(store, "r", path)
+    assert str(streamed.value) == str(whole.value)
+    assert store.get_run("r") is None
     store.close()
 
 
