@@ -28,7 +28,6 @@ from .table_import import STREAMED_FORMATS
 
 FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
            "csv", "llmc-log")
-
 WANDB_URL_SCHEME = "wandb://"
 _SNIFF_BYTES = 64 * 1024
 
@@ -129,7 +128,8 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
 
     fmt = fmt or detect_format(source)
     if fmt in STREAMED_FORMATS:
-        on_bytes = None if progress is None else (lambda done, total: progress("importing", done, total))
+        on_bytes = None if progress is None else (
+            lambda done, total: progress("importing", done, total))
         return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,
                             profiles_file=profiles_file, project=project,
                             reference_of=reference_of, progress=on_bytes)

@@ -34,8 +34,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
 from .generic_rows import (
-    KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, STEP_FIELDS, TIME_FIELDS, RowBuilder,
-    step_field,
+    KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, TIME_FIELDS, RowBuilder, step_field,
 )
 from .imported_run import ImportedRun, scalars_frame
 from .wandb.csv_export import separator
@@ -64,8 +63,8 @@ class _Rows:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def part(self, lo: int, hi: int | None = None) -> "_Rows":
-        return _Rows(*(a[lo:hi] for a in self._arrays()))
+    def part(self, lo: int, hi: int | None = None, copy: bool = False) -> "_Rows":
+        return _Rows(*(a[lo:hi].copy() if copy else a[lo:hi] for a in self._arrays()))
 
     def _arrays(self):
         return self.steps, self.codes, self.values, self.attempts, self.walls
@@ -126,7 +125,8 @@ class TableStream:
                 continue
             whole = _Rows.joined(pending)
             cut = _last_step_start(whole.steps)
-            pending, waiting = [whole.part(cut)], len(whole) - cut
+            # The rows of the last step wait for the next block, copied so `whole` can go.
+            pending, waiting = [whole.part(cut, copy=True)], len(whole) - cut
             if cut:
                 rows += cut
                 yield self._frame(whole.part(0, cut))
