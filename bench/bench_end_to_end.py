@@ -9,7 +9,8 @@ Each code version runs in its own processes (PYTHONPATH = that version's tree; t
 - phases: the report's work in one process, timed phase by phase (load both runs, align, the
   detectors on the run against its reference and on the reference alone, tables + charts + HTML),
   with the peak RSS reached by the end of each phase.
-- import: `gapwatch import` of a JSONL file of the run (one object a step), wall and peak RSS.
+- import: `gapwatch import` of a JSONL file of the run (one object a step) and of a CSV file of it
+  (one row a step, a column a metric), wall and peak RSS. `--import-only` measures just these.
 - ingest: bench_store's ingest (ours vs the raw driver, SQLite and PostgreSQL), and the
   point-budget read of a 1.41M-step series, each version's own.
 """
@@ -81,16 +82,17 @@ phase("tables, charts, HTML")
 print(json.dumps(out))
 """
 
-JSONL = """
+LOGS = """
 import json, sys
 from bench.bench_report import synthetic_run
-wide = synthetic_run("cand", int(sys.argv[2]), seed=1, shift=-0.1).scalars
+wide = synthetic_run("cand", int(sys.argv[3]), seed=1, shift=-0.1).scalars
 with open(sys.argv[1], "w") as f:
     cols = list(wide.columns)
     for step, row in zip(wide.index.tolist(), wide.to_numpy().tolist()):
         obj = {"step": step}
         obj.update((k, v) for k, v in zip(cols, row) if v == v)
         f.write(json.dumps(obj) + "\\n")
+wide.to_csv(sys.argv[2], index_label="step")
 """
 
 INGEST = """
@@ -131,7 +133,7 @@ def baseline_tree(commit: str, into: Path) -> Path:
     return into
 
 
-def measure(label: str, tree: Path, work: Path, steps: int, jsonl: Path, ingest_steps: int,
+def measure(label: str, tree: Path, work: Path, steps: int, logs: tuple[Path, Path], ingest_steps: int,
             read_steps: int) -> dict:
     print(f"{label}: building the store", flush=True)
     url = f"sqlite:///{work}/{label}.db"
@@ -143,14 +145,23 @@ def measure(label: str, tree: Path, work: Path, steps: int, jsonl: Path, ingest_
                                  "-o", work / f"{label}.html")
     print(f"{label}: phases", flush=True)
     phases = json.loads(python(tree, PHASES, url)[0].strip().splitlines()[-1])
-    print(f"{label}: import", flush=True)
-    _, import_s, import_mb = cli(tree, "import", jsonl, "--store", f"sqlite:///{work}/{label}-import.db",
-                                 "--run", "imported")
+    imports = measure_import(label, tree, work, logs)
     print(f"{label}: ingest and point-budget read", flush=True)
     store = json.loads(python(tree, INGEST, ingest_steps, read_steps)[0].strip().splitlines()[-1])
     db_mb = (work / f"{label}.db").stat().st_size / 1e6
     return {"build s": build_s, "db MB": db_mb, "detect": (detect_s, detect_mb), "report": (report_s, report_mb),
-            "phases": phases, "import": (import_s, import_mb), "store": store}
+            "phases": phases, **imports, "store": store}
+
+
+def measure_import(label: str, tree: Path, work: Path, logs: tuple[Path, Path]) -> dict:
+    """`gapwatch import` of the JSONL and the CSV log into fresh stores: (wall s, peak MB) each."""
+    out = {}
+    for what, log in zip(("import", "import csv"), logs):
+        print(f"{label}: {what}", flush=True)
+        _, wall_s, peak_mb = cli(tree, "import", log, "--store", f"sqlite:///{work}/{label}-{log.suffix[1:]}.db",
+                                 "--run", "imported")
+        out[what] = (wall_s, peak_mb)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -159,35 +170,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="100k steps; smaller ingest and read runs")
     parser.add_argument("--baseline", default=BASELINE, help="commit to compare against")
     parser.add_argument("--no-record", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--import-only", action="store_true",
+                        help="only `gapwatch import` of the JSONL and CSV logs; print, record nothing")
     args = parser.parse_args(argv)
     ingest_steps, read_steps = 100_000, 1_410_000
     if args.quick:
         args.steps, ingest_steps, read_steps = 100_000, 20_000, 200_000
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        jsonl = work / "run.jsonl"
-        print(f"writing a {args.steps:,}-step JSONL", flush=True)
-        python(ROOT, JSONL, jsonl, args.steps)
+        logs = (work / "run.jsonl", work / "run.csv")
+        print(f"writing a {args.steps:,}-step JSONL and CSV", flush=True)
+        python(ROOT, LOGS, *logs, args.steps)
         base = baseline_tree(args.baseline, work / "baseline")
-        results = {"baseline": measure("baseline", base, work, args.steps, jsonl, ingest_steps, read_steps),
-                   "ours": measure("ours", ROOT, work, args.steps, jsonl, ingest_steps, read_steps)}
-        results["jsonl MB"] = jsonl.stat().st_size / 1e6
+        if args.import_only:
+            results = {label: measure_import(label, tree, work, logs)
+                       for label, tree in (("baseline", base), ("ours", ROOT))}
+        else:
+            results = {"baseline": measure("baseline", base, work, args.steps, logs, ingest_steps, read_steps),
+                       "ours": measure("ours", ROOT, work, args.steps, logs, ingest_steps, read_steps)}
+        results["jsonl MB"] = logs[0].stat().st_size / 1e6
+        results["csv MB"] = logs[1].stat().st_size / 1e6
     print(json.dumps(results, indent=1))
-    if not args.no_record:
+    if not args.no_record and not args.import_only:
         write_results(results, args.steps, args.baseline)
 
 
 def write_results(results: dict, steps: int, baseline: str) -> None:
-    b, o, jsonl_mb = results["baseline"], results["ours"], results["jsonl MB"]
+    b, o = results["baseline"], results["ours"]
     users = [
         {"command": f"`gapwatch {cmd}`", "baseline s": f"{b[cmd][0]:.1f}", "ours s": f"**{o[cmd][0]:.1f}**",
          "speed-up": f"{b[cmd][0] / o[cmd][0]:.1f}x", "baseline peak MB": f"{b[cmd][1]:,.0f}",
          "ours peak MB": f"**{o[cmd][1]:,.0f}**"}
         for cmd in ("detect", "report")
     ]
-    users.append({"command": f"`gapwatch import` ({jsonl_mb:.0f} MB JSONL)", "baseline s": f"{b['import'][0]:.1f}",
-                  "ours s": f"**{o['import'][0]:.1f}**", "speed-up": f"{b['import'][0] / o['import'][0]:.1f}x",
-                  "baseline peak MB": f"{b['import'][1]:,.0f}", "ours peak MB": f"**{o['import'][1]:,.0f}**"})
+    for what, kind in (("import", "jsonl"), ("import csv", "csv")):
+        users.append({"command": f"`gapwatch import` ({results[f'{kind} MB']:.0f} MB {kind.upper()})",
+                      "baseline s": f"{b[what][0]:.1f}", "ours s": f"**{o[what][0]:.1f}**",
+                      "speed-up": f"{b[what][0] / o[what][0]:.1f}x", "baseline peak MB": f"{b[what][1]:,.0f}",
+                      "ours peak MB": f"**{o[what][1]:,.0f}**"})
     phases = [
         {"phase": pb["phase"], "baseline s": f"{pb['s']:.1f}", "ours s": f"{po['s']:.1f}",
          "baseline peak MB so far": f"{pb['peak MB']:,.0f}", "ours peak MB so far": f"{po['peak MB']:,.0f}"}

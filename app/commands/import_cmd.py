@@ -51,14 +51,11 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from monitor.errors import GapwatchError
-    from monitor.importers import detect_format, load
+    from monitor.importers import STREAMED_FORMATS, detect_format, import_source
     from monitor.importers.follow import FollowConfig, follow
-    from monitor.importers.store_writer import write_run
     from monitor.importers.wandb.api import ApiConfig
     from monitor.store import open_store
 
@@ -88,32 +85,34 @@ def run(args: argparse.Namespace) -> int:
                    load_kwargs=load_kwargs, write_kwargs=write_kwargs, config=config,
                    api_config=api_config, on_poll=report)
             return 0
+        import_kwargs = {**load_kwargs, **write_kwargs, "fmt": fmt, "step": args.step,
+                         "api_config": api_config}
         if console.is_terminal:
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                       TimeElapsedColumn())
+            columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console, transient=True) as progress:
-                reading = progress.add_task(f"reading {fmt}", total=None)
+                task = progress.add_task(f"reading {fmt}", total=None)
 
-                def read_progress(done, total):
-                    progress.update(reading, completed=done, total=total or None)
+                def show(phase, done, total):
+                    what = f"{phase} {fmt}" if phase != "writing" else "writing rows"
+                    progress.update(task, description=what, completed=done, total=total or None)
 
-                imported = load(args.source, args.profile, fmt=fmt, step=args.step,
-                                progress=read_progress, api_config=api_config, **load_kwargs)
-                progress.update(reading, visible=False)
-                writing = progress.add_task("writing rows", total=len(imported.scalars))
-
-                def write_progress(done, total):
-                    progress.update(writing, completed=done, total=total or None)
-
-                result = write_run(store, args.run, imported, progress=write_progress, **write_kwargs)
+                result, imported = import_source(store, args.run, args.source, args.profile,
+                                                 progress=show, **import_kwargs)
         else:
             # No terminal to redraw a bar on (a CI log, a pipe): one line per phase.
             with phases("import") as phase:
-                phase(f"reading {args.source} ({fmt})")
-                imported = load(args.source, args.profile, fmt=fmt, step=args.step, api_config=api_config,
-                                **load_kwargs)
-                phase(f"writing {len(imported.scalars):,} steps of {len(imported.keys)} metrics as {args.run}")
-                result = write_run(store, args.run, imported, **write_kwargs)
+                announced = set()
+
+                def announce(name, done, total):
+                    if name == "writing" and name not in announced:
+                        announced.add(name)
+                        phase(f"writing {total:,} rows as {args.run}")
+
+                streamed = fmt in STREAMED_FORMATS  # read and written chunk by chunk
+                phase(f"importing {args.source} ({fmt}) as {args.run}" if streamed
+                      else f"reading {args.source} ({fmt})")
+                result, imported = import_source(store, args.run, args.source, args.profile,
+                                                 progress=announce, **import_kwargs)
         for note in imported.notes:
             console.print(f"note: {note}", highlight=False)
         what = "created" if result.created else "updated"

@@ -3,7 +3,8 @@
 The format is detected from the source (`detect_format`); metric names are mapped onto gapwatch's
 keys by a profile (`monitor.importers.profiles`), detected from the names unless one is named.
 Parsers never touch a store: `monitor.importers.store_writer.write_run` writes an ImportedRun
-atomically and idempotently.
+atomically and idempotently. `import_source` does both; JSONL and CSV logs it imports chunk by
+chunk (`table_import`), so their memory is bounded by a chunk, not by the file.
 
 Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-api`
 (`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
@@ -23,6 +24,7 @@ from monitor.errors import GapwatchError
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .normalize import apply_profile
 from .profiles import Profile, get_profile, resolve_profile
+from .table_import import STREAMED_FORMATS
 
 FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
            "csv", "llmc-log")
@@ -39,9 +41,11 @@ def detect_format(source: str | os.PathLike) -> str:
     if not path.exists():
         raise GapwatchError(f"{source}: no such file or directory")
     from . import lm_eval_json, tensorboard_events, text_logs
-    from .wandb import csv_export, run_file
+    from .wandb import csv_export
 
     if path.is_dir():
+        from .wandb import run_file  # imports wandb itself: only where a folder may be a W&B run
+
         if run_file.is_wandb_source(path):
             return "wandb-file"
         if any(tensorboard_events.is_event_file(f) for f in path.rglob("*tfevents*")):
@@ -109,6 +113,35 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     return apply_profile(raw, chosen)
 
 
+def import_source(store, name: str, source: str | os.PathLike, profile: str | Profile | None = None,
+                  *, fmt: str | None = None, tokens_per_step: float | None = None,
+                  step: int | None = None, profiles_file: str | os.PathLike | None = None,
+                  api_config=None, project: str | None = None, reference_of: str | None = None,
+                  progress=None):
+    """Read `source` and write it into `store` as run `name`: (WriteResult, ImportSummary).
+
+    Arguments as for `load` and `store_writer.write_run`. progress: called with (phase, done,
+    total): phase "importing" (bytes of a streamed log), else "reading" then "writing" (rows).
+    """
+    from .store_writer import write_run
+    from .table_import import ImportSummary, import_table
+
+    fmt = fmt or detect_format(source)
+    if fmt in STREAMED_FORMATS:
+        on_bytes = None if progress is None else (
+            lambda done, total: progress("importing", done, total))
+        return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,
+                            profiles_file=profiles_file, project=project,
+                            reference_of=reference_of, progress=on_bytes)
+    reading = None if progress is None else (lambda done, total: progress("reading", done, total))
+    writing = None if progress is None else (lambda done, total: progress("writing", done, total))
+    run = load(source, profile, fmt=fmt, tokens_per_step=tokens_per_step, step=step,
+               profiles_file=profiles_file, progress=reading, api_config=api_config)
+    result = write_run(store, name, run, project=project, reference_of=reference_of,
+                       progress=writing)
+    return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live)
+
+
 def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config):
     """The raw ImportedRun (source metric names) and the profile the format usually uses."""
     if fmt == "llmc-log":
@@ -156,9 +189,11 @@ __all__ = [
     "ImportedRun",
     "Profile",
     "load",
+    "import_source",
     "detect_format",
     "empty_scalars",
     "scalars_frame",
     "FORMATS",
+    "STREAMED_FORMATS",
     "WANDB_URL_SCHEME",
 ]

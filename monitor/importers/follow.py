@@ -5,9 +5,9 @@ Each poll writes what is new, in its own transaction (so a reader sees whole pol
   for the next poll), and following ends when the file's exit record arrives;
 * W&B runs on a server are asked for the steps after the last one imported, and following ends
   when the run's state is finished, crashed, failed or killed;
-* every other format is read whole again; the store writer takes only the rows after those it
-  already has (they grow by appending), and following ends after `idle_timeout_s` without new
-  rows, if set.
+* every other format is read again from its start (JSONL and CSV logs chunk by chunk, the rest
+  whole); the store writer takes only the rows after those it already has (they grow by
+  appending), and following ends after `idle_timeout_s` without new rows, if set.
 Ctrl-C stops following between polls; nothing half-written stays behind.
 """
 
@@ -22,6 +22,7 @@ from .imported_run import ImportedRun
 from .normalize import apply_profile
 from .profiles import Profile, resolve_profile
 from .store_writer import import_state, write_run
+from .table_import import STREAMED_FORMATS, import_table
 
 
 @dataclass
@@ -51,13 +52,21 @@ def follow(store, name: str, source: str, fmt: str, *, profile: str | Profile | 
     config = config or FollowConfig()
     load_kwargs = dict(load_kwargs or {})
     write_kwargs = dict(write_kwargs or {})
-    poller = _poller(store, name, source, fmt, profile, load_kwargs, api_config)
+    streamed = fmt in STREAMED_FORMATS
+    poller = None if streamed else _poller(store, name, source, fmt, profile, load_kwargs, api_config)
     poll = 0
     idle_since = time.monotonic()
     while True:
         poll += 1
-        run, previous, finished = poller()
-        result = write_run(store, name, run, previous_rows=previous, **write_kwargs)
+        if streamed:
+            # Read chunk by chunk at each poll: the rows imported before are recognised as they
+            # stream past, never held whole.
+            result, _ = import_table(store, name, source, fmt, profile, **load_kwargs,
+                                     **write_kwargs)
+            finished = False
+        else:
+            run, previous, finished = poller()
+            result = write_run(store, name, run, previous_rows=previous, **write_kwargs)
         # Only the first poll names the run it is the reference of.
         write_kwargs.pop("reference_of", None)
         outcome = FollowPoll(poll, result.rows_new, result.rows_total, finished)

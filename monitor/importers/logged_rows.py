@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from monitor.schema import EventKind
@@ -43,6 +44,21 @@ class LoggedRows:
         self.last_step = step
         return step
 
+    def at_steps(self, first_line: int, steps: np.ndarray) -> np.ndarray:
+        """`at_step` for consecutive lines at once (from `first_line` on): their attempts."""
+        previous = np.empty(len(steps), dtype=np.int64)
+        if len(steps):
+            previous[0] = steps[0] if self.last_step is None else self.last_step
+            previous[1:] = steps[:-1]
+        attempts = np.full(len(steps), self.attempt, dtype=np.int64)
+        for i in np.flatnonzero(steps < previous).tolist():
+            self.last_step = int(previous[i])
+            self.at_step(first_line + i, int(steps[i]))
+            attempts[i:] = self.attempt
+        if len(steps):
+            self.last_step = int(steps[-1])
+        return attempts
+
     def add(self, step: int, key: str, value: float, wall: float = math.nan) -> None:
         self.steps.append(step)
         self.keys.append(key)
@@ -53,3 +69,9 @@ class LoggedRows:
     def scalars(self, with_wall_time: bool = False) -> pd.DataFrame:
         return scalars_frame(self.steps, self.keys, self.values, self.attempts,
                              wall_time=self.walls if with_wall_time else None)
+
+    def take(self) -> pd.DataFrame:
+        """The rows added since the last take (with wall_time), leaving the attempt as it is."""
+        frame = self.scalars(with_wall_time=True)
+        self.steps, self.keys, self.values, self.attempts, self.walls = [], [], [], [], []
+        return frame

@@ -1,6 +1,9 @@
-"""Turning an importer's raw result (source metric names) into gapwatch keys through a profile."""
+"""Turning an importer's raw result (source metric names) into gapwatch keys through a profile,
+whole or chunk by chunk."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -16,43 +19,154 @@ BATCH_TOKENS_KEY = "train/batch_tokens"
 
 def apply_profile(run: ImportedRun, profile: Profile) -> ImportedRun:
     """Rename (and rescale) run.scalars' keys with the profile; dropped names disappear."""
-    raw = run.scalars
-    names = pd.unique(raw["key"])
-    mapping = profile.mapping(names, source=run.source)
-    kept = raw["key"].isin(list(mapping))
-    frame = raw[kept]
-    key_of = {src: key for src, (key, _) in mapping.items()}
-    scale_of = {src: scale for src, (_, scale) in mapping.items()}
-    keys = frame["key"]
-    if isinstance(keys.dtype, pd.CategoricalDtype):
-        # Rename the few categories instead of millions of strings.
-        keys = keys.cat.remove_unused_categories()
-        new_keys = keys.cat.rename_categories([key_of[c] for c in keys.cat.categories])
-        scales = np.array([scale_of[c] for c in keys.cat.categories])[keys.cat.codes.to_numpy()]
-    else:
-        new_keys = keys.map(key_of).to_numpy()
-        scales = keys.map(scale_of).to_numpy(dtype="float64")
-    values = frame["value"].to_numpy(dtype="float64")
-    run.scalars = scalars_frame(
-        frame["step"].to_numpy(),
-        new_keys,
-        np.where(scales == 1.0, values, values * scales),
-        frame["attempt"].to_numpy(),
-        wall_time=frame["wall_time"].to_numpy() if "wall_time" in frame else None,
-    )
+    mapper = NameMapper(profile, run.source)
+    mapper.add(pd.unique(run.scalars["key"]))
+    run.scalars = mapper.apply(run.scalars)
     run.profile = profile.name
-    run.key_map = key_of
-    dropped = sorted(set(names) - set(mapping) - {n for n in names if str(n).startswith("_")})
+    run.key_map = mapper.key_map
+    dropped = mapper.dropped_note()
     if dropped:
-        run.notes.append(
-            f"profile {profile.name!r} dropped {len(dropped)} source name(s): "
-            + ", ".join(map(str, dropped[:8])) + (" ..." if len(dropped) > 8 else "")
-        )
+        run.notes.append(dropped)
     if run.tokens_per_step is None:
-        run.tokens_per_step = (config_tokens_per_step(run.config)
-                               or constant_batch_tokens(run.scalars)
-                               or derived_tokens_per_step(run.scalars))
+        tokens = TokensPerStep()
+        tokens.add(run.scalars)
+        run.tokens_per_step = tokens.result(run.config)
     return run
+
+
+class NameMapper:
+    """One profile's mapping of source names onto keys, grown name by name as chunks of a source
+    reveal them; two names onto one key is an error as soon as the second one appears."""
+
+    def __init__(self, profile: Profile, source: str = "") -> None:
+        self.profile = profile
+        self.source = source
+        self.names: dict[str, None] = {}  # every source name seen, in order
+        self._mapping: dict[str, tuple[str, float]] = {}
+        self._taken: dict[str, str] = {}
+
+    @property
+    def key_map(self) -> dict[str, str]:
+        return {src: key for src, (key, _) in self._mapping.items()}
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted(key for key, _ in self._mapping.values())
+
+    def add(self, names) -> None:
+        for name in names:
+            if name in self.names:
+                continue
+            self.names[name] = None
+            hit = self.profile.map_next(name, self._taken, self.source)
+            if hit is not None:
+                self._mapping[name] = hit
+
+    def apply(self, raw: pd.DataFrame) -> pd.DataFrame:
+        """Rows of names added before, renamed and rescaled; dropped names' rows left out."""
+        frame = raw[raw["key"].isin(list(self._mapping))]
+        keys = frame["key"]
+        if isinstance(keys.dtype, pd.CategoricalDtype):
+            # Rename the few categories instead of millions of strings.
+            keys = keys.cat.remove_unused_categories()
+            cats = keys.cat.categories
+            new_keys = keys.cat.rename_categories([self._mapping[c][0] for c in cats])
+            scales = np.array([self._mapping[c][1] for c in cats])[keys.cat.codes.to_numpy()]
+        else:
+            new_keys = keys.map(self.key_map).to_numpy()
+            scales = keys.map({src: scale for src, (_, scale) in self._mapping.items()}).to_numpy(
+                dtype="float64")
+        values = frame["value"].to_numpy(dtype="float64")
+        return scalars_frame(
+            frame["step"].to_numpy(),
+            new_keys,
+            np.where(scales == 1.0, values, values * scales),
+            frame["attempt"].to_numpy(),
+            wall_time=frame["wall_time"].to_numpy() if "wall_time" in frame else None,
+        )
+
+    def dropped_note(self) -> str | None:
+        dropped = sorted(n for n in self.names
+                         if n not in self._mapping and not str(n).startswith("_"))
+        if not dropped:
+            return None
+        return (f"profile {self.profile.name!r} dropped {len(dropped)} source name(s): "
+                + ", ".join(map(str, dropped[:8])) + (" ..." if len(dropped) > 8 else ""))
+
+
+class TokensPerStep:
+    """Tokens per step as `constant_batch_tokens` and `derived_tokens_per_step` find it, from a
+    run's mapped rows fed chunk by chunk in file order, in memory that does not grow with the run:
+    the distinct batch sizes and the distinct step-to-step rates of `train/tokens` (a constant
+    batch gives one rate, up to float rounding), dropped once the rates are too far apart to be
+    one batch size."""
+
+    def __init__(self) -> None:
+        self._batch: set[float] = set()
+        self._tokens_rows = 0
+        self._last: tuple[float, float] | None = None  # (step, value) of the last train/tokens row
+        self._rates: Counter = Counter()
+        self._nan = False
+        self._varies = False
+
+    def add(self, scalars: pd.DataFrame) -> None:
+        keys = scalars["key"]
+        if len(self._batch) < 2:
+            batch = scalars.loc[keys == BATCH_TOKENS_KEY, "value"].dropna().unique()
+            self._batch.update(batch.tolist()[:2])
+        tok = scalars.loc[keys == schema.TRAIN_TOKENS]
+        if not len(tok):
+            return
+        steps = tok["step"].to_numpy(dtype="float64")
+        vals = tok["value"].to_numpy(dtype="float64")
+        self._tokens_rows += len(tok)
+        if self._last is not None:
+            steps, vals = np.r_[self._last[0], steps], np.r_[self._last[1], vals]
+        self._last = (steps[-1], vals[-1])
+        if self._varies or self._nan:
+            return
+        ds, dv = np.diff(steps), np.diff(vals)
+        ok = ds > 0
+        rates = dv[ok] / ds[ok]
+        if np.isnan(rates).any():
+            self._nan = True  # the median is NaN: no rate
+            return
+        self._rates.update(rates.tolist())
+        lo, hi = min(self._rates), max(self._rates)
+        # Every rate must lie within allclose's tolerance of the median, which lies in [lo, hi].
+        if hi - lo > 2 * (1e-8 + 1e-6 * max(abs(lo), abs(hi))):
+            self._varies = True
+            self._rates.clear()
+
+    def result(self, config: dict) -> float | None:
+        from_config = config_tokens_per_step(config)
+        if from_config:
+            return from_config
+        if len(self._batch) == 1:
+            (value,) = self._batch
+            if value > 0:
+                return float(value)
+        if self._tokens_rows < 2 or self._nan or self._varies or not self._rates:
+            return None
+        rate = _median(self._rates)
+        distinct = np.array(list(self._rates), dtype="float64")
+        if rate > 0 and np.allclose(distinct, rate, rtol=1e-6):
+            return rate
+        return None
+
+
+def _median(counts: Counter) -> float:
+    """np.median of the values counted (the mean of the middle two for an even count)."""
+    n = sum(counts.values())
+    wanted = [(n - 1) // 2, n // 2]
+    picked = []
+    seen = 0
+    for value in sorted(counts):
+        seen += counts[value]
+        while wanted and wanted[0] < seen:
+            picked.append(value)
+            wanted.pop(0)
+    return float(np.mean(picked))
 
 
 def config_tokens_per_step(config: dict) -> float | None:

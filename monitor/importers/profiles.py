@@ -87,22 +87,29 @@ class Profile:
         out: dict[str, tuple[str, float]] = {}
         taken: dict[str, str] = {}
         for name in names:
-            key, scale, _ = self.map_name(name)
-            if key is None:
-                continue
-            if not schema.is_valid_key(key):
-                raise GapwatchError(
-                    f"{source or 'input'}: profile {self.name!r} maps {name!r} to {key!r}, "
-                    "which is not a valid metric key"
-                )
-            if key in taken:
-                raise GapwatchError(
-                    f"{source or 'input'}: profile {self.name!r} maps both {taken[key]!r} and "
-                    f"{name!r} to {key!r}; add a rule to a user profile to tell them apart"
-                )
-            taken[key] = name
-            out[name] = (key, scale)
+            hit = self.map_next(name, taken, source)
+            if hit is not None:
+                out[name] = hit
         return out
+
+    def map_next(self, name: str, taken: dict[str, str], source: str = "") -> tuple[str, float] | None:
+        """(key, scale) of one more source name, None if dropped. `taken` (key -> source name of
+        the names mapped before) grows by it; a key taken already is an error."""
+        key, scale, _ = self.map_name(name)
+        if key is None:
+            return None
+        if not schema.is_valid_key(key):
+            raise GapwatchError(
+                f"{source or 'input'}: profile {self.name!r} maps {name!r} to {key!r}, "
+                "which is not a valid metric key"
+            )
+        if key in taken:
+            raise GapwatchError(
+                f"{source or 'input'}: profile {self.name!r} maps both {taken[key]!r} and "
+                f"{name!r} to {key!r}; add a rule to a user profile to tell them apart"
+            )
+        taken[key] = name
+        return key, scale
 
     def score(self, names) -> int:
         """How many source names this profile's own rules explain (for auto-detection)."""

@@ -1,7 +1,9 @@
 """Writing an ImportedRun into a store: atomic, idempotent, resumable for sources that grow.
 
 * Atomic: the run, its rows, its events and the import's bookkeeping go in one transaction
-  (`store.atomic()`): a failure leaves the store as it was.
+  (`store.atomic()`): a failure leaves the store as it was. A streamed source (`ImportWriter`)
+  is written chunk by chunk inside that one transaction, so a bad line half-way through the file
+  leaves the store as it was too.
 * Idempotent: the store keys rows by (run, key, step, attempt) and ignores a row it has. On top of
   that the import remembers how many of the source's rows it took, with a fingerprint of them, so
   importing the same source again writes nothing, and importing a source that grew (a live W&B
@@ -67,14 +69,35 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
     previous_rows: set by followers that read only what a source appended: run.scalars are the
         source's rows from this index on, and the store must hold exactly the rows before.
     """
-    state_name = STATE_PREFIX + name
-    scalars = run.scalars
+    config = dict(run.config)
+    if run.summary:
+        config.setdefault("summary", run.summary)
     with store.atomic():
-        existing = store.get_run(name)
-        state = store.load_state(state_name)
-        done = 0
-        fingerprint = 0
-        if existing is not None:
+        writer = ImportWriter(store, name, run.source, live=run.live, previous_rows=previous_rows)
+        writer.start(project=project, profile=run.profile, config=config,
+                     tokens_per_step=run.tokens_per_step)
+        writer.add(run.scalars, progress=progress)
+        return writer.finish(events=run.events, reference_of=reference_of)
+
+
+class ImportWriter:
+    """One import into run `name`, fed the source's mapped rows in order, chunk by chunk, inside
+    the caller's `store.atomic()` block: `start`, `add` for each chunk, `finish`.
+
+    The rows an earlier import took are recognised by their count and fingerprint as they stream
+    past (the fingerprint is a sum, so it runs along), and only the rows after them are written.
+    """
+
+    def __init__(self, store, name: str, source: str, *, live: bool = False,
+                 previous_rows: int | None = None) -> None:
+        self.store, self.name, self.source, self.live = store, name, source, live
+        self.previous_rows = previous_rows
+        self.existing = store.get_run(name)
+        self.state = store.load_state(STATE_PREFIX + name)
+        self.done = 0  # source rows the store holds already
+        self.fingerprint = 0
+        state = self.state
+        if self.existing is not None:
             if state is None:
                 if store.count_rows(name):
                     raise GapwatchError(
@@ -82,60 +105,90 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
                         "imported: choose another --run name"
                     )
             else:
-                if state.get("source") != run.source:
+                if state.get("source") != source:
                     raise GapwatchError(
                         f"run {name!r} was imported from {state.get('source')}; importing "
-                        f"{run.source} into it would mix two sources: choose another --run name"
+                        f"{source} into it would mix two sources: choose another --run name"
                     )
-                done = int(state.get("rows", 0))
+                self.done = int(state.get("rows", 0))
                 if previous_rows is not None:
-                    if previous_rows != done:
+                    if previous_rows != self.done:
                         raise GapwatchError(
-                            f"run {name!r}: the store holds {done} rows of {run.source} but "
+                            f"run {name!r}: the store holds {self.done} rows of {source} but "
                             f"the follower read from row {previous_rows}: import it again"
                         )
-                    done = 0  # run.scalars hold only the new rows
-                elif done > len(scalars):
-                    raise GapwatchError(
-                        f"{run.source}: has {len(scalars)} rows but {done} were imported into "
-                        f"run {name!r} before: the source was rewritten; import it under "
-                        "another --run name"
-                    )
-                if done and row_fingerprint(scalars.iloc[:done]) != int(
-                        state.get("fingerprint", 0)):
-                    raise GapwatchError(
-                        f"{run.source}: rows imported into run {name!r} before have changed "
-                        "since: import it under another --run name"
-                    )
-                fingerprint = int(state.get("fingerprint", 0))
+                    self.done = 0  # the rows added hold only the new rows
+                self.fingerprint = int(state.get("fingerprint", 0))
         if previous_rows is not None and state is None and previous_rows:
             raise GapwatchError(f"run {name!r}: nothing imported yet to follow on from")
-        status = RunStatus.RUNNING if run.live else RunStatus.IMPORTED
-        config = dict(run.config)
-        if run.summary:
-            config.setdefault("summary", run.summary)
-        store.ensure_run(
-            name, project=project, source=_source_kind(run), config=config,
-            tokens_per_step=run.tokens_per_step, status=status,
+        self.profile: str | None = None
+        self._seen = 0
+        self._prefix = 0
+        self._stored = 0
+        self._attempts = 0
+        self._last_step: int | None = None
+
+    def start(self, *, project: str | None, profile: str | None, config: dict,
+              tokens_per_step: float | None) -> None:
+        self.profile = profile
+        status = RunStatus.RUNNING if self.live else RunStatus.IMPORTED
+        self.store.ensure_run(
+            self.name, project=project, source=f"import:{profile}" if profile else "import",
+            config=config, tokens_per_step=tokens_per_step, status=status,
         )
-        _ensure_attempts(store, name, run.attempts)
-        new = scalars.iloc[done:]
+
+    def add(self, scalars: pd.DataFrame, progress=None) -> None:
+        """The source's next rows; progress: called with (rows_written, rows_to_write) of these."""
+        n = len(scalars)
+        skip = min(max(self.done - self._seen, 0), n)
+        if skip:
+            self._prefix = (self._prefix + row_fingerprint(scalars.iloc[:skip])) % (1 << 64)
+        self._seen += n
+        if skip and self._seen >= self.done and self._prefix != self.fingerprint:
+            raise GapwatchError(
+                f"{self.source}: rows imported into run {self.name!r} before have changed "
+                "since: import it under another --run name"
+            )
+        if n:
+            self._ensure_attempts(int(scalars["attempt"].max()))
+            top = int(scalars["step"].max())
+            self._last_step = top if self._last_step is None else max(self._last_step, top)
+        new = scalars.iloc[skip:]
         total = len(new)
         for lo in range(0, total, WRITE_CHUNK_ROWS):
-            # Converted chunk by chunk: a categorical key column becomes strings only here.
-            store.write_metrics(name, _store_frame(new.iloc[lo:lo + WRITE_CHUNK_ROWS]))
+            # Slices of a whole run: a categorical key column becomes strings a slice at a time.
+            self.store.write_metrics(self.name, _store_frame(new.iloc[lo:lo + WRITE_CHUNK_ROWS]))
             if progress is not None:
                 progress(min(lo + WRITE_CHUNK_ROWS, total), total)
         if progress is not None and total == 0:
             progress(0, 0)
-        events = store.write_events(name, run.events) if run.events else 0
-        fingerprint = (fingerprint + row_fingerprint(new)) % (1 << 64)
-        rows_total = len(scalars) + (previous_rows or 0)
-        last_step = int(scalars["step"].max()) if len(scalars) else (
-            (state or {}).get("last_step"))
-        store.save_state(state_name, {
-            "source": run.source, "rows": rows_total, "fingerprint": fingerprint,
-            "profile": run.profile, "last_step": last_step, "updated_at": time.time(),
+        self.fingerprint = (self.fingerprint + row_fingerprint(new)) % (1 << 64)
+        # A source that repeats a (key, step) within one attempt stores it once (the last value
+        # wins, as the importer's note says): count what the store gained, not the lines read.
+        if total:
+            self._stored += total - int(new.duplicated(["key", "step", "attempt"]).sum())
+
+    def finish(self, *, events: list[dict], reference_of: str | None = None,
+               tokens_per_step: float | None = None) -> WriteResult:
+        """Events, the import's bookkeeping and the reference link, once every row was added.
+        tokens_per_step: known only now (a streamed source), or None to leave it as it is."""
+        if self.previous_rows is None and self.done > self._seen:
+            raise GapwatchError(
+                f"{self.source}: has {self._seen} rows but {self.done} were imported into "
+                f"run {self.name!r} before: the source was rewritten; import it under "
+                "another --run name"
+            )
+        store, name = self.store, self.name
+        self._ensure_attempts(1)
+        if tokens_per_step is not None:
+            store.update_run(name, tokens_per_step=tokens_per_step)
+        written = store.write_events(name, events) if events else 0
+        rows_total = self._seen + (self.previous_rows or 0)
+        last_step = self._last_step if self._last_step is not None else (
+            (self.state or {}).get("last_step"))
+        store.save_state(STATE_PREFIX + name, {
+            "source": self.source, "rows": rows_total, "fingerprint": self.fingerprint,
+            "profile": self.profile, "last_step": last_step, "updated_at": time.time(),
         })
         if reference_of:
             if store.get_run(reference_of) is None:
@@ -143,10 +196,15 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
                     f"--reference-of {reference_of!r}: no such run in {store.url.redacted()}"
                 )
             store.update_run(reference_of, reference=name)
-    # A source that repeats a (key, step) within one attempt stores it once (the last value wins,
-    # as the importer's note says): count what the store gained, not the lines read.
-    stored = total - int(new.duplicated(["key", "step", "attempt"]).sum()) if total else 0
-    return WriteResult(name, stored, rows_total, events, existing is None)
+        return WriteResult(name, self._stored, rows_total, written, self.existing is None)
+    def _ensure_attempts(self, attempts: int) -> None:
+        """The runs table counts attempts; an import with restarts has as many as its source."""
+        if attempts <= self._attempts:
+            return
+        current = int((self.store.get_run(self.name) or {}).get("attempts") or 0)
+        for _ in range(max(0, attempts - current)):
+            self.store.new_attempt(self.name)
+        self._attempts = attempts
 
 
 def import_state(store, name: str) -> dict | None:
@@ -157,21 +215,10 @@ def import_state(store, name: str) -> dict | None:
 def _store_frame(scalars: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame({
         "step": scalars["step"].to_numpy(),
-        "key": scalars["key"].astype(str).to_numpy(),
+        "key": scalars["key"],  # a categorical stays one: the store makes strings of it once
         "value": scalars["value"].to_numpy(),
         "attempt": scalars["attempt"].to_numpy(),
     })
     if "wall_time" in scalars:
         frame["wall_time"] = scalars["wall_time"].to_numpy()
     return frame
-
-
-def _ensure_attempts(store, name: str, attempts: int) -> None:
-    """The runs table counts attempts; an import with restarts has as many as its source."""
-    current = int((store.get_run(name) or {}).get("attempts") or 0)
-    for _ in range(max(0, attempts - current)):
-        store.new_attempt(name)
-
-
-def _source_kind(run: ImportedRun) -> str:
-    return f"import:{run.profile}" if run.profile else "import"

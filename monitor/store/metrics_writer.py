@@ -32,6 +32,9 @@ _SQLITE_INSERT = (
     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 
+# Rows given to one executemany or COPY.
+_INSERT_SLICE_ROWS = 20_000
+
 _ROLLUP_MERGE = text(
     """
     INSERT INTO rollups (run_id, key_id, level, bucket, n, nonfinite, total, min_step, min_value,
@@ -212,24 +215,29 @@ def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, 
 
 
 def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool) -> None:
-    # NaN -> NULL (see tables.py); an object array so None survives.
-    value_col = np.where(np.isnan(batch.values), None, batch.values).tolist()
-    tuples = list(
-        zip(
-            itertools.repeat(run_id, len(batch.steps)),
-            batch.key_ids.tolist(),
-            batch.steps.tolist(),
-            batch.attempts.tolist(),
-            value_col,
-            batch.wall_times.tolist(),
+    complete = True
+    # In slices: a row as a tuple of Python objects takes ~200 bytes, so a whole batch of them
+    # was the largest thing an import held.
+    for lo in range(0, len(batch.steps), _INSERT_SLICE_ROWS):
+        part = batch.select(slice(lo, lo + _INSERT_SLICE_ROWS))
+        # NaN -> NULL (see tables.py); an object array so None survives.
+        value_col = np.where(np.isnan(part.values), None, part.values).tolist()
+        tuples = list(
+            zip(
+                itertools.repeat(run_id, len(part.steps)),
+                part.key_ids.tolist(),
+                part.steps.tolist(),
+                part.attempts.tolist(),
+                value_col,
+                part.wall_times.tolist(),
+            )
         )
-    )
-    if conn.dialect.name == "postgresql":
-        complete = _copy_postgres(conn, tuples, only_appends)
-    else:
-        # Straight to sqlite3's executemany: SQLAlchemy's per-row parameter handling would cost
-        # several times the insert itself.
-        complete = conn.exec_driver_sql(_SQLITE_INSERT, tuples).rowcount == len(tuples)
+        if conn.dialect.name == "postgresql":
+            complete &= _copy_postgres(conn, tuples, only_appends)
+        else:
+            # Straight to sqlite3's executemany: SQLAlchemy's per-row parameter handling would
+            # cost several times the insert itself.
+            complete &= conn.exec_driver_sql(_SQLITE_INSERT, tuples).rowcount == len(tuples)
     _remember_tail(conn, run_id, batch, complete)
 
 

@@ -1,0 +1,159 @@
+"""Line-by-line parsing of generic metric logs: every rule of `generic_table`, one object at a time.
+
+This is the exact reading every value goes through when a block of lines is not plain numbers (see
+`table_stream` for the fast path, which must give the same rows). It keeps the state that spans
+lines: the attempt and last step (`LoggedRows`), names seen, text values left out, wall time.
+"""
+
+from __future__ import annotations
+
+import math
+
+from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
+
+from .logged_rows import LoggedRows
+
+STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
+KEY_FIELDS = ("key", "metric", "name")
+LONG_VALUE_FIELD = "value"
+TIME_FIELDS = ("wall_time", "_timestamp", "timestamp", "time")
+NESTED_SEP = "/"
+# Limits that turn a pathological file into one clear line instead of minutes of work or a
+# RecursionError: no trainer logs 10,000 metrics, nor names of 32 nested parts.
+MAX_COLUMNS = 10_000
+MAX_NESTING = 32
+
+
+def step_field(fields, step_key: str | None) -> str | None:
+    if step_key:
+        return step_key if step_key in fields else None
+    return next((f for f in STEP_FIELDS if f in fields), None)
+
+
+class RowBuilder:
+    """Rows of one file, added an object (a JSON line, a CSV row) at a time; `rows.take()` hands
+    over what was added so far while the attempt and last step carry on."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.rows = LoggedRows()
+        self.skipped: dict[str, int] = {}
+        self.any_time = False
+        self.names: set[str] = set()
+
+    def add_object(self, number: int, obj: dict, step_key: str | None, from_csv=False) -> None:
+        field = step_field(obj, step_key)
+        if field is None:
+            wanted = step_key or " or ".join(STEP_FIELDS[:3])
+            raise GapwatchError(f"{self.source}: line {number}: no step field ({wanted})")
+        step = self._step(number, field, obj[field])
+        wall = self._wall(obj)
+        key_field = next((k for k in KEY_FIELDS if k in obj), None)
+        if key_field is not None and LONG_VALUE_FIELD in obj:
+            name = obj[key_field]
+            if not isinstance(name, str) or not name:
+                raise GapwatchError(f"{self.source}: line {number}: {key_field} must be a name")
+            self._value(number, step, name, obj[LONG_VALUE_FIELD], wall, from_csv)
+            return
+        try:
+            for name, raw in _flatten(obj):
+                if name == field or name in TIME_FIELDS:
+                    continue
+                self._value(number, step, name, raw, wall, from_csv)
+        except _TooDeep:
+            raise GapwatchError(f"{self.source}: line {number}: nested more than {MAX_NESTING} levels "
+                                "deep; a metric name has at most that many parts") from None
+
+    def _step(self, number: int, field: str, raw) -> int:
+        step = _whole(raw)
+        if step is None or step < 0:
+            raise GapwatchError(
+                f"{self.source}: line {number}: step {raw!r} is not a whole number >= 0"
+            )
+        if step > MAX_STEP:
+            raise GapwatchError(f"{self.source}: line {number}: step {raw!r} is beyond the largest "
+                                f"step a store keeps ({MAX_STEP})")
+        return self.rows.at_step(number, step)
+
+    def _wall(self, obj: dict) -> float:
+        for f in TIME_FIELDS:
+            if f in obj:
+                value = _number(obj[f], from_csv=isinstance(obj[f], str))
+                if value is not None and math.isfinite(value):
+                    self.any_time = True
+                    return value
+        return math.nan
+
+    def _value(self, number, step, name, raw, wall, from_csv) -> None:
+        if raw is None or (from_csv and str(raw).strip() == ""):
+            return
+        value = _number(raw, from_csv=from_csv)
+        if value is None:
+            if from_csv:
+                raise GapwatchError(
+                    f"{self.source}: line {number}: column {name!r}: {raw!r} is not a number"
+                )
+            self.skipped[name] = self.skipped.get(name, 0) + 1
+            return
+        if name not in self.names:
+            if len(self.names) >= MAX_COLUMNS:
+                raise GapwatchError(f"{self.source}: line {number}: more than {MAX_COLUMNS:,} metric "
+                                    "names; at most that many are read from one file")
+            self.names.add(name)
+        self.rows.add(step, name, value, wall)
+
+    def skipped_note(self) -> str | None:
+        if not self.skipped:
+            return None
+        listed = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items())[:6])
+        return f"{self.source}: left out values that are not numbers: {listed}"
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _flatten(obj: dict, prefix: str = "", depth: int = 1):
+    if depth > MAX_NESTING:
+        raise _TooDeep()
+    for name, value in obj.items():
+        full = f"{prefix}{name}"
+        if isinstance(value, dict):
+            yield from _flatten(value, full + NESTED_SEP, depth + 1)
+        else:
+            yield full, value
+
+
+def _whole(raw) -> int | None:
+    """An exact integer from a JSON value or CSV cell (no detour through float for big ints)."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            pass
+    value = _number(raw, from_csv=isinstance(raw, str))
+    if value is None or not math.isfinite(value) or value != int(value):
+        return None
+    return int(value)
+
+
+def _number(raw, from_csv: bool) -> float | None:
+    """A float from a JSON value or CSV cell; None when it is not a number."""
+    if isinstance(raw, bool):
+        return 1.0 if raw else 0.0
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    if isinstance(raw, str):
+        text = raw.strip()
+        if from_csv and text.lower() in ("true", "false"):
+            return 1.0 if text.lower() == "true" else 0.0
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None

@@ -1,0 +1,113 @@
+"""Importing a JSONL or CSV log into a store chunk by chunk: parse, map names, write, repeat.
+
+Memory is bounded by a chunk (`table_stream.CHUNK_ROWS` rows), not by the file, and the stored run
+is the one `load` + `write_run` would store: the same rows, attempts, events, run fields and import
+bookkeeping (row count and fingerprint), in one transaction.
+
+The profile, when none is named, is detected from the names of the first chunk. The file's whole
+set of names decides it, as it always did, so once every chunk is read the choice is checked
+against all the names; in the rare file whose later names change the choice (or make the first
+choice map two names onto one key), the transaction is rolled back and the file imported again
+with the profile all its names choose.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from monitor.errors import GapwatchError
+
+from .normalize import NameMapper, TokensPerStep
+from .profiles import Profile, detect_profile, get_profile
+from .store_writer import ImportWriter, WriteResult
+from .table_stream import TableStream
+
+# Formats imported chunk by chunk; the others are read whole, then written.
+STREAMED_FORMATS = ("jsonl", "csv")
+
+
+@dataclass
+class ImportSummary:
+    """What a person is told about an import (the written run is in the store)."""
+
+    source: str
+    profile: str | None
+    keys: list[str]
+    notes: list[str] = field(default_factory=list)
+    live: bool = False
+
+
+class _ProfileRevised(Exception):
+    def __init__(self, profile: Profile) -> None:
+        super().__init__(profile.name)
+        self.profile = profile
+
+
+def import_table(store, name: str, source: str | os.PathLike, fmt: str,
+                 profile: str | Profile | None = None, *, tokens_per_step: float | None = None,
+                 profiles_file: str | os.PathLike | None = None, project: str | None = None,
+                 reference_of: str | None = None,
+                 progress=None) -> tuple[WriteResult, ImportSummary]:
+    """Import a `jsonl` or `csv` log as run `name` (arguments as for `load` and `write_run`).
+
+    progress: called with (bytes_read, bytes_total) after each chunk.
+    """
+    named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
+    step_key = named.step_key if isinstance(named, Profile) else None
+    args = dict(store=store, name=name, source=source, fmt=fmt, step_key=step_key,
+                tokens_per_step=tokens_per_step, profiles_file=profiles_file, project=project,
+                reference_of=reference_of, progress=progress)
+    try:
+        return _import_once(fixed=named or None, **args)
+    except _ProfileRevised as revised:
+        return _import_once(fixed=revised.profile, **args)
+
+
+def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, tokens_per_step,
+                 profiles_file, project, reference_of, progress):
+    stream = TableStream(source, fmt, step_key=step_key)
+    source_id = str(Path(source).resolve())  # the same file wherever it is imported from
+    names: dict[str, None] = {}
+    mapper: NameMapper | None = None
+    tokens = TokensPerStep()
+    collision: GapwatchError | None = None
+    with store.atomic():
+        writer = ImportWriter(store, name, source_id)
+        for raw in stream.chunks():
+            if progress is not None:
+                progress(stream.bytes_read, stream.bytes_total)
+            fresh = [str(n) for n in pd.unique(raw["key"]) if n not in names]
+            names.update(dict.fromkeys(fresh))
+            if collision is not None:
+                continue  # only the names matter now
+            if mapper is None:
+                mapper = NameMapper(fixed or detect_profile(names, profiles_file), source_id)
+                writer.start(project=project, profile=mapper.profile.name, config={},
+                             tokens_per_step=tokens_per_step)
+            try:
+                mapper.add(fresh)
+            except GapwatchError as exc:
+                if fixed is not None:
+                    raise
+                collision = exc
+                continue
+            mapped = mapper.apply(raw)
+            tokens.add(mapped)
+            writer.add(mapped)
+        if fixed is None:
+            chosen = detect_profile(names, profiles_file)
+            if chosen != mapper.profile:
+                raise _ProfileRevised(chosen)
+            if collision is not None:
+                raise collision
+        notes = list(stream.notes)
+        dropped = mapper.dropped_note()
+        if dropped:
+            notes.append(dropped)
+        result = writer.finish(events=stream.events, reference_of=reference_of,
+                               tokens_per_step=tokens_per_step or tokens.result({}))
+    return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes)

@@ -1,0 +1,437 @@
+"""JSON Lines and CSV metric logs read a block at a time, handed on in chunks of whole steps.
+
+Memory is bounded by a chunk, not by the file: a 1.41M-step log is read in blocks of a few MB and
+handed on as chunks of about CHUNK_ROWS rows. A chunk ends where the step changes, so every row of a
+step is in one chunk: a repeated (key, step) of one attempt (always on neighbouring lines, since
+within an attempt steps never go back) stays in one chunk, where the later value wins.
+
+Each block takes a fast path when it is plain numbers: pyarrow's JSON reader for a block of flat
+objects, one vectorised conversion per CSV column. Anything else (nested objects, text values,
+long rows, a bad line) goes through the exact line-by-line reading of `generic_rows`, which also
+says what is wrong with a bad line. Both give the same rows in file order; within one JSON line the
+fast path orders the values as the block's columns, which differs from the line's own order only
+where lines order their names differently (nothing depends on the order within a line: the store
+and the fingerprint see a set of rows, and the rows imported before are whole lines).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
+
+from .generic_rows import (
+    KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, TIME_FIELDS, RowBuilder, step_field,
+)
+from .imported_run import ImportedRun, scalars_frame
+from .wandb.csv_export import separator
+
+# Rows per chunk handed on and written in one call (10,000 steps of a 10-metric log). Peak memory
+# grows with it (the store's write of a chunk makes several copies of it); at 1.41M steps, 200,000
+# rows were about 15% faster than 100,000 and held 50 MB more.
+CHUNK_ROWS = 100_000
+# JSONL bytes parsed at once (about 6,000 lines of a 10-metric log). pyarrow's reader keeps
+# buffers of several times a block, and threads each take their own: 8 MB blocks on two threads
+# held 90 MB more at their peak than 2 MB on one, for no gain in speed.
+BLOCK_BYTES = 2 << 20
+_NUMERIC = (pa.int64(), pa.float64(), pa.bool_(), pa.null())
+
+
+@dataclass
+class _Rows:
+    """Long rows as parallel arrays; keys are codes into the stream's list of names."""
+
+    steps: np.ndarray
+    codes: np.ndarray
+    values: np.ndarray
+    attempts: np.ndarray
+    walls: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def part(self, lo: int, hi: int | None = None, copy: bool = False) -> "_Rows":
+        return _Rows(*(a[lo:hi].copy() if copy else a[lo:hi] for a in self._arrays()))
+
+    def _arrays(self):
+        return self.steps, self.codes, self.values, self.attempts, self.walls
+
+    @staticmethod
+    def joined(parts: list["_Rows"]) -> "_Rows":
+        if len(parts) == 1:
+            return parts[0]
+        return _Rows(*(np.concatenate(cols) for cols in zip(*(p._arrays() for p in parts))))
+
+
+class TableStream:
+    """One JSONL or CSV log. `chunks()` yields long frames (step, key, value, attempt, wall_time)
+    with the source's names; once it is exhausted, `events` and `notes` are complete."""
+
+    def __init__(self, path: str | Path, fmt: str, step_key: str | None = None,
+                 chunk_rows: int | None = None) -> None:
+        if fmt not in ("jsonl", "csv"):
+            raise ValueError(f"not a table format: {fmt}")
+        self.path = Path(path)
+        self.fmt = fmt
+        self.source = str(self.path)
+        self.step_key = step_key
+        self.chunk_rows = chunk_rows or CHUNK_ROWS
+        self.builder = RowBuilder(self.source)
+        self.notes: list[str] = []
+        self.bytes_read = 0
+        self._names: list[str] = []
+        self._code_of: dict[str, int] = {}
+        self._repeated = 0
+        self._first_repeat: tuple[str, int] | None = None
+        self._partial_line: int | None = None
+
+    @property
+    def name_hint(self) -> str:
+        return self.path.stem
+
+    @property
+    def events(self) -> list[dict]:
+        return self.builder.rows.events
+
+    @property
+    def bytes_total(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
+
+    def chunks(self) -> Iterator[pd.DataFrame]:
+        pending: list[_Rows] = []
+        waiting = 0
+        rows = 0
+        blocks = self._jsonl_blocks() if self.fmt == "jsonl" else self._csv_blocks()
+        for block in blocks:
+            pending.append(block)
+            waiting += len(block)
+            if waiting < self.chunk_rows:
+                continue
+            whole = _Rows.joined(pending)
+            cut = _last_step_start(whole.steps)
+            # The rows of the last step wait for the next block, copied so `whole` can go.
+            pending, waiting = [whole.part(cut, copy=True)], len(whole) - cut
+            if cut:
+                rows += cut
+                yield self._frame(whole.part(0, cut))
+        whole = _Rows.joined(pending) if pending else None
+        if whole is not None and len(whole):
+            rows += len(whole)
+            yield self._frame(whole)
+        if not rows:
+            raise GapwatchError(f"{self.source}: no metric values found")
+        self.notes = self._final_notes()
+
+    def collect(self) -> ImportedRun:
+        """The whole log as one ImportedRun (what `load` returns)."""
+        frames = list(self.chunks())
+        whole = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        scalars = scalars_frame(whole["step"], whole["key"].astype(str).to_numpy(), whole["value"],
+                                whole["attempt"],
+                                wall_time=whole["wall_time"] if self.builder.any_time else None)
+        return ImportedRun(name_hint=self.name_hint, scalars=scalars, events=self.events,
+                           source=self.source, notes=list(self.notes))
+
+    # --- chunks --------------------------------------------------------------------------------
+    def _frame(self, rows: _Rows) -> pd.DataFrame:
+        keys = pd.Categorical.from_codes(rows.codes, categories=list(self._names))
+        frame = scalars_frame(rows.steps, keys, rows.values, rows.attempts, wall_time=rows.walls)
+        repeated = frame.duplicated(["key", "step", "attempt"], keep="last").to_numpy()
+        if repeated.any():
+            if self._first_repeat is None:
+                i = int(np.flatnonzero(repeated)[0])
+                self._first_repeat = (str(frame["key"].iloc[i]), int(frame["step"].iloc[i]))
+            self._repeated += int(repeated.sum())
+        return frame
+
+    def _final_notes(self) -> list[str]:
+        notes = [n for n in [self.builder.skipped_note()] if n]
+        if self._repeated:
+            key, step = self._first_repeat
+            notes.append(f"{self.source}: {self._repeated:,} values repeat a metric at a step an "
+                         f"earlier line gave (first: {key} at step {step}); the last value wins")
+        if self._partial_line is not None:
+            notes.append(f"{self.source}: line {self._partial_line} has no newline yet (still "
+                         "being written): left out")
+        return notes
+
+    def _codes(self, names) -> np.ndarray:
+        out = np.empty(len(names), dtype=np.int64)
+        for i, name in enumerate(names):
+            code = self._code_of.get(name)
+            if code is None:
+                code = self._code_of[name] = len(self._names)
+                self._names.append(name)
+            out[i] = code
+        return out
+
+    def _taken(self) -> _Rows:
+        """What the line-by-line reader added since the last call, as arrays."""
+        frame = self.builder.rows.take()
+        local, uniques = pd.factorize(frame["key"])
+        codes = self._codes(list(uniques))[local] if len(frame) else np.empty(0, dtype=np.int64)
+        return _Rows(frame["step"].to_numpy(), codes, frame["value"].to_numpy(),
+                     frame["attempt"].to_numpy(), frame["wall_time"].to_numpy())
+
+    def _wide(self, first_line: int, steps: np.ndarray, walls: np.ndarray, names: list[str],
+              columns: list[tuple[np.ndarray, np.ndarray]]) -> _Rows:
+        """Rows of a block read as columns (values, logged-mask per name), in file order; the
+        block's checks have passed, so the stream's state moves on here."""
+        self.builder.names.update(n for n, (_, logged) in zip(names, columns) if logged.any())
+        attempts = self.builder.rows.at_steps(first_line, steps)
+        if np.isfinite(walls).any():
+            self.builder.any_time = True
+        if not names:
+            return self._taken()
+        values = np.column_stack([v for v, _ in columns])
+        logged = np.column_stack([m for _, m in columns])
+        line, col = np.nonzero(logged)  # row-major: line by line, columns in order
+        return _Rows(steps[line], self._codes(names)[col], values[line, col], attempts[line],
+                     walls[line])
+
+    def _fits_columns(self, names: list[str]) -> bool:
+        return len(self.builder.names.union(names)) <= MAX_COLUMNS
+
+    # --- JSON Lines ----------------------------------------------------------------------------
+    def _jsonl_blocks(self) -> Iterator[_Rows]:
+        try:
+            fh = open(self.path, "rb")
+        except OSError as exc:
+            raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
+        line = 1
+        carry = b""
+        with fh:
+            while True:
+                try:
+                    data = fh.read(BLOCK_BYTES)
+                except OSError as exc:
+                    raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
+                self.bytes_read += len(data)
+                more = bool(data)
+                # A \r that may be the first half of a \r\n waits for the next read.
+                held = b"\r" if data.endswith(b"\r") else b""
+                data = _newlines(carry + data[:len(data) - len(held)])
+                end = data.rfind(b"\n") + 1
+                block, carry = data[:end], data[end:] + held
+                if block:
+                    yield self._jsonl_block(block, line)
+                    line += block.count(b"\n")
+                if not more:
+                    break
+        if carry:
+            self._utf8(carry)
+            if carry.strip():
+                self._partial_line = line
+
+    def _utf8(self, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GapwatchError(f"{self.path}: not a UTF-8 text file") from None
+
+    def _jsonl_block(self, block: bytes, first_line: int) -> _Rows:
+        text = self._utf8(block)
+        fast = self._flat_jsonl(block, first_line)
+        if fast is not None:
+            return fast
+        for number, line in enumerate(text.split("\n")[:-1], start=first_line):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise GapwatchError(f"{self.path}: line {number}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise GapwatchError(f"{self.path}: line {number}: nested far deeper than "
+                                    f"{MAX_NESTING} levels: not a metric log") from None
+            if not isinstance(obj, dict):
+                raise GapwatchError(f"{self.path}: line {number}: expected a JSON object")
+            self.builder.add_object(number, obj, self.step_key)
+        return self._taken()
+
+    def _flat_jsonl(self, block: bytes, first_line: int) -> _Rows | None:
+        """A block of flat objects of numbers, read by pyarrow; None when it is anything else."""
+        options = pa_json.ReadOptions(block_size=len(block) + 1, use_threads=False)
+        try:
+            # The system allocator hands freed blocks back; arrow's default pool kept ~10 MB more.
+            table = pa_json.read_json(io.BytesIO(block), read_options=options,
+                                      memory_pool=pa.system_memory_pool())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None  # duplicate names in an object, a line that is not an object, ...
+        if table.num_rows != block.count(b"\n"):
+            return None  # blank lines: line numbers would not match
+        names = table.column_names
+        field = step_field(names, self.step_key)
+        if field is None or (LONG_VALUE_FIELD in names and any(k in names for k in KEY_FIELDS)):
+            return None
+        step_col = table.column(field)
+        if step_col.type != pa.int64() or step_col.null_count:
+            return None
+        steps = step_col.to_numpy()
+        if len(steps) and (steps.min() < 0 or steps.max() > MAX_STEP):
+            return None
+        walls = np.full(len(steps), math.nan)
+        for f in reversed(TIME_FIELDS):  # the first time field a line has wins
+            if f in names:
+                col = table.column(f)
+                if col.type not in (pa.int64(), pa.float64(), pa.null()):
+                    return None
+                got, logged = _arrow_values(col)
+                ok = logged & np.isfinite(got)
+                walls[ok] = got[ok]
+        metric_names = [n for n in names if n != field and n not in TIME_FIELDS]
+        if any(table.column(n).type not in _NUMERIC for n in metric_names):
+            return None
+        columns = [_arrow_values(table.column(n)) for n in metric_names]
+        if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
+            return None
+        return self._wide(first_line, steps, walls, metric_names, columns)
+
+    # --- CSV -----------------------------------------------------------------------------------
+    def _csv_blocks(self) -> Iterator[_Rows]:
+        width = _header_width(self.path)
+        try:
+            fh = open(self.path, "rb")
+        except OSError as exc:
+            raise GapwatchError(f"{self.path}: cannot read: {exc}") from None
+        with fh:
+            try:
+                reader = pd.read_csv(fh, dtype=str, keep_default_na=False, na_values=[],
+                                     skipinitialspace=True, sep=separator(self.path),
+                                     encoding="utf-8",
+                                     chunksize=max(1, self.chunk_rows // max(width, 1)))
+            except pd.errors.EmptyDataError:
+                raise GapwatchError(f"{self.path}: empty file") from None
+            except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+                raise self._csv_error(exc) from None
+            line = 2
+            while True:
+                try:
+                    table = next(reader, None)
+                except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+                    raise self._csv_error(exc) from None
+                self.bytes_read = fh.tell()
+                if table is None:
+                    break
+                yield self._csv_block(table, line)
+                line += len(table)
+
+    def _csv_error(self, exc: Exception) -> GapwatchError:
+        if isinstance(exc, pd.errors.ParserError):
+            return GapwatchError(f"{self.path}: not a valid CSV file: {' '.join(str(exc).split())}")
+        return GapwatchError(f"{self.path}: cannot read: {exc}")
+
+    def _csv_block(self, table: pd.DataFrame, first_line: int) -> _Rows:
+        fast = self._plain_csv(table, first_line)
+        if fast is not None:
+            return fast
+        columns = list(table.columns)
+        for number, row in enumerate(table.itertuples(index=False, name=None), start=first_line):
+            self.builder.add_object(number, dict(zip(columns, row)), self.step_key, from_csv=True)
+        return self._taken()
+
+    def _plain_csv(self, table: pd.DataFrame, first_line: int) -> _Rows | None:
+        """A block whose cells are whole steps and numbers (or empty), converted column by
+        column; None when any cell needs the line-by-line reading."""
+        names = [str(c) for c in table.columns]
+        field = step_field(names, self.step_key)
+        if field is None or (LONG_VALUE_FIELD in names and any(k in names for k in KEY_FIELDS)):
+            return None
+        try:
+            steps = np.array([int(s) for s in table[field].tolist()], dtype=np.int64)
+        except (ValueError, OverflowError):
+            return None
+        if len(steps) and (steps.min() < 0 or steps.max() > MAX_STEP):
+            return None
+        walls = np.full(len(steps), math.nan)
+        for f in reversed(TIME_FIELDS):
+            if f in names:
+                got, logged = _csv_values(table[f], strict=False)
+                ok = logged & np.isfinite(got)
+                walls[ok] = got[ok]
+        metric_names = [n for n in names if n != field and n not in TIME_FIELDS]
+        columns = []
+        for n in metric_names:
+            got = _csv_values(table[n], strict=True)
+            if got is None:
+                return None
+            columns.append(got)
+        if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
+            return None
+        return self._wide(first_line, steps, walls, metric_names, columns)
+
+
+def _newlines(data: bytes) -> bytes:
+    """\r\n and \r as \n, as reading the file as text did."""
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in data else data
+
+
+def _last_step_start(steps: np.ndarray) -> int:
+    """Index of the first row of the trailing run of rows at the last step."""
+    other = np.flatnonzero(steps != steps[-1]) if len(steps) else np.empty(0)
+    return int(other[-1]) + 1 if len(other) else 0
+
+
+def _arrow_values(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values as float64, logged) of a numeric column: null is "not logged", NaN is a value."""
+    logged = pc.is_valid(col).to_numpy(zero_copy_only=False)
+    if col.type == pa.null():
+        return np.full(len(col), math.nan), logged
+    # Unchecked: an integer beyond 2**53 rounds to the nearest float, as float() rounds it.
+    values = pc.fill_null(col.cast(pa.float64(), safe=False), 0.0).to_numpy(zero_copy_only=False)
+    return values, logged
+
+
+def _csv_values(cells: pd.Series, strict: bool):
+    """(values, logged) of a CSV column by the cell rules of `generic_rows` (empty is not logged;
+    true/false are 1/0). strict: None when a cell is not a number; else such a cell is unlogged."""
+    text = cells.to_numpy(dtype=object)
+    logged = cells.str.strip().to_numpy() != ""
+    values = np.full(len(text), math.nan)
+    try:
+        values[logged] = text[logged].astype(np.float64)  # float() of each cell, as the rules say
+        return values, logged
+    except ValueError:
+        pass
+    for i in np.flatnonzero(logged).tolist():
+        word = text[i].strip().lower()
+        if word in ("true", "false"):
+            values[i] = 1.0 if word == "true" else 0.0
+            continue
+        try:
+            values[i] = float(text[i])
+        except ValueError:
+            if strict:
+                return None
+            logged[i] = False
+    return values, logged
+
+
+def _header_width(path: Path) -> int:
+    """The CSV's column count from its header, refusing one wider than MAX_COLUMNS before parsing
+    (millions of columns take minutes before anything could be said)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh, delimiter=separator(path)), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return 1  # pandas says what is wrong with it
+    if len(header) > MAX_COLUMNS + 1:
+        raise GapwatchError(f"{path}: {len(header):,} columns; at most {MAX_COLUMNS:,} metrics are "
+                            "read from one file")
+    return len(header)
