@@ -355,9 +355,10 @@ def _frame(cols: dict[str, pd.Series], index: pd.Index) -> pd.DataFrame:
 
 
 def _unchanged(scalars: pd.DataFrame, cols: dict[str, pd.Series], index: pd.Index) -> bool:
-    """Whether the aligned frame would equal `scalars` exactly: same steps, same columns, and in
-    each column the kept values are all the column's values (NaN elsewhere in both)."""
-    if list(cols) != list(scalars.columns) or not index.equals(scalars.index):
+    """Whether the aligned frame would equal `scalars` restricted to the keys of `cols` exactly:
+    same steps, those columns in the frame's order, and in each column the kept values are all
+    the column's values (NaN elsewhere in both)."""
+    if [k for k in scalars.columns if k in cols] != list(cols) or not index.equals(scalars.index):
         return False
     for key, s in cols.items():
         original = scalars[key].to_numpy()
@@ -374,9 +375,11 @@ def _unchanged(scalars: pd.DataFrame, cols: dict[str, pd.Series], index: pd.Inde
 def _rebuild(data: RunData, cols: dict[str, pd.Series], index: pd.Index, meta: dict,
              identity: bool, to_run_steps) -> RunData:
     if _unchanged(data.scalars, cols, index):
-        # The common case (same steps, same metrics): the frame itself, not a copy of it; pandas'
-        # copy-on-write keeps the two apart should either be written.
-        frame = data.scalars.copy(deep=False)
+        # The common case (same steps; the same metrics, or the run's minus those only it logged,
+        # such as the spike scores `detect` stores): the frame's own columns, not a copy of them;
+        # pandas' copy-on-write keeps the two apart should either be written. `drop` keeps views
+        # of the columns it leaves, where selecting them would copy the block.
+        frame = data.scalars.drop(columns=[k for k in data.scalars.columns if k not in cols])
     else:
         frame = _frame(cols, index)
     info = copy.copy(data.info)
