@@ -107,14 +107,19 @@ def run_data(info: RunInfo, rows: Mapping[str, KeyRows] | Iterable[tuple[str, Ke
     order = sorted(range(len(keys)), key=keys.__getitem__)
     index = _union(distinct)
     # One float block filled column by column: a pivot of the long rows would cost several times
-    # the frame's size in temporaries.
-    matrix = np.full((len(index), len(keys)), np.nan)
+    # the frame's size in temporaries. The block is (key, step), so that each column is one
+    # contiguous array: detectors and the report read a column at a time.
+    matrix = np.empty((len(keys), len(index)))
     for j, i in enumerate(order):
-        matrix[np.searchsorted(index, steps_of[i]), j] = values_of[i]
+        if len(steps_of[i]) == len(index):  # logged at every step: the index itself
+            matrix[j] = values_of[i]
+        else:
+            matrix[j] = np.nan
+            matrix[j, np.searchsorted(index, steps_of[i])] = values_of[i]
         values_of[i] = None  # placed: let it go
     names = [keys[i] for i in order]
     # copy=False: pandas 3 copies a NumPy array it is given, by default.
-    scalars = pd.DataFrame(matrix, index=pd.Index(index, dtype="int64", name="step"),
+    scalars = pd.DataFrame(matrix.T, index=pd.Index(index, dtype="int64", name="step"),
                            columns=pd.Index(names, dtype=str) if names else None, copy=False)
     if not names:
         scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
