@@ -1,10 +1,10 @@
 """Logged rows become a `RunData` here, and only here: the full load of a run and the watch
-service's batches of new rows share this builder, so the two can never disagree on what a step's
-value, a repeat or a logged NaN is."""
+service's batches of new rows share this builder (`stream_run_data`), so the two can never
+disagree on what a step's value, a repeat or a logged NaN is."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,62 +66,56 @@ def split_long(frame: pd.DataFrame) -> dict[str, KeyRows]:
     return out
 
 
-def run_data(info: RunInfo, rows: Mapping[str, KeyRows] | Iterable[tuple[str, KeyRows]], events: pd.DataFrame,
+def run_data(info: RunInfo, rows: Mapping[str, KeyRows], events: pd.DataFrame,
              earlier: dict[str, KeyRows] | None = None) -> RunData:
-    """The RunData of these rows. `earlier` holds rows of other attempts at some of the same
-    (key, step)s that are not among `rows` (the watch service reads them apart): they count for
-    repeats only, since the rows given are the latest.
+    """The RunData of these rows (the watch service's batches). `earlier` holds rows of other
+    attempts at some of the same (key, step)s that are not among `rows` (the watch service reads
+    them apart): they count for repeats only, since the rows given are the latest."""
+    steps = union_steps([r.latest()[0] for r in rows.values() if len(r)])
+    return stream_run_data(info, steps, sorted(rows), rows.__getitem__, events, earlier)
 
-    `rows` may be an iterator of (key, rows) pairs: each key's rows are then dropped as soon as
-    its latest values are taken, so a whole run is never held as rows (three arrays a row) and as
-    the frame at once."""
+
+def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Callable[[str], KeyRows],
+                    events: pd.DataFrame, earlier: dict[str, KeyRows] | None = None) -> RunData:
+    """The RunData of the rows `read(key)` returns for each of `keys`; `steps` holds every step
+    they logged, sorted and distinct (the full load reads them first, at two bytes a step). Each
+    key's latest values go straight into the frame as they are read and its rows are dropped,
+    so a whole run is never held as rows (three arrays a row) and as the frame at once."""
     earlier = earlier or {}
-    pairs = sorted(rows.items()) if isinstance(rows, Mapping) else rows
-    keys: list[str] = []
-    steps_of: list[np.ndarray] = []
-    values_of: list[np.ndarray] = []
-    distinct: list[np.ndarray] = []
-    repeat_parts = []
-    nonfinite_parts = []
-    seen = set()
-    for key, key_rows in pairs:
-        seen.add(key)
-        _collect_repeats(repeat_parts, key, key_rows, earlier.get(key))
-        if not len(key_rows):
-            continue
-        steps, values = key_rows.latest()
-        # Dense metrics share one array of steps: keep one, so the index is merged from few.
-        same = next((d for d in distinct if len(d) == len(steps) and np.array_equal(d, steps)), None)
-        if same is None:
-            distinct.append(steps)
-        keys.append(key)
-        steps_of.append(steps if same is None else same)
-        values_of.append(values)
-        bad = ~np.isfinite(values)
-        if bad.any():
-            nonfinite_parts.append((key, steps[bad], None, values[bad]))
-    for key in sorted(set(earlier) - seen):
-        _collect_repeats(repeat_parts, key, empty_rows(), earlier[key])
-    del pairs
-
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    index = _union(distinct)
-    # One float block filled column by column: a pivot of the long rows would cost several times
+    index = steps.astype(np.int64, copy=False)
+    keys = sorted(keys)
+    # One float block filled a key at a time: a pivot of the long rows would cost several times
     # the frame's size in temporaries. The block is (key, step), so that each column is one
     # contiguous array: detectors and the report read a column at a time.
     matrix = np.empty((len(keys), len(index)))
-    for j, i in enumerate(order):
-        if len(steps_of[i]) == len(index):  # logged at every step: the index itself
-            matrix[j] = values_of[i]
+    names: list[str] = []
+    repeat_parts = []
+    nonfinite_parts = []
+    for key in keys:
+        key_rows = read(key)
+        _collect_repeats(repeat_parts, key, key_rows, earlier.get(key))
+        if not len(key_rows):
+            continue
+        key_steps, values = key_rows.latest()
+        row = matrix[len(names)]
+        if len(key_steps) == len(index):  # logged at every step: the index itself
+            row[:] = values
         else:
-            matrix[j] = np.nan
-            matrix[j, np.searchsorted(index, steps_of[i])] = values_of[i]
-        values_of[i] = None  # placed: let it go
-    names = [keys[i] for i in order]
-    # copy=False: pandas 3 copies a NumPy array it is given, by default.
-    scalars = pd.DataFrame(matrix.T, index=pd.Index(index, dtype="int64", name="step"),
-                           columns=pd.Index(names, dtype=str) if names else None, copy=False)
-    if not names:
+            row[:] = np.nan
+            row[np.searchsorted(index, key_steps)] = values
+        names.append(key)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            nonfinite_parts.append((key, key_steps[bad], None, values[bad]))
+        del key_rows, key_steps, values  # placed: let the rows go before the next key's are read
+    for key in sorted(set(earlier) - set(keys)):
+        _collect_repeats(repeat_parts, key, empty_rows(), earlier[key])
+    if names:
+        # copy=False: pandas 3 copies a NumPy array it is given, by default. Rows of keys that
+        # logged nothing were never written, so never took memory.
+        scalars = pd.DataFrame(matrix[:len(names)].T, index=pd.Index(index, dtype="int64", name="step"),
+                               columns=pd.Index(names, dtype=str), copy=False)
+    else:
         scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     repeat_parts.sort(key=lambda p: p[0])
     nonfinite_parts.sort(key=lambda p: p[0])
@@ -137,7 +131,7 @@ def _collect_repeats(parts: list, key: str, rows: KeyRows, earlier: KeyRows | No
         parts.append((key, every.steps[mask], every.attempts[mask], every.values[mask]))
 
 
-def _union(arrays: list[np.ndarray]) -> np.ndarray:
+def union_steps(arrays: list[np.ndarray]) -> np.ndarray:
     """Sorted distinct steps of several sorted arrays. Dense metrics share one array of steps, so
     identical arrays are merged once."""
     distinct: list[np.ndarray] = []
