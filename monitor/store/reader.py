@@ -300,7 +300,7 @@ def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunD
         key_ids = {names[k]: k for k in stored}
         steps = metric_rows.logged_steps(conn, run_id, stored)
         return stream_run_data(info, steps, list(key_ids),
-                               lambda key: metric_rows.series_rows(conn, run_id, key_ids[key]), events)
+                               lambda key: metric_rows.series_parts(conn, run_id, key_ids[key]), events)
 
 
 def read_detections(db: Database, run: str | None = None, detector: str | None = None) -> list[Detection]:

@@ -4,7 +4,7 @@ disagree on what a step's value, a repeat or a logged NaN is."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,16 +72,18 @@ def run_data(info: RunInfo, rows: Mapping[str, KeyRows], events: pd.DataFrame,
     attempts at some of the same (key, step)s that are not among `rows` (the watch service reads
     them apart): they count for repeats only, since the rows given are the latest."""
     steps = union_steps([r.latest()[0] for r in rows.values() if len(r)])
-    return stream_run_data(info, steps, sorted(rows), rows.__getitem__, events, earlier)
+    return stream_run_data(info, steps, sorted(rows), lambda key: (rows[key],), events, earlier)
 
 
-def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Callable[[str], KeyRows],
+def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Callable[[str], Iterable[KeyRows]],
                     events: pd.DataFrame, earlier: dict[str, KeyRows] | None = None) -> RunData:
-    """The RunData of the rows `read(key)` returns for each of `keys`; `steps` holds every step
-    they logged, sorted and distinct (the full load reads them first, at two bytes a step). Each
-    key's latest values go straight into the frame as they are read and its rows are dropped,
-    so a whole run is never held as rows (three arrays a row) and as the frame at once."""
-    earlier = earlier or {}
+    """The RunData of the rows `read(key)` yields for each of `keys`: parts in step order, every
+    row of a step in one part (the store's sealed chunks, then its write tail). `steps` holds
+    every step they logged, sorted and distinct (the full load reads them first, at two bytes a
+    step), so each part's latest values go straight into the frame as it is read and a whole
+    run is never held as rows (three arrays a row) besides the frame. `earlier` (see run_data)
+    needs one part per key."""
+    earlier = dict(earlier or {})
     index = steps.astype(np.int64, copy=False)
     keys = sorted(keys)
     # One float block filled a key at a time: a pivot of the long rows would cost several times
@@ -92,23 +94,27 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
     repeat_parts = []
     nonfinite_parts = []
     for key in keys:
-        key_rows = read(key)
-        _collect_repeats(repeat_parts, key, key_rows, earlier.get(key))
-        if not len(key_rows):
-            continue
-        key_steps, values = key_rows.latest()
         row = matrix[len(names)]
-        if len(key_steps) == len(index):  # logged at every step: the index itself
-            row[:] = values
-        else:
-            row[:] = np.nan
-            row[np.searchsorted(index, key_steps)] = values
-        names.append(key)
-        bad = ~np.isfinite(values)
-        if bad.any():
-            nonfinite_parts.append((key, key_steps[bad], None, values[bad]))
-        del key_rows, key_steps, values  # placed: let the rows go before the next key's are read
-    for key in sorted(set(earlier) - set(keys)):
+        row[:] = np.nan
+        logged = 0
+        for part in read(key):
+            _collect_repeats(repeat_parts, key, part, earlier.pop(key, None))
+            part_steps, values = part.latest()
+            if not len(part_steps):
+                continue
+            at = int(np.searchsorted(index, part_steps[0]))
+            end = at + len(part_steps)
+            if index[end - 1] == part_steps[-1]:  # sorted and distinct: the same run of steps
+                row[at:end] = values
+            else:
+                row[np.searchsorted(index, part_steps)] = values
+            logged += len(part_steps)
+            bad = ~np.isfinite(values)
+            if bad.any():
+                nonfinite_parts.append((key, part_steps[bad], None, values[bad]))
+        if logged:
+            names.append(key)
+    for key in sorted(earlier):  # keys with earlier attempts' rows but none of their own
         _collect_repeats(repeat_parts, key, empty_rows(), earlier[key])
     if names:
         # copy=False: pandas 3 copies a NumPy array it is given, by default. Rows of keys that
