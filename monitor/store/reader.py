@@ -285,8 +285,8 @@ def run_info(db: Database, name: str) -> RunInfo:
 
 def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunData:
     """Every logged value of a run at full resolution, split as RunData describes. The run's steps
-    are read first (two bytes a step), then a series at a time straight into the frame, so memory
-    holds the frame and one series' rows, not every row of the run."""
+    are read first (two bytes a step), then each series a chunk at a time straight into the
+    frame, so memory holds the frame and one chunk's rows, not every row of the run."""
     info = run_info(db, name)
     events = read_events(db, name).drop(columns=["wall_time"])
     with db.read() as conn:

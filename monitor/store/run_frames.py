@@ -117,8 +117,8 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
     for key in sorted(earlier):  # keys with earlier attempts' rows but none of their own
         _collect_repeats(repeat_parts, key, empty_rows(), earlier[key])
     if names:
-        # copy=False: pandas 3 copies a NumPy array it is given, by default. Rows of keys that
-        # logged nothing were never written, so never took memory.
+        # copy=False: pandas 3 copies a NumPy array it is given, by default. A key that logged
+        # nothing handed its row on to the next key; rows after the last one used are left out.
         scalars = pd.DataFrame(matrix[:len(names)].T, index=pd.Index(index, dtype="int64", name="step"),
                                columns=pd.Index(names, dtype=str), copy=False)
     else:
