@@ -29,6 +29,11 @@ from bench.results import record, table
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "a034684"  # the row table only: every (step, metric) one row
+# What each baseline commit measured here was, for the table's caption.
+BASELINE_NOTES = {
+    "a034684": "every (step, metric) a row",
+    "e6df8d6": "the chunked store; the report aligned the pair twice and built row-major frames",
+}
 BATCH_STEPS = 20_000
 # A 1.41M-step pair takes minutes under the baseline on 2 shared cores.
 TIMEOUT_S = 1800
@@ -70,13 +75,13 @@ def phase(name):
 def progress(message):
     # compare() announces "aligning ..." and then "judging ...": the phases' boundaries.
     if message.startswith("judging") and len(out) == 1:
-        phase("align for the report's tables")
+        phase("align the pair (baseline: for the tables only)")
 
 with open_store(sys.argv[1], read_only=True) as store:
     run, ref = store.load_run("cand"), store.load_run("ref")
 phase("load both runs")
 pair = compare(run, ref, progress=progress)
-phase("detectors: run against reference (with its own alignment), reference alone")
+phase("detectors: run against reference (baseline: aligning it again), reference alone")
 html = render_html(build_report(pair))
 phase("tables, charts, HTML")
 print(json.dumps(out))
@@ -227,7 +232,8 @@ def write_results(results: dict, steps: int, baseline: str) -> None:
     record(
         "end_to_end",
         f"End to end from the store: two {steps:,}-step runs",
-        f"Baseline = commit {baseline} (every (step, metric) a row); ours = this tree. Two "
+        f"Baseline = commit {baseline}{f' ({BASELINE_NOTES[baseline]})' if baseline in BASELINE_NOTES else ''}; "
+        "ours = this tree. Two "
         "`bench_report.synthetic_run` runs (10 metrics every step, held-out every 1,000 steps, 3 "
         "downstream tasks every 5,000) in a SQLite store; each command a fresh process, wall clock "
         "and peak RSS from `/usr/bin/time`. Goals: detect and report < 10 s and < 1 GB; import < 300 MB.\n\n"

@@ -111,7 +111,9 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
             # Positions, not labels: a lookup of 1.4M labels hashes every one.
             run_cols[key] = mine if len(kept) == len(mine) else mine.iloc[kept]
             steps = run_cols[key].index
-            ref_cols[key] = pd.Series(values, index=steps)
+            # copy=False: at matching steps `values` is the reference's column itself, which
+            # lets _unchanged see that without comparing 1.4M values.
+            ref_cols[key] = pd.Series(values, index=steps, copy=False)
         stats[key] = {"points": int(len(steps)), "method": how}
 
     index = pd.Index(_union([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
@@ -355,14 +357,17 @@ def _frame(cols: dict[str, pd.Series], index: pd.Index) -> pd.DataFrame:
 
 
 def _unchanged(scalars: pd.DataFrame, cols: dict[str, pd.Series], index: pd.Index) -> bool:
-    """Whether the aligned frame would equal `scalars` exactly: same steps, same columns, and in
-    each column the kept values are all the column's values (NaN elsewhere in both)."""
-    if list(cols) != list(scalars.columns) or not index.equals(scalars.index):
+    """Whether the aligned frame would equal `scalars` restricted to the keys of `cols` exactly:
+    same steps, those columns in the frame's order, and in each column the kept values are all
+    the column's values (NaN elsewhere in both)."""
+    if [k for k in scalars.columns if k in cols] != list(cols) or not index.equals(scalars.index):
         return False
     for key, s in cols.items():
         original = scalars[key].to_numpy()
         values = s.to_numpy(dtype="float64")
         where = _positions(index, s)
+        if isinstance(where, slice) and _same_memory(original, values):
+            continue  # the column itself, as a run's dense series are
         if not np.array_equal(original[where], values, equal_nan=True):
             return False
         if isinstance(where, np.ndarray) and (np.count_nonzero(~np.isnan(original))
@@ -371,12 +376,20 @@ def _unchanged(scalars: pd.DataFrame, cols: dict[str, pd.Series], index: pd.Inde
     return True
 
 
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays are views of the very same values (so equal without a comparison)."""
+    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
 def _rebuild(data: RunData, cols: dict[str, pd.Series], index: pd.Index, meta: dict,
              identity: bool, to_run_steps) -> RunData:
     if _unchanged(data.scalars, cols, index):
-        # The common case (same steps, same metrics): the frame itself, not a copy of it; pandas'
-        # copy-on-write keeps the two apart should either be written.
-        frame = data.scalars.copy(deep=False)
+        # The common case (same steps; the same metrics, or the run's minus those only it logged,
+        # such as the spike scores `detect` stores): the frame's own columns, not a copy of them;
+        # pandas' copy-on-write keeps the two apart should either be written. `drop` keeps views
+        # of the columns it leaves, where selecting them would copy the block.
+        frame = data.scalars.drop(columns=[k for k in data.scalars.columns if k not in cols])
     else:
         frame = _frame(cols, index)
     info = copy.copy(data.info)

@@ -31,6 +31,14 @@ def judge(run: RunData, reference: RunData | None, config: DetectConfig | None =
     return DetectionEngine(config).judge(run, reference, progress)
 
 
+def judge_aligned(run: RunData, aligned_reference: RunData | None, config: DetectConfig | None = None,
+                  progress: ProgressCallback = quiet) -> DetectResult:
+    """`judge` for a reference already aligned onto the run's steps, as
+    `align_pair(run, reference, axis=config.axis)` returns it: for a caller that needs the aligned
+    pair too (the report's tables), so that a 1.4M-step pair is aligned once, not twice."""
+    return DetectionEngine(config).judge_aligned(run, aligned_reference, progress)
+
+
 def detect_stored(store, run: str, reference: str | None = None, config: DetectConfig | None = None,
                   write: bool = True, progress: ProgressCallback = quiet) -> DetectResult:
     """Judge a stored run against `reference` (default: the reference recorded for the run) and,
@@ -80,5 +88,5 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
     return counts
 
 
-__all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "load_not_judged",
-           "make_detectors", "severity_counts"]
+__all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "judge_aligned",
+           "load_not_judged", "make_detectors", "severity_counts"]

@@ -96,11 +96,21 @@ class DetectionEngine:
     # --- whole runs ----------------------------------------------------------------------------
     def judge(self, run: RunData, reference: RunData | None = None, progress=lambda _msg: None) -> DetectResult:
         """Every detector over the whole run, against the reference aligned onto its steps."""
-        aligned, axis = None, None
+        aligned = None
         if reference is not None:
             progress(f"aligning {run.name} with {reference.name}")
-            _, aligned = align_pair(run, reference, axis=self.config.axis)
-            axis = aligned.info.config.get("alignment", {}).get("axis")
+            _, aligned = self.align(run, reference)
+        return self.judge_aligned(run, aligned, progress)
+
+    def align(self, run: RunData, reference: RunData) -> tuple[RunData, RunData]:
+        """The run and its reference on the run's steps, on this engine's axis (monitor.align)."""
+        return align_pair(run, reference, axis=self.config.axis)
+
+    def judge_aligned(self, run: RunData, aligned: RunData | None, progress=lambda _msg: None) -> DetectResult:
+        """Every detector over the whole run, against `aligned`: the reference as `align` puts it
+        on the run's steps (None without a reference). A caller that needs the aligned pair
+        itself (the report's tables) aligns once and judges with it."""
+        axis = aligned.info.config.get("alignment", {}).get("axis") if aligned is not None else None
         found: list[Detection] = []
         not_judged: list[NotJudged] = []
         series = [empty_series()]
@@ -115,7 +125,7 @@ class DetectionEngine:
                 series.append(emitted)
             not_judged.extend(detector.not_judged(run, aligned))
         found.sort(key=lambda d: (d.start_step, d.detector, d.metric))
-        return DetectResult(run=run.name, reference=reference.name if reference is not None else None,
+        return DetectResult(run=run.name, reference=aligned.name if aligned is not None else None,
                             detections=found, series=pd.concat(series, ignore_index=True), not_judged=not_judged,
                             axis=axis)
 

@@ -1,10 +1,10 @@
 """From two stored runs to a ComparedPair: load, align, judge.
 
 The report reads each run whole at full resolution (`store.load_run`): windows, checkpoints and
-spike scores need every point. Detection is monitor.detection's `judge`, exactly as
-`gapwatch detect` runs it: the run against its reference, and the reference on its own (the
-detectors that need no reference), so both runs' spikes, resumes and data can be set side by
-side. The report writes nothing to the store.
+spike scores need every point. Detection is monitor.detection's, as `gapwatch detect` runs it:
+the run against its reference (on the pair aligned for the tables, `judge_aligned`), and the
+reference on its own (the detectors that need no reference), so both runs' spikes, resumes and
+data can be set side by side. The report writes nothing to the store.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from monitor.align import align_pair
-from monitor.detection import DetectConfig, ProgressCallback, judge, quiet
+from monitor.detection import DetectConfig, ProgressCallback, judge, judge_aligned, quiet
 from monitor.errors import GapwatchError
 from monitor.schema import RunData
 
@@ -46,11 +46,12 @@ def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None
         raise GapwatchError(f"run {run.name!r} has no metrics to compare")
     if reference.scalars.empty:
         raise GapwatchError(f"reference {reference.name!r} has no metrics to compare")
-    progress(f"aligning {run.name} with {reference.name} for the tables")
+    # Once, for the tables and the detectors alike: the tables show the pair that was judged.
+    progress(f"aligning {run.name} with {reference.name}")
     aligned_run, aligned_ref = align_pair(run, reference, axis=detect.axis)
     meta = aligned_run.info.config.get("alignment", {})
     progress(f"judging {run.name} against {reference.name}")
-    judged = judge(run, reference, detect, lambda m: progress(f"  {m}"))
+    judged = judge_aligned(run, aligned_ref, detect, lambda m: progress(f"  {m}"))
     progress(f"judging {reference.name} on its own")
     alone = judge(reference, None, detect, lambda m: progress(f"  {m}"))
     return ComparedPair(

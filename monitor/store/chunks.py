@@ -127,6 +127,29 @@ def read(conn: Connection, run_id: int, key_ids: Iterable[int] | None = None, lo
         yield int(key_id), int(chunk), _decode(int(chunk), steps, *blobs)
 
 
+def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarray:
+    """Every step that any of these series holds in chunks, sorted and distinct. Only the step
+    columns are read (two bytes a step), and a chunk's steps are marked in one mask per chunk
+    whichever series holds them, so a run of many metrics costs a mask, not a copy of its steps
+    per metric. A chunk logged at every step of its range says so in its counts, and is marked
+    without decompressing anything."""
+    steps = width(conn)
+    marked: dict[int, np.ndarray] = {}
+    query = (select(_c.chunk, _c.n_steps, _c.first_step, _c.last_step, _c.step_data)
+             .where(and_(_c.run_id == run_id, _c.key_id.in_(list(key_ids)))))
+    for chunk, n_steps, first, last, step_data in conn.execute(query).all():
+        mask = marked.get(chunk)
+        if mask is None:
+            mask = marked[chunk] = np.zeros(steps, dtype=bool)
+        start = chunk * steps
+        if n_steps == last - first + 1:
+            mask[first - start:last - start + 1] = True
+        else:
+            mask[np.frombuffer(zlib.decompress(step_data), dtype="<u2")] = True
+    parts = [np.flatnonzero(marked[c]).astype(np.int64) + c * steps for c in sorted(marked)]
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
 def keys(conn: Connection, run_id: int) -> list[int]:
     """Key ids that have chunks in a run."""
     return [int(k) for (k,) in conn.execute(select(_c.key_id).where(_c.run_id == run_id).distinct())]

@@ -7,12 +7,14 @@ Every read is a range of one series (run, key) in step order, equal steps by att
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from sqlalchemy import Connection, and_, func, or_, select
 
 from monitor.store import chunks, tables
 from monitor.store.chunks import ChunkRows
-from monitor.store.run_frames import KeyRows, empty_rows
+from monitor.store.run_frames import KeyRows, empty_rows, union_steps
 
 _m = tables.metrics.c
 
@@ -106,6 +108,27 @@ def series_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = Non
         if not keep.all():
             out = KeyRows(out.steps[keep], out.attempts[keep], out.values[keep])
     return out
+
+
+def series_parts(conn: Connection, run_id: int, key_id: int) -> Iterator[KeyRows]:
+    """Every row of one series, a sealed chunk at a time and then the write tail, in (step,
+    attempt) order; a step's rows all lie in one part. For a full load, which places each part
+    in its frame as it comes instead of joining a 1.4M-row series first."""
+    for _, _, rows in chunks.read(conn, run_id, [key_id]):
+        yield KeyRows(rows.steps, rows.attempts, rows.values)
+    got = conn.execute(select(_m.step, _m.attempt, _m.value).where(_tail_cond(run_id, key_id, None, None))
+                       .order_by(_m.step, _m.attempt)).all()
+    yield KeyRows(*columns(got, [np.int64, np.int64, float]))
+
+
+def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarray:
+    """Every step at which any of these series logged a row, sorted and distinct: the step axis
+    of a run's frame, known before a value is read."""
+    if not key_ids:
+        return np.empty(0, np.int64)
+    tail = conn.execute(select(_m.step).distinct().where(and_(_m.run_id == run_id, _m.key_id.in_(key_ids)))
+                        .order_by(_m.step)).scalars().all()
+    return union_steps([chunks.logged_steps(conn, run_id, key_ids), np.array(tail, dtype=np.int64)])
 
 
 def latest_tail(conn: Connection, run_id: int, key_id: int, lo: int, hi: int, rows: int = 64):

@@ -31,7 +31,7 @@ from monitor.schema import (
 from monitor.store import metric_rows, tables
 from monitor.store.database import Database
 from monitor.store.rollups import LEVEL_WIDTHS, choose_level
-from monitor.store.run_frames import run_data
+from monitor.store.run_frames import stream_run_data
 
 DEFAULT_MAX_POINTS = 2000
 # Read up to this many times the budget (raw rows, or rollup points) before thinning in memory:
@@ -284,8 +284,9 @@ def run_info(db: Database, name: str) -> RunInfo:
 
 
 def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunData:
-    """Every logged value of a run at full resolution, split as RunData describes. Read a series
-    at a time, so memory holds the frame and one series' rows, not every row of the run."""
+    """Every logged value of a run at full resolution, split as RunData describes. The run's steps
+    are read first (two bytes a step), then each series a chunk at a time straight into the
+    frame, so memory holds the frame and one chunk's rows, not every row of the run."""
     info = run_info(db, name)
     events = read_events(db, name).drop(columns=["wall_time"])
     with db.read() as conn:
@@ -296,9 +297,10 @@ def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunD
             wanted = set(db.key_ids(conn, _as_list(keys)).values())
             stored = [k for k in stored if k in wanted]
         names = db.key_names(conn, stored)
-        by_name = sorted((names[k], k) for k in stored)
-        rows = ((key, metric_rows.series_rows(conn, run_id, key_id)) for key, key_id in by_name)
-        return run_data(info, rows, events)
+        key_ids = {names[k]: k for k in stored}
+        steps = metric_rows.logged_steps(conn, run_id, stored)
+        return stream_run_data(info, steps, list(key_ids),
+                               lambda key: metric_rows.series_parts(conn, run_id, key_ids[key]), events)
 
 
 def read_detections(db: Database, run: str | None = None, detector: str | None = None) -> list[Detection]:

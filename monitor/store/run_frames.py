@@ -1,10 +1,10 @@
 """Logged rows become a `RunData` here, and only here: the full load of a run and the watch
-service's batches of new rows share this builder, so the two can never disagree on what a step's
-value, a repeat or a logged NaN is."""
+service's batches of new rows share this builder (`stream_run_data`), so the two can never
+disagree on what a step's value, a repeat or a logged NaN is."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,57 +66,62 @@ def split_long(frame: pd.DataFrame) -> dict[str, KeyRows]:
     return out
 
 
-def run_data(info: RunInfo, rows: Mapping[str, KeyRows] | Iterable[tuple[str, KeyRows]], events: pd.DataFrame,
+def run_data(info: RunInfo, rows: Mapping[str, KeyRows], events: pd.DataFrame,
              earlier: dict[str, KeyRows] | None = None) -> RunData:
-    """The RunData of these rows. `earlier` holds rows of other attempts at some of the same
-    (key, step)s that are not among `rows` (the watch service reads them apart): they count for
-    repeats only, since the rows given are the latest.
+    """The RunData of these rows (the watch service's batches). `earlier` holds rows of other
+    attempts at some of the same (key, step)s that are not among `rows` (the watch service reads
+    them apart): they count for repeats only, since the rows given are the latest."""
+    steps = union_steps([r.latest()[0] for r in rows.values() if len(r)])
+    return stream_run_data(info, steps, sorted(rows), lambda key: (rows[key],), events, earlier)
 
-    `rows` may be an iterator of (key, rows) pairs: each key's rows are then dropped as soon as
-    its latest values are taken, so a whole run is never held as rows (three arrays a row) and as
-    the frame at once."""
-    earlier = earlier or {}
-    pairs = sorted(rows.items()) if isinstance(rows, Mapping) else rows
-    keys: list[str] = []
-    steps_of: list[np.ndarray] = []
-    values_of: list[np.ndarray] = []
-    distinct: list[np.ndarray] = []
+
+def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Callable[[str], Iterable[KeyRows]],
+                    events: pd.DataFrame, earlier: dict[str, KeyRows] | None = None) -> RunData:
+    """The RunData of the rows `read(key)` yields for each of `keys`: parts in step order, every
+    row of a step in one part (the store's sealed chunks, then its write tail). `steps` holds
+    every step they logged, sorted and distinct (the full load reads them first, at two bytes a
+    step), so each part's latest values go straight into the frame as it is read and a whole
+    run is never held as rows (three arrays a row) besides the frame. `earlier` (see run_data)
+    needs one part per key."""
+    earlier = dict(earlier or {})
+    index = steps.astype(np.int64, copy=False)
+    keys = sorted(keys)
+    # One float block filled a key at a time: a pivot of the long rows would cost several times
+    # the frame's size in temporaries. The block is (key, step), so that each column is one
+    # contiguous array: detectors and the report read a column at a time.
+    matrix = np.empty((len(keys), len(index)))
+    names: list[str] = []
     repeat_parts = []
     nonfinite_parts = []
-    seen = set()
-    for key, key_rows in pairs:
-        seen.add(key)
-        _collect_repeats(repeat_parts, key, key_rows, earlier.get(key))
-        if not len(key_rows):
-            continue
-        steps, values = key_rows.latest()
-        # Dense metrics share one array of steps: keep one, so the index is merged from few.
-        same = next((d for d in distinct if len(d) == len(steps) and np.array_equal(d, steps)), None)
-        if same is None:
-            distinct.append(steps)
-        keys.append(key)
-        steps_of.append(steps if same is None else same)
-        values_of.append(values)
-        bad = ~np.isfinite(values)
-        if bad.any():
-            nonfinite_parts.append((key, steps[bad], None, values[bad]))
-    for key in sorted(set(earlier) - seen):
+    for key in keys:
+        row = matrix[len(names)]
+        row[:] = np.nan
+        logged = 0
+        for part in read(key):
+            _collect_repeats(repeat_parts, key, part, earlier.pop(key, None))
+            part_steps, values = part.latest()
+            if not len(part_steps):
+                continue
+            at = int(np.searchsorted(index, part_steps[0]))
+            end = at + len(part_steps)
+            if index[end - 1] == part_steps[-1]:  # sorted and distinct: the same run of steps
+                row[at:end] = values
+            else:
+                row[np.searchsorted(index, part_steps)] = values
+            logged += len(part_steps)
+            bad = ~np.isfinite(values)
+            if bad.any():
+                nonfinite_parts.append((key, part_steps[bad], None, values[bad]))
+        if logged:
+            names.append(key)
+    for key in sorted(earlier):  # keys with earlier attempts' rows but none of their own
         _collect_repeats(repeat_parts, key, empty_rows(), earlier[key])
-    del pairs
-
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    index = _union(distinct)
-    # One float block filled column by column: a pivot of the long rows would cost several times
-    # the frame's size in temporaries.
-    matrix = np.full((len(index), len(keys)), np.nan)
-    for j, i in enumerate(order):
-        matrix[np.searchsorted(index, steps_of[i]), j] = values_of[i]
-        values_of[i] = None  # placed: let it go
-    names = [keys[i] for i in order]
-    # copy=False: pandas 3 copies a NumPy array it is given, by default.
-    scalars = pd.DataFrame(matrix, index=pd.Index(index, dtype="int64", name="step"),
-                           columns=pd.Index(names, dtype=str) if names else None, copy=False)
-    if not names:
+    if names:
+        # copy=False: pandas 3 copies a NumPy array it is given, by default. A key that logged
+        # nothing handed its row on to the next key; rows after the last one used are left out.
+        scalars = pd.DataFrame(matrix[:len(names)].T, index=pd.Index(index, dtype="int64", name="step"),
+                               columns=pd.Index(names, dtype=str), copy=False)
+    else:
         scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     repeat_parts.sort(key=lambda p: p[0])
     nonfinite_parts.sort(key=lambda p: p[0])
@@ -132,7 +137,7 @@ def _collect_repeats(parts: list, key: str, rows: KeyRows, earlier: KeyRows | No
         parts.append((key, every.steps[mask], every.attempts[mask], every.values[mask]))
 
 
-def _union(arrays: list[np.ndarray]) -> np.ndarray:
+def union_steps(arrays: list[np.ndarray]) -> np.ndarray:
     """Sorted distinct steps of several sorted arrays. Dense metrics share one array of steps, so
     identical arrays are merged once."""
     distinct: list[np.ndarray] = []
