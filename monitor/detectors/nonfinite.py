@@ -19,7 +19,7 @@ from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, RunData, Severity
 
 from .base import Detector, ReferenceUse
 from .rundata import finite
-from .stats import true_runs
+from .stats import trailing_median, true_runs
 
 
 @dataclass
@@ -58,7 +58,7 @@ class NonFiniteDetector(Detector):
         """The non-finite cells the run logged, and the grad norm over its trailing median."""
         bad = _nonfinite_cells(run).assign(rule="nonfinite")
         x = finite(run, self.explode_metric)
-        base = x.rolling(self.baseline_points, min_periods=min(32, self.baseline_points)).median().shift(1)
+        base = self._trailing_baseline(x)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = pd.DataFrame({"key": self.explode_metric, "step": x.index.to_numpy(), "ratio": (x / base).to_numpy(),
                                   "band": self.explode_ratio, "rule": "exploding"})
@@ -91,11 +91,16 @@ class NonFiniteDetector(Detector):
                                            severity, message, evidence))
         return out
 
+    def _trailing_baseline(self, x: pd.Series) -> pd.Series:
+        """Median of the `baseline_points` values before each (from 32 of them on)."""
+        med = trailing_median(x.to_numpy(dtype=float), self.baseline_points, min(32, self.baseline_points))
+        return pd.Series(np.r_[np.nan, med[:-1]], index=x.index)
+
     def _exploding(self, run: RunData) -> list:
         x = finite(run, self.explode_metric)
         if len(x) <= self.explode_min_points:
             return []
-        base = x.rolling(self.baseline_points, min_periods=min(32, self.baseline_points)).median().shift(1)
+        base = self._trailing_baseline(x)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = (x / base).to_numpy()
         high = ratio >= self.explode_ratio

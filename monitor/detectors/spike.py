@@ -48,7 +48,7 @@ from monitor.schema import (
 from .base import Detector, ReferenceUse, reconcile
 from .rundata import concat_rows, finite, last_points_from, restrict_columns, trim_columns
 from .state import DetectorState
-from .stats import MAD_TO_SIGMA, row_medians, true_runs
+from .stats import MAD_TO_SIGMA, row_medians, trailing_median, true_runs
 
 DEFINITIONS = ("gapwatch", "olmo_core", "olmo2")
 SCORE_KEYS = {TRAIN_LOSS: SPIKE_SCORE_LOSS, TRAIN_GRAD_NORM: SPIKE_SCORE_GRAD_NORM}
@@ -161,7 +161,7 @@ class SpikeDetector(Detector):
         (log for grad norm). `first` is the position of x[0] in the whole series: blocks are
         counted from the start of the run, so a run judged in pieces meets the same blocks."""
         y = np.log(np.clip(x, 1e-30, None)) if log else x
-        level = y.rolling(self.center_window).median().shift(1).to_numpy()
+        level = np.r_[np.nan, trailing_median(y.to_numpy(), self.center_window)[:-1]]
         dev = y.to_numpy() - level
         size = self.scale_window
         block = (np.arange(dev.size) + first) // size
