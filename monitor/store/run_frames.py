@@ -98,10 +98,14 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
         row[:] = np.nan
         logged = 0
         for part in read(key):
-            _collect_repeats(repeat_parts, key, part, earlier.pop(key, None))
-            part_steps, values = part.latest()
-            if not len(part_steps):
+            if not len(part):
+                _collect_repeats(repeat_parts, key, part, earlier.pop(key, None))
                 continue
+            if key in earlier or (part.steps[1:] == part.steps[:-1]).any():
+                _collect_repeats(repeat_parts, key, part, earlier.pop(key, None))
+                part_steps, values = part.latest()
+            else:  # no step logged twice (a sealed chunk of one attempt): nothing to sort out
+                part_steps, values = part.steps, part.values
             at = int(np.searchsorted(index, part_steps[0]))
             end = at + len(part_steps)
             if index[end - 1] == part_steps[-1]:  # sorted and distinct: the same run of steps
@@ -109,8 +113,8 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
             else:
                 row[np.searchsorted(index, part_steps)] = values
             logged += len(part_steps)
-            bad = ~np.isfinite(values)
-            if bad.any():
+            if not np.isfinite(values).all():
+                bad = ~np.isfinite(values)
                 nonfinite_parts.append((key, part_steps[bad], None, values[bad]))
         if logged:
             names.append(key)
