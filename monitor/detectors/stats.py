@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import bottleneck
 import numpy as np
+import pandas as pd
+from scipy import ndimage
 
 # Scale factor that turns a median absolute deviation into a standard deviation for Gaussian
 # data: 1 / Phi^-1(3/4).
@@ -20,16 +21,22 @@ MEDIAN_SE_FACTOR = 1.2533141373155001
 
 
 def trailing_median(values: np.ndarray, window: int, min_count: int | None = None) -> np.ndarray:
-    """Median of each value's window of `window` values ending at it (NaNs ignored; NaN where
-    fewer than `min_count`, default all of them, are finite), as pandas' rolling median gives it
-    bit for bit, at a seventh of its cost (bottleneck's double heap against a skip list): 0.06 s
-    for 1.41M values."""
+    """Median of each value's window of `window` values ending at it, NaN where fewer than
+    `min_count` (default: all of them) precede it: pandas' rolling median, bit for bit. A finite
+    series (what every detector passes) goes through scipy's rank filter, two passes of it for an
+    even window, at a quarter of the cost (0.1 instead of 0.4 s for 1.41M values); one holding NaN
+    through pandas itself."""
     v = np.asarray(values, dtype=float)
     need = min(window, min_count or window)
-    if v.size < need:
-        return np.full(v.size, np.nan)
-    # A window longer than the series reaches back to its start either way.
-    return bottleneck.move_median(v, min(window, v.size), min_count=need)
+    if not np.isfinite(v).all() or v.size < window:
+        return pd.Series(v).rolling(window, min_periods=need).median().to_numpy()
+    # The footprint's centre is at window // 2; this origin puts its last value on the output.
+    origin = window - 1 - window // 2
+    hi = ndimage.rank_filter(v, window // 2, size=window, origin=origin)
+    out = hi if window % 2 else (ndimage.rank_filter(v, window // 2 - 1, size=window, origin=origin) + hi) / 2.0
+    # The first window - 1 values have a shorter window (the filter padded it): their own medians.
+    out[:window - 1] = [np.median(v[:i + 1]) if i + 1 >= need else np.nan for i in range(window - 1)]
+    return out
 
 
 def mad_sigma(values: np.ndarray) -> float:

@@ -32,7 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import bottleneck
 import numpy as np
 import pandas as pd
 
@@ -186,9 +185,8 @@ class ThroughputDetector(Detector):
         bound = np.full(uniq.size, np.nan)
         for i, (a, n) in enumerate(zip(start, counts)):
             block = t[a:a + n]
-            # bottleneck's median: np.median's value, without its overhead on 1,400 small blocks.
-            med = bottleneck.median(block)
-            bound[i] = med + self.mad_factor * bottleneck.median(np.abs(block - med))
+            med = np.median(block)
+            bound[i] = med + self.mad_factor * np.median(np.abs(block - med))
             ideal[i] = block[block <= bound[i]].mean()
         last_step = float(steps[-1])
         complete = ((uniq + 1) * width - interval <= last_step) & (counts >= self.block_points // 2)
