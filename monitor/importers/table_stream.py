@@ -37,6 +37,7 @@ from .generic_rows import (
     KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, TIME_FIELDS, RowBuilder, step_field,
 )
 from .imported_run import ImportedRun, scalars_frame
+from .name_codes import NameCodes
 from .wandb.csv_export import separator
 
 # Rows per chunk handed on and written in one call (10,000 steps of a 10-metric log). Peak memory
@@ -92,8 +93,7 @@ class TableStream:
         self.builder = RowBuilder(self.source)
         self.notes: list[str] = []
         self.bytes_read = 0
-        self._names: list[str] = []
-        self._code_of: dict[str, int] = {}
+        self._names = NameCodes()
         self._repeated = 0
         self._first_repeat: tuple[str, int] | None = None
         self._partial_line: int | None = None
@@ -150,7 +150,7 @@ class TableStream:
 
     # --- chunks --------------------------------------------------------------------------------
     def _frame(self, rows: _Rows) -> pd.DataFrame:
-        keys = pd.Categorical.from_codes(rows.codes, categories=list(self._names))
+        keys = pd.Categorical.from_codes(rows.codes, categories=list(self._names.all))
         frame = scalars_frame(rows.steps, keys, rows.values, rows.attempts, wall_time=rows.walls)
         repeated = frame.duplicated(["key", "step", "attempt"], keep="last").to_numpy()
         if repeated.any():
@@ -171,21 +171,11 @@ class TableStream:
                          "being written): left out")
         return notes
 
-    def _codes(self, names) -> np.ndarray:
-        out = np.empty(len(names), dtype=np.int64)
-        for i, name in enumerate(names):
-            code = self._code_of.get(name)
-            if code is None:
-                code = self._code_of[name] = len(self._names)
-                self._names.append(name)
-            out[i] = code
-        return out
-
     def _taken(self) -> _Rows:
         """What the line-by-line reader added since the last call, as arrays."""
         frame = self.builder.rows.take()
         local, uniques = pd.factorize(frame["key"])
-        codes = self._codes(list(uniques))[local] if len(frame) else np.empty(0, dtype=np.int64)
+        codes = self._names.codes(list(uniques))[local] if len(frame) else np.empty(0, dtype=np.int64)
         return _Rows(frame["step"].to_numpy(), codes, frame["value"].to_numpy(),
                      frame["attempt"].to_numpy(), frame["wall_time"].to_numpy())
 
@@ -202,7 +192,7 @@ class TableStream:
         values = np.column_stack([v for v, _ in columns])
         logged = np.column_stack([m for _, m in columns])
         line, col = np.nonzero(logged)  # row-major: line by line, columns in order
-        return _Rows(steps[line], self._codes(names)[col], values[line, col], attempts[line],
+        return _Rows(steps[line], self._names.codes(names)[col], values[line, col], attempts[line],
                      walls[line])
 
     def _fits_columns(self, names: list[str]) -> bool:

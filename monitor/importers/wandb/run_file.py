@@ -34,6 +34,7 @@ from monitor.errors import GapwatchError
 
 from . import wire
 from ..imported_run import ImportedRun, scalars_frame
+from ..name_codes import NameCodes
 from .log_format import FILE_HEADER, check_file_header, iter_records
 from .records import NESTED_SEP, NotText, decode_exact, to_float
 
@@ -185,7 +186,7 @@ class WandbRunReader:
         base = self.records + lo
         starts = found.starts[lo:hi]
         stops = found.stops[lo:hi]
-        names = _Names()
+        names = NameCodes()
         in_file = np.flatnonzero((starts >= 0) & (stops <= fb.size - wire.TAIL_MARGIN))
         history, updates, exact_idx = self._fast(fb, in_file, starts[in_file], stops[in_file],
                                                  base, names)
@@ -226,7 +227,7 @@ class WandbRunReader:
         return rows
 
     def _fast(self, fb, local: np.ndarray, starts: np.ndarray, stops: np.ndarray, base: int,
-              names: _Names):
+              names: NameCodes):
         """The records `local` (indices in the batch) at [starts, stops) of fb, through the fast
         path: (history items (record, name code, value, skipped) in record order, summary
         updates, the records to decode exactly)."""
@@ -450,24 +451,6 @@ class _Joined:
         stops = np.cumsum(sizes)
         data = b"".join(found.split[i] for i in index.tolist()) + bytes(wire.TAIL_MARGIN)
         return cls(index, stops - sizes, stops, wire.FileBytes(data) if len(index) else None)
-
-
-class _Names:
-    """Metric names of one batch, each with a code."""
-
-    def __init__(self) -> None:
-        self.all: list[str] = []
-        self._code: dict[str, int] = {}
-
-    def codes(self, names) -> np.ndarray:
-        out = np.empty(len(names), dtype=np.int64)
-        for i, name in enumerate(names):
-            code = self._code.get(name)
-            if code is None:
-                code = self._code[name] = len(self.all)
-                self.all.append(name)
-            out[i] = code
-        return out
 
 
 def _given_again(starts_row: np.ndarray, codes: np.ndarray, n_names: int) -> np.ndarray:
