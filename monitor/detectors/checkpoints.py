@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from scipy.interpolate import PchipInterpolator
+from scipy.optimize import brentq
 
 from monitor.schema import RunData
 
@@ -51,6 +52,15 @@ INTERP_ERROR_SCALE = 0.27
 # the curve's shape, which neighbouring brackets share. Tests that pool checkpoints use it for
 # their measurement errors as a whole (eval noise, which is independent, included).
 INTERP_ERROR_CORRELATION = 0.44
+
+# E[median of n squared second differences] / (6 sigma^2) for white noise of standard deviation
+# sigma, n = 1 .. NOISE_WINDOW - 2: the asymptotic 0.455 of one chi-square(1) would overstate sigma by
+# 25% from six second differences and by 48% from two (neighbouring second differences share
+# points, which a table of independent draws would miss). Used where interpolation errors are
+# part of the second differences (_eval_noise); _d2_sigma says why exact pairs keep the
+# large-sample factor. Simulated, 400,000 series each
+# (tests/monitor/detectors/test_checkpoints.py simulates them again).
+D2_MEDIAN_FACTOR = (1.0, 1.0, 0.884, 0.837, 0.722, 0.707)
 
 # Checkpoints of history a verdict at a new checkpoint depends on: the noise estimate's window of
 # exact pairs (which may be spread among interpolated ones), and a run of flagged checkpoints.
@@ -105,10 +115,10 @@ def measurement_error(pairs: pd.DataFrame) -> np.ndarray:
 
     The estimate reads exact pairs when there are enough of them, and the interpolation error adds
     in quadrature. Where most pairs are interpolated, their second differences carry the
-    interpolation errors as well as the eval noise: the share the interpolation errors explain
-    (each second difference's variance from independent errors, e0^2 + 4 e1^2 + e2^2) is taken
-    out, and what is left is the eval noise, to which the checkpoint's own interpolation error adds
-    in quadrature. Counting the interpolation errors twice, once in the scatter and once on their
+    interpolation errors as well as the eval noise: each is read against its own share of them
+    (its variance from independent errors, e0^2 + 4 e1^2 + e2^2; _eval_noise), and what they do
+    not explain is the eval noise, to which the checkpoint's own interpolation error adds in
+    quadrature. Counting the interpolation errors twice, once in the scatter and once on their
     own, would make a run paired only by interpolation unjudgeable early in training, where the
     curve bends most."""
     d = pairs["delta"].to_numpy(dtype=float)
@@ -131,15 +141,36 @@ def measurement_error(pairs: pd.DataFrame) -> np.ndarray:
 
 
 def _eval_noise(values: np.ndarray, interp: np.ndarray) -> float:
-    """Eval noise of a smooth series of interpolated pairs: the second differences' variance less
-    the share the interpolation errors explain, over the 6 sigma^2 that eval noise gives."""
-    total = 6.0 * _d2_sigma(values) ** 2
-    explained = float(np.median(interp[:-2] ** 2 + 4.0 * interp[1:-1] ** 2 + interp[2:] ** 2))
-    return float(np.sqrt(max(total - explained, 0.0) / 6.0))
+    """Eval noise sigma of a smooth series whose points carry interpolation errors `interp`: each
+    second difference has variance e0^2 + 4 e1^2 + e2^2 + 6 sigma^2, and sigma is where the median
+    of the squared second differences over those variances is what it is for such noise
+    (D2_MEDIAN_FACTOR). Judging each second difference against its own interpolation errors keeps a
+    large early bracket from lending its error to the later ones; with no interpolation it is
+    median(d2^2) / (6 x factor)."""
+    d2 = values[2:] - 2 * values[1:-1] + values[:-2]
+    v = interp[:-2] ** 2 + 4.0 * interp[1:-1] ** 2 + interp[2:] ** 2
+    factor = D2_MEDIAN_FACTOR[d2.size - 1]
+    widest = float(np.median(d2 ** 2)) / (6.0 * factor)
+    if widest == 0.0:
+        return 0.0
+
+    def excess(var: float) -> float:
+        total = v + 6.0 * var
+        ratio = np.divide(d2 ** 2, total, out=np.where(d2 == 0, 0.0, np.inf), where=total > 0)
+        return float(np.median(ratio)) - factor
+
+    if excess(0.0) <= 0.0:
+        return 0.0
+    return float(np.sqrt(brentq(excess, 1e-12 * widest, widest, xtol=1e-9 * widest)))
 
 
 def _d2_sigma(values: np.ndarray) -> float:
-    """Noise of a smooth series from its second differences: var(d2) = 6 sigma^2."""
+    """Noise of a smooth series of exact pairs from its second differences, var(d2) = 6 sigma^2, at
+    the large-sample factor of the median: from two to six second differences it overstates sigma
+    by 48% to 25% (D2_MEDIAN_FACTOR), which is the allowance a z-test on an estimate from so few
+    differences needs. Unbiased, it fired on a genuine improvement with noisy evaluations
+    (tests/monitor/detectors/test_memorization.py); beside an interpolation error, which the
+    calibrated band already bounds, the estimate is only a remainder and is read unbiased."""
     d2 = values[2:] - 2 * values[1:-1] + values[:-2]
     return MAD_TO_SIGMA * float(np.median(np.abs(d2))) / np.sqrt(6.0)
 

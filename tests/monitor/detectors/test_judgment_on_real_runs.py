@@ -39,6 +39,19 @@ def test_005_nats_of_memorization_with_evaluations_half_an_interval_apart(shared
     assert detectors_that_fire(a, b) == set()
 
 
+def test_005_nats_half_an_interval_apart_when_the_early_brackets_are_wide(shared_data):
+    """r08 against r02 under the same cadence: the first, widest interpolation bracket had been read
+    as 0.007 nats of eval noise, which doubled the last checkpoints' error (pooled follow z 2.4,
+    missed); each second difference read against its own interpolation errors, it is caught."""
+    repeats = corpus.repeats("test")
+    run_, ref = repeats[3], repeats[0]
+    assert (run_.name, ref.name) == ("r08", "r02")
+    a, b = faults.apply_cadence("offset", faults.memorization(0.05)(run_), ref)
+    assert "memorization" in detectors_that_fire(a, b)
+    a, b = faults.apply_cadence("offset", run_, ref)
+    assert detectors_that_fire(a, b) == set()
+
+
 def test_a_reference_without_heldout_loss_says_memorization_was_not_judged(shared_data):
     run_, ref = corpus.repeats("test")[:2]
     ref = faults.thin_evals(ref, 10_000, phase=10_000)  # every held-out evaluation dropped
