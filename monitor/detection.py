@@ -10,7 +10,7 @@ from collections.abc import Callable
 from monitor.detectors import REGISTRY
 from monitor.engine import DetectConfig, DetectionEngine, DetectResult, empty_series
 from monitor.errors import GapwatchError
-from monitor.schema import Detection, NotJudged, RunData, Severity
+from monitor.schema import Clean, Detection, NotJudged, RunData, Severity
 
 ProgressCallback = Callable[[str], None]
 """Told one line per phase of a long job ("loading run", "aligning", ...)."""
@@ -66,7 +66,8 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
             if len(result.series):
                 store.write_metrics(run, result.series)
             store.save_state(not_judged_state(run), {"reference": result.reference,
-                                                     "not_judged": [n.to_dict() for n in result.not_judged]})
+                                                     "not_judged": [n.to_dict() for n in result.not_judged],
+                                                     "cleans": [_clean_row(c) for c in result.cleans]})
     return result
 
 
@@ -81,6 +82,18 @@ def load_not_judged(store, run: str) -> list[NotJudged]:
     return [NotJudged.from_dict(n) for n in (saved or {}).get("not_judged", [])]
 
 
+def _clean_row(c: Clean) -> list:
+    """A clean verdict as the detect state keeps it: what grouping needs, without its numbers."""
+    return [c.detector, c.metric, int(c.start_step), int(c.end_step)]
+
+
+def load_cleans(store, run: str) -> list[Clean]:
+    """The clean verdicts of the last stored `detect` of `run`, for grouping its detections into
+    the incidents the watch service would have made (empty if it was never judged)."""
+    saved = store.load_state(not_judged_state(run))
+    return [Clean(run, *row) for row in (saved or {}).get("cleans", [])]
+
+
 def severity_counts(detections: list[Detection]) -> dict[str, int]:
     counts = {s.value: 0 for s in Severity}
     for d in detections:
@@ -89,4 +102,4 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
 
 
 __all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "judge_aligned",
-           "load_not_judged", "make_detectors", "severity_counts"]
+           "load_cleans", "load_not_judged", "make_detectors", "severity_counts"]

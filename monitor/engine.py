@@ -21,7 +21,7 @@ from monitor.align import AXES, align_pair
 from monitor.detectors import Detector, build
 from monitor.detectors.state import DetectorState, state_from_dict, state_to_dict
 from monitor.errors import GapwatchError
-from monitor.schema import Detection, NotJudged, RunData, empty_long
+from monitor.schema import Clean, Detection, NotJudged, RunData, empty_long
 
 
 @dataclass
@@ -52,6 +52,8 @@ class DetectResult:
     none, a run too short for a window, no comparable checkpoints...)."""
     axis: str | None
     """Axis the reference was aligned on (None without a reference)."""
+    cleans: list[Clean] = field(default_factory=list)
+    """Units the detectors judged clean (their equivalence tests passed): what ends an incident."""
 
     @property
     def skipped(self) -> list[str]:
@@ -67,6 +69,8 @@ class Update:
     """New or changed detections (an interval seen before comes back only when it changed)."""
     series: pd.DataFrame
     """Points of detector series for the rows judged (long: step, key, value)."""
+    cleans: list[Clean] = field(default_factory=list)
+    """Clean verdicts on the units these rows completed."""
 
 
 def no_reference(name: str) -> NotJudged:
@@ -112,6 +116,7 @@ class DetectionEngine:
         itself (the report's tables) aligns once and judges with it."""
         axis = aligned.info.config.get("alignment", {}).get("axis") if aligned is not None else None
         found: list[Detection] = []
+        cleans: list[Clean] = []
         not_judged: list[NotJudged] = []
         series = [empty_series()]
         for detector in self.detectors:
@@ -121,13 +126,14 @@ class DetectionEngine:
             progress(detector.name)
             detections, emitted = detector.detect_with_series(run, aligned)
             found.extend(detections)
+            cleans.extend(detector.clean(run, aligned))
             if self.config.write_series:
                 series.append(emitted)
             not_judged.extend(detector.not_judged(run, aligned))
         found.sort(key=lambda d: (d.start_step, d.detector, d.metric))
         return DetectResult(run=run.name, reference=aligned.name if aligned is not None else None,
                             detections=found, series=pd.concat(series, ignore_index=True), not_judged=not_judged,
-                            axis=axis)
+                            axis=axis, cleans=sorted(cleans, key=lambda c: (c.start_step, c.detector, c.metric)))
 
     # --- incrementally -------------------------------------------------------------------------
     def new_states(self) -> dict[str, DetectorState]:
@@ -137,19 +143,23 @@ class DetectionEngine:
         """Judge `rows` (what arrived since the last call) against `reference` (aligned onto the
         run's steps, None without one); `states` is updated in place."""
         found: list[Detection] = []
+        cleans: list[Clean] = []
         series = [empty_series()]
         for detector in self.detectors:
             if detector.needs_reference and reference is None:
                 continue
             state = states.get(detector.name) or detector.new_state()
+            state.cleans = []
             state, emitted = detector.update(state, rows, reference)
             states[detector.name] = state
             found.extend(emitted)
+            cleans.extend(state.cleans)
+            state.cleans = []
             if state.series is not None:
                 if self.config.write_series:
                     series.append(state.series)
                 state.series = None
-        return Update(found, pd.concat(series, ignore_index=True))
+        return Update(found, pd.concat(series, ignore_index=True), cleans)
 
     @staticmethod
     def states_to_dict(states: dict[str, DetectorState]) -> dict[str, Any]:

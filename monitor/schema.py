@@ -266,6 +266,53 @@ class Detection:
         return cls(**d)
 
 
+class Story(str, enum.Enum):
+    """The underlying problem a detection tells of. Detections of one story on one run that touch
+    are one incident (monitor/alerting/incidents.py); each detector declares its story."""
+
+    MEMORIZATION = "memorization"
+    """Train loss gained on something held-out loss did not: repeated data."""
+    DIVERGENCE = "divergence"
+    """The run's losses or evals moved away from the reference's, or its evals regressed."""
+    INSTABILITY = "instability"
+    """Loss or grad-norm spikes, NaN/Inf, grad-norm growth."""
+    DATA = "data"
+    """The data loader's position and coverage, resume consistency."""
+    THROUGHPUT = "throughput"
+    """Stalls and slow steps."""
+
+
+class CleanRule(str, enum.Enum):
+    """What shows that a detector's condition is gone, so that an incident may resolve."""
+
+    JUDGED_STEPS = "judged_steps"
+    """Every logged step the detector reads is a test of its own (a spike, a NaN, a slow step): a
+    step judged and not flagged passed it, so steps judged past the last flagged one are clean."""
+    CLEAN_VERDICTS = "clean_verdicts"
+    """A window or checkpoint that is not flagged may be inconclusive: only the detector's own clean
+    verdicts (`Clean`, an equivalence test that passed) end its incidents."""
+
+
+@dataclass
+class Clean:
+    """A unit (window, checkpoint) in which a detector judged `metric` and found its condition gone,
+    by a test with the power stated in `evidence` (the band the effect was shown to lie within)."""
+
+    run: str
+    detector: str
+    metric: str
+    start_step: int
+    end_step: int
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "evidence": {k: _plain(v) for k, v in self.evidence.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Clean":
+        return cls(**d)
+
+
 @dataclass(frozen=True)
 class NotJudged:
     """A detector's answer when it could not judge (part of) a run: silence would read as "clean".

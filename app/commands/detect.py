@@ -13,7 +13,7 @@ from app.options import FAIL_EXIT, add_fail_on_argument, add_store_argument, fai
 
 JSON_KEYS = ("detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message",
              "evidence")
-GROUP_KEYS = JSON_KEYS + ("count", "episodes", "period_steps")
+GROUP_KEYS = ("story", "name", "state", "explanations") + JSON_KEYS + ("count", "episodes", "period_steps")
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             marks = store.run_marks(args.run).series
     finally:
         store.close()
-    incidents = most_severe_first(group(result.detections, progress_from_marks(args.run, marks)))
+    incidents = most_severe_first(group(result.detections, progress_from_marks(args.run, marks), cleans=result.cleans))
     if args.json:
         if args.ungrouped:
             rows = [{k: d.to_dict()[k] for k in JSON_KEYS} for d in result.detections]
@@ -101,9 +101,10 @@ def print_findings(result, incidents, ungrouped: bool = False) -> None:
         severities = [d.severity.value for d in result.detections]
         title = f"detections in {result.run}"
     else:
-        columns = [Column("severity"), Column("detector"), Column("metric"), Column("steps", right=True),
+        columns = [Column("severity"), Column("incident"), Column("state"), Column("steps", right=True),
                    Column("count", right=True), Column("finding", wraps=True)]
-        rows = [[i.severity.value, i.detector, i.metric, steps(i), i.count, headline(i)] for i in incidents]
+        rows = [[i.severity.value, i.name, "resolved" if i.resolved else "open", steps(i), i.count, headline(i)]
+                for i in incidents]
         severities = [i.severity.value for i in incidents]
         title = f"findings in {result.run} (one row per incident)"
     print_rows(columns, rows, title=title, styles=[SEVERITY_STYLE[s] for s in severities])

@@ -19,6 +19,7 @@ from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
 from monitor.align import align_pair
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
+from monitor.detection import load_cleans
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
     HELDOUT_PREFIX,
@@ -243,7 +244,8 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     loose = [d for d, c in zip(stored, covered) if not c]
     if not loose:
         return alerts
-    incidents = most_severe_first(group(loose, progress_from_marks(run, store.run_marks(run).series)))
+    incidents = most_severe_first(group(loose, progress_from_marks(run, store.run_marks(run).series),
+                                        cleans=load_cleans(store, run)))
     found = pd.DataFrame([{**i.to_dict(), "state": "found", "source": "detection"} for i in incidents])
     found["severity"] = found["severity"].map(lambda s: getattr(s, "value", s))
     found = found[[c for c in alerts.columns if c in found.columns]]

@@ -1,6 +1,7 @@
 """Every finding on either run, most severe first, grouped into incidents as the watch service
-alerts on them (monitor/alerting/grouping.py): one row per run x detector x metric x episode, with
-how many detections it holds and its worst one, so 160 pauses of one kind are one row, not 160."""
+alerts on them (monitor/alerting/grouping.py): one row per incident (one story on one run, named by
+its most specific explanation), with how many detections it holds, so 160 pauses of one kind or a
+memorization that train-loss windows and checkpoints both see are one row each."""
 
 from __future__ import annotations
 
@@ -19,26 +20,27 @@ def findings_table(pair: ComparedPair) -> Table:
         columns=[
             Column("run", "run", fmt=""),
             Column("severity", "severity", fmt=""),
-            Column("detector", "detector", fmt=""),
-            Column("metric", "metric", fmt=""),
+            Column("incident", "incident", fmt=""),
+            Column("state", "state", fmt=""),
             Column("steps", "steps", fmt=""),
             Column("count", "detections", fmt="d"),
             Column("message", "finding (the worst detection of each incident)", fmt=""),
         ],
-        note="One row per incident: detections of one detector on one metric belong together until the "
-             "metric runs clean for the quiet window the watch service resolves alerts after. The run is "
-             "judged against the reference; the reference is judged on its own (spikes, data, resumes, "
-             "throughput).",
+        note="One row per incident, as the watch service alerts: the detections of one story (memorization, "
+             "divergence, instability, data, throughput) belong together until every detector in it shows its "
+             "condition gone, and the most specific explanation names it. The run is judged against the "
+             "reference; the reference is judged on its own (spikes, data, resumes, throughput).",
         flag_key="flagged",
     )
     progress = {**progress_from_marks(pair.run.name, marks_of(pair.run)),
                 **progress_from_marks(pair.reference.name, marks_of(pair.reference))}
-    incidents = group(list(pair.detections) + list(pair.reference_detections), progress)
+    incidents = group(list(pair.detections) + list(pair.reference_detections), progress, cleans=pair.cleans)
     ordered = most_severe_first(incidents)
     ordered.sort(key=lambda i: (-i.severity.rank, i.run != pair.run.name))  # stable: start steps stay in order
     for i in ordered:
         table.rows.append({
-            "run": i.run, "severity": i.severity.value, "detector": i.detector, "metric": i.metric,
+            "run": i.run, "severity": i.severity.value, "incident": i.name,
+            "state": "resolved" if i.resolved else "open", "detector": i.detector, "metric": i.metric,
             "start_step": i.start_step, "end_step": i.end_step, "steps": steps(i), "count": i.count,
             "message": headline(i), "flagged": i.severity.rank >= Severity.WARNING.rank,
         })

@@ -57,6 +57,6 @@ def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None
     return ComparedPair(
         run=run, reference=reference, aligned_run=aligned_run, aligned_reference=aligned_ref,
         axis=meta.get("axis", "step"), axis_reason=meta.get("reason", ""),
-        detections=judged.detections, reference_detections=alone.detections,
+        detections=judged.detections, reference_detections=alone.detections, cleans=judged.cleans + alone.cleans,
         detector_series={run.name: judged.series, reference.name: alone.series}, detect=detect,
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from monitor.detection import DetectConfig
-from monitor.schema import Detection, RunData
+from monitor.schema import Clean, Detection, RunData
 
 
 @dataclass
@@ -22,6 +22,7 @@ class ComparedPair:
     axis_reason: str
     detections: list[Detection] = field(default_factory=list)  # the run, judged against the reference
     reference_detections: list[Detection] = field(default_factory=list)  # the reference on its own
+    cleans: list[Clean] = field(default_factory=list)  # clean verdicts of both judgements (end incidents)
     # Series the detectors produced (spike scores), by run name: long frames (step, key, value).
     detector_series: dict[str, pd.DataFrame] = field(default_factory=dict)
     detect: DetectConfig = field(default_factory=DetectConfig)  # how the detectors were set up

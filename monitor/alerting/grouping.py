@@ -1,15 +1,14 @@
 """Detections grouped into incidents by the watch service's rule, for whoever lists findings.
 
-A run judged whole gives one detection per spike, per stall, per flagged window: 260 of them on a
-real 20k-step pair, 160 of those the same two-second pause at every evaluation. The watch service
-already turns such detections into one alert per incident (monitor/alerting/incidents.py); this
-module applies the same tracker to a finished list, so `gapwatch detect`, the report and the
-dashboard show what a person would have been alerted about: one row per run x detector x metric x
-episode, with how many detections it holds and its worst one.
+A run judged whole gives one detection per spike, per stall, per flagged window or checkpoint. The
+watch service turns such detections into one alert per incident (monitor/alerting/incidents.py: one
+story on one run, named by its most specific explanation, resolved only on clean evidence); this
+module applies the same tracker to a finished list with the run's clean verdicts, so `gapwatch
+detect`, the report and the dashboard show what a person would have been alerted about: one row per
+incident, with how many detections it holds and the finding that names it.
 
-An episode ends where the tracker resolves an alert (the metric ran clean for its quiet window); a
-recurrence inside the cool-down after it, which the watch service sends nothing for, is counted in
-the episode it follows. Episodes of one key that recur at a steady period (a burst of slow steps
+An episode ends where the tracker resolves an alert; a recurrence inside the cool-down after it,
+which the watch service sends nothing for, is counted in the episode it follows. Episodes of one key that recur at a steady period (a burst of slow steps
 at every evaluation or checkpoint) are one periodic incident: a list wants one row for them, where
 an alert per burst still tells a live watcher that it happened again.
 """
@@ -23,15 +22,16 @@ import numpy as np
 
 from monitor.alerting.config import IncidentConfig
 from monitor.alerting.incidents import (
+    RESOLVED,
     Alert,
+    ChangeKind,
     IncidentKey,
     IncidentTracker,
     Progress,
-    incident_key,
     score_rank,
     spacing_of,
 )
-from monitor.schema import Detection, RunData, Severity
+from monitor.schema import Clean, Detection, RunData, Severity
 
 # Episodes of one key are one periodic incident when at least this many recur with every spacing
 # within PERIOD_TOLERANCE of their median: the throughput detector's test for periodic pauses
@@ -45,18 +45,23 @@ Marks = Mapping[str, tuple[int, int, int]]
 
 @dataclass
 class Incident:
-    """The detections of one episode; the worst one speaks for it."""
+    """The detections of one incident; the member that names it speaks for it."""
 
     detections: list[Detection] = field(default_factory=list)
     episodes: int = 1
     """Episodes folded into this incident (more than one only for a periodic incident)."""
     period_steps: float | None = None
     """Median steps between the starts of a periodic incident's episodes; None if not periodic."""
+    alert: Alert | None = None
+    """The incident as the watch service's tracker holds it (its story, name and members)."""
+    resolved: bool = False
+    """The run showed the incident's condition gone (by every member's clean rule)."""
 
     @property
     def worst(self) -> Detection:
-        """The highest score (the first of a tie), as the tracker keeps an alert's message."""
-        return max(self.detections, key=lambda d: score_rank(d.score))
+        """The naming detector's highest score (the first of a tie), as the alert's message."""
+        naming = [d for d in self.detections if self.alert is None or d.detector == self.alert.detector]
+        return max(naming or self.detections, key=lambda d: score_rank(d.score))
 
     @property
     def severity(self) -> Severity:
@@ -80,62 +85,63 @@ class Incident:
 
     @property
     def detector(self) -> str:
-        return self.detections[0].detector
+        return self.alert.detector if self.alert is not None else self.detections[0].detector
 
     @property
     def metric(self) -> str:
-        return self.detections[0].metric
+        return self.alert.metric if self.alert is not None else self.detections[0].metric
+
+    @property
+    def story(self) -> str:
+        return self.alert.story if self.alert is not None else self.detector
+
+    @property
+    def name(self) -> str:
+        return self.alert.name if self.alert is not None else self.detector
+
+    @property
+    def explanations(self) -> list[str]:
+        """Every detector's explanation that joined the incident, the naming one first."""
+        if self.alert is None:
+            return [self.detector]
+        members = sorted(self.alert.members.values(), key=lambda m: -m.specificity)
+        return list(dict.fromkeys([self.name, *(m.explanation for m in members)]))
 
     def to_dict(self) -> dict:
-        """The worst detection's fields, with the episode's severity, steps and count."""
+        """The worst detection's fields, with the incident's story, name, severity, steps and count."""
         worst = self.worst.to_dict()
         return {**worst, "severity": self.severity.value, "start_step": self.start_step, "end_step": self.end_step,
                 "peak_step": int(self.worst.peak_step), "count": self.count, "episodes": self.episodes,
-                "period_steps": self.period_steps}
-
-
-@dataclass
-class _Episode:
-    alert: Alert
-    """The tracker's view of the episode (its end step decides where the episode ends)."""
-    incident: Incident
+                "period_steps": self.period_steps, "story": self.story, "name": self.name,
+                "explanations": self.explanations, "state": "resolved" if self.resolved else "open",
+                "evidence": (self.alert.evidence if self.alert is not None else worst["evidence"])}
 
 
 def group(detections: Iterable[Detection], progress: Mapping[tuple[str, str | None], Progress] | None = None,
-          config: IncidentConfig | None = None) -> list[Incident]:
-    """The incidents `detections` make, in the order they opened. `progress` gives each (run,
-    metric) its logging interval (see `progress_from_marks`); without it every metric counts as
-    logged every step."""
+          config: IncidentConfig | None = None, cleans: Iterable[Clean] = ()) -> list[Incident]:
+    """The incidents the watch service's tracker makes of `detections` and the clean verdicts
+    `cleans`, in the order they opened. `progress` gives each (run, metric) its logging interval
+    and last step (see `progress_from_marks`); without it every metric counts as logged every step
+    and judged as far as its last detection."""
+    detections = list(detections)
+    progress = dict(progress or {})
+    for d in detections:
+        seen = progress.get((d.run, None))
+        if seen is None or seen.last_step < d.end_step:
+            progress[(d.run, None)] = Progress(int(d.end_step))
     tracker = IncidentTracker(config)
-    progress = progress or {}
-    opened: dict[IncidentKey, _Episode] = {}
-    ended: dict[IncidentKey, _Episode] = {}
-    out: list[Incident] = []
-    for d in sorted(detections, key=lambda d: (d.start_step, d.end_step)):
-        key = incident_key(d)
-        episode = opened.get(key)
-        gap = tracker.quiet_window(d.detector, tracker.progress_of(progress, d.run, d.metric))
-        if episode is not None and tracker.ends_before(episode.alert, d, gap):
-            ended[key] = opened.pop(key)
-            episode = None
-        if episode is not None:
-            tracker.extend(episode.alert, d, 0.0)
-            episode.incident.detections.append(d)
-            continue
-        previous = ended.get(key)
-        if previous is not None and tracker.within_cooldown(previous.alert, d):
-            previous.incident.detections.append(d)
-            continue
-        episode = _Episode(tracker.open_alert(d, key, 0.0), Incident([d]))
-        opened[key] = episode
-        out.append(episode.incident)
+    open_alerts: dict = {}
+    resolved: dict = {}
+    changes = tracker.apply(detections, open_alerts, resolved, progress, 0.0, cleans=cleans)
+    opened = [c.alert for c in changes if c.kind == ChangeKind.OPENED]
+    out = [Incident(list(a.detections), alert=a, resolved=a.state == RESOLVED) for a in opened]
     return _fold_periodic(out)
 
 
 def _fold_periodic(incidents: list[Incident]) -> list[Incident]:
     by_key: dict[IncidentKey, list[Incident]] = {}
     for incident in incidents:
-        by_key.setdefault(incident_key(incident.detections[0]), []).append(incident)
+        by_key.setdefault((incident.run, incident.story), []).append(incident)
     out = []
     for same in by_key.values():
         gaps = np.diff([i.start_step for i in same])
@@ -143,7 +149,8 @@ def _fold_periodic(incidents: list[Incident]) -> list[Incident]:
         if len(same) < PERIODIC_MIN_EPISODES or not np.all(np.abs(gaps - period) <= PERIOD_TOLERANCE * period):
             out.extend(same)
             continue
-        out.append(Incident([d for i in same for d in i.detections], episodes=len(same), period_steps=period))
+        out.append(Incident([d for i in same for d in i.detections], episodes=len(same), period_steps=period,
+                            alert=same[-1].alert, resolved=same[-1].resolved))
     return sorted(out, key=lambda i: i.start_step)
 
 

@@ -1,27 +1,40 @@
-"""Incident logic: detections in, alert changes out. Pure: no database, no clock of its own.
+"""Incident logic: detections and clean verdicts in, alert changes out. Pure: no database, no clock.
 
-An incident is keyed by (run, attempt, detector, metric). The first detection of a key opens an
-alert; later detections that touch it extend it (and escalate it when they are more severe); it is
-resolved once the detectors have judged the metric clean for a quiet window past its last flagged
-step (`resolve_after_steps`, and at least `resolve_after_points` observations of a sparse metric);
-a recurrence within `cooldown_steps` of a resolution opens nothing, one that lasts beyond it opens
-a new alert. Feeding the same detections twice changes nothing, so a restarted service that sees
-detections again (or a detector that reports whole intervals each pass) sends nothing new.
+An incident is one problem on one run: the detections of one story (each detector declares the story
+a finding tells, monitor/detectors/base.py `role`) are one incident while it lasts, whichever
+detector saw them. Each detector's findings on one metric are a *member* of the incident; the most
+specific explanation among them names it (memorization absorbs "train loss below the reference").
+
+Hysteresis: an incident opens on a detection and resolves only on evidence that its condition is
+gone, member by member, by the rule its detector declares (schema.CleanRule):
+* a detector that judges every step it reads (spikes, NaN, stalls) shows it by steps judged past its
+  last flagged one: `resolve_after_steps`, and `resolve_after_points` observations of a sparse metric;
+* a detector whose units may be inconclusive (windows, checkpoints) shows it only by its own clean
+  verdicts (an equivalence test that passed), `resolve_after_points` of them after its last flagged
+  unit. An inconclusive unit extends nothing and resolves nothing.
+A member whose detector never says clean keeps its incident open: silence is not evidence.
+
+The person is told when an incident opens, when it escalates (its severity rises, or its size, the
+naming finding's score, doubles since they were last told: at most `max_growth_escalations` times),
+when a more specific explanation renames it (`updated`), and when it resolves. A recurrence within
+`cooldown_steps` of a resolution opens nothing. Feeding the same detections twice changes nothing,
+so a restarted service that sees detections again sends nothing new.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from monitor.alerting.config import IncidentConfig
-from monitor.schema import Detection, Severity
+from monitor.detectors import role_of
+from monitor.schema import Clean, CleanRule, Detection, Severity
 
 OPEN = "open"
 RESOLVED = "resolved"
-
 
 
 class ChangeKind(enum.StrEnum):
@@ -31,12 +44,15 @@ class ChangeKind(enum.StrEnum):
     EXTENDED = "extended"
     """Quiet: the row is updated, nobody is notified."""
     ESCALATED = "escalated"
+    UPDATED = "updated"
+    """A more specific explanation now names the incident."""
     RESOLVED = "resolved"
 
 
-NOTIFYING = (ChangeKind.OPENED, ChangeKind.ESCALATED, ChangeKind.RESOLVED)
+NOTIFYING = (ChangeKind.OPENED, ChangeKind.ESCALATED, ChangeKind.UPDATED, ChangeKind.RESOLVED)
 
-IncidentKey = tuple[str, int, str, str]
+IncidentKey = tuple[str, str]
+"""(run, story): at most one incident of a story is open on a run at a time."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +65,33 @@ class Progress:
 
 
 @dataclass
+class Member:
+    """One detector's findings on one metric within an incident, and the evidence that they ended."""
+
+    detector: str
+    metric: str
+    explanation: str
+    specificity: int
+    clean_rule: str
+    severity: str
+    score: float | None
+    start_step: int
+    end_step: int
+    peak_step: int
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    clean_steps: list[int] = field(default_factory=list)
+    """First steps of the clean verdicts after `end_step` (CLEAN_VERDICTS members)."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.detector}|{self.metric}"
+
+
+@dataclass
 class Alert:
-    """One incident, as the `alerts` table holds it."""
+    """One incident, as the `alerts` table holds it. `detector`, `metric`, `message` and `evidence`
+    are those of the member that names it."""
 
     run: str
     attempt: int
@@ -68,10 +109,32 @@ class Alert:
     updated_at: float = 0.0
     resolved_at: float | None = None
     id: int | None = None
+    story: str = ""
+    members: dict[str, Member] = field(default_factory=dict)
+    told_score: float | None = None
+    """The naming finding's score when the person was last told (growth escalations double it)."""
+    growth_escalations: int = 0
+    detections: list[Detection] = field(default_factory=list, repr=False, compare=False)
+    """The detections this incident absorbed in this process (for listings; not stored)."""
 
     @property
     def key(self) -> IncidentKey:
-        return (self.run, self.attempt, self.detector, self.metric)
+        return (self.run, self.story or self.detector)
+
+    @property
+    def name(self) -> str:
+        """The most specific explanation of the story that holds."""
+        member = self.members.get(f"{self.detector}|{self.metric}")
+        return member.explanation if member is not None else self.detector
+
+    def members_to_dict(self) -> dict[str, Any]:
+        return {"told_score": self.told_score, "growth_escalations": self.growth_escalations,
+                "members": {k: asdict(m) for k, m in self.members.items()}}
+
+    def members_from_dict(self, data: dict[str, Any]) -> None:
+        self.told_score = data.get("told_score")
+        self.growth_escalations = int(data.get("growth_escalations", 0))
+        self.members = {k: Member(**m) for k, m in data.get("members", {}).items()}
 
 
 @dataclass
@@ -81,10 +144,12 @@ class AlertChange:
     """The alert itself (shared by every change to it in one batch, so it holds the final state)."""
     previous_severity: Severity | None = None
     """For ESCALATED: the severity it had before."""
+    reason: str = ""
+    """For ESCALATED and UPDATED: what changed, in words."""
 
 
 def incident_key(d: Detection) -> IncidentKey:
-    return (d.run, int(d.attempt or 0), d.detector, d.metric)
+    return (d.run, role_of(d).story)
 
 
 def score_rank(value: float | None) -> float:
@@ -108,46 +173,84 @@ class IncidentTracker:
         last_resolved: dict[IncidentKey, Alert],
         progress: dict[tuple[str, str | None], Progress],
         now: float,
+        cleans: Iterable[Clean] = (),
     ) -> list[AlertChange]:
-        """The changes that `detections` and the progress of each metric make to the alerts.
+        """The changes that `detections`, the clean verdicts `cleans` and the progress of each
+        metric make to the alerts, taken in step order.
 
         open_alerts / last_resolved: the open alert and the most recently resolved one per key (both
         are updated in place to the state after the changes). progress: how far the detectors have
         judged each (run, metric), with (run, None) as the run-wide fallback.
         """
         changes: list[AlertChange] = []
-        for d in sorted(detections, key=lambda d: (d.start_step, d.end_step)):
-            key = incident_key(d)
-            gap = self.quiet_window(d.detector, self.progress_of(progress, d.run, d.metric))
-            alert = open_alerts.get(key)
-            if alert is not None and self.ends_before(alert, d, gap):
-                # The metric ran clean for a whole window between the two: that incident is over.
-                changes.append(self._resolve(alert, now))
-                last_resolved[key] = open_alerts.pop(key)
-                alert = None
-            if alert is not None:
-                change = self.extend(alert, d, now)
-                if change is not None:
-                    changes.append(change)
-                continue
-            previous = last_resolved.get(key)
-            if previous is not None and self.within_cooldown(previous, d):
-                # Already reported (seen again after a restart) or a recurrence inside the cool-down.
-                continue
-            alert = self.open_alert(d, key, now)
-            open_alerts[key] = alert
-            changes.append(AlertChange(ChangeKind.OPENED, alert))
+        # In the order the watch service learns of them: a finding is known once its last step is
+        # judged (a block or a pooled checkpoint flags steps that were logged well before).
+        events = [(int(d.end_step), 1, int(d.start_step), i, d) for i, d in enumerate(detections)]
+        events += [(int(c.end_step), 0, int(c.start_step), i, c) for i, c in enumerate(cleans)]
+        for _, _, _, _, item in sorted(events, key=lambda e: e[:4]):
+            if isinstance(item, Detection):
+                self._detection(item, open_alerts, last_resolved, progress, now, changes)
+            else:
+                self._clean(item, open_alerts, last_resolved, progress, now, changes)
         for key, alert in list(open_alerts.items()):
-            seen = self.progress_of(progress, alert.run, alert.metric)
-            if seen is not None and seen.last_step >= alert.end_step + self.quiet_window(alert.detector, seen):
+            if self.settled(alert, progress):
                 changes.append(self._resolve(alert, now))
                 last_resolved[key] = open_alerts.pop(key)
         return changes
 
-    @staticmethod
-    def ends_before(alert: Alert, d: Detection, quiet_window: int) -> bool:
-        """The metric ran clean for a whole quiet window between `alert` and `d`."""
-        return d.start_step > alert.end_step + quiet_window
+    # --- one detection, one clean verdict --------------------------------------------------------
+    def _detection(self, d: Detection, open_alerts, last_resolved, progress, now, changes) -> None:
+        key = incident_key(d)
+        alert = open_alerts.get(key)
+        if alert is not None and self.settled(alert, progress, before=int(d.end_step)):
+            # Every member showed its condition gone before this detection: that incident is over.
+            changes.append(self._resolve(alert, now))
+            last_resolved[key] = open_alerts.pop(key)
+            alert = None
+        if alert is not None:
+            changes.extend(self.extend(alert, d, now))
+            return
+        previous = last_resolved.get(key)
+        if previous is not None and self.within_cooldown(previous, d):
+            # Already reported (seen again after a restart) or a recurrence inside the cool-down.
+            previous.detections.append(d)
+            return
+        alert = self.open_alert(d, key, now)
+        open_alerts[key] = alert
+        changes.append(AlertChange(ChangeKind.OPENED, alert))
+
+    def _clean(self, c: Clean, open_alerts, last_resolved, progress, now, changes) -> None:
+        for key, alert in list(open_alerts.items()):
+            member = alert.members.get(f"{c.detector}|{c.metric}")
+            if alert.run != c.run or member is None or c.start_step <= member.end_step:
+                continue
+            if c.start_step in member.clean_steps:
+                continue
+            member.clean_steps = sorted([*member.clean_steps, int(c.start_step)])[-self.config.resolve_after_points:]
+            if self.settled(alert, progress):
+                changes.append(self._resolve(alert, now))
+                last_resolved[key] = open_alerts.pop(key)
+            else:
+                alert.updated_at = now
+                changes.append(AlertChange(ChangeKind.EXTENDED, alert))  # quiet: the row keeps the evidence
+
+    # --- the rules -------------------------------------------------------------------------------
+    def settled(self, alert: Alert, progress: dict, before: int | None = None) -> bool:
+        """Every member of `alert` showed its condition gone (by its detector's rule), with what
+        was judged before step `before`, when a finding that ends there became known (None:
+        everything judged so far)."""
+        for member in alert.members.values():
+            if member.clean_rule == CleanRule.CLEAN_VERDICTS.value:
+                if len([s for s in member.clean_steps if s > member.end_step]) < self.config.resolve_after_points:
+                    return False
+                continue
+            seen = self.progress_of(progress, alert.run, member.metric)
+            if seen is None:
+                return False
+            judged = seen.last_step if before is None else min(seen.last_step, before - 1)
+            if judged < member.end_step + self.quiet_window(member.detector, seen):
+                return False
+        return True
 
     def within_cooldown(self, previous: Alert, d: Detection) -> bool:
         """`d` recurs inside the cool-down after `previous` was resolved: it opens nothing."""
@@ -158,44 +261,105 @@ class IncidentTracker:
         return progress.get((run, metric), progress.get((run, None)))
 
     def quiet_window(self, detector: str, seen: Progress | None) -> int:
-        """Clean steps that end an incident: the configured window, or enough steps for
+        """Clean steps that end a member: the configured window, or enough steps for
         `resolve_after_points` observations of a sparsely logged metric, whichever is longer."""
         spacing = seen.spacing if seen is not None else 1.0
         return max(self.config.resolve_after(detector), math.ceil(spacing * self.config.resolve_after_points))
 
-    @staticmethod
-    def open_alert(d: Detection, key: IncidentKey, now: float) -> Alert:
-        return Alert(
-            run=d.run, attempt=key[1], detector=d.detector, metric=d.metric, state=OPEN,
+    # --- changes ---------------------------------------------------------------------------------
+    def open_alert(self, d: Detection, key: IncidentKey, now: float) -> Alert:
+        alert = Alert(
+            run=d.run, attempt=int(d.attempt or 0), detector=d.detector, metric=d.metric, state=OPEN,
             severity=Severity(d.severity), start_step=int(d.start_step), end_step=int(d.end_step),
-            peak_step=int(d.peak_step), score=None if d.score is None else float(d.score),
-            message=d.message, evidence=d.to_dict()["evidence"], opened_at=now, updated_at=now,
+            peak_step=int(d.peak_step), score=_score(d), message=d.message, evidence=d.to_dict()["evidence"],
+            opened_at=now, updated_at=now, story=key[1],
         )
+        member = _member(d)
+        alert.members[member.key] = member
+        alert.told_score = member.score
+        alert.detections.append(d)
+        return alert
+
+    def extend(self, alert: Alert, d: Detection, now: float) -> list[AlertChange]:
+        """Fold `d` into the open `alert`: the changes it makes (none when nothing changed)."""
+        alert.detections.append(d)
+        new = _member(d)
+        member = alert.members.get(new.key)
+        if member is None:
+            alert.members[new.key] = member = new
+            changed = True
+        else:
+            changed = _grow(member, new)
+        if not changed:
+            return []
+        before_severity, before_name = alert.severity, alert.name
+        alert.start_step = min(alert.start_step, member.start_step)
+        alert.end_step = max(alert.end_step, member.end_step)
+        alert.severity = max((Severity(m.severity) for m in alert.members.values()), key=lambda s: s.rank)
+        alert.severity = max(alert.severity, before_severity, key=lambda s: s.rank)
+        self._name(alert)
+        alert.updated_at = now
+        if alert.severity.rank > before_severity.rank:
+            alert.told_score = alert.score
+            return [AlertChange(ChangeKind.ESCALATED, alert, before_severity,
+                                f"{before_severity.value} -> {alert.severity.value}")]
+        if alert.name != before_name:
+            alert.told_score = alert.score
+            return [AlertChange(ChangeKind.UPDATED, alert, reason=f"now explained as {alert.name} (was {before_name})")]
+        told = alert.told_score
+        if (told is not None and told > 0 and score_rank(alert.score) >= 2 * told
+                and alert.growth_escalations < self.config.max_growth_escalations):
+            alert.told_score = alert.score
+            alert.growth_escalations += 1
+            return [AlertChange(ChangeKind.ESCALATED, alert, alert.severity,
+                                f"grew to {alert.score:.3g} times its band (was {told:.3g})")]
+        return [AlertChange(ChangeKind.EXTENDED, alert)]
 
     @staticmethod
-    def extend(alert: Alert, d: Detection, now: float) -> AlertChange | None:
-        severity = Severity(d.severity)
-        worse_score = score_rank(d.score) > score_rank(alert.score)
-        later = d.end_step > alert.end_step
-        earlier = d.start_step < alert.start_step and d.end_step >= alert.start_step
-        escalates = severity.rank > alert.severity.rank
-        if not (worse_score or later or earlier or escalates):
-            return None
-        before = alert.severity
-        alert.end_step = max(alert.end_step, int(d.end_step))
-        alert.start_step = min(alert.start_step, int(d.start_step)) if earlier else alert.start_step
-        if worse_score:
-            # The message and evidence describe the worst point of the incident.
-            alert.score, alert.peak_step = float(d.score), int(d.peak_step)
-            alert.message, alert.evidence = d.message, d.to_dict()["evidence"]
-        if escalates:
-            alert.severity = severity
-        alert.updated_at = now
-        if escalates:
-            return AlertChange(ChangeKind.ESCALATED, alert, previous_severity=before)
-        return AlertChange(ChangeKind.EXTENDED, alert)
+    def _name(alert: Alert) -> None:
+        """Name the incident by its most specific member, the larger finding of a tie; its
+        message, evidence and score speak for the incident, with the others' findings attached."""
+        best = max(alert.members.values(), key=lambda m: (m.specificity, score_rank(m.score), -m.start_step))
+        alert.detector, alert.metric = best.detector, best.metric
+        alert.score, alert.peak_step, alert.message = best.score, best.peak_step, best.message
+        others = {m.explanation: {"detector": m.detector, "metric": m.metric, "steps": [m.start_step, m.end_step],
+                                  "severity": m.severity, "message": m.message}
+                  for m in alert.members.values() if m is not best}
+        alert.evidence = {**best.evidence, **({"also": others} if others else {})}
 
     @staticmethod
     def _resolve(alert: Alert, now: float) -> AlertChange:
         alert.state, alert.resolved_at, alert.updated_at = RESOLVED, now, now
         return AlertChange(ChangeKind.RESOLVED, alert)
+
+
+def _score(d: Detection) -> float | None:
+    return None if d.score is None else float(d.score)
+
+
+def _member(d: Detection) -> Member:
+    role = role_of(d)
+    return Member(detector=d.detector, metric=d.metric, explanation=role.explanation, specificity=role.specificity,
+                  clean_rule=role.clean_rule.value, severity=Severity(d.severity).value, score=_score(d),
+                  start_step=int(d.start_step), end_step=int(d.end_step), peak_step=int(d.peak_step),
+                  message=d.message, evidence=d.to_dict()["evidence"])
+
+
+def _grow(member: Member, new: Member) -> bool:
+    """Fold a finding of the same detector and metric into `member`; whether anything changed."""
+    worse = score_rank(new.score) > score_rank(member.score)
+    later = new.end_step > member.end_step
+    earlier = new.start_step < member.start_step
+    severer = Severity(new.severity).rank > Severity(member.severity).rank
+    if not (worse or later or earlier or severer):
+        return False
+    member.start_step = min(member.start_step, new.start_step)
+    if later:
+        member.end_step = new.end_step
+        member.clean_steps = [s for s in member.clean_steps if s > member.end_step]
+    if worse:
+        member.score, member.peak_step, member.message, member.evidence = (new.score, new.peak_step, new.message,
+                                                                           new.evidence)
+    if severer:
+        member.severity = new.severity
+    return True

@@ -19,9 +19,10 @@ from monitor.alerting.incidents import (
     Alert,
     AlertChange,
     IncidentKey,
+    Member,
 )
 from monitor.jsonutil import dumps
-from monitor.schema import Detection, Severity
+from monitor.schema import CleanRule, Detection, Severity
 
 if TYPE_CHECKING:
     from monitor.store import Store
@@ -74,8 +75,8 @@ class AlertLedger:
             for change in changes:
                 if change.kind not in NOTIFYING:
                     continue
-                if change.kind == ChangeKind.ESCALATED and id(change.alert) in opened_now:
-                    # Opened and escalated in one pass: the opening message already has the severity.
+                if change.kind in (ChangeKind.ESCALATED, ChangeKind.UPDATED) and id(change.alert) in opened_now:
+                    # Opened and escalated or renamed in one pass: the opening message says it all.
                     continue
                 queued += self._enqueue(change, now)
             if state is not None:
@@ -89,6 +90,7 @@ class AlertLedger:
             "end_step": alert.end_step, "peak_step": alert.peak_step, "score": alert.score,
             "message": alert.message, "evidence": dumps(alert.evidence), "opened_at": alert.opened_at,
             "updated_at": alert.updated_at, "resolved_at": alert.resolved_at,
+            "story": alert.story, "members": dumps(alert.members_to_dict()),
         }
         if alert.id is None:
             alert.id = self.store.alerts.insert(alert.run, values)
@@ -120,10 +122,20 @@ class AlertLedger:
 
 
 def _alert_from_row(row) -> Alert:
-    return Alert(
+    alert = Alert(
         id=row["id"], run=row["run_name"], attempt=int(row["attempt"]), detector=row["detector"],
         metric=row["metric"], state=row["state"], severity=Severity(row["severity"]),
         start_step=int(row["start_step"]), end_step=int(row["end_step"]), peak_step=int(row["peak_step"]),
         score=row["score"], message=row["message"], evidence=json.loads(row["evidence"]),
         opened_at=row["opened_at"], updated_at=row["updated_at"], resolved_at=row["resolved_at"],
+        story=row.get("story") or row["detector"],
     )
+    if row.get("members"):
+        alert.members_from_dict(json.loads(row["members"]))
+    else:
+        # An alert written before incidents had members: it was one detector's, resolved by steps.
+        member = Member(alert.detector, alert.metric, alert.detector, 1, CleanRule.JUDGED_STEPS.value,
+                        alert.severity.value, alert.score, alert.start_step, alert.end_step, alert.peak_step,
+                        alert.message, alert.evidence)
+        alert.members, alert.told_score = {member.key: member}, alert.score
+    return alert

@@ -25,12 +25,12 @@ def dashboard_link(base_url: str, run: str, start_step: int, end_step: int, refe
 
 
 def idempotency_key(alert: Alert, kind: str, sink: str) -> str:
-    """Stable per (incident, kind, severity, sink). `opened_at` is in it because SQLite may hand a
-    deleted alert's id to a new one; the id keeps it readable."""
+    """Stable per (incident, kind, severity, growth escalation or name, sink). `opened_at` is in it
+    because SQLite may hand a deleted alert's id to a new one; the id keeps it readable."""
     digest = hashlib.sha256(
-        f"{alert.run}|{alert.attempt}|{alert.detector}|{alert.metric}|{alert.opened_at!r}|{sink}".encode()
+        f"{alert.run}|{alert.story}|{alert.name}|{alert.opened_at!r}|{sink}".encode()
     ).hexdigest()[:20]
-    return f"gapwatch-{alert.id}-{kind}-{alert.severity.value}-{digest}"
+    return f"gapwatch-{alert.id}-{kind}-{alert.severity.value}-{alert.growth_escalations}-{digest}"
 
 
 def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | None) -> dict[str, Any]:
@@ -39,6 +39,11 @@ def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | N
         "idempotency_key": idempotency_key(alert, change.kind, sink),
         "kind": change.kind,
         "alert_id": alert.id,
+        "incident_id": alert.id,
+        "story": alert.story,
+        "name": alert.name,
+        "since_step": alert.start_step,
+        "reason": change.reason,
         "run": alert.run,
         "attempt": alert.attempt,
         "reference": reference,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Detector, ReferenceUse
-from .rundata import make_run
-from .state import DetectorState, state_from_dict, state_to_dict
+from monitor.schema import CleanRule, Detection
+
+from .base import Detector, ReferenceUse, StoryRole
 from .data_invariants import DataInvariants
 from .eval_regression import EvalRegression
 from .grad_norm_growth import GradNormGrowth
@@ -21,7 +21,9 @@ from .memorization_trend import MemorizationTrend
 from .nonfinite import NonFiniteDetector
 from .reference_divergence import ReferenceDivergence
 from .resume import ResumeConsistency
+from .rundata import make_run
 from .spike import SpikeDetector
+from .state import DetectorState, state_from_dict, state_to_dict
 from .throughput import ThroughputDetector
 
 REGISTRY: dict[str, type[Detector]] = {
@@ -54,5 +56,19 @@ def build(names: list[str] | None = None, params: dict[str, dict[str, Any]] | No
     return [REGISTRY[n](**params.get(n, {})) for n in chosen]
 
 
-__all__ = ["REGISTRY", "Detector", "DetectorState", "ReferenceUse", "build", "make_run", "state_from_dict",
-           "state_to_dict"]
+_DEFAULTS: dict[str, Detector] = {}
+
+
+def role_of(detection: Detection) -> StoryRole:
+    """The story a detection tells and how it names it, as its detector declares; a detection of
+    a detector this gapwatch does not know (an older store) is a story of its own."""
+    cls = REGISTRY.get(detection.detector)
+    if cls is None:
+        return StoryRole(detection.detector, 0, detection.detector, CleanRule.JUDGED_STEPS)
+    if detection.detector not in _DEFAULTS:
+        _DEFAULTS[detection.detector] = cls()
+    return _DEFAULTS[detection.detector].role(detection)
+
+
+__all__ = ["REGISTRY", "Detector", "DetectorState", "ReferenceUse", "StoryRole", "build", "make_run", "role_of",
+           "state_from_dict", "state_to_dict"]

@@ -23,7 +23,16 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from monitor.schema import Detection, NotJudged, RunData, Severity, empty_long
+from monitor.schema import (
+    Clean,
+    CleanRule,
+    Detection,
+    NotJudged,
+    RunData,
+    Severity,
+    Story,
+    empty_long,
+)
 
 from .rundata import (
     concat_rows,
@@ -71,6 +80,22 @@ class ReferenceUse(enum.Enum):
     """Judges nothing without one."""
 
 
+# A clean verdict is an equivalence test: the effect's 90% interval (two one-sided 5% tests) lies
+# inside the band a detection would have had to clear.
+CLEAN_Z = 1.6448536269514722
+
+
+@dataclass(frozen=True)
+class StoryRole:
+    """How one detection joins the incidents: the story it tells, how specific an explanation of
+    that story it is (the most specific one that holds names the incident), and in words."""
+
+    story: str
+    specificity: int
+    explanation: str
+    clean_rule: CleanRule
+
+
 def severity_for(score: float, critical_ratio: float) -> Severity:
     """The severity of an effect `score` times its band: CRITICAL from `critical_ratio` on."""
     return Severity.CRITICAL if score >= critical_ratio else Severity.WARNING
@@ -83,6 +108,15 @@ class Detector(abc.ABC):
     name: ClassVar[str] = ""
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.OPTIONAL
     keep_first_row: ClassVar[bool] = False  # incremental tail always keeps the run's first row
+    story: ClassVar[Story | None] = None
+    """The problem this detector tells of (None: a story of its own, named after it)."""
+    specificity: ClassVar[int] = 1
+    """Among the detectors of one story, the higher names the incident (memorization over "train
+    below the reference")."""
+    explanation: ClassVar[str] = ""
+    """The incident's name when this detector's finding is the most specific one (default: its name)."""
+    clean_rule: ClassVar[CleanRule] = CleanRule.JUDGED_STEPS
+    """What ends its incidents: steps judged past the last flagged one, or its own clean verdicts."""
 
     # --- configuration -----------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
@@ -116,6 +150,21 @@ class Detector(abc.ABC):
         """What of `run` this detector could not judge, and why; empty when it judged everything
         it reads (its silence then means "clean")."""
         return []
+
+    def role(self, detection: Detection) -> StoryRole:
+        """The story `detection` tells and how it names it; a detector whose findings tell
+        different stories by direction (train above or below the reference) overrides this."""
+        return StoryRole((self.story.value if self.story else self.name), self.specificity,
+                         self.explanation or self.name, self.clean_rule)
+
+    def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
+        """The units in which this detector judged its condition gone (CLEAN_VERDICTS detectors);
+        an inconclusive unit is in neither this list nor the detections."""
+        return []
+
+    def _clean(self, run: RunData, metric: str, start: int, end: int, evidence: dict[str, Any]) -> Clean:
+        return Clean(run=run.name, detector=self.name, metric=metric, start_step=int(start), end_step=int(end),
+                     evidence=evidence)
 
     # --- what the incremental mode must keep ---------------------------------------------------
     def columns(self, run: RunData) -> list[str]:
@@ -199,12 +248,20 @@ class Detector(abc.ABC):
             found = [d for d in found if d.end_step >= settled or _key(d) in state.reported
                      or _thread(d) in state.open]
         emitted = reconcile(state, found, self.merge_gap(cadence(combined.scalars.index.to_numpy())))
+        if self.clean_rule is CleanRule.CLEAN_VERDICTS:
+            state.cleans = self._new_cleans(state, view, ref, span(fresh)[0])
         keep = self.keep_from(view)
         state.extra["pinned"] = self.carry(view, keep, pinned)
         state.tail = trim_columns(combined, keep, self.keep_first_row)
         state.last_step = int(hi)
         prune(state)
         return state, emitted
+
+    def _new_cleans(self, state: DetectorState, view: RunData, ref: RunData | None, first_new: float) -> list[Clean]:
+        """Clean verdicts on units that the new rows completed: those a whole-run pass reaches too
+        (units settled before were judged, with all their history, by an earlier update)."""
+        settled = self.settled_before(view, first_new) if state.last_step is not None else -math.inf
+        return [c for c in self.clean(view, ref) if c.end_step >= settled]
 
     # --- helpers for subclasses ----------------------------------------------------------------
     def _detection(self, run: RunData, reference: RunData | None, metric: str, start: int,

@@ -34,6 +34,7 @@ from monitor.schema import (
     NotJudged,
     RunData,
     Severity,
+    Story,
 )
 
 from .base import Detector, ReferenceUse
@@ -55,6 +56,8 @@ def poisson_shares(x: float) -> tuple[float, float, float]:
 class DataInvariants(Detector):
     name: ClassVar[str] = "data_invariants"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    story: ClassVar[Story] = Story.DATA
+    explanation: ClassVar[str] = "the data loader skipped, repeated or lost data"
     keep_first_row: ClassVar[bool] = True  # the cursor offset is fixed by the first logged step
 
     cursor_tolerance_records: float = 0.0

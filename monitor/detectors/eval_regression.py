@@ -30,18 +30,34 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from monitor.schema import DOWNSTREAM_PREFIX, NotJudged, RunData, Severity
+from monitor.schema import (
+    DOWNSTREAM_PREFIX,
+    CleanRule,
+    NotJudged,
+    RunData,
+    Severity,
+    Story,
+)
 
 from .base import Detector
+from .eval_keys import (
+    DownstreamMetric,
+    downstream_aggregate,
+    downstream_metrics,
+    matching_steps,
+    oriented_difference,
+    stderr_of,
+)
 from .rundata import finite, pinned
-from .eval_keys import DownstreamMetric, downstream_aggregate, downstream_metrics, matching_steps, \
-    oriented_difference, stderr_of
 from .stats import signed_runs, true_runs
 
 
 @dataclass
 class EvalRegression(Detector):
     name: ClassVar[str] = "eval_regression"
+    story: ClassVar[Story] = Story.DIVERGENCE
+    explanation: ClassVar[str] = "downstream evals regressed"
+    clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
 
     alpha: float = 0.05
     """Family-wise error rate over all metrics compared at one checkpoint (Bonferroni)."""

@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import TRAIN_GRAD_NORM, NotJudged, RunData
+from monitor.schema import TRAIN_GRAD_NORM, NotJudged, RunData, Story
 
 from .base import Detector, ReferenceUse, severity_for
 from .rundata import finite, logging_interval, pinned
@@ -29,6 +29,8 @@ from .stats import true_runs, window_summaries
 class GradNormGrowth(Detector):
     name: ClassVar[str] = "grad_norm_growth"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    story: ClassVar[Story] = Story.INSTABILITY
+    explanation: ClassVar[str] = "grad norm grows"
 
     metric: str = TRAIN_GRAD_NORM
     """The metric judged for slow growth."""

@@ -28,10 +28,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from monitor.schema import HELDOUT_PREFIX, NotJudged, RunData
+from monitor.schema import HELDOUT_PREFIX, Clean, CleanRule, NotJudged, RunData, Story
 
-from .base import Detector, ReferenceUse, severity_for
-from .checkpoints import HISTORY_CHECKPOINTS, MIN_NOISE_POINTS, heldout_pairs, measurement_error, over_sets
+from .base import CLEAN_Z, Detector, ReferenceUse, severity_for
+from .checkpoints import (
+    HISTORY_CHECKPOINTS,
+    MIN_NOISE_POINTS,
+    heldout_pairs,
+    measurement_error,
+    over_sets,
+)
 from .eval_keys import heldout_sets
 from .noise import HELDOUT_NOISE, BetweenRunNoise, log_slope
 from .stats import signed_runs
@@ -43,6 +49,10 @@ ALL_SETS = HELDOUT_PREFIX + "all"
 class HeldoutDivergence(Detector):
     name: ClassVar[str] = "heldout_divergence"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
+    story: ClassVar[Story] = Story.DIVERGENCE
+    specificity: ClassVar[int] = 2
+    explanation: ClassVar[str] = "held-out loss diverged from the reference"
+    clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
 
     noise_level: float = HELDOUT_NOISE.level
     """Between-run spread of held-out loss as a share of its level: fitted on the calibration
@@ -117,6 +127,21 @@ class HeldoutDivergence(Detector):
                 out += self._judge(run, reference, self.judged(pairs), heldout_sets(run.scalars.columns)[name][stat],
                                    name, stat, relative=True)
         return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
+        """Paired checkpoints (the sets together) whose difference, with its 90% interval, lies
+        inside the band a detection must clear: held-out loss is tied there."""
+        stat = None if reference is None else self.stat(run, reference)
+        if stat is None:
+            return []
+        frame = self.judged(over_sets(heldout_pairs(run, reference, stat)))
+        frame = frame[np.isfinite(frame["z"].to_numpy(dtype=float))]
+        d, se, band = (frame[c].to_numpy(dtype=float) for c in ("delta", "stderr", "band"))
+        with np.errstate(invalid="ignore"):
+            tied = np.abs(d) + CLEAN_Z * se <= band
+        metric = ALL_SETS if stat == "loss" else ALL_SETS + "_bpb"
+        return [self._clean(run, metric, step, step, {"delta": float(x), "stderr": float(e), "band": float(b)})
+                for step, x, e, b, ok in zip(frame["step"], d, se, band, tied) if ok]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         if reference is None:

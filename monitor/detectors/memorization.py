@@ -44,10 +44,27 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from monitor.schema import DATA_SEEN_2PLUS_FRACTION, DOWNSTREAM_PREFIX, HELDOUT_PREFIX, TRAIN_LOSS, NotJudged, RunData
+from monitor.schema import (
+    DATA_SEEN_2PLUS_FRACTION,
+    DOWNSTREAM_PREFIX,
+    HELDOUT_PREFIX,
+    TRAIN_LOSS,
+    Clean,
+    CleanRule,
+    NotJudged,
+    RunData,
+    Story,
+)
 
-from .base import Detector, ReferenceUse, severity_for
-from .checkpoints import HISTORY_CHECKPOINTS, INTERP_ERROR_CORRELATION, MIN_NOISE_POINTS, heldout_pairs, measurement_error, over_sets
+from .base import CLEAN_Z, Detector, ReferenceUse, severity_for
+from .checkpoints import (
+    HISTORY_CHECKPOINTS,
+    INTERP_ERROR_CORRELATION,
+    MIN_NOISE_POINTS,
+    heldout_pairs,
+    measurement_error,
+    over_sets,
+)
 from .eval_keys import downstream_aggregate
 from .noise import FOLLOW_NOISE, HELDOUT_NOISE, TRAIN_NOISE, BetweenRunNoise, log_slope
 from .rundata import finite, last_points_from
@@ -66,6 +83,10 @@ TABLE_COLUMNS = ("step", "train_delta", "train_stderr", "train_tau", "train_z", 
 class Memorization(Detector):
     name: ClassVar[str] = "memorization"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
+    story: ClassVar[Story] = Story.MEMORIZATION
+    specificity: ClassVar[int] = 3
+    explanation: ClassVar[str] = "memorization: train loss below the reference while held-out loss is tied"
+    clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
 
     metric: str = TRAIN_LOSS
     """The train metric compared with the reference."""
@@ -213,6 +234,20 @@ class Memorization(Detector):
         held_over_pool = np.convolve(legs.astype(int), np.ones(k, dtype=int))[:len(legs)] == k
         flag = held_over_pool & table["not_followed"].to_numpy(bool)
         return [self._one(run, reference, table, a - k + 1, b) for a, b in true_runs(flag)]
+
+    def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
+        """Judged checkpoints at which the train difference, with its 90% interval, lies inside
+        the between-run band a train gap must clear: nothing left for held-out loss to follow."""
+        if reference is None:
+            return []
+        table = self.table(run, reference)
+        table = table[table["judged"].astype(bool)]
+        d, se, tau = (table[c].to_numpy(dtype=float) for c in ("train_delta", "train_stderr", "train_tau"))
+        band = self.z_threshold * np.hypot(se, tau)
+        tied = np.abs(d) + CLEAN_Z * se <= band
+        return [self._clean(run, self.metric, step, step, {"train_delta": float(x), "train_stderr": float(e),
+                                                          "band": float(b)})
+                for step, x, e, b, ok in zip(table["step"], d, se, band, tied) if ok]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         if reference is None:

@@ -22,7 +22,14 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import DATA_BATCH_REREAD_FRACTION, TRAIN_REREAD_LOSS_GAP, NotJudged, RunData
+from monitor.schema import (
+    DATA_BATCH_REREAD_FRACTION,
+    TRAIN_REREAD_LOSS_GAP,
+    CleanRule,
+    NotJudged,
+    RunData,
+    Story,
+)
 
 from .base import Detector, ReferenceUse, severity_for
 from .memorization import SUSPECT
@@ -37,6 +44,10 @@ BLOCK_FIELDS = ("block", "first", "last", "gap", "se", "n", "reread")
 class MemorizationReread(Detector):
     name: ClassVar[str] = "memorization_reread"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    story: ClassVar[Story] = Story.MEMORIZATION
+    specificity: ClassVar[int] = 2
+    explanation: ClassVar[str] = "memorization: re-read batches score lower than fresh ones"
+    clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
 
     window_points: int = 100
     """Logged steps per block."""

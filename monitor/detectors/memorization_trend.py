@@ -23,9 +23,19 @@ import pandas as pd
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import TheilSenRegressor
 
-from monitor.schema import DATA_SEEN_2PLUS_FRACTION, HELDOUT_PREFIX, HELDOUT_TRAIN_GAP, TRAIN_LOSS, NotJudged, RunData
+from monitor.schema import (
+    DATA_SEEN_2PLUS_FRACTION,
+    HELDOUT_PREFIX,
+    HELDOUT_TRAIN_GAP,
+    TRAIN_LOSS,
+    Clean,
+    CleanRule,
+    NotJudged,
+    RunData,
+    Story,
+)
 
-from .base import Detector, ReferenceUse, severity_for
+from .base import CLEAN_Z, Detector, ReferenceUse, severity_for
 from .eval_keys import heldout_sets
 from .memorization import SUSPECT
 from .rundata import finite, pinned
@@ -37,6 +47,10 @@ from .train_windows import train_at
 class MemorizationTrend(Detector):
     name: ClassVar[str] = "memorization_trend"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    story: ClassVar[Story] = Story.MEMORIZATION
+    specificity: ClassVar[int] = 2
+    explanation: ClassVar[str] = "memorization: held-out minus train loss widens within the run"
+    clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
 
     metric: str = TRAIN_LOSS
     """The train metric set against the held-out loss."""
@@ -150,6 +164,18 @@ class MemorizationTrend(Detector):
             out.append(self._detection(run, None, HELDOUT_TRAIN_GAP, steps[a], steps[b], steps[k], score,
                                        severity_for(score, self.critical_ratio), message, evidence))
         return out
+
+    def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
+        """Judged checkpoints whose gap, less its 90% interval's half-width (the residual sigma),
+        is back at or under its trend: the widening is gone there."""
+        table = self.table(run)
+        resid, sigma = self.residuals(run, table, {})
+        band = np.fmax(self.min_effect, self.z_threshold * sigma)
+        with np.errstate(invalid="ignore"):
+            back = resid + CLEAN_Z * sigma <= band
+        return [self._clean(run, HELDOUT_TRAIN_GAP, step, step, {"delta": float(r), "sigma": float(g),
+                                                                 "band": float(b)})
+                for step, r, g, b, ok in zip(table["step"], resid, sigma, band, back) if ok]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         table = self.table(run)

@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, RunData, Severity
+from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, RunData, Severity, Story
 
 from .base import Detector, ReferenceUse
 from .rundata import finite
@@ -26,6 +26,9 @@ from .stats import trailing_median, true_runs
 class NonFiniteDetector(Detector):
     name: ClassVar[str] = "nonfinite"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    story: ClassVar[Story] = Story.INSTABILITY
+    specificity: ClassVar[int] = 2
+    explanation: ClassVar[str] = "NaN or Inf in the run"
 
     critical_metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
     """A NaN/Inf in these is CRITICAL (training is lost); in any other metric a WARNING."""

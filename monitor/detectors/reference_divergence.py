@@ -28,9 +28,9 @@ import pandas as pd
 from scipy import stats as sps
 from sklearn.isotonic import isotonic_regression
 
-from monitor.schema import TRAIN_LOSS, NotJudged, RunData
+from monitor.schema import TRAIN_LOSS, Clean, CleanRule, NotJudged, RunData, Story
 
-from .base import Detector, ReferenceUse, severity_for
+from .base import CLEAN_Z, Detector, ReferenceUse, StoryRole, severity_for
 from .checkpoints import heldout_pairs, over_sets
 from .eval_keys import heldout_sets
 from .noise import TRAIN_NOISE, BetweenRunNoise, log_slope
@@ -45,6 +45,9 @@ WINDOW_COLUMNS = ("window", "first_step", "last_step", "mid_step", "n", "delta",
 class ReferenceDivergence(Detector):
     name: ClassVar[str] = "reference_divergence"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
+    story: ClassVar[Story] = Story.DIVERGENCE
+    explanation: ClassVar[str] = "train loss diverged from the reference"
+    clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
 
     metric: str = TRAIN_LOSS
     """The metric compared with the reference."""
@@ -145,6 +148,31 @@ class ReferenceDivergence(Detector):
         for a, b in signed_runs(flag, z, w["window"].to_numpy(), self.persist_windows):
             out.append(self._one(run, reference, w, a, b))
         return out
+
+    def role(self, detection) -> StoryRole:
+        """Train loss below the reference is what repeated data looks like (memorization's story,
+        which names it when held-out loss is shown tied); above it, the run diverges."""
+        base = super().role(detection)
+        if detection.evidence.get("direction") == "below":
+            return StoryRole(Story.MEMORIZATION.value, base.specificity, "train loss below the reference",
+                             base.clean_rule)
+        return StoryRole(base.story, base.specificity, "train loss above the reference", base.clean_rule)
+
+    def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
+        """Complete windows whose median difference, with its 90% interval, lies inside the band a
+        detection must clear: the two runs are tied there."""
+        if reference is None:
+            return []
+        w = self.windows(run, reference)
+        w = w[w["complete"].astype(bool)]
+        if w.empty:
+            return []
+        delta, se = w["delta"].to_numpy(dtype=float), w["stderr"].to_numpy(dtype=float)
+        band = self.band(se, w["level"], w["slope"])
+        with np.errstate(invalid="ignore"):
+            tied = np.abs(delta) + CLEAN_Z * se <= band
+        return [self._clean(run, self.metric, first, last, {"delta": float(d), "stderr": float(e), "band": float(b)})
+                for first, last, d, e, b, ok in zip(w["first_step"], w["last_step"], delta, se, band, tied) if ok]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         if reference is None:

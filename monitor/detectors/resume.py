@@ -17,7 +17,15 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import CONFIG_DETERMINISTIC, DATA_CURSOR, TRAIN_LOSS, EventKind, RunData, Severity
+from monitor.schema import (
+    CONFIG_DETERMINISTIC,
+    DATA_CURSOR,
+    TRAIN_LOSS,
+    EventKind,
+    RunData,
+    Severity,
+    Story,
+)
 
 from .base import Detector, ReferenceUse
 from .rundata import finite
@@ -28,6 +36,9 @@ from .stats import cadence
 class ResumeConsistency(Detector):
     name: ClassVar[str] = "resume"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    story: ClassVar[Story] = Story.DATA
+    specificity: ClassVar[int] = 2
+    explanation: ClassVar[str] = "the resume did not restore where the run stopped"
 
     replay_metrics: tuple[str, ...] = (TRAIN_LOSS,)
     """Metrics whose values two attempts logged for one step must agree on."""

@@ -37,16 +37,23 @@ import pandas as pd
 
 from monitor.schema import (
     SPIKE_SCORE_GRAD_NORM,
-    NotJudged,
     SPIKE_SCORE_LOSS,
     TRAIN_GRAD_NORM,
     TRAIN_LOSS,
+    NotJudged,
     RunData,
     Severity,
+    Story,
 )
 
 from .base import Detector, ReferenceUse, reconcile
-from .rundata import concat_rows, finite, last_points_from, restrict_columns, trim_columns
+from .rundata import (
+    concat_rows,
+    finite,
+    last_points_from,
+    restrict_columns,
+    trim_columns,
+)
 from .state import DetectorState
 from .stats import MAD_TO_SIGMA, row_medians, trailing_median, true_runs
 
@@ -76,6 +83,8 @@ def olmo2_flags(x: pd.Series, window: int = 1000, threshold: float = 7.0) -> np.
 class SpikeDetector(Detector):
     name: ClassVar[str] = "spike"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    story: ClassVar[Story] = Story.INSTABILITY
+    explanation: ClassVar[str] = "loss spikes"
 
     metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
     """The metrics judged for spikes."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.schema import Detection, RunData, RunInfo, empty_events
+from monitor.schema import Clean, Detection, RunData, RunInfo, empty_events
 
 from .rundata import make_run
 
@@ -31,6 +31,7 @@ class DetectorState:
     extra:     detector-specific JSON values.
     series:    points of detector series produced by the last update (the spike scores of the new
                rows), for the engine to collect; not part of the saved state.
+    cleans:    clean verdicts of the last update, for the engine to collect; not saved either.
     """
 
     detector: str
@@ -40,6 +41,7 @@ class DetectorState:
     reported: dict[str, list] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     series: pd.DataFrame | None = None
+    cleans: list[Clean] = field(default_factory=list)
 
 
 def state_to_dict(state: DetectorState) -> dict[str, Any]:

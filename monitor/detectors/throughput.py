@@ -35,8 +35,16 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import (PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, SYS_LOAD_PER_CPU, NotJudged, RunData,
-                            Severity)
+from monitor.schema import (
+    PERF_MFU,
+    PERF_STEP_TIME_S,
+    PERF_TOKENS_PER_S,
+    SYS_LOAD_PER_CPU,
+    NotJudged,
+    RunData,
+    Severity,
+    Story,
+)
 
 from .base import Detector
 from .rundata import finite, logging_interval, pinned
@@ -46,6 +54,8 @@ from .stats import cadence, signed_runs, true_runs, window_summaries
 @dataclass
 class ThroughputDetector(Detector):
     name: ClassVar[str] = "throughput"
+    story: ClassVar[Story] = Story.THROUGHPUT
+    explanation: ClassVar[str] = "steps slowed down or stalled"
 
     block_points: int = 1000
     """The goodput library computes the ideal over the whole job; blocks of 1,000 steps let the

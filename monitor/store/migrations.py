@@ -26,10 +26,20 @@ def _v2_chunks(conn: Connection) -> None:
     metrics_writer.seal_all(conn)
 
 
+def _v3_incident_stories(conn: Connection) -> None:
+    # A store made at version 1 by this code already has the columns (create_all makes them).
+    present = {c["name"] for c in inspect(conn).get_columns(tables.alerts.name)}
+    for column in ("story", "members"):
+        if column not in present:
+            kind = "VARCHAR(64)" if column == "story" else "TEXT"
+            conn.execute(text(f"ALTER TABLE {tables.alerts.name} ADD COLUMN {column} {kind}"))
+
+
 # (version, what it does, function). The store's version is the last applied entry.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "runs, metrics with attempts, series marks, rollups, events, detections, alerts, outbox", _v1_initial),
     (2, "sealed step ranges of each series as compressed chunks; the row table keeps the tail", _v2_chunks),
+    (3, "incidents by story: the alert's story and the findings of each detector that joined it", _v3_incident_stories),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -159,7 +159,8 @@ detections = Table(
     UniqueConstraint("run_id", "detector", "metric", "start_step", name="uq_detections_interval"),
 )
 
-# One row per incident: (run, attempt, detector, metric), opened, updated while it lasts, resolved.
+# One row per incident: (run, story), opened, updated while it lasts, resolved; `members` holds the
+# findings of each detector that joined it (JSON), `detector`/`metric` those of the one naming it.
 alerts = Table(
     "alerts",
     metadata,
@@ -179,6 +180,8 @@ alerts = Table(
     Column("opened_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Column("resolved_at", Float),
+    Column("story", String(64)),
+    Column("members", Text),
     Index("ix_alerts_incident", "run_id", "attempt", "detector", "metric", "state"),
 )
 

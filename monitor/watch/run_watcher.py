@@ -5,7 +5,7 @@ that lets a restarted service carry on where it stopped."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from monitor.detectors.base import EVAL_PREFIX
 from monitor.detectors.rundata import concat_rows
 from monitor.detectors.state import DetectorState
 from monitor.engine import DetectionEngine
-from monitor.schema import Detection, RunData
+from monitor.schema import Clean, Detection, RunData
 from monitor.watch import rows
 
 log = logging.getLogger("gapwatch.watch")
@@ -35,6 +35,8 @@ class JudgedBatch:
     more: bool
     """Rows are left to read: poll again at once."""
     window_end: int
+    cleans: list[Clean] = field(default_factory=list)
+    """Clean verdicts on the units these rows completed (what ends an incident)."""
 
 
 def state_name(run: str) -> str:
@@ -104,7 +106,7 @@ class RunWatcher:
         self._trim_reference()
         self._fill_attempts(update.detections)
         return JudgedBatch(update.detections, update.series, rows.progress(self.run, self.cursor, m), batch.more,
-                          batch.window_end)
+                          batch.window_end, update.cleans)
 
     # --- the reference, aligned onto the run's steps -------------------------------------------
     def _aligned_reference(self, new: RunData) -> RunData | None:

@@ -113,7 +113,8 @@ class WatchService:
                 break
             now = self.clock()
             open_alerts, resolved = self.ledger.incidents([target.run])
-            changes = self.tracker.apply(result.detections, open_alerts, resolved, result.progress, now)
+            changes = self.tracker.apply(result.detections, open_alerts, resolved, result.progress, now,
+                                         cleans=result.cleans)
             save_state = bool(changes) or result.more or (
                 now - self._state_saved_at.get(target.run, 0.0) >= self.config.state_save_interval_s)
             queued += self.ledger.record(changes, state=watcher.state() if save_state else None,
@@ -123,8 +124,9 @@ class WatchService:
                 self._state_saved_at[target.run] = now
             for change in changes:
                 level = logging.DEBUG if change.kind == ChangeKind.EXTENDED else logging.INFO
-                log.log(level, "%s: alert %s %s (%s on %s, steps %d-%d)", target.run, change.alert.id, change.kind,
-                        change.alert.detector, change.alert.metric, change.alert.start_step, change.alert.end_step)
+                log.log(level, "%s: incident %s %s (%s: %s on %s, steps %d-%d)", target.run, change.alert.id,
+                        change.kind, change.alert.name, change.alert.detector, change.alert.metric,
+                        change.alert.start_step, change.alert.end_step)
             if not result.more:
                 break
             log.info("%s: catching up, judged up to step %d", target.run, result.window_end)

@@ -20,12 +20,12 @@ class ConsoleSink:
 
     def send(self, n: dict[str, Any]) -> SendResult:
         label = "resolved" if n["kind"] == "resolved" else n["severity"]
-        head = f"[{_STYLE[label]}]{label.upper():8}[/] alert #{n['alert_id']} {escape(n['detector'])} on " \
+        head = f"[{_STYLE[label]}]{label.upper():8}[/] alert #{n['alert_id']} {escape(n.get('name') or n['detector'])} on " \
                f"{escape(n['run'])} {escape(n['metric'])} steps {n['start_step']}-{n['end_step']}"
         if n["kind"] == "resolved":
             line = f"{head}: ended (worst at step {n['peak_step']})"
-        elif n["kind"] == "escalated":
-            line = f"{head}: escalated from {n['previous_severity']}: {escape(n['message'])}"
+        elif n["kind"] in ("escalated", "updated"):
+            line = f"{head}: {n['kind']} ({escape(n.get('reason') or '')}): {escape(n['message'])}"
         else:
             line = f"{head}: {escape(n['message'])}"
         self._console.print(f"{line}  {escape(n['dashboard_url'])}")

@@ -22,7 +22,7 @@ _ICON = {"info": ":information_source:", "warning": ":warning:", "critical": ":r
 def render(n: dict[str, Any]) -> tuple[str, list[dict]]:
     """(fallback text, blocks) for a notification built by `notifications.build`."""
     kind = n["kind"]
-    what = f"{n['detector']} on {n['run']}"
+    what = f"{n.get('name') or n['detector']} on {n['run']}"
     if kind == "resolved":
         title = f":white_check_mark: Resolved · {what}"
         lead = (f"The incident on `{_esc(n['metric'])}` ended: flagged from step {n['start_step']} "
@@ -30,9 +30,10 @@ def render(n: dict[str, Any]) -> tuple[str, list[dict]]:
         text = f"[resolved] {what} ({n['metric']}), steps {n['start_step']}-{n['end_step']}"
     else:
         sev = n["severity"].upper()
-        verb = f"Escalated to {sev}" if kind == "escalated" else sev
+        verb = {"escalated": f"Escalated ({n.get('reason') or sev})", "updated": "Updated"}.get(kind, sev)
         title = f"{_ICON.get(n['severity'], '')} {verb} · {what}".strip()
-        lead = _esc(n["message"])
+        since = n.get("since_step", n["start_step"])
+        lead = _esc(f"Since step {since} · {n['message']}" + (f" ({n['reason']})" if n.get("reason") else ""))
         text = f"[{n['severity']}] {what} ({n['metric']}), steps {n['start_step']}-{n['end_step']}: {n['message']}"
     fields = [
         ("Run", n["run"]), ("Reference", n.get("reference") or "none"), ("Detector", n["detector"]),

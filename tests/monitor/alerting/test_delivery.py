@@ -125,7 +125,9 @@ def test_resolution_never_overtakes_its_opening(store, receiver):
 
 def test_rate_limit_per_sink_holds_a_storm_back_and_loses_nothing(store, receiver):
     config = slack_config(receiver.url(), rate_per_minute=600, burst=2)  # 10/s after a burst of 2
-    queue_incidents(store, config, [detection(metric=f"train/m{i}") for i in range(6)])
+    for i in range(6):
+        store.ensure_run(f"r{i}")
+    queue_incidents(store, config, [detection(run=f"r{i}") for i in range(6)])  # one incident per run
     outbox = make_outbox(store, config)
     first = outbox.deliver_due()
     assert (first.sent, first.held) == (2, 4)
@@ -136,8 +138,9 @@ def test_rate_limit_per_sink_holds_a_storm_back_and_loses_nothing(store, receive
 def test_two_delivery_loops_on_one_store_send_each_notification_once(sqlite_url, receiver):
     config = slack_config(receiver.url())
     stores = [open_store(sqlite_url) for _ in range(2)]
-    stores[0].ensure_run("r")
-    queue_incidents(stores[0], config, [detection(metric=f"train/m{i}") for i in range(8)])
+    for i in range(8):
+        stores[0].ensure_run(f"r{i}")
+    queue_incidents(stores[0], config, [detection(run=f"r{i}") for i in range(8)])
     boxes = [make_outbox(s, config) for s in stores]
     for _ in range(50):
         for box in boxes:
@@ -157,7 +160,7 @@ def test_block_kit_message_carries_run_detector_evidence_and_dashboard_link(stor
     drain(outbox, lambda: outbox.pending_count() == 0)
     body = receiver.deliveries()[0].body
     text = json.dumps(body["blocks"])
-    assert "nonfinite on r" in body["blocks"][0]["text"]["text"]
+    assert "NaN or Inf in the run on r" in body["blocks"][0]["text"]["text"]  # the incident's name
     assert "*Run*\\nr" in text and "*Reference*\\nref" in text and "*Metric*\\ntrain/loss" in text
     assert "`2.718`" in text and "`401`" in text  # evidence numbers, four significant digits
     button = body["blocks"][-2]["elements"][0]

@@ -8,7 +8,7 @@ import pandas as pd
 from monitor.alerting.config import IncidentConfig
 from monitor.alerting.grouping import group, marks_of, most_severe_first, progress_from_marks
 from monitor.alerting.incidents import IncidentTracker, Progress
-from monitor.schema import Detection, Severity
+from monitor.schema import Clean, Detection, Severity
 
 from tests.monitor.detectors.synth import run
 
@@ -48,11 +48,21 @@ def test_keys_never_mix():
 
 
 def test_a_sparse_metric_stays_one_episode_across_its_logging_interval():
-    evals = [det(s, detector="eval_regression", metric="eval/downstream/piqa/acc") for s in range(1000, 4001, 1000)]
+    evals = [det(s, detector="throughput", metric="perf/step_time_s") for s in range(1000, 4001, 1000)]
     assert len(group(evals, config=CONFIG)) == 4  # as if logged every step: 1,000 clean steps end an episode
-    marks = {"eval/downstream/piqa/acc": (1000, 9000, 9)}  # evaluated every 1,000 steps
+    marks = {"perf/step_time_s": (1000, 9000, 9)}  # logged every 1,000 steps
     (one,) = group(evals, progress_from_marks("r", marks), config=CONFIG)
     assert one.count == 4
+
+
+def test_checkpoints_not_flagged_are_not_clean_without_a_clean_verdict():
+    evals = [det(s, detector="eval_regression", metric="eval/downstream/piqa/acc") for s in (1000, 4000)]
+    marks = {"eval/downstream/piqa/acc": (1000, 9000, 9)}
+    (one,) = group(evals, progress_from_marks("r", marks), config=CONFIG)  # 2,000-3,000 were inconclusive
+    assert one.count == 2 and not one.resolved
+    cleans = [Clean("r", "eval_regression", "eval/downstream/piqa/acc", s, s) for s in (2000, 3000)]
+    first, second = group(evals, progress_from_marks("r", marks), config=CONFIG, cleans=cleans)
+    assert first.resolved and (first.start_step, second.start_step) == (1000, 4000)
 
 
 def test_bursts_at_a_steady_period_are_one_periodic_incident():

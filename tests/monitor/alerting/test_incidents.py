@@ -8,7 +8,7 @@ from monitor.alerting.incidents import (
     IncidentTracker,
     Progress,
 )
-from monitor.schema import Detection, Severity
+from monitor.schema import Clean, Detection, Severity
 
 
 def det(start, end, severity=Severity.WARNING, score=1.0, metric="train/loss", detector="nonfinite", run="r",
@@ -40,7 +40,7 @@ def test_long_incident_sends_one_opening_and_one_resolution():
     assert kinds(notifying) == [ChangeKind.OPENED, ChangeKind.RESOLVED]
     alert = notifying[-1].alert
     assert (alert.start_step, alert.end_step, alert.state) == (1000, 5990, "resolved")
-    assert not open_alerts and list(resolved) == [("r", 0, "nonfinite", "train/loss")]
+    assert not open_alerts and list(resolved) == [("r", "instability")]
 
 
 def test_clean_run_opens_nothing():
@@ -88,20 +88,26 @@ def test_gap_longer_than_the_quiet_window_ends_the_incident():
     assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.RESOLVED, ChangeKind.OPENED]
 
 
-def test_sparse_metric_continues_across_evals_and_needs_two_clean_ones():
+def test_sparse_metric_continues_across_evals_and_needs_two_clean_verdicts():
     tracker = IncidentTracker(IncidentConfig(resolve_after_steps=128, resolve_after_points=2))
     open_alerts, resolved, changes = {}, {}, []
-    for step, flagged in [(1000, True), (2000, True), (3000, True), (4000, False), (5000, False)]:
-        progress = {("r", "eval/downstream/hellaswag/acc"): Progress(step, spacing=1000.0)}
-        found = [det(step, step, metric="eval/downstream/hellaswag/acc", detector="eval_regression")] if flagged else []
-        changes += tracker.apply(found, open_alerts, resolved, progress, now=float(step))
-    notifying = [c.kind for c in changes if c.kind != ChangeKind.EXTENDED]
-    assert notifying == [ChangeKind.OPENED, ChangeKind.RESOLVED]
-    assert changes[-1].alert.end_step == 3000
+    metric = "eval/downstream/hellaswag/acc"
+    # flagged, flagged, inconclusive (neither flagged nor clean), clean, flagged again, clean, clean
+    verdicts = [(1000, "flag"), (2000, "flag"), (3000, None), (4000, "clean"), (5000, "flag"), (6000, "clean"),
+                (7000, None), (8000, "clean")]
+    for step, verdict in verdicts:
+        progress = {("r", metric): Progress(step, spacing=1000.0)}
+        found = [det(step, step, metric=metric, detector="eval_regression")] if verdict == "flag" else []
+        cleans = [Clean("r", "eval_regression", metric, step, step)] if verdict == "clean" else []
+        changes += tracker.apply(found, open_alerts, resolved, progress, now=float(step), cleans=cleans)
+    notifying = [c for c in changes if c.kind != ChangeKind.EXTENDED]
+    assert [c.kind for c in notifying] == [ChangeKind.OPENED, ChangeKind.RESOLVED]
+    assert notifying[-1].alert.end_step == 5000 and notifying[-1].alert.updated_at == 8000.0
 
 
-def test_attempts_are_separate_incidents():
+def test_a_fault_across_a_resume_is_one_incident():
     tracker = IncidentTracker()
     changes, open_alerts, _ = run_tracker(tracker, [([det(0, 10, attempt=1), det(5, 20, attempt=2)], 20)])
-    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.OPENED]
-    assert {k[1] for k in open_alerts} == {1, 2}
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.EXTENDED]
+    (alert,) = open_alerts.values()
+    assert alert.attempt == 1 and alert.end_step == 20

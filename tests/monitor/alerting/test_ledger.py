@@ -41,9 +41,9 @@ def outbox(store):
         return conn.execute(select(o.sink, o.kind).order_by(o.id)).all()
 
 
-def step(ledger, tracker, detections, last):
-    open_alerts, resolved = ledger.incidents(["r"])
-    changes = tracker.apply(detections, open_alerts, resolved, {("r", None): Progress(last)}, time.time())
+def step(ledger, tracker, detections, last, runs=("r",)):
+    open_alerts, resolved = ledger.incidents(runs)
+    changes = tracker.apply(detections, open_alerts, resolved, {(r, None): Progress(last) for r in runs}, time.time())
     ledger.record(changes, state=("watch/r", {"last": last}), detections=detections)
     return changes
 
@@ -79,9 +79,10 @@ def test_silenced_alerts_are_kept_but_sent_nowhere(store):
     ledger, tracker = AlertLedger(store, cfg), IncidentTracker(cfg.incidents)
     step(ledger, tracker, [detection(severity=Severity.WARNING)], 120)
     assert outbox(store) == [] and len(ledger.alerts("r")) == 1
-    step(ledger, tracker, [detection(metric="train/grad_norm", severity=Severity.CRITICAL)], 120)
+    store.ensure_run("r2")
+    step(ledger, tracker, [detection(run="r2", severity=Severity.CRITICAL)], 120, runs=("r2",))
     assert [k for _, k in outbox(store)] == ["opened"] * 3, "a critical alert is above the silence"
-    step(ledger, tracker, [], 200)
+    step(ledger, tracker, [], 200, runs=("r", "r2"))
     assert len(outbox(store)) == 6, "the silenced alert's resolution goes nowhere either"
 
 

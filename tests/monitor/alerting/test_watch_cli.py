@@ -52,7 +52,7 @@ def test_once_prints_the_alert_on_the_console_and_exits(store_with_nan, tmp_path
                           "--detectors", "nonfinite"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     [line] = [x for x in out.stdout.splitlines() if "alert #" in x]
-    assert line.startswith("CRITICAL") and "nonfinite on r train/loss steps 150-150" in line
+    assert line.startswith("CRITICAL") and "NaN or Inf in the run on r train/loss steps 150-150" in line
     assert "/run/r?start=150&end=150" in line
     assert "sinks: console: console, severity >= info" in out.stderr
     with open_store(store_with_nan) as store:

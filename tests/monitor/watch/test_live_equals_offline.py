@@ -1,7 +1,8 @@
 """Live equals offline: a real run with faults, each metric at its own cadence, cut into random pieces,
 imported piece by piece into a real SQLite store and judged by the real watch service (restarted at a
 random point, with or without the state it saved) reaches the detections and alerts `detect` reaches on
-the whole run, detector by detector."""
+the whole run, detector by detector, and opens, names and resolves the incidents that grouping the
+whole run's detections and clean verdicts gives."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from bench.quality import corpus
 from monitor.alerting.config import AlertingConfig, IncidentConfig, SinkConfig
-from monitor.alerting.incidents import IncidentTracker, Progress
+from monitor.alerting.grouping import group, marks_of, progress_from_marks
 from monitor.engine import DetectConfig, DetectionEngine
 from monitor.schema import (
     DATA_BATCH_REREAD_FRACTION,
@@ -109,12 +110,13 @@ def key(d) -> tuple:
     return (d.detector, d.metric, d.severity.value, int(d.start_step))
 
 
-def offline_alerts(detections, last_step: int) -> set[tuple]:
-    """The incidents the watch service's tracker makes of the whole-run detections."""
-    tracker = IncidentTracker(config(True).alerting.incidents)
-    open_alerts, resolved = {}, {}
-    tracker.apply(detections, open_alerts, resolved, {("run", None): Progress(last_step)}, 0.0)
-    return {(a.detector, a.metric, a.severity.value, a.start_step) for a in [*open_alerts.values(), *resolved.values()]}
+def offline_alerts(whole, run: RunData) -> set[tuple]:
+    """The incidents the watch service's tracker makes of the whole-run detections and clean
+    verdicts (monitor/alerting/grouping.py, as `gapwatch detect` lists them)."""
+    incidents = group(whole.detections, progress_from_marks("run", marks_of(run)),
+                      config(True).alerting.incidents, cleans=whole.cleans)
+    return {(i.story, i.detector, i.metric, i.alert.severity.value, i.alert.start_step,
+             "resolved" if i.resolved else "open") for i in incidents}
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
@@ -151,12 +153,14 @@ def test_the_watch_service_reaches_what_detect_reaches(tmp_path_factory, shared_
                 pass
         svc.poll()
         live = {key(d) for d in store.read_detections("run")}
-        alerts = {(a["detector"], a["metric"], a["severity"], int(a["start_step"])) for a in store.alerts.list("run")}
-        whole = DetectionEngine(DetectConfig(params=PARAMS)).judge(store.load_run("run"), store.load_run("reference"))
+        alerts = {(a["story"], a["detector"], a["metric"], a["severity"], int(a["start_step"]), a["state"])
+                  for a in store.alerts.list("run")}
+        stored = store.load_run("run")
+        whole = DetectionEngine(DetectConfig(params=PARAMS)).judge(stored, store.load_run("reference"))
     offline = {key(d) for d in whole.detections}
     assert {d for d, *_ in offline} >= {"memorization", "reference_divergence", "spike", "nonfinite", "throughput",
                                         "grad_norm_growth", "data_invariants", "resume", "eval_regression",
                                         "memorization_reread"}
     assert live == offline, (sorted(live - offline), sorted(offline - live))
-    assert alerts == offline_alerts(whole.detections, last)
+    assert alerts == offline_alerts(whole, stored)
 
