@@ -22,8 +22,10 @@ from pathlib import Path
 from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
+from .meaning import cadences, mapping_rows, with_evidence
 from .normalize import apply_profile
 from .profiles import Profile, get_profile, resolve_profile
+from .step_axis import ROW_COUNTER_FORMATS, choose_step_key, on_trainer_step
 from .table_import import STREAMED_FORMATS
 
 FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
@@ -85,7 +87,8 @@ def detect_format(source: str | os.PathLike) -> str:
 def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
          fmt: str | None = None, tokens_per_step: float | None = None, step: int | None = None,
          profiles_file: str | os.PathLike | None = None, progress=None,
-         api_config=None) -> ImportedRun:
+         api_config=None, step_key: str | None = None, wandb_run: str | None = None
+         ) -> ImportedRun:
     """Read one source into an ImportedRun with gapwatch metric keys.
 
     profile: a profile name or object; None detects it from the source's metric names.
@@ -95,22 +98,40 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     profiles_file: the user's profile YAML (default: $GAPWATCH_PROFILES or the config dir).
     progress: called with (done, total) while a large source is read.
     api_config: how a wandb:// source's server is reached (wandb.api.ApiConfig).
+    step_key: the source key that holds the trainer's step (default: the profile's, else the
+        first of `step_axis.STEP_KEYS` the run logs).
+    wandb_run: which run of a multi-run W&B panel export (a column prefix).
     """
     fmt = fmt or detect_format(source)
     if fmt not in FORMATS:
         raise GapwatchError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
-    step_key = named.step_key if isinstance(named, Profile) else None
+    step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
     raw, prefer = _parse(fmt, source, tokens_per_step=tokens_per_step, step=step,
-                         step_key=step_key, progress=progress, api_config=api_config)
+                         step_key=step_key, progress=progress, api_config=api_config,
+                         wandb_run=wandb_run)
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
     if fmt != "wandb-api":
         # The source's identity in the store: the same file wherever it is imported from.
         raw.source = str(Path(raw.source or source).resolve())
-    names = raw.scalars["key"].unique().tolist()
-    chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file)
-    return apply_profile(raw, chosen)
+    names = [str(n) for n in raw.scalars["key"].unique().tolist()]
+    axis = None
+    if fmt in ROW_COUNTER_FORMATS or (step_key and fmt == "tensorboard"):
+        axis = choose_step_key(names, step_key, raw.source)
+        if axis is not None:
+            raw = on_trainer_step(raw, axis)
+            names.remove(axis)
+    cadence = cadences(raw.scalars)
+    chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file,
+                             cadence=cadence)
+    evidence: dict[str, str] = {}
+    if not named:
+        # A profile the user named is taken at its word: names its rules miss keep their own.
+        chosen, evidence = with_evidence(chosen, names, cadence)
+    run = apply_profile(raw, chosen)
+    run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis)
+    return run
 
 
 def import_source(store, name: str, source: str | os.PathLike, profile: str | Profile | None = None,
@@ -142,7 +163,8 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
     return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live)
 
 
-def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config):
+def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config,
+           wandb_run=None):
     """The raw ImportedRun (source metric names) and the profile the format usually uses."""
     if fmt == "llmc-log":
         from .text_logs import parse_text_log
