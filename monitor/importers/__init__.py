@@ -59,13 +59,18 @@ def detect_format(source: str | os.PathLike) -> str:
     if tensorboard_events.is_event_file(path):
         return "tensorboard"
     head = _head(path)
+    if not head.strip():
+        raise GapwatchError(f"{source}: empty file: nothing to import")
     if head.startswith(":W&B"):
         return "wandb-file"
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
         header = next(csv.reader([head.split("\n", 1)[0]], delimiter=csv_export.separator(path)),
                       [])
-        return "wandb-csv" if csv_export.sniff([h.strip() for h in header]) else "csv"
+        header = [h.strip() for h in header]
+        if csv_export.is_runs_table(header):
+            raise csv_export.runs_table_error(source)
+        return "wandb-csv" if csv_export.sniff(header) else "csv"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
     if suffix == ".json":
@@ -138,11 +143,12 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
                   *, fmt: str | None = None, tokens_per_step: float | None = None,
                   step: int | None = None, profiles_file: str | os.PathLike | None = None,
                   api_config=None, project: str | None = None, reference_of: str | None = None,
-                  progress=None):
+                  progress=None, step_key: str | None = None, wandb_run: str | None = None):
     """Read `source` and write it into `store` as run `name`: (WriteResult, ImportSummary).
 
     Arguments as for `load` and `store_writer.write_run`. progress: called with (phase, done,
     total): phase "importing" (bytes of a streamed log), else "reading" then "writing" (rows).
+    The summary's `mapping` lists what each source name became (`meaning.mapping_rows`).
     """
     from .store_writer import write_run
     from .table_import import ImportSummary, import_table
@@ -153,14 +159,16 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
             lambda done, total: progress("importing", done, total))
         return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,
                             profiles_file=profiles_file, project=project,
-                            reference_of=reference_of, progress=on_bytes)
+                            reference_of=reference_of, progress=on_bytes, step_key=step_key)
     reading = None if progress is None else (lambda done, total: progress("reading", done, total))
     writing = None if progress is None else (lambda done, total: progress("writing", done, total))
     run = load(source, profile, fmt=fmt, tokens_per_step=tokens_per_step, step=step,
-               profiles_file=profiles_file, progress=reading, api_config=api_config)
+               profiles_file=profiles_file, progress=reading, api_config=api_config,
+               step_key=step_key, wandb_run=wandb_run)
     result = write_run(store, name, run, project=project, reference_of=reference_of,
                        progress=writing)
-    return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live)
+    return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live,
+                                 crashed=run.crashed, mapping=run.mapping)
 
 
 def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config,
@@ -173,7 +181,7 @@ def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_c
     if fmt == "wandb-csv":
         from .wandb.csv_export import parse_wandb_csv
 
-        return parse_wandb_csv(source, tokens_per_step=tokens_per_step), None
+        return parse_wandb_csv(source, tokens_per_step=tokens_per_step, run=wandb_run), None
     if fmt == "wandb-file":
         from .wandb.run_file import parse_wandb_run
 

@@ -60,6 +60,27 @@ def cadences(scalars: pd.DataFrame) -> dict[str, Cadence]:
     return out
 
 
+class CadenceTally:
+    """Cadences of a log read chunk by chunk, in memory that does not grow with the log; a
+    chunk holds whole steps, so distinct steps add up, and `every` is the mean gap."""
+
+    def __init__(self) -> None:
+        self._stats: dict[str, list[int]] = {}  # key -> [count, steps, first, last]
+
+    def add(self, scalars: pd.DataFrame) -> None:
+        grouped = scalars.groupby("key", observed=True, sort=False)["step"]
+        stats = grouped.agg(["count", "nunique", "min", "max"])
+        for key, (count, steps, lo, hi) in zip(stats.index, stats.to_numpy().tolist()):
+            have = self._stats.setdefault(str(key), [0, 0, int(lo), int(hi)])
+            have[0] += int(count)
+            have[1] += int(steps)
+            have[2], have[3] = min(have[2], int(lo)), max(have[3], int(hi))
+
+    def cadences(self) -> dict[str, Cadence]:
+        return {k: Cadence(n, s, (hi - lo) / (s - 1) if s > 1 else 0.0, lo, hi)
+                for k, (n, s, lo, hi) in self._stats.items()}
+
+
 def densest(cadence: dict[str, Cadence]) -> float:
     """The smallest interval among series logged more than once (0 when there is none)."""
     gaps = [c.every for c in cadence.values() if c.steps > 1]
@@ -187,5 +208,5 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Cadence", "cadences", "infer", "with_evidence", "contradictions", "mapping_rows",
+__all__ = ["Cadence", "CadenceTally", "cadences", "infer", "with_evidence", "contradictions", "mapping_rows",
            "format_table", "HELDOUT_WORDS", "TOKEN_KEYS"]

@@ -21,6 +21,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
+from .meaning import CadenceTally, mapping_rows
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
 from .store_writer import ImportWriter, WriteResult
@@ -39,6 +40,8 @@ class ImportSummary:
     keys: list[str]
     notes: list[str] = field(default_factory=list)
     live: bool = False
+    crashed: bool = False
+    mapping: list[dict] = field(default_factory=list)
 
 
 class _ProfileRevised(Exception):
@@ -50,14 +53,15 @@ class _ProfileRevised(Exception):
 def import_table(store, name: str, source: str | os.PathLike, fmt: str,
                  profile: str | Profile | None = None, *, tokens_per_step: float | None = None,
                  profiles_file: str | os.PathLike | None = None, project: str | None = None,
-                 reference_of: str | None = None,
-                 progress=None) -> tuple[WriteResult, ImportSummary]:
+                 reference_of: str | None = None, progress=None,
+                 step_key: str | None = None) -> tuple[WriteResult, ImportSummary]:
     """Import a `jsonl` or `csv` log as run `name` (arguments as for `load` and `write_run`).
 
     progress: called with (bytes_read, bytes_total) after each chunk.
+    step_key: the column that holds the step (default: the profile's, else `generic_rows`').
     """
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
-    step_key = named.step_key if isinstance(named, Profile) else None
+    step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
     args = dict(store=store, name=name, source=source, fmt=fmt, step_key=step_key,
                 tokens_per_step=tokens_per_step, profiles_file=profiles_file, project=project,
                 reference_of=reference_of, progress=progress)
@@ -74,6 +78,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
     names: dict[str, None] = {}
     mapper: NameMapper | None = None
     tokens = TokensPerStep()
+    tally = CadenceTally()
     collision: GapwatchError | None = None
     with store.atomic():
         writer = ImportWriter(store, name, source_id)
@@ -81,6 +86,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             if progress is not None:
                 progress(stream.bytes_read, stream.bytes_total)
             fresh = [str(n) for n in pd.unique(raw["key"]) if n not in names]
+            tally.add(raw)
             names.update(dict.fromkeys(fresh))
             if collision is not None:
                 continue  # only the names matter now
@@ -110,4 +116,6 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             notes.append(dropped)
         result = writer.finish(events=stream.events, reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))
-    return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes)
+    mapping = mapping_rows(list(names), mapper.key_map, mapper.profile, {}, tally.cadences())
+    return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes,
+                                 mapping=mapping)
