@@ -176,7 +176,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                           soft_wrap=True)
         for note in imported.notes:
             label = "warning" if "crashed:" in note else "note"
-            console.print(f"{label}: {note}", highlight=False, markup=False)
+            console.print(f"{label}: {note}", highlight=False, markup=False, soft_wrap=True)
         what = "created" if result.created else "updated"
         console.print(
             f"{what} run {args.run!r} from {imported.source} (profile {imported.profile}): "

@@ -22,7 +22,7 @@ from pathlib import Path
 from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
-from .meaning import cadences, mapping_rows, with_evidence
+from .meaning import cadences, contradictions, mapping_rows, with_evidence
 from .normalize import apply_profile
 from .profiles import Profile, get_profile, resolve_profile
 from .step_axis import ROW_COUNTER_FORMATS, choose_step_key, on_trainer_step
@@ -129,7 +129,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
             names.remove(axis)
     cadence = cadences(raw.scalars)
     chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file,
-                             cadence=cadence)
+                             against=lambda p: contradictions(p, names, cadence))
     evidence: dict[str, str] = {}
     if not named:
         # A profile the user named is taken at its word: names its rules miss keep their own.

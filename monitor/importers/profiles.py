@@ -363,12 +363,10 @@ def get_profile(name: str, user_file: str | os.PathLike | None = None) -> Profil
 
 
 def detect_profile(names, user_file: str | os.PathLike | None = None,
-                   prefer: str | None = None, cadence: dict | None = None) -> Profile:
+                   prefer: str | None = None, against=None) -> Profile:
     """The profile whose rules explain the most names, less twice the mappings the data
-    contradicts (cadence: `meaning.cadences` of the source, when known); `prefer` (the format's
-    own) wins ties, then built-in order (gapwatch first)."""
-    from .meaning import contradictions
-
+    contradicts (against(profile): how many, `meaning.contradictions` of the source, when its
+    data is known); `prefer` (the format's own) wins ties, then built-in order (gapwatch first)."""
     names = list(names)
     profiles = all_profiles(user_file)
     order = list(profiles)
@@ -377,22 +375,21 @@ def detect_profile(names, user_file: str | os.PathLike | None = None,
         order.insert(0, prefer)
 
     def weight(n: str) -> tuple[int, int]:
-        against = contradictions(profiles[n], names, cadence) if cadence else 0
-        return profiles[n].score(names) - 2 * against, -order.index(n)
+        contradicted = against(profiles[n]) if against is not None else 0
+        return profiles[n].score(names) - 2 * contradicted, -order.index(n)
 
     return profiles[max(order, key=weight)]
 
 
 def resolve_profile(profile: str | Profile | None, names, prefer: str | None = None,
-                    user_file: str | os.PathLike | None = None,
-                    cadence: dict | None = None) -> Profile:
+                    user_file: str | os.PathLike | None = None, against=None) -> Profile:
     """A Profile object from a name, an object, or None (auto-detect from the names and, when
-    given, their cadence)."""
+    given, what the data contradicts: see detect_profile)."""
     if isinstance(profile, Profile):
         return profile
     if profile:
         return get_profile(profile, user_file)
-    return detect_profile(names, user_file, prefer=prefer, cadence=cadence)
+    return detect_profile(names, user_file, prefer=prefer, against=against)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -21,7 +21,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from .meaning import CadenceTally, mapping_rows
+from .meaning import CadenceTally, contradictions, mapping_rows, with_evidence
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
 from .store_writer import ImportWriter, WriteResult
@@ -65,14 +65,21 @@ def import_table(store, name: str, source: str | os.PathLike, fmt: str,
     args = dict(store=store, name=name, source=source, fmt=fmt, step_key=step_key,
                 tokens_per_step=tokens_per_step, profiles_file=profiles_file, project=project,
                 reference_of=reference_of, progress=progress)
+    infer = not named  # a profile the user named is taken at its word (as `load` does)
     try:
-        return _import_once(fixed=named or None, **args)
+        return _import_once(fixed=named or None, infer=infer, **args)
     except _ProfileRevised as revised:
-        return _import_once(fixed=revised.profile, **args)
+        return _import_once(fixed=revised.profile, infer=infer, **args)
 
 
-def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, tokens_per_step,
-                 profiles_file, project, reference_of, progress):
+def _detect(names, profiles_file, cadence) -> Profile:
+    names = list(names)
+    return detect_profile(names, profiles_file,
+                          against=lambda p: contradictions(p, names, cadence))
+
+
+def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, infer: bool,
+                 tokens_per_step, profiles_file, project, reference_of, progress):
     stream = TableStream(source, fmt, step_key=step_key)
     source_id = str(Path(source).resolve())  # the same file wherever it is imported from
     names: dict[str, None] = {}
@@ -91,7 +98,12 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             if collision is not None:
                 continue  # only the names matter now
             if mapper is None:
-                mapper = NameMapper(fixed or detect_profile(names, profiles_file), source_id)
+                # The first chunk's cadences stand for the file's (names first seen later are
+                # mapped by the profile alone).
+                base = fixed or _detect(names, profiles_file, tally.cadences())
+                chosen, evidence = (with_evidence(base, list(names), tally.cadences())
+                                    if infer else (base, {}))
+                mapper = NameMapper(chosen, source_id)
                 writer.start(project=project, profile=mapper.profile.name, config={},
                              tokens_per_step=tokens_per_step)
             try:
@@ -105,8 +117,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             tokens.add(mapped)
             writer.add(mapped)
         if fixed is None:
-            chosen = detect_profile(names, profiles_file)
-            if chosen != mapper.profile:
+            chosen = _detect(names, profiles_file, tally.cadences())
+            if chosen != base:
                 raise _ProfileRevised(chosen)
             if collision is not None:
                 raise collision
@@ -116,6 +128,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             notes.append(dropped)
         result = writer.finish(events=stream.events, reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))
-    mapping = mapping_rows(list(names), mapper.key_map, mapper.profile, {}, tally.cadences())
+    mapping = mapping_rows(list(names), mapper.key_map, mapper.profile, evidence,
+                           tally.cadences())
     return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes,
                                  mapping=mapping)

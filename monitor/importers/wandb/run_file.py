@@ -10,9 +10,9 @@ stopped. Rules:
 * W&B history steps only grow (wandb drops a log to an earlier step), so a row whose `_step` is not
   above the previous row's means a damaged file: an error naming the record.
 * The end of the file: without an `exit` record the run is still going (or was killed): the complete
-  records are imported and the run is marked live. A file that stops inside a record (inside a
-  chunk, or before the last chunk of a record split over blocks) was cut short: its writer was
-  killed mid-write. Every complete record is imported, the run is marked crashed and a note says
+  records are imported and the run is marked live. A file that stops inside a chunk was cut
+  short: its writer was killed mid-write (wandb writes whole chunks, so a live file ends between
+  two, at most inside a record split over blocks). Every complete record is imported, the run is marked crashed and a note says
   how many bytes were left unread; a follower instead waits for the rest.
 * A run resumed after a crash (`wandb.init(id=..., resume="allow")`) writes one run folder per
   process, each with its own `run-<id>.wandb`. Those files are one run: `find_run_segments` finds
@@ -173,7 +173,9 @@ class WandbRunReader:
         # The file is checked and decoded a segment at a time; rows come out in file order.
         torn = False
         for found in iter_records(buf, self.source, self.offset, self.records):
-            torn = found.torn_at is not None or found.pending
+            # A record split over blocks whose last chunk is not there yet is how a live file
+            # ends; a file that ends inside a chunk was cut short.
+            torn = found.torn_at is not None
             joined = _Joined.of(found)
             for lo in range(0, found.count, BATCH_RECORDS):
                 hi = min(lo + BATCH_RECORDS, found.count)
