@@ -7,7 +7,7 @@ import argparse
 from app.options import add_store_argument
 
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, lm-eval-json, tensorboard, jsonl, csv, "
-               "llmc-log (default: detected)")
+               "llmc-log, gapwatch-export (default: detected)")
 
 
 def register(subparsers) -> None:

@@ -9,7 +9,8 @@ chunk (`table_import`), so their memory is bounded by a chunk, not by the file.
 Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-api`
 (`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
 a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl` and `csv`
-(generic metric logs), `llmc-log` (llm.c, modded-nanogpt and nanoGPT text logs).
+(generic metric logs), `llmc-log` (llm.c, modded-nanogpt and nanoGPT text logs),
+`gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .step_axis import ROW_COUNTER_FORMATS, choose_step_key, on_trainer_step
 from .table_import import STREAMED_FORMATS
 
 FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
-           "csv", "llmc-log")
+           "csv", "llmc-log", "gapwatch-export")
 WANDB_URL_SCHEME = "wandb://"
 _SNIFF_BYTES = 64 * 1024
 
@@ -42,7 +43,7 @@ def detect_format(source: str | os.PathLike) -> str:
     path = Path(source)
     if not path.exists():
         raise GapwatchError(f"{source}: no such file or directory")
-    from . import lm_eval_json, tensorboard_events, text_logs
+    from . import lm_eval_json, run_export, tensorboard_events, text_logs
     from .wandb import csv_export
 
     if path.is_dir():
@@ -61,6 +62,8 @@ def detect_format(source: str | os.PathLike) -> str:
     head = _head(path)
     if not head.strip():
         raise GapwatchError(f"{source}: empty file: nothing to import")
+    if run_export.is_export(path, head):
+        return "gapwatch-export"
     if head.startswith(":W&B"):
         return "wandb-file"
     suffix = path.suffix.lower()
@@ -111,6 +114,8 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     if fmt not in FORMATS:
         raise GapwatchError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
+    if fmt == "gapwatch-export" and not named:
+        named = get_profile("gapwatch")  # its keys are gapwatch's already
     step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
     raw, prefer = _parse(fmt, source, tokens_per_step=tokens_per_step, step=step,
                          step_key=step_key, progress=progress, api_config=api_config,
@@ -174,6 +179,10 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
 def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config,
            wandb_run=None):
     """The raw ImportedRun (source metric names) and the profile the format usually uses."""
+    if fmt == "gapwatch-export":
+        from .run_export import parse_export
+
+        return parse_export(source), "gapwatch"
     if fmt == "llmc-log":
         from .text_logs import parse_text_log
 
