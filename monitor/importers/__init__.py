@@ -20,6 +20,8 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
+
 from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
@@ -130,9 +132,13 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     if fmt in ROW_COUNTER_FORMATS or (step_key and fmt == "tensorboard"):
         axis = choose_step_key(names, step_key, raw.source)
         if axis is not None:
+            logged = raw.scalars.loc[raw.scalars["key"] == axis, "value"]
+            axis_rows = pd.DataFrame({"key": axis, "step": logged.to_numpy(dtype="int64")})
             raw = on_trainer_step(raw, axis)
             names.remove(axis)
     cadence = cadences(raw.scalars)
+    if axis is not None:
+        cadence.update(cadences(axis_rows))  # the step key's own values: the steps it logged
     chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file,
                              against=lambda p: contradictions(p, names, cadence))
     evidence: dict[str, str] = {}
@@ -224,7 +230,15 @@ def _head(path: Path) -> str:
         raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def history(run: str, keys=None, *, store=None):
+    """A stored run's history as a DataFrame (see `run_export.history`)."""
+    from .run_export import history as run_history
+
+    return run_history(run, keys, store=store)
+
+
 __all__ = [
+    "history",
     "ImportedRun",
     "Profile",
     "load",

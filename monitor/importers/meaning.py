@@ -175,8 +175,9 @@ def mapping_rows(names, key_map: dict[str, str], profile: Profile, evidence: dic
     rows = []
     if step_key:
         c = cadence.get(step_key)
-        rows.append({"source": step_key, "key": "(step axis)", "cadence": "",
-                     "count": c.count if c else None, "reason": "the trainer's step"})
+        rows.append({"source": step_key, "key": "(step axis)",
+                     "cadence": c.describe() if c else "", "count": c.count if c else None,
+                     "reason": "the trainer's step"})
     for name in names:
         name = str(name)
         if name.startswith("_") or name == step_key:

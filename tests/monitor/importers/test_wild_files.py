@@ -38,8 +38,10 @@ def test_wandb_run_folder(shared_data, case, step_key, first, last, heldout):
     data = run.to_run_data(case)
     assert (data.scalars.index.min(), data.scalars.index.max()) == (first, last)
     assert run.attempts == 1
-    assert run.mapping[0] == {"source": step_key, "key": "(step axis)", "cadence": "",
-                              "count": run.mapping[0]["count"], "reason": "the trainer's step"}
+    axis = run.mapping[0]
+    assert (axis["source"], axis["key"], axis["reason"]) == (
+        step_key, "(step axis)", "the trainer's step")
+    assert axis["count"] >= len(data.scalars)
     assert schema.TRAIN_LOSS in data.scalars.columns
     sets = sorted(k.split("/")[2] for k in data.scalars.columns
                   if k.startswith("eval/heldout/"))
