@@ -116,7 +116,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from monitor.errors import GapwatchError
-    from monitor.importers import STREAMED_FORMATS, import_source
+    from monitor.importers import STREAMED_FORMATS, import_source, is_streamed_export
     from monitor.importers.follow import FollowConfig, follow
     from monitor.importers.meaning import format_table
     from monitor.store import open_store
@@ -166,7 +166,9 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                         announced.add(name)
                         phase(f"writing {total:,} rows as {args.run}")
 
-                streamed = fmt in STREAMED_FORMATS  # read and written chunk by chunk
+                # read and written chunk by chunk
+                streamed = fmt in STREAMED_FORMATS or is_streamed_export(fmt, args.source,
+                                                                         wandb_run)
                 phase(f"importing {args.source} ({fmt}) as {args.run}" if streamed
                       else f"reading {args.source} ({fmt})")
                 result, imported = import_source(store, args.run, args.source, args.profile,

@@ -165,7 +165,7 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
     from .table_import import ImportSummary, import_table
 
     fmt = fmt or detect_format(source)
-    if fmt in STREAMED_FORMATS:
+    if fmt in STREAMED_FORMATS or is_streamed_export(fmt, source, wandb_run):
         on_bytes = None if progress is None else (
             lambda done, total: progress("importing", done, total))
         return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,
@@ -180,6 +180,15 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
                        progress=writing)
     return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live,
                                  crashed=run.crashed, mapping=run.mapping)
+
+
+def is_streamed_export(fmt: str, source, wandb_run: str | None = None) -> bool:
+    """A W&B history export, which is imported chunk by chunk like a generic log."""
+    if fmt != "wandb-csv" or wandb_run is not None:
+        return False
+    from .wandb.csv_stream import streamable
+
+    return streamable(source)
 
 
 def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config,

@@ -55,7 +55,8 @@ def import_table(store, name: str, source: str | os.PathLike, fmt: str,
                  profiles_file: str | os.PathLike | None = None, project: str | None = None,
                  reference_of: str | None = None, progress=None,
                  step_key: str | None = None) -> tuple[WriteResult, ImportSummary]:
-    """Import a `jsonl` or `csv` log as run `name` (arguments as for `load` and `write_run`).
+    """Import a `jsonl` or `csv` log, or a W&B history export (`wandb-csv` with a `_step`
+    column), as run `name` (arguments as for `load` and `write_run`).
 
     progress: called with (bytes_read, bytes_total) after each chunk.
     step_key: the column that holds the step (default: the profile's, else `generic_rows`').
@@ -80,7 +81,12 @@ def _detect(names, profiles_file, cadence) -> Profile:
 
 def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, infer: bool,
                  tokens_per_step, profiles_file, project, reference_of, progress):
-    stream = TableStream(source, fmt, step_key=step_key)
+    if fmt == "wandb-csv":
+        from .wandb.csv_stream import WandbCsvStream
+
+        stream = WandbCsvStream(source, step_key=step_key)
+    else:
+        stream = TableStream(source, fmt, step_key=step_key)
     source_id = str(Path(source).resolve())  # the same file wherever it is imported from
     names: dict[str, None] = {}
     mapper: NameMapper | None = None
