@@ -35,8 +35,9 @@ from .csv_export import separator
 
 ROW_STEP = "_step"
 WALL_TIME = "_timestamp"
-# CSV bytes parsed at once: a few thousand rows of a 100-column export.
-BLOCK_BYTES = 4 << 20
+# CSV bytes parsed at once (a few thousand rows of a 100-column export): each block's text
+# columns, casts and row arrays are copies of it, so the peak grows with it (bench/RESULTS.md).
+BLOCK_BYTES = 1 << 20
 
 
 def header(path: str | Path) -> list[str]:
