@@ -138,7 +138,7 @@ def is_export(path: str | os.PathLike, head: str = "") -> bool:
     if kind == "jsonl":
         try:
             obj = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):  # not an export; its own importer says what it is
             return False
         return isinstance(obj, dict) and set(obj) == set(COLUMNS)
     return False
@@ -193,7 +193,7 @@ def _read_jsonl(path: Path) -> tuple[pa.Table, list[dict]]:
                     continue
                 row = (int(obj["step"]), int(obj["attempt"]), str(obj["key"]),
                        math.nan if obj["value"] is None else float(obj["value"]))
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 raise GapwatchError(f"{path}: line {number}: not a row of a gapwatch export "
                                     "(step, attempt, key, value)") from None
             for c, v in zip(COLUMNS, row):
