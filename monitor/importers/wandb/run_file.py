@@ -94,8 +94,16 @@ def find_run_file(path: str | os.PathLike) -> Path:
     return found[0]
 
 
+def _wandb_folder(p: Path) -> Path:
+    """A project folder whose run folders are in its `wandb/` (where wandb puts them): that."""
+    if p.is_dir() and not any(p.glob("*.wandb")) and not any(p.glob("*/*.wandb")) and (
+            p / "wandb").is_dir():
+        return p / "wandb"
+    return p
+
+
 def is_wandb_source(path: str | os.PathLike) -> bool:
-    p = Path(path)
+    p = _wandb_folder(Path(path))
     if p.is_file():
         with open(p, "rb") as fh:
             return fh.read(4) == FILE_HEADER[:4]
@@ -447,11 +455,12 @@ def logical_runs(folder: str | os.PathLike) -> dict[str, list[Path]]:
 
 def find_run_segments(path: str | os.PathLike) -> list[Path]:
     """Every `.wandb` file of the run a path names: a `.wandb` file or run folder, with the
-    folders beside it that hold the same run id (a resumed run), or a `wandb/` folder that holds
-    one run (in one or several folders). A folder of several runs is an error listing them."""
-    p = Path(path)
-    if not p.exists():
+    folders beside it that hold the same run id (a resumed run), or a `wandb/` folder (or the
+    project folder holding it) with one run in one or several folders. A folder of several runs
+    is an error listing them."""
+    if not Path(path).exists():
         raise GapwatchError(f"{path}: no such file or directory")
+    p = _wandb_folder(Path(path))
     if p.is_dir() and not any(p.glob("*.wandb")):
         runs = logical_runs(p)
         if not runs:

@@ -36,6 +36,8 @@ def test_wandb_run_folder(shared_data, case, step_key, first, last, heldout):
     folder = _run_folder(shared_data, case)
     run = load(folder)
     data = run.to_run_data(case)
+    # The project folder the trainer wrote `wandb/` into is the same run.
+    assert len(load(folder.parent.parent).scalars) == len(run.scalars)
     assert (data.scalars.index.min(), data.scalars.index.max()) == (first, last)
     assert run.attempts == 1
     axis = run.mapping[0]
