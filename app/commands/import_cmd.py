@@ -6,6 +6,8 @@ import argparse
 
 from app.options import add_store_argument
 
+# Mapping rows an import prints before its summary (lm-eval results map hundreds of keys).
+MAPPING_ROWS_SHOWN = 20
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, lm-eval-json, tensorboard, jsonl, csv, "
                "llmc-log, gapwatch-export (default: detected)")
 
@@ -174,8 +176,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                 result, imported = import_source(store, args.run, args.source, args.profile,
                                                  progress=announce, **import_kwargs)
         if imported.mapping and table:
-            console.print(format_table(imported.mapping), highlight=False, markup=False,
-                          soft_wrap=True)
+            console.print(format_table(imported.mapping, limit=MAPPING_ROWS_SHOWN),
+                          highlight=False, markup=False, soft_wrap=True)
         for note in imported.notes:
             label = "warning" if "crashed:" in note else "note"
             console.print(f"{label}: {note}", highlight=False, markup=False, soft_wrap=True)

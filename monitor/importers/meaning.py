@@ -198,14 +198,18 @@ def mapping_rows(names, key_map: dict[str, str], profile: Profile, evidence: dic
     return rows
 
 
-def format_table(rows: list[dict]) -> str:
-    """The mapping as aligned text columns."""
+def format_table(rows: list[dict], limit: int | None = None) -> str:
+    """The mapping as aligned text columns; limit: at most that many rows, then a count of the
+    rest."""
     head = ("source key", "gapwatch metric", "cadence", "count", "why")
+    shown = rows if limit is None else rows[:limit]
     body = [(r["source"], r["key"] or "(dropped)", r["cadence"],
-             "" if r["count"] is None else f"{r['count']:,}", r["reason"]) for r in rows]
+             "" if r["count"] is None else f"{r['count']:,}", r["reason"]) for r in shown]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip()
              for line in (head, *body)]
+    if len(rows) > len(shown):
+        lines.append(f"... {len(rows) - len(shown)} more (--dry-run lists them all)")
     return "\n".join(lines)
 
 

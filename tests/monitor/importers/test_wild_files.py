@@ -199,3 +199,13 @@ def test_every_wild_file_has_a_test(shared_data):
     assert {p.name for p in (wild / "wandb_csv").iterdir()} == {
         "02_nanogpt_train_loss_export_2024"}
     assert {p.name for p in (wild / "lm_eval").iterdir()} == {"03_v04_qwen25_many_tasks_2025"}
+
+
+def test_an_import_prints_a_short_mapping_and_dry_run_all_of_it(shared_data, sqlite_url, capsys):
+    folder = shared_data / "wild/lm_eval/03_v04_qwen25_many_tasks_2025/results/Qwen__Qwen2.5-1.5B"
+    assert main(["import", str(folder), "--run", "qwen", "--step", "1000", "--store",
+                 sqlite_url]) == 0
+    err = capsys.readouterr().err
+    assert "... 233 more (--dry-run lists them all)" in err
+    assert main(["import", str(folder), "--step", "1000", "--dry-run"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 253
