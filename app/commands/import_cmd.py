@@ -18,9 +18,11 @@ def register(subparsers) -> None:
         help="import a run from W&B, TensorBoard, lm-eval, CSV/JSONL or a training log",
         description="Import a run into the store, atomically and idempotently: importing the same "
         "source again writes nothing, a source that grew adds only its new rows. SOURCE is a "
-        ".wandb file or offline run folder, wandb://entity/project/run_id, a W&B CSV export, "
-        "lm-eval results (a file or a folder), TensorBoard event files (a file or a folder), a "
-        "JSONL or CSV metric log, or an llm.c / modded-nanogpt / nanoGPT log.",
+        ".wandb file, a run folder or a wandb/ folder (a resumed run's folders are one run), "
+        "wandb://entity/project/run_id, a W&B CSV export, lm-eval results (a file or a folder), "
+        "TensorBoard event files (a file or a folder), a JSONL or CSV metric log, an llm.c / "
+        "modded-nanogpt / nanoGPT log, or a file `gapwatch export` wrote. Steps are the "
+        "trainer's own when the source logs them; the mapping of its keys is printed.",
     )
     parser.add_argument("source", metavar="SOURCE", help="file, folder or wandb:// URL")
     parser.add_argument("--run", metavar="NAME",
