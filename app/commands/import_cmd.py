@@ -6,8 +6,10 @@ import argparse
 
 from app.options import add_store_argument
 
+# Mapping rows an import prints before its summary (lm-eval results map hundreds of keys).
+MAPPING_ROWS_SHOWN = 20
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, lm-eval-json, tensorboard, jsonl, csv, "
-               "llmc-log (default: detected)")
+               "llmc-log, gapwatch-export (default: detected)")
 
 
 def register(subparsers) -> None:
@@ -16,12 +18,25 @@ def register(subparsers) -> None:
         help="import a run from W&B, TensorBoard, lm-eval, CSV/JSONL or a training log",
         description="Import a run into the store, atomically and idempotently: importing the same "
         "source again writes nothing, a source that grew adds only its new rows. SOURCE is a "
-        ".wandb file or offline run folder, wandb://entity/project/run_id, a W&B CSV export, "
-        "lm-eval results (a file or a folder), TensorBoard event files (a file or a folder), a "
-        "JSONL or CSV metric log, or an llm.c / modded-nanogpt / nanoGPT log.",
+        ".wandb file, a run folder or a wandb/ folder (a resumed run's folders are one run), "
+        "wandb://entity/project/run_id, a W&B CSV export, lm-eval results (a file or a folder), "
+        "TensorBoard event files (a file or a folder), a JSONL or CSV metric log, an llm.c / "
+        "modded-nanogpt / nanoGPT log, or a file `gapwatch export` wrote. Steps are the "
+        "trainer's own when the source logs them; the mapping of its keys is printed.",
     )
     parser.add_argument("source", metavar="SOURCE", help="file, folder or wandb:// URL")
-    parser.add_argument("--run", required=True, metavar="NAME", help="run name in the store")
+    parser.add_argument("--run", metavar="NAME",
+                        help="run name in the store; for a W&B panel export of several runs, "
+                        "the run (column prefix) to import, stored under that name")
+    parser.add_argument("--all-runs", action="store_true",
+                        help="import every run of a W&B panel export, each under its own name")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print how the source's keys would map (key, metric, cadence, "
+                        "count, why) and store nothing")
+    parser.add_argument("--step-key", metavar="KEY", default=None,
+                        help="the source key that holds the trainer's step (default: the "
+                        "profile's, else train/global_step, trainer/global_step, global_step, "
+                        "iter, step, Step or trainer/step when logged; W&B's _step otherwise)")
     parser.add_argument("--profile", metavar="NAME", default=None,
                         help="metric-name profile: gapwatch, olmo, maxtext, llmc, nanogpt or a "
                         "user profile (default: detected from the metric names)")
@@ -51,15 +66,12 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from monitor.errors import GapwatchError
-    from monitor.importers import STREAMED_FORMATS, detect_format, import_source
-    from monitor.importers.follow import FollowConfig, follow
+    from monitor.importers import detect_format, load
+    from monitor.importers.meaning import format_table
     from monitor.importers.wandb.api import ApiConfig
-    from monitor.store import open_store
-
-    from app.output import phases
+    from monitor.importers.wandb.csv_export import panel_runs
 
     if args.poll_interval <= 0:
         raise GapwatchError("--poll-interval must be positive")
@@ -70,6 +82,55 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.fmt or detect_format(args.source)
     load_kwargs = {"tokens_per_step": args.tokens_per_step, "profiles_file": args.profiles_file}
     write_kwargs = {"project": args.project, "reference_of": args.reference_of}
+    targets = _targets(args, fmt, panel_runs(args.source) if fmt == "wandb-csv" else [])
+    if args.dry_run:
+        for name, wandb_run in targets:
+            run = load(args.source, args.profile, fmt=fmt, step=args.step, api_config=api_config,
+                       step_key=args.step_key, wandb_run=wandb_run, **load_kwargs)
+            if len(targets) > 1:
+                print(f"{name}:")
+            print(format_table(run.mapping))
+        return 0
+    for name, wandb_run in targets:
+        _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_config, console,
+                    table=len(targets) == 1)
+    return 0
+
+
+def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str, str | None]]:
+    """(store run name, panel run or None) of each run the command imports; runs: the run
+    names of a W&B panel export ([] for any other source)."""
+    from monitor.errors import GapwatchError
+
+    if args.all_runs:
+        if len(runs) < 2:
+            raise GapwatchError(f"--all-runs: {args.source} is not a W&B panel export of "
+                                "several runs; name the run with --run")
+        return [(r, r) for r in runs]
+    if len(runs) > 1 and args.run in runs:
+        return [(args.run, args.run)]
+    if not args.run and not args.dry_run:
+        raise GapwatchError("--run NAME is required (the run's name in the store)")
+    return [(args.run or "", None)]
+
+
+def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_config, console,
+                table: bool) -> None:
+    """Import one run; table: print the mapping table before the summary line."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from monitor.errors import GapwatchError
+    from monitor.importers import STREAMED_FORMATS, import_source, is_streamed_export
+    from monitor.importers.follow import FollowConfig, follow
+    from monitor.importers.meaning import format_table
+    from monitor.store import open_store
+
+    from app.output import phases
+
+    if args.follow and (args.step_key or wandb_run):
+        raise GapwatchError("--follow reads the source's own step: leave out --step-key, and "
+                            "import a panel export's runs without --follow")
+    args = argparse.Namespace(**{**vars(args), "run": name})
     store = open_store(args.store)
     try:
         if args.follow:
@@ -84,9 +145,10 @@ def run(args: argparse.Namespace) -> int:
             follow(store, args.run, args.source, fmt, profile=args.profile,
                    load_kwargs=load_kwargs, write_kwargs=write_kwargs, config=config,
                    api_config=api_config, on_poll=report)
-            return 0
+            return
         import_kwargs = {**load_kwargs, **write_kwargs, "fmt": fmt, "step": args.step,
-                         "api_config": api_config}
+                         "api_config": api_config, "step_key": args.step_key,
+                         "wandb_run": wandb_run}
         if console.is_terminal:
             columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console, transient=True) as progress:
@@ -108,20 +170,26 @@ def run(args: argparse.Namespace) -> int:
                         announced.add(name)
                         phase(f"writing {total:,} rows as {args.run}")
 
-                streamed = fmt in STREAMED_FORMATS  # read and written chunk by chunk
+                # read and written chunk by chunk
+                streamed = fmt in STREAMED_FORMATS or is_streamed_export(fmt, args.source,
+                                                                         wandb_run)
                 phase(f"importing {args.source} ({fmt}) as {args.run}" if streamed
                       else f"reading {args.source} ({fmt})")
                 result, imported = import_source(store, args.run, args.source, args.profile,
                                                  progress=announce, **import_kwargs)
+        if imported.mapping and table:
+            console.print(format_table(imported.mapping, limit=MAPPING_ROWS_SHOWN),
+                          highlight=False, markup=False, soft_wrap=True)
         for note in imported.notes:
-            console.print(f"note: {note}", highlight=False)
+            label = "warning" if "crashed:" in note else "note"
+            console.print(f"{label}: {note}", highlight=False, markup=False, soft_wrap=True)
         what = "created" if result.created else "updated"
         console.print(
             f"{what} run {args.run!r} from {imported.source} (profile {imported.profile}): "
             f"{result.rows_new:,} new rows, {result.rows_total:,} in all, "
-            f"{len(imported.keys)} metrics" + (", still running" if imported.live else ""),
+            f"{len(imported.keys)} metrics" + (", still running" if imported.live else "")
+            + (", crashed (what was complete is imported)" if imported.crashed else ""),
             highlight=False,
         )
-        return 0
     finally:
         store.close()

@@ -9,7 +9,8 @@ chunk (`table_import`), so their memory is bounded by a chunk, not by the file.
 Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-api`
 (`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
 a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl` and `csv`
-(generic metric logs), `llmc-log` (llm.c, modded-nanogpt and nanoGPT text logs).
+(generic metric logs), `llmc-log` (llm.c, modded-nanogpt and nanoGPT text logs),
+`gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
+
 from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
+from .meaning import cadences, contradictions, mapping_rows, with_evidence
 from .normalize import apply_profile
 from .profiles import Profile, get_profile, resolve_profile
+from .step_axis import ROW_COUNTER_FORMATS, choose_step_key, on_trainer_step
 from .table_import import STREAMED_FORMATS
 
 FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
-           "csv", "llmc-log")
+           "csv", "llmc-log", "gapwatch-export")
 WANDB_URL_SCHEME = "wandb://"
 _SNIFF_BYTES = 64 * 1024
 
@@ -40,7 +45,7 @@ def detect_format(source: str | os.PathLike) -> str:
     path = Path(source)
     if not path.exists():
         raise GapwatchError(f"{source}: no such file or directory")
-    from . import lm_eval_json, tensorboard_events, text_logs
+    from . import lm_eval_json, run_export, tensorboard_events, text_logs
     from .wandb import csv_export
 
     if path.is_dir():
@@ -57,13 +62,20 @@ def detect_format(source: str | os.PathLike) -> str:
     if tensorboard_events.is_event_file(path):
         return "tensorboard"
     head = _head(path)
+    if not head.strip():
+        raise GapwatchError(f"{source}: empty file: nothing to import")
+    if run_export.is_export(path, head):
+        return "gapwatch-export"
     if head.startswith(":W&B"):
         return "wandb-file"
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
         header = next(csv.reader([head.split("\n", 1)[0]], delimiter=csv_export.separator(path)),
                       [])
-        return "wandb-csv" if csv_export.sniff([h.strip() for h in header]) else "csv"
+        header = [h.strip() for h in header]
+        if csv_export.is_runs_table(header):
+            raise csv_export.runs_table_error(source)
+        return "wandb-csv" if csv_export.sniff(header) else "csv"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
     if suffix == ".json":
@@ -85,7 +97,8 @@ def detect_format(source: str | os.PathLike) -> str:
 def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
          fmt: str | None = None, tokens_per_step: float | None = None, step: int | None = None,
          profiles_file: str | os.PathLike | None = None, progress=None,
-         api_config=None) -> ImportedRun:
+         api_config=None, step_key: str | None = None, wandb_run: str | None = None
+         ) -> ImportedRun:
     """Read one source into an ImportedRun with gapwatch metric keys.
 
     profile: a profile name or object; None detects it from the source's metric names.
@@ -95,55 +108,96 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     profiles_file: the user's profile YAML (default: $GAPWATCH_PROFILES or the config dir).
     progress: called with (done, total) while a large source is read.
     api_config: how a wandb:// source's server is reached (wandb.api.ApiConfig).
+    step_key: the source key that holds the trainer's step (default: the profile's, else the
+        first of `step_axis.STEP_KEYS` the run logs).
+    wandb_run: which run of a multi-run W&B panel export (a column prefix).
     """
     fmt = fmt or detect_format(source)
     if fmt not in FORMATS:
         raise GapwatchError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
-    step_key = named.step_key if isinstance(named, Profile) else None
+    if fmt == "gapwatch-export" and not named:
+        named = get_profile("gapwatch")  # its keys are gapwatch's already
+    step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
     raw, prefer = _parse(fmt, source, tokens_per_step=tokens_per_step, step=step,
-                         step_key=step_key, progress=progress, api_config=api_config)
+                         step_key=step_key, progress=progress, api_config=api_config,
+                         wandb_run=wandb_run)
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
     if fmt != "wandb-api":
         # The source's identity in the store: the same file wherever it is imported from.
         raw.source = str(Path(raw.source or source).resolve())
-    names = raw.scalars["key"].unique().tolist()
-    chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file)
-    return apply_profile(raw, chosen)
+    names = [str(n) for n in raw.scalars["key"].unique().tolist()]
+    axis = None
+    if fmt in ROW_COUNTER_FORMATS or (step_key and fmt == "tensorboard"):
+        axis = choose_step_key(names, step_key, raw.source)
+        if axis is not None:
+            logged = raw.scalars.loc[raw.scalars["key"] == axis, "value"]
+            axis_rows = pd.DataFrame({"key": axis, "step": logged.to_numpy(dtype="int64")})
+            raw = on_trainer_step(raw, axis)
+            names.remove(axis)
+    cadence = cadences(raw.scalars)
+    if axis is not None:
+        cadence.update(cadences(axis_rows))  # the step key's own values: the steps it logged
+    chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file,
+                             against=lambda p: contradictions(p, names, cadence))
+    evidence: dict[str, str] = {}
+    if not named:
+        # A profile the user named is taken at its word: names its rules miss keep their own.
+        chosen, evidence = with_evidence(chosen, names, cadence)
+    run = apply_profile(raw, chosen)
+    run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis)
+    return run
 
 
 def import_source(store, name: str, source: str | os.PathLike, profile: str | Profile | None = None,
                   *, fmt: str | None = None, tokens_per_step: float | None = None,
                   step: int | None = None, profiles_file: str | os.PathLike | None = None,
                   api_config=None, project: str | None = None, reference_of: str | None = None,
-                  progress=None):
+                  progress=None, step_key: str | None = None, wandb_run: str | None = None):
     """Read `source` and write it into `store` as run `name`: (WriteResult, ImportSummary).
 
     Arguments as for `load` and `store_writer.write_run`. progress: called with (phase, done,
     total): phase "importing" (bytes of a streamed log), else "reading" then "writing" (rows).
+    The summary's `mapping` lists what each source name became (`meaning.mapping_rows`).
     """
     from .store_writer import write_run
     from .table_import import ImportSummary, import_table
 
     fmt = fmt or detect_format(source)
-    if fmt in STREAMED_FORMATS:
+    if fmt in STREAMED_FORMATS or is_streamed_export(fmt, source, wandb_run):
         on_bytes = None if progress is None else (
             lambda done, total: progress("importing", done, total))
         return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,
                             profiles_file=profiles_file, project=project,
-                            reference_of=reference_of, progress=on_bytes)
+                            reference_of=reference_of, progress=on_bytes, step_key=step_key)
     reading = None if progress is None else (lambda done, total: progress("reading", done, total))
     writing = None if progress is None else (lambda done, total: progress("writing", done, total))
     run = load(source, profile, fmt=fmt, tokens_per_step=tokens_per_step, step=step,
-               profiles_file=profiles_file, progress=reading, api_config=api_config)
+               profiles_file=profiles_file, progress=reading, api_config=api_config,
+               step_key=step_key, wandb_run=wandb_run)
     result = write_run(store, name, run, project=project, reference_of=reference_of,
                        progress=writing)
-    return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live)
+    return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live,
+                                 crashed=run.crashed, mapping=run.mapping)
 
 
-def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config):
+def is_streamed_export(fmt: str, source, wandb_run: str | None = None) -> bool:
+    """A W&B history export, which is imported chunk by chunk like a generic log."""
+    if fmt != "wandb-csv" or wandb_run is not None:
+        return False
+    from .wandb.csv_stream import streamable
+
+    return streamable(source)
+
+
+def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config,
+           wandb_run=None):
     """The raw ImportedRun (source metric names) and the profile the format usually uses."""
+    if fmt == "gapwatch-export":
+        from .run_export import parse_export
+
+        return parse_export(source), "gapwatch"
     if fmt == "llmc-log":
         from .text_logs import parse_text_log
 
@@ -151,7 +205,7 @@ def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_c
     if fmt == "wandb-csv":
         from .wandb.csv_export import parse_wandb_csv
 
-        return parse_wandb_csv(source, tokens_per_step=tokens_per_step), None
+        return parse_wandb_csv(source, tokens_per_step=tokens_per_step, run=wandb_run), None
     if fmt == "wandb-file":
         from .wandb.run_file import parse_wandb_run
 
@@ -185,7 +239,15 @@ def _head(path: Path) -> str:
         raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def history(run: str, keys=None, *, store=None):
+    """A stored run's history as a DataFrame (see `run_export.history`)."""
+    from .run_export import history as run_history
+
+    return run_history(run, keys, store=store)
+
+
 __all__ = [
+    "history",
     "ImportedRun",
     "Profile",
     "load",

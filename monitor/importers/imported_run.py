@@ -77,6 +77,8 @@ class ImportedRun:
     key_map:    source metric name -> gapwatch key, for every source name that was kept.
     notes:      one line per thing a person should know about the import (skipped lines...).
     live:       the source is still being written (a W&B run without its exit record).
+    crashed:    the source stops inside a record (its writer was killed): what is complete is here.
+    mapping:    one row per source name (`meaning.mapping_rows`): what it became and why.
     """
 
     name_hint: str
@@ -90,6 +92,8 @@ class ImportedRun:
     key_map: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     live: bool = False
+    crashed: bool = False
+    mapping: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def keys(self) -> list[str]:

@@ -11,8 +11,10 @@ namespace goes under `extra/`), so nothing a source logged disappears silently. 
 
 Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
 (the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
-them) and `nanogpt` (the W&B keys nanoGPT's train.py logs). `detect_profile` picks the profile
-whose own rules explain the most source names. Users add or replace profiles in a YAML file:
+them), `nanogpt` (the W&B keys nanoGPT's train.py logs) and `hf` (Hugging Face Trainer's W&B
+keys). `detect_profile` picks the profile whose own rules explain the most source names, less
+those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
+with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
 `$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
 
     profiles:
@@ -236,8 +238,9 @@ NANOGPT = Profile(
     description="nanoGPT's W&B keys (iter, train/loss and val/loss estimated at eval, lr, mfu %)",
     step_key="iter",
     rules=(
-        # nanoGPT logs these at eval time, estimated over eval_iters batches of each split.
-        Rule(r"train/loss", "eval/heldout/train/loss"),
+        # nanoGPT logs both at eval time, estimated over eval_iters batches of each split: its
+        # only record of the training loss, and the held-out loss beside it.
+        Rule(r"train/loss", "train/loss"),
         Rule(r"val/loss", "eval/heldout/val/loss"),
         Rule(r"lr", "optim/lr"),
         Rule(r"mfu", "perf/mfu", 1e-2),
@@ -245,8 +248,27 @@ NANOGPT = Profile(
     ),
 )
 
+HF = Profile(
+    name="hf",
+    description="Hugging Face Trainer's W&B keys (also LLaMA-Factory, TRL): train/*, eval/*",
+    step_key="train/global_step",
+    rules=(
+        Rule(r"train/loss", "train/loss"),
+        Rule(r"train/grad_norm", "train/grad_norm"),
+        Rule(r"train/learning_rate", "optim/lr"),
+        Rule(r"train/num_input_tokens_seen", "train/tokens"),
+        # The last row's aggregates over the whole run (train_loss is the mean of every step's).
+        Rule(r"train/(train_loss|train_runtime|train_samples_per_second|"
+             r"train_steps_per_second|total_flos)", None),
+        Rule(r"eval/loss", "eval/heldout/eval/loss"),
+        Rule(r"eval/(?P<set>.+)_loss", _HELDOUT),
+        Rule(r"eval/(runtime|samples_per_second|steps_per_second)", None),
+        Rule(r"eval/(?P<set>.+)_(runtime|samples_per_second|steps_per_second)", None),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
-    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT)
+    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF)
 }
 
 
@@ -308,9 +330,12 @@ def _profile_from_spec(name: str, spec, file: Path, raw: dict, seen=()) -> Profi
     parent_name = spec.get("extends")
     if parent_name is not None:
         parent_name = str(parent_name)
-        if parent_name in seen or parent_name == name:
+        if parent_name == name and name in BUILTIN_PROFILES:
+            # Overriding a built-in profile's mappings: its rules after the user's.
+            parent = BUILTIN_PROFILES[name]
+        elif parent_name in seen or parent_name == name:
             raise GapwatchError(f"{where}: 'extends' loops back to {parent_name!r}")
-        if parent_name in raw:
+        elif parent_name in raw:
             parent = _profile_from_spec(parent_name, raw[parent_name], file, raw,
                                         (*seen, name))
         elif parent_name in BUILTIN_PROFILES:
@@ -338,27 +363,33 @@ def get_profile(name: str, user_file: str | os.PathLike | None = None) -> Profil
 
 
 def detect_profile(names, user_file: str | os.PathLike | None = None,
-                   prefer: str | None = None) -> Profile:
-    """The profile whose rules explain the most names; `prefer` (the format's own) wins ties,
-    then built-in order (gapwatch first)."""
+                   prefer: str | None = None, against=None) -> Profile:
+    """The profile whose rules explain the most names, less twice the mappings the data
+    contradicts (against(profile): how many, `meaning.contradictions` of the source, when its
+    data is known); `prefer` (the format's own) wins ties, then built-in order (gapwatch first)."""
     names = list(names)
     profiles = all_profiles(user_file)
     order = list(profiles)
     if prefer in profiles:
         order.remove(prefer)
         order.insert(0, prefer)
-    best = max(order, key=lambda n: (profiles[n].score(names), -order.index(n)))
-    return profiles[best]
+
+    def weight(n: str) -> tuple[int, int]:
+        contradicted = against(profiles[n]) if against is not None else 0
+        return profiles[n].score(names) - 2 * contradicted, -order.index(n)
+
+    return profiles[max(order, key=weight)]
 
 
 def resolve_profile(profile: str | Profile | None, names, prefer: str | None = None,
-                    user_file: str | os.PathLike | None = None) -> Profile:
-    """A Profile object from a name, an object, or None (auto-detect from the names)."""
+                    user_file: str | os.PathLike | None = None, against=None) -> Profile:
+    """A Profile object from a name, an object, or None (auto-detect from the names and, when
+    given, what the data contradicts: see detect_profile)."""
     if isinstance(profile, Profile):
         return profile
     if profile:
         return get_profile(profile, user_file)
-    return detect_profile(names, user_file, prefer=prefer)
+    return detect_profile(names, user_file, prefer=prefer, against=against)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -73,7 +73,8 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
     if run.summary:
         config.setdefault("summary", run.summary)
     with store.atomic():
-        writer = ImportWriter(store, name, run.source, live=run.live, previous_rows=previous_rows)
+        writer = ImportWriter(store, name, run.source, live=run.live, previous_rows=previous_rows,
+                              crashed=run.crashed)
         writer.start(project=project, profile=run.profile, config=config,
                      tokens_per_step=run.tokens_per_step)
         writer.add(run.scalars, progress=progress)
@@ -89,8 +90,9 @@ class ImportWriter:
     """
 
     def __init__(self, store, name: str, source: str, *, live: bool = False,
-                 previous_rows: int | None = None) -> None:
+                 previous_rows: int | None = None, crashed: bool = False) -> None:
         self.store, self.name, self.source, self.live = store, name, source, live
+        self.crashed = crashed
         self.previous_rows = previous_rows
         self.existing = store.get_run(name)
         self.state = store.load_state(STATE_PREFIX + name)
@@ -131,7 +133,8 @@ class ImportWriter:
     def start(self, *, project: str | None, profile: str | None, config: dict,
               tokens_per_step: float | None) -> None:
         self.profile = profile
-        status = RunStatus.RUNNING if self.live else RunStatus.IMPORTED
+        status = (RunStatus.CRASHED if self.crashed else
+                  RunStatus.RUNNING if self.live else RunStatus.IMPORTED)
         self.store.ensure_run(
             self.name, project=project, source=f"import:{profile}" if profile else "import",
             config=config, tokens_per_step=tokens_per_step, status=status,

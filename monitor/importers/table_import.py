@@ -21,6 +21,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
+from .meaning import CadenceTally, contradictions, mapping_rows, with_evidence
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
 from .store_writer import ImportWriter, WriteResult
@@ -39,6 +40,8 @@ class ImportSummary:
     keys: list[str]
     notes: list[str] = field(default_factory=list)
     live: bool = False
+    crashed: bool = False
+    mapping: list[dict] = field(default_factory=list)
 
 
 class _ProfileRevised(Exception):
@@ -50,30 +53,45 @@ class _ProfileRevised(Exception):
 def import_table(store, name: str, source: str | os.PathLike, fmt: str,
                  profile: str | Profile | None = None, *, tokens_per_step: float | None = None,
                  profiles_file: str | os.PathLike | None = None, project: str | None = None,
-                 reference_of: str | None = None,
-                 progress=None) -> tuple[WriteResult, ImportSummary]:
-    """Import a `jsonl` or `csv` log as run `name` (arguments as for `load` and `write_run`).
+                 reference_of: str | None = None, progress=None,
+                 step_key: str | None = None) -> tuple[WriteResult, ImportSummary]:
+    """Import a `jsonl` or `csv` log, or a W&B history export (`wandb-csv` with a `_step`
+    column), as run `name` (arguments as for `load` and `write_run`).
 
     progress: called with (bytes_read, bytes_total) after each chunk.
+    step_key: the column that holds the step (default: the profile's, else `generic_rows`').
     """
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
-    step_key = named.step_key if isinstance(named, Profile) else None
+    step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
     args = dict(store=store, name=name, source=source, fmt=fmt, step_key=step_key,
                 tokens_per_step=tokens_per_step, profiles_file=profiles_file, project=project,
                 reference_of=reference_of, progress=progress)
+    infer = not named  # a profile the user named is taken at its word (as `load` does)
     try:
-        return _import_once(fixed=named or None, **args)
+        return _import_once(fixed=named or None, infer=infer, **args)
     except _ProfileRevised as revised:
-        return _import_once(fixed=revised.profile, **args)
+        return _import_once(fixed=revised.profile, infer=infer, **args)
 
 
-def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, tokens_per_step,
-                 profiles_file, project, reference_of, progress):
-    stream = TableStream(source, fmt, step_key=step_key)
+def _detect(names, profiles_file, cadence) -> Profile:
+    names = list(names)
+    return detect_profile(names, profiles_file,
+                          against=lambda p: contradictions(p, names, cadence))
+
+
+def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, infer: bool,
+                 tokens_per_step, profiles_file, project, reference_of, progress):
+    if fmt == "wandb-csv":
+        from .wandb.csv_stream import WandbCsvStream
+
+        stream = WandbCsvStream(source, step_key=step_key)
+    else:
+        stream = TableStream(source, fmt, step_key=step_key)
     source_id = str(Path(source).resolve())  # the same file wherever it is imported from
     names: dict[str, None] = {}
     mapper: NameMapper | None = None
     tokens = TokensPerStep()
+    tally = CadenceTally()
     collision: GapwatchError | None = None
     with store.atomic():
         writer = ImportWriter(store, name, source_id)
@@ -81,11 +99,17 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             if progress is not None:
                 progress(stream.bytes_read, stream.bytes_total)
             fresh = [str(n) for n in pd.unique(raw["key"]) if n not in names]
+            tally.add(raw)
             names.update(dict.fromkeys(fresh))
             if collision is not None:
                 continue  # only the names matter now
             if mapper is None:
-                mapper = NameMapper(fixed or detect_profile(names, profiles_file), source_id)
+                # The first chunk's cadences stand for the file's (names first seen later are
+                # mapped by the profile alone).
+                base = fixed or _detect(names, profiles_file, tally.cadences())
+                chosen, evidence = (with_evidence(base, list(names), tally.cadences())
+                                    if infer else (base, {}))
+                mapper = NameMapper(chosen, source_id)
                 writer.start(project=project, profile=mapper.profile.name, config={},
                              tokens_per_step=tokens_per_step)
             try:
@@ -99,8 +123,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             tokens.add(mapped)
             writer.add(mapped)
         if fixed is None:
-            chosen = detect_profile(names, profiles_file)
-            if chosen != mapper.profile:
+            chosen = _detect(names, profiles_file, tally.cadences())
+            if chosen != base:
                 raise _ProfileRevised(chosen)
             if collision is not None:
                 raise collision
@@ -110,4 +134,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             notes.append(dropped)
         result = writer.finish(events=stream.events, reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))
-    return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes)
+    mapping = mapping_rows(list(names), mapper.key_map, mapper.profile, evidence,
+                           tally.cadences())
+    return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes,
+                                 mapping=mapping)

@@ -9,10 +9,13 @@ Rules:
 * A path to a folder reads every event file under it, oldest (by file name, which starts with the
   creation time) first. Files in different subfolders are different TensorBoard runs: their tags
   are prefixed with the subfolder (`eval/` + `loss`), as TensorBoard shows them.
-* A tag logged at a step no higher than its previous one is a restart (TensorBoard's own rule for
-  resumed runs): a new attempt starts, its values win, and a `restart` event records it.
-* A damaged record (checksum) is an error naming the file and record; a file that stops inside a
-  record is an error too, except when following a file that is still being written.
+* A tag logged at a step lower than its previous one, or at the same step in a later file, is a
+  restart (TensorBoard's own rule for resumed runs): a new attempt starts, its values win, and a
+  `restart` event records it. The same tag twice at one step of one file (Lightning logs `epoch`
+  with each of a step's training and validation logs) is one value logged again: the later wins.
+* A damaged record (checksum) is an error naming the file and record. A file that stops inside a
+  record was cut short (its writer was killed): its complete records are imported, the run is
+  marked crashed and a note says how many bytes were left unread.
 """
 
 from __future__ import annotations
@@ -53,13 +56,16 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     steps, keys, values, attempts, walls, events = [], [], [], [], [], []
     last_step: dict[str, int] = {}
     attempt = 1
+    last_file: dict[str, Path] = {}
     skipped: dict[str, int] = {}
+    notes = []
     for file in files:
         prefix = ""
         if len(folders) > 1 and root.is_dir():
             rel = file.parent.relative_to(root).as_posix()
             prefix = "" if rel == "." else rel + "/"
-        for number, raw in enumerate(_records(file), start=1):
+        cut: list[str] = []
+        for number, raw in enumerate(_records(file, cut), start=1):
             try:
                 event = event_pb2.Event.FromString(raw)
             except Exception:
@@ -74,7 +80,8 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
                     skipped[tag] = skipped.get(tag, 0) + 1
                     continue
                 previous = last_step.get(tag)
-                if previous is not None and event.step <= previous:
+                if previous is not None and (event.step < previous or (
+                        event.step == previous and last_file[tag] != file)):
                     attempt += 1
                     last_step.clear()
                     events.append({
@@ -84,14 +91,15 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
                                               f"{event.step}", "file": file.name},
                     })
                 last_step[tag] = event.step
+                last_file[tag] = file
                 steps.append(event.step)
                 keys.append(tag)
                 values.append(scalar)
                 attempts.append(attempt)
                 walls.append(event.wall_time)
+        notes.extend(cut)
     if not steps:
         raise GapwatchError(f"{path}: no scalar summaries in the TensorBoard event files")
-    notes = []
     if skipped:
         listed = ", ".join(f"{k} ({n})" for k, n in sorted(skipped.items())[:6])
         notes.append(f"{path}: left out summaries that are not scalars: {listed}")
@@ -101,6 +109,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
         events=events,
         source=str(root),
         notes=notes,
+        crashed=any("crashed:" in n for n in notes),
     )
 
 
@@ -115,13 +124,15 @@ def _scalar(value, tensor_util) -> float | None:
     return float(array.reshape(()).item())
 
 
-def _records(file: Path):
-    """Raw records of one event file, with damage and truncation reported, not swallowed."""
+def _records(file: Path, cut: list[str]):
+    """Raw records of one event file; damage is an error, and a file that stops inside a record
+    ends after its last complete one, with a note of the bytes left unread added to `cut`."""
     from tensorboard.compat.tensorflow_stub import errors
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
 
     reader = PyRecordReader_New(str(file))
     number = 0
+    consumed = 0  # bytes of the complete records (8 length, 4 + 4 checksums and the data)
     while True:
         number += 1
         try:
@@ -134,8 +145,10 @@ def _records(file: Path):
                 raise GapwatchError(
                     f"{file}: record {number}: checksum mismatch (the file is damaged)"
                 ) from None
-            raise GapwatchError(
-                f"{file}: truncated: the file stops inside record {number}; if a trainer is "
-                "still writing it, import it again or use --follow"
-            ) from None
-        yield reader.record()
+            unread = file.stat().st_size - consumed
+            cut.append(f"{file}: crashed: the file stops inside record {number}; imported its "
+                       f"{number - 1:,} complete records, {unread:,} bytes left unread")
+            return
+        record = reader.record()
+        consumed += len(record) + 16
+        yield record

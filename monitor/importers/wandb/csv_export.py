@@ -4,7 +4,12 @@ Two layouts exist and both are read:
 * a run's history export: `_step` plus one column per metric name;
 * a chart panel export: `Step` plus `<run name> - <metric>` columns, each optionally with
   `__MIN`/`__MAX` companions (the min and max of the points W&B merged into one when it sampled the
-  chart). The companions are left out: they describe W&B's sampling, not the run.
+  chart). The companions are left out: they describe W&B's sampling, not the run. A panel that
+  showed several runs holds each under its own prefix: one run is read at a time (`run=`, one of
+  `panel_runs`), only the rows where it has a value.
+
+A W&B *runs table* export (one row per run: `Name`, `State`, `Created`, ... and final values) is
+not a history: `runs_table_error` says so in one line.
 
 Some exports have no step column but are keyed by cumulative tokens (OLMo's
 `throughput/total_tokens`). Then step = tokens / tokens-per-step, with tokens-per-step from a
@@ -55,8 +60,43 @@ def sniff(header: list[str]) -> bool:
     return bool(cols & set(_WANDB_STEP_COLUMNS)) or bool(cols & set(TOKEN_COLUMNS))
 
 
+# Columns of W&B's runs-table export (the project page's table, "Export as CSV").
+RUNS_TABLE_COLUMNS = ("Name", "State", "Notes", "User", "Tags", "Created", "Runtime", "Sweep", "ID")
+
+
+def is_runs_table(header: list[str]) -> bool:
+    cols = set(header)
+    return ("Name" in cols and len(cols & set(RUNS_TABLE_COLUMNS)) >= 3
+            and not cols & set(STEP_COLUMNS))
+
+
+def runs_table_error(path) -> GapwatchError:
+    return GapwatchError(
+        f"{path}: a W&B runs table (one row per run with its final values, no steps), not a "
+        "run's history: export a history instead (a chart panel's menu: Export > CSV, or "
+        "wandb.Api().run(PATH).history()), or import the run itself as wandb://entity/project/id"
+    )
+
+
+def panel_runs(path: str | Path) -> list[str]:
+    """The run names of a chart panel export, in column order ([] for any other CSV)."""
+    path = Path(path)
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh, delimiter=separator(path)), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
+    header = [h.strip() for h in header]
+    if "Step" not in header:
+        return []
+    matches = [_PANEL_COLUMN.match(c) for c in header if c not in STEP_COLUMNS]
+    if not matches or not all(matches):
+        return []
+    return list(dict.fromkeys(m.group("run") for m in matches))
+
+
 def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
-                    step_column: str | None = None) -> ImportedRun:
+                    step_column: str | None = None, run: str | None = None) -> ImportedRun:
     path = Path(path)
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[],
@@ -72,7 +112,9 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
         raise GapwatchError(f"{path}: column {dup!r} appears twice")
     notes: list[str] = []
     name_hint = path.stem
-    table, run_name = _strip_panel_prefixes(table, path)
+    if is_runs_table(list(table.columns)):
+        raise runs_table_error(path)
+    table, run_name = _strip_panel_prefixes(table, path, run)
     if run_name:
         name_hint = run_name
     sampled = [c for c in table.columns if _SAMPLING_SUFFIX.search(c)]
@@ -126,20 +168,35 @@ def _nan_literal(cells: pd.Series) -> np.ndarray:
     return cells.str.strip().str.lower().isin(["nan", "-nan", "+nan"]).to_numpy()
 
 
-def _strip_panel_prefixes(table: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, str | None]:
-    """`<run> - <metric>` panel columns -> `<metric>`; several runs in one file is an error."""
+def _strip_panel_prefixes(table: pd.DataFrame, path: Path,
+                          run: str | None) -> tuple[pd.DataFrame, str | None]:
+    """`<run> - <metric>` panel columns -> `<metric>`, of the one run the export holds or of
+    `run` (one of them), on the rows where that run has a value."""
     others = [c for c in table.columns if c not in STEP_COLUMNS]
     matches = [_PANEL_COLUMN.match(c) for c in others]
     if not others or not all(matches) or "Step" not in table.columns:
+        if run is not None:
+            raise GapwatchError(f"{path}: not a W&B panel export of several runs: "
+                                "import it without naming one of its runs")
         return table, None
-    runs = sorted({m.group("run") for m in matches})
-    if len(runs) > 1:
+    runs = list(dict.fromkeys(m.group("run") for m in matches))
+    if run is None and len(runs) > 1:
         raise GapwatchError(
-            f"{path}: the export holds {len(runs)} runs ({', '.join(runs[:4])}); "
-            "export one run per file"
+            f"{path}: a W&B panel export of {len(runs)} runs ({', '.join(runs[:4])}"
+            f"{', ...' if len(runs) > 4 else ''}): name one with --run NAME, or import each "
+            "with --all-runs"
         )
-    renamed = {c: m.group("metric") for c, m in zip(others, matches)}
-    return table.rename(columns=renamed), runs[0]
+    run = runs[0] if run is None else run
+    if run not in runs:
+        raise GapwatchError(f"{path}: no run {run!r} in this panel export; it holds "
+                            + ", ".join(runs))
+    mine = [c for c, m in zip(others, matches) if m.group("run") == run]
+    steps = [c for c in table.columns if c in STEP_COLUMNS]
+    values = [c for c in mine if not _SAMPLING_SUFFIX.search(c)]
+    has_value = (table[values].apply(lambda col: col.str.strip() != "")).any(axis=1)
+    table = table.loc[has_value, steps + mine].reset_index(drop=True)
+    renamed = {c: _PANEL_COLUMN.match(c).group("metric") for c in mine}
+    return table.rename(columns=renamed), run
 
 
 def _steps(path, table, numeric, logged, tokens_per_step, step_column):

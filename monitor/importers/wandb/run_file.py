@@ -10,9 +10,15 @@ stopped. Rules:
 * W&B history steps only grow (wandb drops a log to an earlier step), so a row whose `_step` is not
   above the previous row's means a damaged file: an error naming the record.
 * The end of the file: without an `exit` record the run is still going (or was killed): the complete
-  records are imported and the run is marked live. A file that stops inside a chunk was cut short
-  (wandb writes whole chunks, so a live file ends between two): an error, except for a follower,
-  which waits for the rest.
+  records are imported and the run is marked live. A file that stops inside a chunk was cut
+  short: its writer was killed mid-write (wandb writes whole chunks, so a live file ends between
+  two, at most inside a record split over blocks). Every complete record is imported, the run is marked crashed and a note says
+  how many bytes were left unread; a follower instead waits for the rest.
+* A run resumed after a crash (`wandb.init(id=..., resume="allow")`) writes one run folder per
+  process, each with its own `run-<id>.wandb`. Those files are one run: `find_run_segments` finds
+  every folder of the run id beside the one named, and `parse_wandb_run` reads them in the order
+  they started, each segment an attempt; where a segment covers steps an earlier one logged (it
+  resumed from an earlier checkpoint), its values win, as in the run's own W&B charts.
 * The summary is the last value of each summary key, from every summary record in file order
   (W&B's own summary rules: a history row updates it, run.summary[...] sets it); W&B's own keys
   (`_runtime`, `_wandb.*`, ...) are left out.
@@ -21,13 +27,16 @@ stopped. Rules:
 from __future__ import annotations
 
 import copy
+import glob
 import json
 import mmap
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from monitor.errors import GapwatchError
@@ -39,6 +48,9 @@ from .log_format import FILE_HEADER, check_file_header, iter_records
 from .records import NESTED_SEP, NotText, decode_exact, to_float
 
 STEP_KEY = "_step"
+_RUN_FILE = re.compile(r"run-(.+)\.wandb")
+# The run folders wandb makes: run-<date>_<time>-<id> (online), offline-run-<date>_<time>-<id>.
+_RUN_FOLDER = re.compile(r"(offline-)?run-\d{8}_\d{6}-.+")
 TIMESTAMP_KEY = "_timestamp"
 # Records decoded together. The walk over a batch's items reads its bytes once per field
 # position, so a batch's bytes (about 3 MB at wandb's ~170 bytes a record) should stay in the CPU
@@ -82,8 +94,16 @@ def find_run_file(path: str | os.PathLike) -> Path:
     return found[0]
 
 
+def _wandb_folder(p: Path) -> Path:
+    """A project folder whose run folders are in its `wandb/` (where wandb puts them): that."""
+    if p.is_dir() and not any(p.glob("*.wandb")) and not any(p.glob("*/*.wandb")) and (
+            p / "wandb").is_dir():
+        return p / "wandb"
+    return p
+
+
 def is_wandb_source(path: str | os.PathLike) -> bool:
-    p = Path(path)
+    p = _wandb_folder(Path(path))
     if p.is_file():
         with open(p, "rb") as fh:
             return fh.read(4) == FILE_HEADER[:4]
@@ -122,6 +142,8 @@ class WandbRunReader:
     exit_code: int | None = None
     skipped: dict[str, int] = field(default_factory=dict)
     exact_records: int = 0
+    start_time: float | None = None  # seconds since the epoch, from the run record
+    unread: int = 0  # bytes after the last complete record of a file cut short mid-write
     _codes: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -129,9 +151,10 @@ class WandbRunReader:
         return str(self.path)
 
     def read(self, follow: bool = False, progress=None) -> NewRows:
-        """Rows appended since the last read. A chunk cut off at the end of the file is an error
-        unless following (a follower reads it again next time). All or nothing: after an error
-        the reader is as it was before the call. progress: called with (bytes read, bytes)."""
+        """Rows appended since the last read. A record cut off at the end of the file is left
+        unread: counted in `unread` (a crashed run), or read again next time by a follower. All
+        or nothing: after an error the reader is as it was before the call. progress: called
+        with (bytes read, bytes)."""
         failure = None
         before = copy.deepcopy(self.__dict__)
         try:
@@ -156,14 +179,11 @@ class WandbRunReader:
         fb = wire.FileBytes(buf)
         parts: list[NewRows] = []
         # The file is checked and decoded a segment at a time; rows come out in file order.
+        torn = False
         for found in iter_records(buf, self.source, self.offset, self.records):
-            if found.torn_at is not None and not follow:
-                raise GapwatchError(
-                    f"{self.path}: truncated: the file stops inside a record at byte "
-                    f"{found.torn_at} of {len(buf)} (after {self.records + found.count} "
-                    "complete records); if a run is still writing it, import it again or use "
-                    "--follow"
-                )
+            # A record split over blocks whose last chunk is not there yet is how a live file
+            # ends; a file that ends inside a chunk was cut short.
+            torn = found.torn_at is not None
             joined = _Joined.of(found)
             for lo in range(0, found.count, BATCH_RECORDS):
                 hi = min(lo + BATCH_RECORDS, found.count)
@@ -172,6 +192,8 @@ class WandbRunReader:
             self.offset = found.next_offset
             if progress is not None:
                 progress(self.offset, len(buf))
+        if torn and not follow:
+            self.unread = len(buf) - self.offset
         del fb
         if not parts:
             empty = np.zeros(0)
@@ -368,6 +390,8 @@ class WandbRunReader:
 
     def _apply_run_facts(self, exact) -> None:
         for run in exact.runs:
+            if run.HasField("start_time") and self.start_time is None:
+                self.start_time = run.start_time.seconds + run.start_time.nanos * 1e-9
             self.run_name = run.display_name or self.run_name
             self.run_id = run.run_id or self.run_id
             self.project = run.project or self.project
@@ -401,7 +425,10 @@ class WandbRunReader:
         if self.skipped:
             listed = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items())[:6])
             notes.append(f"{self.path}: left out values that are not numbers: {listed}")
-        if not self.finished:
+        if self.unread:
+            notes.append(f"{self.path}: crashed: the file stops inside a record; imported its "
+                         f"{self.records:,} complete records, {self.unread:,} bytes left unread")
+        elif not self.finished:
             notes.append(f"{self.path}: no exit record: the run is still going (or was stopped "
                          "before wandb finished); imported what is there")
         elif self.exit_code:
@@ -409,27 +436,96 @@ class WandbRunReader:
         return notes
 
 
+def run_id_of(file: Path) -> str | None:
+    """The run id in a `run-<id>.wandb` file name (wandb names every run file so)."""
+    m = _RUN_FILE.fullmatch(file.name)
+    return m.group(1) if m else None
+
+
+def logical_runs(folder: str | os.PathLike) -> dict[str, list[Path]]:
+    """The `.wandb` files under a `wandb/` folder (or a run folder), grouped by run id."""
+    p = Path(folder)
+    files = sorted(p.glob("*.wandb")) or sorted(
+        q for q in p.glob("*/*.wandb") if not q.parent.is_symlink())
+    out: dict[str, list[Path]] = {}
+    for f in files:
+        out.setdefault(run_id_of(f) or str(f), []).append(f)
+    return out
+
+
+def find_run_segments(path: str | os.PathLike) -> list[Path]:
+    """Every `.wandb` file of the run a path names: a `.wandb` file or run folder, with the
+    folders beside it that hold the same run id (a resumed run), or a `wandb/` folder (or the
+    project folder holding it) with one run in one or several folders. A folder of several runs
+    is an error listing them."""
+    if not Path(path).exists():
+        raise GapwatchError(f"{path}: no such file or directory")
+    p = _wandb_folder(Path(path))
+    if p.is_dir() and not any(p.glob("*.wandb")):
+        runs = logical_runs(p)
+        if not runs:
+            raise GapwatchError(f"{path}: no .wandb run file in this folder")
+        if len(runs) > 1:
+            offered = "; ".join(
+                f"{rid} ({len(fs)} folder{'s' if len(fs) > 1 else ''}): {fs[-1].parent}"
+                for rid, fs in list(runs.items())[:6])
+            raise GapwatchError(f"{path}: holds {len(runs)} W&B runs; import each by one of its "
+                                f"folders (a resumed run's folders come together): {offered}")
+        return next(iter(runs.values()))
+    file = find_run_file(p)
+    rid = run_id_of(file)
+    if rid is None or not _RUN_FOLDER.fullmatch(file.parent.name) or not (
+            file.parent.name.endswith(f"-{rid}")):
+        return [file]  # not in a folder wandb named: no siblings to look for
+    beside = sorted(q for q in file.parent.parent.glob(f"*-{glob.escape(rid)}/run-{glob.escape(rid)}.wandb")
+                    if _RUN_FOLDER.fullmatch(q.parent.name) and not q.parent.is_symlink())
+    return beside if file in beside else [file]
+
+
 def parse_wandb_run(path: str | os.PathLike, progress=None) -> ImportedRun:
-    """A whole `.wandb` file (or offline run folder) as an ImportedRun with W&B's metric names."""
-    reader = WandbRunReader(find_run_file(path))
-    rows = reader.read(progress=progress)
-    if not len(rows.step):
+    """A whole `.wandb` file (or offline run folder) as an ImportedRun with W&B's metric names;
+    a resumed run's segments (see the module rules) as one run, one attempt per segment."""
+    files = find_run_segments(path)
+    readers, parts = [], []
+    for i, file in enumerate(files):
+        reader = WandbRunReader(file)
+        rows = reader.read(progress=progress if i == len(files) - 1 else None)
+        readers.append(reader)
+        parts.append(rows)
+    order = sorted(range(len(files)), key=lambda i: (
+        readers[i].start_time if readers[i].start_time is not None else float("inf"), i))
+    readers = [readers[i] for i in order]
+    parts = [parts[i] for i in order]
+    if not sum(len(rows) for rows in parts):
         # Following a run that has just started may see this; a one-shot import has nothing to do.
-        raise GapwatchError(f"{reader.path}: no logged metrics in this W&B run file (only its header "
-                            "and settings): nothing to import")
-    return to_imported(reader, rows)
+        raise GapwatchError(f"{readers[-1].path}: no logged metrics in this W&B run file (only "
+                            "its header and settings): nothing to import")
+    if len(readers) == 1:
+        return to_imported(readers[0], parts[0])
+    runs = [to_imported(r, rows, attempt=n + 1) for n, (r, rows) in enumerate(zip(readers, parts))]
+    last = runs[-1]
+    last.scalars = pd.concat([r.scalars for r in runs], ignore_index=True)
+    last.notes = [n for r in runs for n in r.notes if "no exit record" not in n or r is last]
+    last.notes.append(f"resumed run {readers[-1].run_id}: {len(runs)} segments, read in the "
+                      "order they started, each an attempt: "
+                      + ", ".join(str(r.path.parent.name) for r in readers))
+    last.source = str(readers[0].path)
+    return last
 
 
-def to_imported(reader: WandbRunReader, rows: NewRows) -> ImportedRun:
+def to_imported(reader: WandbRunReader, rows: NewRows, attempt: int = 1) -> ImportedRun:
     keys = pd_categorical(rows.key, reader.key_names)
     run = ImportedRun(
         name_hint=reader.run_name or reader.run_id or reader.path.stem,
-        scalars=scalars_frame(rows.step, keys, rows.value, wall_time=rows.wall_time),
+        scalars=scalars_frame(rows.step, keys, rows.value,
+                              np.full(len(rows.step), attempt, dtype=np.int64),
+                              wall_time=rows.wall_time),
         config=dict(reader.config),
         summary=reader.public_summary(),
         source=str(reader.path),
         notes=reader.notes(),
-        live=not reader.finished,
+        live=not reader.finished and not reader.unread,
+        crashed=bool(reader.unread),
     )
     return run
 
@@ -493,8 +589,6 @@ def _merged(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
 
 
 def pd_categorical(codes: np.ndarray, names: list[str]):
-    import pandas as pd
-
     return pd.Categorical.from_codes(codes.astype(np.int32), categories=pd.Index(names, dtype=str)) \
         if len(names) else pd.Categorical([], categories=pd.Index([], dtype=str))
 
@@ -516,4 +610,5 @@ def _del_nested(target: dict, parts: tuple[str, ...]) -> None:
     target.pop(parts[-1], None)
 
 
-__all__ = ["WandbRunReader", "parse_wandb_run", "find_run_file", "is_wandb_source", "NESTED_SEP"]
+__all__ = ["WandbRunReader", "parse_wandb_run", "find_run_file", "find_run_segments",
+           "logical_runs", "is_wandb_source", "NESTED_SEP"]

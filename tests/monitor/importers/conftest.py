@@ -14,9 +14,9 @@ WRITER = Path(__file__).with_name("wandb_writer.py")
 WRITER_TIMEOUT_S = 180
 
 
-def run_writer(root: Path, kind: str, steps: int, wait: bool = True):
+def run_writer(root: Path, kind: str, steps: int | str, wait: bool = True, *more: str):
     root.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(WRITER), str(root), kind, str(steps)]
+    cmd = [sys.executable, str(WRITER), str(root), kind, str(steps), *more]
     # Everything wandb writes (settings, caches) stays under the test's folder.
     env = {**os.environ, "WANDB_DIR": str(root), "WANDB_CACHE_DIR": str(root / "cache"),
            "WANDB_CONFIG_DIR": str(root / "config"), "WANDB_DATA_DIR": str(root / "data")}

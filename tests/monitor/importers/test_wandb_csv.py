@@ -76,11 +76,15 @@ def test_panel_export_with_min_max_columns(tmp_path):
     assert any("__MIN/__MAX" in n for n in run.notes)
 
 
-def test_panel_export_with_two_runs_is_refused(tmp_path):
+def test_panel_export_with_two_runs_reads_the_run_named(tmp_path):
     path = tmp_path / "two.csv"
-    path.write_text('"Step","a - train/loss","b - train/loss"\n1,2,3\n')
-    with pytest.raises(GapwatchError, match="holds 2 runs"):
+    path.write_text('"Step","a - train/loss","b - train/loss"\n1,2,3\n2,,4\n')
+    with pytest.raises(GapwatchError, match="panel export of 2 runs .*--run NAME"):
         load(path)
+    b = load(path, wandb_run="b").to_run_data("b").series(schema.TRAIN_LOSS)
+    assert b.to_dict() == {1: 3.0, 2: 4.0}
+    a = load(path, wandb_run="a").to_run_data("a").series(schema.TRAIN_LOSS)
+    assert a.to_dict() == {1: 2.0}
 
 
 def test_text_column_is_left_out_but_text_in_a_number_column_is_an_error(tmp_path):

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -124,12 +126,21 @@ def rich_copy(rich_run, tmp_path):
     return copy
 
 
-def test_truncated_file_is_an_error_naming_the_byte(rich_copy):
+def test_truncated_file_imports_its_complete_records_as_a_crashed_run(rich_copy):
+    whole = load(rich_copy).scalars
     data = rich_copy.read_bytes()
     cut = BLOCK_SIZE + 1000  # inside a chunk, not on a block boundary
     rich_copy.write_bytes(data[:cut])
-    with pytest.raises(GapwatchError, match=r"truncated: the file stops inside a record at byte"):
-        load(rich_copy)
+    run = load(rich_copy)
+    assert run.crashed and not run.live
+    (warning,) = [n for n in run.notes if "crashed" in n]
+    unread = int(re.search(r"([\d,]+) bytes left unread", warning).group(1).replace(",", ""))
+    assert 0 < unread < 32 * 1024
+    # Every complete record: the rows are the whole run's first rows.
+    got = run.scalars[["step", "key", "value"]].astype({"key": str})
+    want = whole[["step", "key", "value"]].astype({"key": str}).iloc[:len(got)]
+    assert 0 < len(got) < len(whole)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
     # A follower takes the complete records and waits for the rest.
     reader = WandbRunReader(rich_copy)
     assert len(reader.read(follow=True)) > 0 and reader.offset < cut

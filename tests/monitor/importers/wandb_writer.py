@@ -5,6 +5,12 @@ state per process). Run as `python wandb_writer.py DIR KIND [STEPS]`:
   dicts, text, a value over 127 bytes, a histogram), explicit summary values and nested config;
 * live: logs STEPS steps, creates DIR/ready, waits (at most 60 s) for DIR/go, logs STEPS more
   steps and finishes: a run that is still being written while a test reads it.
+* hf: what Hugging Face Trainer's W&B callback logs with logging_steps=10, eval_steps=50:
+  `train/loss`, `train/learning_rate`, `train/epoch` and `train/global_step` every 10 steps, an
+  evaluation row (`eval/loss`, `eval/runtime`) every 50, and the final `train/train_*` row;
+* segment ID FIRST LAST: one process of a resumed run (`resume="allow"`, run id ID) that logs
+  `train/global_step` FIRST..LAST-1 with `train/loss` = 10 - step / 100 + FIRST / 1000 (so each
+  segment's values differ) and finishes.
 """
 
 from __future__ import annotations
@@ -59,7 +65,31 @@ def live(root: Path, steps: int) -> None:
     run.finish()
 
 
+def hf(root: Path, steps: int) -> None:
+    run = wandb.init(project="gapwatch-test", name="hf-ref", dir=str(root))
+    for step in range(10, steps + 1, 10):
+        wandb.log({"train/loss": 3.0 - step / (2 * steps), "train/learning_rate": 1e-4,
+                   "train/epoch": step / steps, "train/global_step": step})
+        if step % 50 == 0:
+            wandb.log({"eval/loss": 3.2 - step / (2 * steps), "eval/runtime": 1.5,
+                       "train/epoch": step / steps, "train/global_step": step})
+    wandb.log({"train/train_runtime": 100.0, "train/train_loss": 2.5, "train/total_flos": 1e15,
+               "train/epoch": 1.0, "train/global_step": steps})
+    run.finish()
+
+
+def segment(root: Path, run_id: str, first: int, last: int) -> None:
+    run = wandb.init(project="gapwatch-test", name="resumed-ref", id=run_id, resume="allow",
+                     dir=str(root))
+    for step in range(first, last):
+        wandb.log({"train/global_step": step, "train/loss": 10 - step / 100 + first / 1000})
+    run.finish()
+
+
 if __name__ == "__main__":
     out, kind = Path(sys.argv[1]), sys.argv[2]
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 60
-    {"rich": rich, "live": live}[kind](out, n)
+    if kind == "segment":
+        segment(out, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        n = int(sys.argv[3]) if len(sys.argv) > 3 else 60
+        {"rich": rich, "live": live, "hf": hf}[kind](out, n)

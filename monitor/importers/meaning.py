@@ -1,0 +1,217 @@
+"""What a source's series mean, from their names and from how often they were logged.
+
+A profile's rules say what the names of a known trainer mean. For the names no rule explains, the
+data adds evidence the name alone cannot give: a loss logged at (nearly) every step the run logs
+anything is a training loss; one logged every N steps beside a denser series is an evaluation; a
+name with `val`, `valid`, `validation`, `eval`, `test` or `heldout` in it is a held-out set. Each
+mapping says what it rests on, and one that rests on the name alone is called a guess.
+
+`Cadence` is measured on the run's step axis (the trainer's step, see `step_axis`); `mapping_rows`
+is the table `gapwatch import` prints (source key, gapwatch metric, cadence, count, reason).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from monitor import schema
+
+from .profiles import Profile, Rule
+
+HELDOUT_WORDS = ("val", "valid", "validation", "eval", "test", "heldout")
+TRAIN_WORDS = ("train", "training", "lm", "total")
+TOKEN_KEYS = ("train/num_input_tokens_seen", "tokens", "train/tokens_seen")
+LR_NAMES = ("lr", "learning_rate", "train/lr", "train/learning_rate", "learning rate")
+GRAD_NORM_NAMES = ("grad_norm", "gradient_norm", "train/gradient_norm", "grad-norm")
+# A series logged at no more than this many times the densest series' interval is "dense".
+DENSE_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """How a series was logged: `count` values at `steps` distinct steps, typically `every`
+    steps apart (the median gap; 0 for a series logged once)."""
+
+    count: int
+    steps: int
+    every: float
+    first: int
+    last: int
+
+    def describe(self) -> str:
+        if self.steps <= 1:
+            return "once"
+        if self.every <= 1:
+            return "every step"
+        return f"every {self.every:g} steps"
+
+
+def cadences(scalars: pd.DataFrame) -> dict[str, Cadence]:
+    """Each key's cadence in a long scalars frame (one attempt's rewound steps count again)."""
+    out = {}
+    for key, steps in scalars.groupby("key", observed=True, sort=False)["step"]:
+        s = np.unique(steps.to_numpy())
+        every = float(np.median(np.diff(s))) if len(s) > 1 else 0.0
+        out[str(key)] = Cadence(len(steps), len(s), every, int(s[0]), int(s[-1]))
+    return out
+
+
+class CadenceTally:
+    """Cadences of a log read chunk by chunk, in memory that does not grow with the log; a
+    chunk holds whole steps, so distinct steps add up, and `every` is the mean gap."""
+
+    def __init__(self) -> None:
+        self._stats: dict[str, list[int]] = {}  # key -> [count, steps, first, last]
+
+    def add(self, scalars: pd.DataFrame) -> None:
+        grouped = scalars.groupby("key", observed=True, sort=False)["step"]
+        stats = grouped.agg(["count", "nunique", "min", "max"])
+        for key, (count, steps, lo, hi) in zip(stats.index, stats.to_numpy().tolist()):
+            have = self._stats.setdefault(str(key), [0, 0, int(lo), int(hi)])
+            have[0] += int(count)
+            have[1] += int(steps)
+            have[2], have[3] = min(have[2], int(lo)), max(have[3], int(hi))
+
+    def cadences(self) -> dict[str, Cadence]:
+        return {k: Cadence(n, s, (hi - lo) / (s - 1) if s > 1 else 0.0, lo, hi)
+                for k, (n, s, lo, hi) in self._stats.items()}
+
+
+def densest(cadence: dict[str, Cadence]) -> float:
+    """The smallest interval among series logged more than once (0 when there is none)."""
+    gaps = [c.every for c in cadence.values() if c.steps > 1]
+    return min(gaps) if gaps else 0.0
+
+
+def is_dense(c: Cadence, finest: float) -> bool:
+    return c.steps > 1 and c.every <= max(finest, 1.0) * DENSE_FACTOR
+
+
+def words(name: str) -> list[str]:
+    return [w for w in re.split(r"[/_\-. ]+", name.lower()) if w]
+
+
+def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
+    """(gapwatch key, the evidence) for a name no profile rule explains, or None."""
+    c = cadence.get(name)
+    finest = densest(cadence)
+    dense = c is not None and is_dense(c, finest)
+    sparser_exists = any(is_dense(o, finest) for o in cadence.values()) and not dense
+    if name in TOKEN_KEYS:
+        return schema.TRAIN_TOKENS, "name: a cumulative token count"
+    if name.lower() in LR_NAMES:
+        return schema.OPTIM_LR, "guess from the name alone"
+    if name.lower() in GRAD_NORM_NAMES:
+        return schema.TRAIN_GRAD_NORM, "guess from the name alone"
+    w = words(name)
+    if "loss" not in w or w[-1] != "loss":
+        return None
+    held = [x for x in w if x in HELDOUT_WORDS]
+    rest = [x for x in w if x not in HELDOUT_WORDS and x != "loss"]
+    if held:
+        dataset = "_".join(rest) or held[0]
+        evidence = (f"name ({held[0]}) and cadence ({c.describe()} beside a denser series)"
+                    if sparser_exists else f"guess from the name ({held[0]}) alone")
+        return schema.heldout_key(dataset), evidence
+    if rest and not set(rest) <= set(TRAIN_WORDS):
+        return None
+    if sparser_exists:
+        # A training-split loss measured at evaluation time only, beside a per-step series.
+        return schema.heldout_key("train"), f"name and cadence ({c.describe()}, not every step)"
+    if dense and c.steps > 2:
+        return schema.TRAIN_LOSS, f"name and cadence ({c.describe()})"
+    return schema.TRAIN_LOSS, "guess from the name alone"
+
+
+def with_evidence(profile: Profile, names, cadence: dict[str, Cadence]) -> tuple[Profile, dict]:
+    """The profile with a rule for each name its rules leave unexplained and the evidence
+    explains (tried after its own rules, so a user's rule always wins), and name -> evidence."""
+    taken = {profile.map_name(n)[0] for n in names if profile.map_name(n)[2]}
+    extra, evidence = [], {}
+    for name in names:
+        if str(name).startswith("_") or profile.map_name(name)[2]:
+            continue
+        hit = infer(str(name), cadence)
+        if hit is None or hit[0] in taken:
+            continue
+        taken.add(hit[0])
+        extra.append(Rule(re.escape(str(name)), hit[0]))
+        evidence[str(name)] = hit[1]
+    if not extra:
+        return profile, evidence
+    return Profile(profile.name, profile.description, profile.rules + tuple(extra),
+                   profile.step_key), evidence
+
+
+def contradictions(profile: Profile, names, cadence: dict[str, Cadence]) -> int:
+    """How many of the profile's rules the data contradicts: a per-step series called held out
+    though its name says nothing of it, or a sparse series beside a denser one called the
+    training loss."""
+    finest = densest(cadence)
+    has_dense = any(is_dense(c, finest) for c in cadence.values())
+    bad = 0
+    for name in names:
+        key, _, matched = profile.map_name(name)
+        c = cadence.get(str(name))
+        if not matched or key is None or c is None:
+            continue
+        dense = is_dense(c, finest)
+        named_heldout = any(x in HELDOUT_WORDS for x in words(str(name)))
+        if key.startswith("eval/heldout/") and dense and not named_heldout and has_dense and (
+                any(not is_dense(o, finest) for o in cadence.values())):
+            bad += 1
+        elif key == schema.TRAIN_LOSS and not dense and has_dense:
+            bad += 1
+    return bad
+
+
+def mapping_rows(names, key_map: dict[str, str], profile: Profile, evidence: dict[str, str],
+                 cadence: dict[str, Cadence], step_key: str | None = None) -> list[dict]:
+    """One row per source name: source, key (None: dropped), cadence, count, reason."""
+    rows = []
+    if step_key:
+        c = cadence.get(step_key)
+        rows.append({"source": step_key, "key": "(step axis)",
+                     "cadence": c.describe() if c else "", "count": c.count if c else None,
+                     "reason": "the trainer's step"})
+    for name in names:
+        name = str(name)
+        if name.startswith("_") or name == step_key:
+            continue
+        c = cadence.get(name)
+        key = key_map.get(name)
+        matched = profile.map_name(name)[2]
+        if name in evidence:
+            reason = evidence[name]
+        elif key is None:
+            reason = f"dropped by profile {profile.name}"
+        elif matched:
+            reason = f"profile {profile.name}"
+        else:
+            reason = "kept under its own name"
+        rows.append({"source": name, "key": key, "cadence": c.describe() if c else "",
+                     "count": c.count if c else None, "reason": reason})
+    return rows
+
+
+def format_table(rows: list[dict], limit: int | None = None) -> str:
+    """The mapping as aligned text columns; limit: at most that many rows, then a count of the
+    rest."""
+    head = ("source key", "gapwatch metric", "cadence", "count", "why")
+    shown = rows if limit is None else rows[:limit]
+    body = [(r["source"], r["key"] or "(dropped)", r["cadence"],
+             "" if r["count"] is None else f"{r['count']:,}", r["reason"]) for r in shown]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip()
+             for line in (head, *body)]
+    if len(rows) > len(shown):
+        lines.append(f"... {len(rows) - len(shown)} more (--dry-run lists them all)")
+    return "\n".join(lines)
+
+
+__all__ = ["Cadence", "CadenceTally", "cadences", "infer", "with_evidence", "contradictions", "mapping_rows",
+           "format_table", "HELDOUT_WORDS", "TOKEN_KEYS"]

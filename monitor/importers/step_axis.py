@@ -1,0 +1,94 @@
+"""The trainer's own step as a run's step axis, for sources whose step is a row counter.
+
+W&B numbers its history rows (`_step`); a trainer that logs its own step (HF Trainer's
+`train/global_step`, nanoGPT's `iter`, a custom loop's `step`) logs it as one more value in the row,
+and only that number lines a run up with another by step (LLaMA-Factory: `_step` 0..15 where the
+trainer's step runs 10..156). Rules:
+
+* The step key is the one named (`--step-key`, a profile's `step_key`), else the first of
+  STEP_KEYS the run logs; W&B's `_step` stays the axis only when the run logs none of them.
+* A row without the step key belongs to the step logged before it (an evaluation logged in its own
+  `wandb.log` call after the training row); rows before the first step key take the first one.
+* Rows that land on one step are one step: their values are merged (a key given twice keeps the
+  later value, as everywhere in `imported_run`).
+* A step lower than the row before it is a rewind (a loop that reloaded a checkpoint): a new
+  attempt, whose values win at the steps it covers, never a silent overwrite.
+* The step key itself is the axis, not a metric: its rows leave the scalars.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from monitor.errors import GapwatchError
+
+from .imported_run import ImportedRun, scalars_frame
+
+STEP_KEYS = ("train/global_step", "trainer/global_step", "global_step", "iter", "step", "Step",
+             "trainer/step")
+# Formats whose own step numbers rows rather than training steps.
+ROW_COUNTER_FORMATS = ("wandb-file", "wandb-api", "wandb-csv")
+
+
+def choose_step_key(names, wanted: str | None = None, source: str = "") -> str | None:
+    """The key that holds the trainer's step: `wanted` (an error when the run lacks it), else the
+    first of STEP_KEYS among names, else None (the source's own step stays the axis)."""
+    names = set(map(str, names))
+    if wanted:
+        if wanted not in names:
+            shown = ", ".join(sorted(n for n in names if not n.startswith("_"))[:8])
+            raise GapwatchError(f"{source or 'input'}: step key {wanted!r} is not logged in this "
+                                f"run (it logs {shown})")
+        return wanted
+    return next((k for k in STEP_KEYS if k in names), None)
+
+
+def on_trainer_step(run: ImportedRun, step_key: str) -> ImportedRun:
+    """run with its step axis replaced by the values of `step_key` (see the module rules)."""
+    s = run.scalars
+    if not len(s):
+        return run
+    steps = s["step"].to_numpy()
+    attempts = s["attempt"].to_numpy()
+    # Source rows: runs of items with one (attempt, step), in file order.
+    new_row = np.ones(len(s), dtype=bool)
+    new_row[1:] = (steps[1:] != steps[:-1]) | (attempts[1:] != attempts[:-1])
+    row_of = np.cumsum(new_row) - 1
+    n_rows = int(row_of[-1]) + 1
+    is_key = (s["key"] == step_key).to_numpy()
+    if not is_key.any():
+        return run
+    values = s["value"].to_numpy(dtype="float64")
+    row_step = np.full(n_rows, np.nan)
+    row_step[row_of[is_key]] = values[is_key]  # the last of a row's values wins
+    bad = np.flatnonzero(is_key & ~(np.isfinite(values) & (values >= 0)
+                                    & (values == np.round(values))))
+    if len(bad):
+        i = int(bad[0])
+        raise GapwatchError(f"{run.source}: {step_key} is {values[i]!r} at row {int(steps[i])}: "
+                            "not a whole number >= 0, so it cannot be the step axis")
+    filled = pd.Series(row_step).ffill().bfill().to_numpy().astype(np.int64)
+    row_attempt = attempts[new_row]
+    restart = np.zeros(n_rows, dtype=bool)
+    restart[1:] = (filled[1:] < filled[:-1]) | (row_attempt[1:] != row_attempt[:-1])
+    new_attempt = np.cumsum(restart) + 1
+    keep = ~is_key
+    wall = s["wall_time"].to_numpy()[keep] if "wall_time" in s else None
+    first, last = int(filled.min()), int(filled.max())
+    old_lo, old_hi = int(steps.min()), int(steps.max())
+    run.scalars = scalars_frame(filled[row_of][keep], s["key"][keep], values[keep],
+                                new_attempt[row_of][keep], wall_time=wall)
+    step_at = dict(zip(steps[new_row].tolist(), filled.tolist()))
+    for event in run.events:
+        event["step"] = step_at.get(int(event["step"]), int(event["step"]))
+    rewinds = int(restart.sum() - (row_attempt[1:] != row_attempt[:-1]).sum())
+    note = (f"step axis: {step_key} (the trainer's step, {first}..{last}); the source's own "
+            f"row counter ran {old_lo}..{old_hi}")
+    if rewinds:
+        note += f"; {rewinds} rewind(s) to an earlier step, each kept as a new attempt"
+    run.notes.append(note)
+    return run
+
+
+__all__ = ["STEP_KEYS", "ROW_COUNTER_FORMATS", "choose_step_key", "on_trainer_step"]

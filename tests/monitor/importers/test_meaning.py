@@ -1,0 +1,126 @@
+"""What a series means, from its name and its cadence: the evidence, the guesses said to be guesses,
+profile detection that the data can overrule, and the user's file overriding any mapping."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from monitor import schema
+from monitor.importers import load
+from monitor.importers.meaning import Cadence, cadences, infer
+from monitor.importers.profiles import detect_profile
+
+
+def _cadence(**every: tuple[int, int]) -> dict[str, Cadence]:
+    """name=(every, count) -> cadences of series logged every N steps from step 0."""
+    rows = [(s, name) for name, (n, count) in every.items() for s in range(0, n * count, n)]
+    frame = pd.DataFrame(rows, columns=["step", "key"])
+    return cadences(frame)
+
+
+def test_loss_logged_every_step_is_training_and_says_why():
+    cad = _cadence(loss=(1, 100), grad=(1, 100))
+    assert infer("loss", cad) == (schema.TRAIN_LOSS, "name and cadence (every step)")
+
+
+def test_loss_logged_every_n_steps_beside_a_denser_series_is_an_evaluation():
+    cad = _cadence(grad=(1, 100), train_eval_loss=(25, 4), **{"eval/wikitext_loss": (25, 4)})
+    key, why = infer("train_eval_loss", cad)
+    assert key == schema.heldout_key("train") and "every 25 steps" in why
+    key, why = infer("eval/wikitext_loss", cad)
+    assert key == schema.heldout_key("wikitext")
+    assert why == "name (eval) and cadence (every 25 steps beside a denser series)"
+
+
+def test_a_name_alone_is_called_a_guess():
+    cad = _cadence(val_loss=(10, 20), learning_rate=(10, 20))
+    assert infer("val_loss", cad) == (schema.heldout_key("val"),
+                                      "guess from the name (val) alone")
+    assert infer("learning_rate", cad) == (schema.OPTIM_LR, "guess from the name alone")
+    assert infer("tokens", cad)[0] == schema.TRAIN_TOKENS
+    assert infer("accuracy", cad) is None  # no evidence at all: kept under its own name
+
+
+def _custom_loop(path, steps=200, every=50):
+    with path.open("w") as fh:
+        for s in range(steps):
+            row = {"step": s, "train/loss": 4 - s / steps, "lr": 1e-3}
+            if s % every == 0:
+                row["val/loss"] = 4.2 - s / steps
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+NAME_ONLY_PROFILE = """
+profiles:
+  nanogpt:  # nanoGPT's names as gapwatch once mapped them, by the names alone
+    rules:
+      - {match: 'train/loss', key: 'eval/heldout/train/loss'}
+      - {match: 'val/loss', key: 'eval/heldout/val/loss'}
+      - {match: 'lr', key: 'optim/lr'}
+"""
+
+
+def test_the_data_overrules_a_profile_that_calls_a_per_step_loss_held_out(tmp_path):
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(NAME_ONLY_PROFILE)
+    names = ["train/loss", "val/loss", "lr"]
+    # By the names alone the profile explains every name and wins.
+    assert detect_profile(names, profiles).name == "nanogpt"
+    run = load(_custom_loop(tmp_path / "loop.jsonl"), profiles_file=profiles)
+    # The data says train/loss is logged every step beside an every-50-steps val/loss.
+    assert run.profile != "nanogpt"
+    assert run.key_map["train/loss"] == schema.TRAIN_LOSS
+    assert run.key_map["val/loss"] == schema.heldout_key("val")
+    why = {r["source"]: r["reason"] for r in run.mapping}
+    assert why["val/loss"].startswith("name (val) and cadence (every 50 steps")
+
+
+def test_same_cadence_everywhere_keeps_the_profile(tmp_path):
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(NAME_ONLY_PROFILE)
+    path = tmp_path / "evals.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "train/loss": 3.0, "val/loss": 3.1, "lr": 1.0})
+                            + "\n" for s in range(0, 500, 100)))
+    assert load(path, profiles_file=profiles).profile == "nanogpt"
+
+
+def test_the_users_file_overrides_one_mapping_of_a_builtin_profile(tmp_path, shared_data):
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text("profiles:\n  hf:\n    extends: hf\n    rules:\n"
+                        "      - {match: 'train/epoch', key: 'train/epochs_done'}\n"
+                        "      - {match: 'train/learning_rate', drop: true}\n")
+    (folder,) = (shared_data / "wild/wandb/08_alpaca_hftrainer_2023/wandb").glob("run-*")
+    run = load(folder, profiles_file=profiles)
+    assert run.profile == "hf"
+    assert run.key_map["train/epoch"] == "train/epochs_done"
+    assert "train/learning_rate" not in run.key_map
+    assert run.key_map["train/loss"] == schema.TRAIN_LOSS  # the built-in rules still apply
+
+
+@pytest.mark.parametrize("step_key", ["train/global_step", "_step"])
+def test_step_key_names_the_axis(shared_data, step_key):
+    (folder,) = (shared_data / "wild/wandb/10_llamafactory_dpo_2024/wandb").glob("run-*")
+    if step_key == "_step":
+        # W&B's own row counter, named on purpose: not a logged key, so it is refused.
+        with pytest.raises(Exception, match="step key '_step' is not logged"):
+            load(folder, step_key=step_key)
+        return
+    data = load(folder, step_key=step_key).to_run_data("d")
+    assert data.scalars.index.max() == 156
+
+
+def test_a_streamed_import_weighs_the_cadence_too(tmp_path, sqlite_url, capsys):
+    from app.cli import main
+
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(NAME_ONLY_PROFILE)
+    path = _custom_loop(tmp_path / "loop.jsonl")
+    assert main(["import", str(path), "--run", "loop", "--store", sqlite_url,
+                 "--profiles-file", str(profiles)]) == 0
+    table = capsys.readouterr().err
+    assert "val/loss    eval/heldout/val/loss  every 50 steps  4      name (val) and cadence" in table
+    assert "train/loss  train/loss" in table
