@@ -22,6 +22,7 @@ from pathlib import Path
 from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
+from .input_checks import check_source
 from .normalize import apply_profile
 from .profiles import Profile, get_profile, resolve_profile
 from .table_import import STREAMED_FORMATS
@@ -38,8 +39,7 @@ def detect_format(source: str | os.PathLike) -> str:
     if text.startswith(WANDB_URL_SCHEME):
         return "wandb-api"
     path = Path(source)
-    if not path.exists():
-        raise GapwatchError(f"{source}: no such file or directory")
+    check_source(path)
     from . import lm_eval_json, tensorboard_events, text_logs
     from .wandb import csv_export
 
@@ -61,8 +61,11 @@ def detect_format(source: str | os.PathLike) -> str:
         return "wandb-file"
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        header = next(csv.reader([head.split("\n", 1)[0]], delimiter=csv_export.separator(path)),
-                      [])
+        try:
+            header = next(csv.reader([head.split("\n", 1)[0]],
+                                     delimiter=csv_export.separator(path)), [])
+        except csv.Error as exc:
+            raise GapwatchError(f"{source}: not a valid CSV file ({exc})") from None
         return "wandb-csv" if csv_export.sniff([h.strip() for h in header]) else "csv"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
@@ -71,6 +74,8 @@ def detect_format(source: str | os.PathLike) -> str:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError):
             return "jsonl"
+        except RecursionError:
+            raise GapwatchError(f"{source}: JSON nested too deep to be lm-eval results") from None
         if lm_eval_json.sniff(doc):
             return "lm-eval-json"
         raise GapwatchError(f"{source}: a JSON file that is not lm-eval results")
@@ -97,6 +102,8 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     api_config: how a wandb:// source's server is reached (wandb.api.ApiConfig).
     """
     fmt = fmt or detect_format(source)
+    if fmt != "wandb-api":
+        check_source(source)
     if fmt not in FORMATS:
         raise GapwatchError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
@@ -128,6 +135,7 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
 
     fmt = fmt or detect_format(source)
     if fmt in STREAMED_FORMATS:
+        check_source(source)
         on_bytes = None if progress is None else (
             lambda done, total: progress("importing", done, total))
         return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,
