@@ -15,6 +15,7 @@ checksums) fewer rows than the input holds with nothing said.
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from collections.abc import Iterator
@@ -75,9 +76,16 @@ def _numbers_in_json(value, out: set[float]) -> None:
             _numbers_in_json(v, out)
 
 
+def _float_literal(text: str) -> float | None:
+    """A number as written; None for one that overflows a float (`1e309` holds no infinity)."""
+    value = float(text)
+    return None if math.isinf(value) and text.strip().lower().lstrip("+-") not in ("inf", "infinity") \
+        else value
+
+
 def text_oracle(data: bytes, fmt: str) -> Oracle:
     """Every number the text could be read to hold, by the loosest reading of its format."""
-    text = data.decode("utf-8", "replace")
+    text = data.decode("utf-8-sig", "replace")
     numbers: set[float] = set()
     if fmt == "json":
         chunks = [text]
@@ -92,15 +100,18 @@ def text_oracle(data: bytes, fmt: str) -> Oracle:
                     numbers.add(1.0 if cell.lower() == "true" else 0.0)
                     continue
                 try:
-                    numbers.add(float(cell))
+                    value = _float_literal(cell)
                 except ValueError:
-                    pass
+                    continue
+                if value is not None:
+                    numbers.add(value)
     for chunk in chunks:
         try:
-            _numbers_in_json(json.loads(chunk), numbers)
+            _numbers_in_json(json.loads(chunk, parse_float=_float_literal), numbers)
         except (ValueError, RecursionError):
             pass
-    steps = {int(d) for d in re.findall(r"\d{1,19}", text)}
+    # Whole numbers as written (not the digits of a decimal): in a field, a string or a name.
+    steps = {int(d) for d in re.findall(r"(?<![\d.eE])\d{1,19}(?![\d.eE])", text)}
     return Oracle(numbers=numbers, names=None if fmt == "json" else text, steps=steps)
 
 

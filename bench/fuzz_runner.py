@@ -118,6 +118,8 @@ def stored_rows(url: str) -> set[tuple[int, str, float]]:
 def silent_change(oracle: Oracle, url: str, noted: bool) -> str | None:
     """What an import that succeeded stored that the input does not hold; None if nothing."""
     rows = stored_rows(url)
+    if not rows:
+        return "imported a run with no values"
     if oracle.exact is not None:
         if _canonical(rows) != _canonical(oracle.exact):
             return f"stored {len(rows)} rows, not the input's {len(oracle.exact)}"

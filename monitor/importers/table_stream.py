@@ -50,6 +50,7 @@ CHUNK_ROWS = 100_000
 # held 90 MB more at their peak than 2 MB on one, for no gain in speed.
 BLOCK_BYTES = 2 << 20
 _NUMERIC = (pa.int64(), pa.float64(), pa.bool_(), pa.null())
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -213,6 +214,9 @@ class TableStream:
                     data = fh.read(BLOCK_BYTES)
                 except OSError as exc:
                     raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
+                if self.bytes_read == 0 and data.startswith(_BOM):
+                    data = data[len(_BOM):]  # a UTF-8 byte-order mark (Windows editors) is no text
+                    self.bytes_read = len(_BOM)
                 self.bytes_read += len(data)
                 more = bool(data)
                 # A \r that may be the first half of a \r\n waits for the next read.
