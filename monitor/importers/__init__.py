@@ -145,6 +145,8 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
     writing = None if progress is None else (lambda done, total: progress("writing", done, total))
     run = load(source, profile, fmt=fmt, tokens_per_step=tokens_per_step, step=step,
                profiles_file=profiles_file, progress=reading, api_config=api_config)
+    if run.scalars.empty:
+        raise GapwatchError(f"{run.source}: no values to import ({'; '.join(run.notes) or 'none logged'})")
     result = write_run(store, name, run, project=project, reference_of=reference_of,
                        progress=writing)
     return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live)

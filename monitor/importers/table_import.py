@@ -110,4 +110,6 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, t
             notes.append(dropped)
         result = writer.finish(events=stream.events, reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))
+        if not result.rows_total:  # a run of no history is not imported (rolled back)
+            raise GapwatchError(f"{source_id}: no values to import ({dropped})")
     return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes)
