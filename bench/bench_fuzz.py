@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
+from pathlib import Path
 
 from bench.fuzz_corpus import corpus, real_files
 from bench.fuzz_runner import OUTCOMES, original_oracles, run_cases
@@ -22,6 +23,9 @@ TIMEOUT_S = 120.0
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench_fuzz")
     parser.add_argument("--quick", action="store_true", help="every 8th case")
+    parser.add_argument("--against", type=Path, metavar="TREE",
+                        help="also run the corpus with the gapwatch of another source tree (an "
+                        "older checkout), side by side")
     args = parser.parse_args(argv)
     started = time.monotonic()
     originals = original_oracles([f.path for f in real_files() if f.fmt == "binary"])
@@ -42,6 +46,10 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"inputs": group, "cases": groups[group],
                      **{o: mine.get(o, 0) for o in OUTCOMES}})
     rows.append({"inputs": "**all**", "cases": len(results), **{o: counts.get(o, 0) for o in OUTCOMES}})
+    if args.against is not None:
+        older = Counter(r.outcome for r in run_cases(cases, TIMEOUT_S, progress=show, tree=args.against))
+        rows.append({"inputs": f"all, with the gapwatch of {args.against.name}", "cases": len(results),
+                     **{o: older.get(o, 0) for o in OUTCOMES}})
     bad = [r for r in results if r.outcome not in ("clean error", "imported")]
     body = (f"{len(results)} cases (seed fixed in bench/fuzz_corpus.py), each `gapwatch import` in a forked "
             f"process of its own, {TIMEOUT_S:.0f} s before a case counts as a hang; "

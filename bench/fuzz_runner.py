@@ -23,8 +23,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bench.fuzz_corpus import Case, Oracle
+if TYPE_CHECKING:
+    from bench.fuzz_corpus import Case, Oracle
 
 OUTCOMES = ("clean error", "imported", "silent change", "traceback", "crash", "hang", "other")
 ERROR_PREFIX = "gapwatch import: error: "
@@ -38,12 +40,15 @@ class Result:
 
 
 class Worker:
-    """The forking worker, driven over its stdin and stdout (one JSON line each way per case)."""
+    """The forking worker, driven over its stdin and stdout (one JSON line each way per case).
 
-    def __init__(self) -> None:
-        root = str(Path(__file__).resolve().parents[1])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        self._proc = subprocess.Popen([sys.executable, "-m", "bench.fuzz_runner"], stdin=subprocess.PIPE,
+    tree: the source tree whose gapwatch it imports with (default: this one); the worker is this
+    file run as a script, so it needs nothing of `bench` in that tree."""
+
+    def __init__(self, tree: Path | None = None) -> None:
+        root = str(tree or Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": root}
+        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True, env=env, cwd=root)
 
     def run(self, argv: list[str], stderr_path: Path, timeout_s: float) -> tuple[int, bool]:
@@ -58,8 +63,8 @@ class Worker:
         self._proc.wait(timeout=60)
 
 
-def run_cases(cases: list[Case], timeout_s: float = 120.0, progress=None) -> list[Result]:
-    worker = Worker()
+def run_cases(cases: list[Case], timeout_s: float = 120.0, progress=None, tree: Path | None = None) -> list[Result]:
+    worker = Worker(tree)
     results = []
     try:
         with tempfile.TemporaryDirectory(prefix="gapwatch-fuzz-") as tmp:
@@ -144,6 +149,8 @@ def _canonical(rows) -> set:
 
 def original_oracles(paths: list[Path]) -> dict[Path, Oracle]:
     """What a clean import of each checksummed file stores: its values and row count."""
+    from bench.fuzz_corpus import Oracle
+
     out = {}
     worker = Worker()
     try:
