@@ -34,9 +34,10 @@ from monitor.errors import GapwatchError
 
 from . import wire
 from ..imported_run import ImportedRun, scalars_frame
+from ..input_checks import shown
 from ..name_codes import NameCodes
 from .log_format import FILE_HEADER, check_file_header, iter_records
-from .records import NESTED_SEP, NotText, decode_exact, to_float
+from .records import NESTED_SEP, NotText, UnfitValue, decode_exact, to_float
 
 STEP_KEY = "_step"
 TIMESTAMP_KEY = "_timestamp"
@@ -295,6 +296,9 @@ class WandbRunReader:
                 f"{self.path}: record {record_of(exc.index) + 1}: not a W&B record (text that "
                 "is not UTF-8)"
             ) from None
+        except UnfitValue as exc:
+            raise GapwatchError(f"{self.path}: record {record_of(exc.index) + 1}: the number "
+                                f"{shown(exc.text)} does not fit a 64-bit float") from None
 
     def _rows(self, recs: np.ndarray, codes: np.ndarray, dictionary: list[str],
               nums: np.ndarray, skipped: np.ndarray, base: int) -> NewRows:

@@ -198,3 +198,20 @@ def test_a_huge_power_in_a_logged_setting_is_kept_as_text(tmp_path, sqlite_url):
     src = write(tmp_path / "train.log", "class Hyperparameters:\n    batch_size : int = 9**9**9**9\ns:1 trl:2.0\n")
     done = cli_in_subprocess("import", src, "--run", "r", "--store", sqlite_url, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("value", ["1e309", "9" * 400])
+def test_a_wandb_value_no_float_holds_is_refused(tmp_path, sqlite_url, capsys, value):
+    from wandb.proto import wandb_internal_pb2 as wpb
+
+    from bench.wandb_log_writer import encode_log
+
+    records = []
+    for num, (step, text) in enumerate([(0, "1.5"), (1, value)], start=1):
+        rec = wpb.Record(num=num)
+        rec.history.item.add(key="_step", value_json=str(step))
+        rec.history.item.add(key="train/loss", value_json=text)
+        records.append(rec.SerializeToString())
+    src = tmp_path / "run-x.wandb"
+    src.write_bytes(encode_log(records))
+    assert f"record 2: the number '{value[:79]}" in import_error(src, sqlite_url, capsys)
