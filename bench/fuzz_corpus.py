@@ -163,7 +163,35 @@ def generated(rng: random.Random) -> list[Case]:
             cases.append(Case(f"{filename} {name}", filename, variant, text_oracle(variant, fmt)))
     for filename, fmt, name, data in hostile_texts():
         cases.append(Case(f"{filename} {name}", filename, data, text_oracle(data, fmt)))
+    for name, (data, values) in hostile_wandb().items():
+        cases.append(Case(f"run-hostile.wandb {name}", "run-hostile.wandb", data,
+                          Oracle(values=values, rows=2)))
     return cases
+
+
+_STEPS = {"5000-digit step": "9" * 5000, "step 2**64": str(2**64)}
+
+
+def hostile_wandb() -> dict[str, tuple[bytes, set[float]]]:
+    """Two-step .wandb logs whose second value is written as the name says, with the values each
+    holds (a value no float holds, holds none)."""
+    from wandb.proto import wandb_internal_pb2 as wpb
+
+    from bench.wandb_log_writer import encode_log
+
+    out = {}
+    for name, text, values in [("1e309", "1e309", {1.5}), ("400 digits", "9" * 400, {1.5}),
+                               ("Infinity", "Infinity", {1.5, math.inf}), ("true", "true", {1.5, 1.0}),
+                               ("5000-digit step", "2.5", {1.5, 2.5}), ("step 2**64", "2.5", {1.5, 2.5})]:
+        records = []
+        for num, (step, value) in enumerate([("0", "1.5"), (_STEPS.get(name, "1"), text)],
+                                            start=1):
+            rec = wpb.Record(num=num)
+            rec.history.item.add(key="_step", value_json=step)
+            rec.history.item.add(key="train/loss", value_json=value)
+            records.append(rec.SerializeToString())
+        out[name] = (encode_log(records), values)
+    return out
 
 
 def _encodings(data: bytes) -> Iterator[tuple[str, bytes]]:

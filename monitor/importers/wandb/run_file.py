@@ -323,12 +323,14 @@ class WandbRunReader:
             )
         step_f = np.empty(len(row_recs))
         step_f[row_of_item[is_step]] = nums[is_step]
-        broken = ~np.isfinite(step_f) | (step_f != np.round(step_f)) | (step_f < 0)
+        # 2.0**63 and above wrap around to negative steps in int64.
+        broken = (~np.isfinite(step_f) | (step_f != np.round(step_f)) | (step_f < 0)
+                  | (step_f >= 2.0**63))
         if broken.any():
             bad = int(np.flatnonzero(broken)[0])
             raise GapwatchError(
                 f"{self.path}: record {base + int(row_recs[bad]) + 1}: _step "
-                f"{step_f[bad]!r} is not a whole number >= 0"
+                f"{float(step_f[bad])!r} is not a whole number from 0 to 2**63 - 1"
             )
         row_step = step_f.astype(np.int64)
         previous = np.concatenate(([self.last_step if self.last_step is not None else -1],

@@ -215,3 +215,13 @@ def test_a_wandb_value_no_float_holds_is_refused(tmp_path, sqlite_url, capsys, v
     src = tmp_path / "run-x.wandb"
     src.write_bytes(encode_log(records))
     assert f"record 2: the number '{value[:79]}" in import_error(src, sqlite_url, capsys)
+
+
+def test_a_wandb_step_of_2_64_is_refused_not_read_as_negative(tmp_path, sqlite_url, capsys):
+    from bench.fuzz_corpus import hostile_wandb
+
+    src = tmp_path / "run-x.wandb"
+    src.write_bytes(hostile_wandb()["step 2**64"][0])
+    line = import_error(src, sqlite_url, capsys)
+    assert "record 2: _step 1.8446744073709552e+19 is not a whole number from 0 to 2**63 - 1" in line
+    assert "-9223372036854775808" not in line
