@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from app.options import add_store_argument
 
@@ -75,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.poll_interval <= 0:
         raise GapwatchError("--poll-interval must be positive")
-    if args.tokens_per_step is not None and args.tokens_per_step <= 0:
-        raise GapwatchError("--tokens-per-step must be positive")
+    if args.tokens_per_step is not None and not 0 < args.tokens_per_step < math.inf:
+        raise GapwatchError(f"--tokens-per-step must be a positive number, not {args.tokens_per_step}")
     console = Console(stderr=True)
     api_config = ApiConfig(base_url=args.wandb_base_url)
     fmt = args.fmt or detect_format(args.source)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dash import Dash
 
-from app.dashboard import callbacks, health
+from app.dashboard import callbacks, guard, health
 from app.dashboard.auth import AuthConfig, install
 from app.dashboard.config import DashboardConfig
 from app.dashboard.layout import shell
@@ -69,6 +69,7 @@ def create_app(store: Store, config: DashboardConfig | None = None, auth: AuthCo
         index_string=INDEX,
     )
     install(app.server, auth or AuthConfig(), open_paths=(health.PATH,))
+    guard.install(app)
     health.install(app.server, store)
     # Flask's registry for per-app objects: lets the server (and tests) reach the store it reads.
     app.server.extensions["gapwatch_store"] = store

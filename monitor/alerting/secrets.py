@@ -2,12 +2,15 @@
 
 A `Secret` prints as `***` wherever it ends up (reprs of configs, f-strings, logs), and `redact`
 scrubs a secret out of any text that came back from a library (exception messages, error bodies)
-before that text is logged or stored.
+before that text is logged or stored: in every spelling a server may echo it back (any case,
+percent- or form-encoded in part or whole, once or twice, JSON-escaped).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 from urllib.parse import urlsplit
 
 MASK = "***"
@@ -64,13 +67,36 @@ def secret_fragments(url: str) -> list[str]:
     return sorted(set(fragments), key=len, reverse=True)
 
 
+def spelled_any_way(fragment: str) -> str:
+    """A regular expression for a fragment of a URL as text a server or library wrote may spell
+    it: each character as itself or percent-encoded (once or twice, either case of hex digits),
+    `+` for a space (form encoding), JSON's `\\/` and `\\u00XX`. Case is left to the match."""
+    parts = []
+    for char in fragment:
+        code = f"{ord(char):02x}" if ord(char) < 256 else None
+        forms = [re.escape(char)]
+        if code is not None:
+            forms += [f"%{code}", f"%25{code}", rf"\\u00{code}"]
+        if char == " ":
+            forms.append(r"\+")
+        if char == "/":
+            forms.append(r"\\/")
+        parts.append(f"(?:{'|'.join(forms)})")
+    return "".join(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(url: str) -> re.Pattern:
+    # Longest first (secret_fragments' order), so a whole URL is masked as one piece.
+    return re.compile("|".join(spelled_any_way(f) for f in secret_fragments(url)), re.IGNORECASE)
+
+
 def redact(text: str, *secrets: Secret | None) -> str:
-    """`text` with every fragment of every secret replaced by the mask."""
+    """`text` with every fragment of every secret, in every spelling, replaced by the mask."""
     for secret in secrets:
         if secret is None:
             continue
-        for fragment in secret_fragments(secret.reveal()):
-            text = text.replace(fragment, MASK)
+        text = _pattern(secret.reveal()).sub(MASK, text)
     return text
 
 

@@ -25,6 +25,7 @@ import pandas as pd
 from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
+from .input_checks import check_source
 from .meaning import cadences, contradictions, mapping_rows, with_evidence
 from .normalize import apply_profile
 from .profiles import Profile, get_profile, resolve_profile
@@ -43,8 +44,7 @@ def detect_format(source: str | os.PathLike) -> str:
     if text.startswith(WANDB_URL_SCHEME):
         return "wandb-api"
     path = Path(source)
-    if not path.exists():
-        raise GapwatchError(f"{source}: no such file or directory")
+    check_source(path)
     from . import lm_eval_json, run_export, tensorboard_events, text_logs
     from .wandb import csv_export
 
@@ -70,8 +70,11 @@ def detect_format(source: str | os.PathLike) -> str:
         return "wandb-file"
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        header = next(csv.reader([head.split("\n", 1)[0]], delimiter=csv_export.separator(path)),
-                      [])
+        try:
+            header = next(csv.reader([head.split("\n", 1)[0]],
+                                     delimiter=csv_export.separator(path)), [])
+        except csv.Error as exc:
+            raise GapwatchError(f"{source}: not a valid CSV file ({exc})") from None
         header = [h.strip() for h in header]
         if csv_export.is_runs_table(header):
             raise csv_export.runs_table_error(source)
@@ -83,6 +86,8 @@ def detect_format(source: str | os.PathLike) -> str:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError):
             return "jsonl"
+        except RecursionError:
+            raise GapwatchError(f"{source}: JSON nested too deep to be lm-eval results") from None
         if lm_eval_json.sniff(doc):
             return "lm-eval-json"
         raise GapwatchError(f"{source}: a JSON file that is not lm-eval results")
@@ -113,6 +118,8 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     wandb_run: which run of a multi-run W&B panel export (a column prefix).
     """
     fmt = fmt or detect_format(source)
+    if fmt != "wandb-api":
+        check_source(source)
     if fmt not in FORMATS:
         raise GapwatchError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
@@ -166,6 +173,7 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
 
     fmt = fmt or detect_format(source)
     if fmt in STREAMED_FORMATS or is_streamed_export(fmt, source, wandb_run):
+        check_source(source)
         on_bytes = None if progress is None else (
             lambda done, total: progress("importing", done, total))
         return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,
@@ -176,6 +184,8 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
     run = load(source, profile, fmt=fmt, tokens_per_step=tokens_per_step, step=step,
                profiles_file=profiles_file, progress=reading, api_config=api_config,
                step_key=step_key, wandb_run=wandb_run)
+    if run.scalars.empty:
+        raise GapwatchError(f"{run.source}: no values to import ({'; '.join(run.notes) or 'none logged'})")
     result = write_run(store, name, run, project=project, reference_of=reference_of,
                        progress=writing)
     return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live,

@@ -12,6 +12,7 @@ import math
 from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
+from .input_checks import UnfitNumber, cut, shown, unfit_literal
 from .logged_rows import LoggedRows
 
 STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
@@ -48,12 +49,13 @@ class RowBuilder:
             wanted = step_key or " or ".join(STEP_FIELDS[:3])
             raise GapwatchError(f"{self.source}: line {number}: no step field ({wanted})")
         step = self._step(number, field, obj[field])
-        wall = self._wall(obj)
+        wall = self._wall(number, obj)
         key_field = next((k for k in KEY_FIELDS if k in obj), None)
         if key_field is not None and LONG_VALUE_FIELD in obj:
             name = obj[key_field]
             if not isinstance(name, str) or not name:
-                raise GapwatchError(f"{self.source}: line {number}: {key_field} must be a name")
+                raise GapwatchError(f"{self.source}: line {number}: {shown(key_field)} must be a "
+                                    "name")
             self._value(number, step, name, obj[LONG_VALUE_FIELD], wall, from_csv)
             return
         try:
@@ -66,20 +68,23 @@ class RowBuilder:
                                 "deep; a metric name has at most that many parts") from None
 
     def _step(self, number: int, field: str, raw) -> int:
-        step = _whole(raw)
+        try:
+            step = _whole(raw)
+        except UnfitNumber:
+            step = MAX_STEP + 1  # beyond even a float: said below as beyond the largest step
         if step is None or step < 0:
             raise GapwatchError(
-                f"{self.source}: line {number}: step {raw!r} is not a whole number >= 0"
+                f"{self.source}: line {number}: step {shown(raw)} is not a whole number >= 0"
             )
         if step > MAX_STEP:
-            raise GapwatchError(f"{self.source}: line {number}: step {raw!r} is beyond the largest "
-                                f"step a store keeps ({MAX_STEP})")
+            raise GapwatchError(f"{self.source}: line {number}: step {shown(raw)} is beyond the "
+                                f"largest step a store keeps ({MAX_STEP})")
         return self.rows.at_step(number, step)
 
-    def _wall(self, obj: dict) -> float:
+    def _wall(self, number: int, obj: dict) -> float:
         for f in TIME_FIELDS:
             if f in obj:
-                value = _number(obj[f], from_csv=isinstance(obj[f], str))
+                value = self._checked(number, f, obj[f], from_csv=isinstance(obj[f], str))
                 if value is not None and math.isfinite(value):
                     self.any_time = True
                     return value
@@ -88,11 +93,12 @@ class RowBuilder:
     def _value(self, number, step, name, raw, wall, from_csv) -> None:
         if raw is None or (from_csv and str(raw).strip() == ""):
             return
-        value = _number(raw, from_csv=from_csv)
+        value = self._checked(number, name, raw, from_csv)
         if value is None:
             if from_csv:
                 raise GapwatchError(
-                    f"{self.source}: line {number}: column {name!r}: {raw!r} is not a number"
+                    f"{self.source}: line {number}: column {shown(name)}: {shown(raw)} is not a "
+                    "number"
                 )
             self.skipped[name] = self.skipped.get(name, 0) + 1
             return
@@ -103,10 +109,17 @@ class RowBuilder:
             self.names.add(name)
         self.rows.add(step, name, value, wall)
 
+    def _checked(self, number: int, name: str, raw, from_csv: bool) -> float | None:
+        try:
+            return _number(raw, from_csv)
+        except UnfitNumber as exc:
+            raise GapwatchError(f"{self.source}: line {number}: {shown(name)}: "
+                                f"{exc.describe()}") from None
+
     def skipped_note(self) -> str | None:
         if not self.skipped:
             return None
-        listed = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items())[:6])
+        listed = ", ".join(f"{cut(k)} ({n})" for k, n in sorted(self.skipped.items())[:6])
         return f"{self.source}: left out values that are not numbers: {listed}"
 
 
@@ -136,24 +149,29 @@ def _whole(raw) -> int | None:
             return int(raw.strip())
         except ValueError:
             pass
-    value = _number(raw, from_csv=isinstance(raw, str))
+    # Not as a CSV cell: `true` is a value of 1, never a step.
+    value = _number(raw, from_csv=False)
     if value is None or not math.isfinite(value) or value != int(value):
         return None
     return int(value)
 
 
 def _number(raw, from_csv: bool) -> float | None:
-    """A float from a JSON value or CSV cell; None when it is not a number."""
+    """A float from a JSON value or CSV cell; None when it is not a number; UnfitNumber when it
+    is one no float holds."""
     if isinstance(raw, bool):
         return 1.0 if raw else 0.0
     if isinstance(raw, (int, float)):
-        return float(raw)
+        return float(raw)  # a JSON integer too big for a float was refused by input_checks.loads
     if isinstance(raw, str):
         text = raw.strip()
         if from_csv and text.lower() in ("true", "false"):
             return 1.0 if text.lower() == "true" else 0.0
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
             return None
+        if math.isinf(value) and unfit_literal(text):
+            raise UnfitNumber(text)
+        return value
     return None

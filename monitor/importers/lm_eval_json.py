@@ -25,6 +25,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import EventKind
 
 from .imported_run import ImportedRun, scalars_frame
+from .input_checks import UnfitNumber, loads, shown
 
 _REVISION = re.compile(r"(?:^|[,\s])revision=(?:global_)?step(\d+)(?:$|[,\s])")
 _STDERR_SUFFIX = "_stderr"
@@ -40,7 +41,11 @@ def sniff(doc) -> bool:
 def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
     """One results file, or every `*.json` results file under a folder."""
     path = Path(path)
-    files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+    if step is not None and not 0 <= step <= schema.MAX_STEP:
+        raise GapwatchError(f"{path}: step {step} is not a step a store keeps "
+                            f"(0 to {schema.MAX_STEP})")
+    # is_file: a named pipe among the results would block the import.
+    files = sorted(f for f in path.rglob("*.json") if f.is_file()) if path.is_dir() else [path]
     docs = []
     for file in files:
         doc = _load(file)
@@ -91,7 +96,11 @@ def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
 
 def _load(file: Path):
     try:
-        return json.loads(file.read_text())
+        return loads(file.read_text())
+    except UnfitNumber as exc:
+        raise GapwatchError(f"{file}: {exc.describe()}") from None
+    except RecursionError:
+        raise GapwatchError(f"{file}: JSON nested too deep to be lm-eval results") from None
     except OSError as exc:
         raise GapwatchError(f"{file}: cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
@@ -112,7 +121,7 @@ def _check_shape(file: Path, doc: dict) -> None:
         raise GapwatchError(f"{file}: 'n-samples' is a {type(n_samples).__name__}, not a mapping")
     for task, counts in (n_samples or {}).items():
         if counts is not None and not isinstance(counts, dict):
-            raise GapwatchError(f"{file}: 'n-samples'[{task!r}] is a {type(counts).__name__}, not a mapping")
+            raise GapwatchError(f"{file}: 'n-samples'[{shown(task)}] is a {type(counts).__name__}, not a mapping")
 
 
 def _step_of(file: Path, doc: dict) -> int:
@@ -122,10 +131,14 @@ def _step_of(file: Path, doc: dict) -> int:
     m = _REVISION.search(str(args))
     if not m:
         raise GapwatchError(
-            f"{file}: no revision=stepN in config.model_args ({str(args)[:80]!r}): "
+            f"{file}: no revision=stepN in config.model_args ({shown(str(args))}): "
             "give the step (--step)"
         )
-    return int(m.group(1))
+    digits = m.group(1)
+    if len(digits) > len(str(schema.MAX_STEP)) or int(digits) > schema.MAX_STEP:
+        raise GapwatchError(f"{file}: the step of revision {shown('step' + digits)} is beyond the "
+                            f"largest step a store keeps ({schema.MAX_STEP})")
+    return int(digits)
 
 
 def _metrics(file: Path, doc: dict):
@@ -133,7 +146,7 @@ def _metrics(file: Path, doc: dict):
     n_samples = doc.get("n-samples") or {}
     for task, metrics in doc["results"].items():
         if not isinstance(metrics, dict):
-            raise GapwatchError(f"{file}: results[{task!r}] is not a mapping")
+            raise GapwatchError(f"{file}: results[{shown(task)}] is not a mapping")
         for name, value in metrics.items():
             if name in _NOT_METRICS or not _is_number(value):
                 continue
@@ -146,7 +159,7 @@ def _metrics(file: Path, doc: dict):
             try:
                 key = schema.downstream_key(task, metric, stat)
             except ValueError as exc:
-                raise GapwatchError(f"{file}: results[{task!r}][{name!r}]: {exc}") from None
+                raise GapwatchError(f"{file}: results[{shown(task)}][{shown(name)}]: {exc}") from None
             yield key, float(value)
         n = (n_samples.get(task) or {}).get("effective") if isinstance(n_samples, dict) else None
         if not _is_number(n):

@@ -11,6 +11,7 @@ import pandas as pd
 from monitor import schema
 
 from .imported_run import ImportedRun, scalars_frame
+from .input_checks import cut
 from .profiles import Profile
 
 # Source columns that carry the tokens of one step, after mapping (OLMo's batch_size_in_tokens).
@@ -91,7 +92,7 @@ class NameMapper:
         if not dropped:
             return None
         return (f"profile {self.profile.name!r} dropped {len(dropped)} source name(s): "
-                + ", ".join(map(str, dropped[:8])) + (" ..." if len(dropped) > 8 else ""))
+                + ", ".join(cut(str(n)) for n in dropped[:8]) + (" ..." if len(dropped) > 8 else ""))
 
 
 class TokensPerStep:

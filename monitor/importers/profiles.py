@@ -38,6 +38,8 @@ from pathlib import Path
 from monitor import schema
 from monitor.errors import GapwatchError
 
+from .input_checks import shown
+
 PROFILES_ENV = "GAPWATCH_PROFILES"
 PROFILES_FILE_NAME = "profiles.yaml"
 UNNAMESPACED_PREFIX = "extra"
@@ -102,13 +104,13 @@ class Profile:
             return None
         if not schema.is_valid_key(key):
             raise GapwatchError(
-                f"{source or 'input'}: profile {self.name!r} maps {name!r} to {key!r}, "
+                f"{source or 'input'}: profile {self.name!r} maps {shown(name)} to {shown(key)}, "
                 "which is not a valid metric key"
             )
         if key in taken:
             raise GapwatchError(
-                f"{source or 'input'}: profile {self.name!r} maps both {taken[key]!r} and "
-                f"{name!r} to {key!r}; add a rule to a user profile to tell them apart"
+                f"{source or 'input'}: profile {self.name!r} maps both {shown(taken[key])} and "
+                f"{shown(name)} to {shown(key)}; add a rule to a user profile to tell them apart"
             )
         taken[key] = name
         return key, scale

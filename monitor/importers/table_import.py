@@ -134,6 +134,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
             notes.append(dropped)
         result = writer.finish(events=stream.events, reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))
+        if not result.rows_total:  # a run of no history is not imported (rolled back)
+            raise GapwatchError(f"{source_id}: no values to import ({dropped})")
     mapping = mapping_rows(list(names), mapper.key_map, mapper.profile, evidence,
                            tally.cadences())
     return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes,

@@ -37,6 +37,7 @@ from .generic_rows import (
     KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, TIME_FIELDS, RowBuilder, step_field,
 )
 from .imported_run import ImportedRun, scalars_frame
+from .input_checks import UnfitNumber, loads, repeated_name, shown, unfit_literal
 from .name_codes import NameCodes
 from .wandb.csv_export import separator
 
@@ -49,6 +50,7 @@ CHUNK_ROWS = 100_000
 # held 90 MB more at their peak than 2 MB on one, for no gain in speed.
 BLOCK_BYTES = 2 << 20
 _NUMERIC = (pa.int64(), pa.float64(), pa.bool_(), pa.null())
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -212,6 +214,9 @@ class TableStream:
                     data = fh.read(BLOCK_BYTES)
                 except OSError as exc:
                     raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
+                if self.bytes_read == 0 and data.startswith(_BOM):
+                    data = data[len(_BOM):]  # a UTF-8 byte-order mark (Windows editors) is no text
+                    self.bytes_read = len(_BOM)
                 self.bytes_read += len(data)
                 more = bool(data)
                 # A \r that may be the first half of a \r\n waits for the next read.
@@ -244,7 +249,9 @@ class TableStream:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = loads(line)
+            except UnfitNumber as exc:
+                raise GapwatchError(f"{self.path}: line {number}: {exc.describe()}") from None
             except json.JSONDecodeError as exc:
                 raise GapwatchError(f"{self.path}: line {number}: not valid JSON ({exc.msg})") from None
             except RecursionError:
@@ -257,6 +264,8 @@ class TableStream:
 
     def _flat_jsonl(self, block: bytes, first_line: int) -> _Rows | None:
         """A block of flat objects of numbers, read by pyarrow; None when it is anything else."""
+        if not _one_object_a_line(block):
+            return None
         options = pa_json.ReadOptions(block_size=len(block) + 1, use_threads=False)
         try:
             # The system allocator hands freed blocks back; arrow's default pool kept ~10 MB more.
@@ -289,6 +298,8 @@ class TableStream:
         if any(table.column(n).type not in _NUMERIC for n in metric_names):
             return None
         columns = [_arrow_values(table.column(n)) for n in metric_names]
+        if any(np.isinf(values).any() for values, _ in columns):
+            return None  # pyarrow reads 1e309 as infinity: the exact reading refuses it
         if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
             return None
         return self._wide(first_line, steps, walls, metric_names, columns)
@@ -352,19 +363,34 @@ class TableStream:
         walls = np.full(len(steps), math.nan)
         for f in reversed(TIME_FIELDS):
             if f in names:
-                got, logged = _csv_values(table[f], strict=False)
+                try:
+                    got, logged = _csv_values(table[f], strict=False)
+                except UnfitNumber:
+                    return None
                 ok = logged & np.isfinite(got)
                 walls[ok] = got[ok]
         metric_names = [n for n in names if n != field and n not in TIME_FIELDS]
         columns = []
         for n in metric_names:
-            got = _csv_values(table[n], strict=True)
+            try:
+                got = _csv_values(table[n], strict=True)
+            except UnfitNumber:
+                return None  # the exact reading names its line
             if got is None:
                 return None
             columns.append(got)
         if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
             return None
         return self._wide(first_line, steps, walls, metric_names, columns)
+
+
+def _one_object_a_line(block: bytes) -> bool:
+    """Every line of the block starts an object and holds no other object or list: what pyarrow's
+    JSON reader takes safely (a line of `null`, or nesting thousands deep, crash the process).
+    A block that fails this is read line by line, which says what is wrong with it."""
+    lines = block.count(b"\n")
+    return (block.startswith(b"{") and block.count(b"\n{") == lines - 1
+            and block.count(b"{") == lines and b"[" not in block)
 
 
 def _newlines(data: bytes) -> bytes:
@@ -396,7 +422,8 @@ def _csv_values(cells: pd.Series, strict: bool):
     values = np.full(len(text), math.nan)
     try:
         values[logged] = text[logged].astype(np.float64)  # float() of each cell, as the rules say
-        return values, logged
+        if not np.isinf(values).any():
+            return values, logged
     except ValueError:
         pass
     for i in np.flatnonzero(logged).tolist():
@@ -410,6 +437,9 @@ def _csv_values(cells: pd.Series, strict: bool):
             if strict:
                 return None
             logged[i] = False
+            continue
+        if math.isinf(values[i]) and unfit_literal(text[i]):
+            raise UnfitNumber(text[i])
     return values, logged
 
 
@@ -424,4 +454,7 @@ def _header_width(path: Path) -> int:
     if len(header) > MAX_COLUMNS + 1:
         raise GapwatchError(f"{path}: {len(header):,} columns; at most {MAX_COLUMNS:,} metrics are "
                             "read from one file")
+    repeated = repeated_name(header)
+    if repeated is not None:
+        raise GapwatchError(f"{path}: column {shown(repeated)} appears twice in the header")
     return len(header)

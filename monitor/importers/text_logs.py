@@ -38,8 +38,10 @@ import re
 from pathlib import Path
 
 from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
 
 from .imported_run import ImportedRun
+from .input_checks import UnfitNumber, cut, shown, unfit_literal
 from .logged_rows import LoggedRows
 
 
@@ -52,6 +54,8 @@ _NANOGPT_EVAL = re.compile(r"step (\d+): train loss (\S+), val loss (\S+)\s*")
 # Lines that claim to be log lines: these must parse.
 _LOOKS_LIKE_LOG = re.compile(r"(s:\d|step:\d|iter \d+:|step \d+:)")
 _PAIR = re.compile(r"([A-Za-z_]+):(\S+)")
+# No setting of a training script is an integer of more bits than this.
+_MAX_POW_BITS = 4096
 _HYPERPARAM = re.compile(r"^\s+(\w+)\s*:\s*\w+\s*=\s*([^#\n]+?)\s*(?:#.*)?$")
 # modded-nanogpt writes the running mean of step time; it is a derived value, not kept.
 _DERIVED_NAMES = {"step_avg"}
@@ -101,15 +105,15 @@ class _LogParser:
             return
         m = _LLMC.fullmatch(line)
         if m:
-            self._pairs(number, int(m.group(1)), m.group(2))
+            self._pairs(number, self._step_text(number, m.group(1)), m.group(2))
             return
         m = _MODDED.fullmatch(line)
         if m:
-            self._pairs(number, int(m.group(1)), m.group(3))
+            self._pairs(number, self._step_text(number, m.group(1)), m.group(3))
             return
         m = _NANOGPT_ITER.fullmatch(line)
         if m:
-            step = self._step(number, int(m.group(1)))
+            step = self._step(number, self._step_text(number, m.group(1)))
             self._add(number, step, "loss", m.group(2))
             self._add(number, step, "time_ms", m.group(3))
             mfu = self._number(number, "mfu", m.group(4))
@@ -118,13 +122,13 @@ class _LogParser:
             return
         m = _NANOGPT_EVAL.fullmatch(line)
         if m:
-            step = self._step(number, int(m.group(1)))
+            step = self._step(number, self._step_text(number, m.group(1)))
             self._add(number, step, "eval_train_loss", m.group(2))
             self._add(number, step, "eval_val_loss", m.group(3))
             return
         raise GapwatchError(
             f"{self.source}: line {number}: looks like a log line but does not parse: "
-            f"{line.strip()[:80]!r}"
+            f"{shown(line.strip())}"
         )
 
     def _pairs(self, number: int, step: int, rest: str) -> None:
@@ -151,6 +155,12 @@ class _LogParser:
         if advance > 0:
             self._append(step, "step_time_ms", advance / (step - prev[0]))
 
+    def _step_text(self, number: int, digits: str) -> int:
+        if len(digits) > len(str(MAX_STEP)) or int(digits) > MAX_STEP:
+            raise GapwatchError(f"{self.source}: line {number}: step {cut(digits)} is beyond the "
+                                f"largest step a store keeps ({MAX_STEP})")
+        return int(digits)
+
     def _step(self, number: int, step: int) -> int:
         attempt = self.rows.attempt
         self.rows.at_step(number, step)
@@ -160,11 +170,15 @@ class _LogParser:
 
     def _number(self, number: int, name: str, raw: str) -> float:
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
             raise GapwatchError(
-                f"{self.source}: line {number}: {name} value {raw!r} is not a number"
+                f"{self.source}: line {number}: {name} value {shown(raw)} is not a number"
             ) from None
+        if math.isinf(value) and unfit_literal(raw):
+            raise GapwatchError(f"{self.source}: line {number}: {name}: "
+                                f"{UnfitNumber(raw).describe()}")
+        return value
 
     def _add(self, number: int, step: int, name: str, raw: str) -> None:
         self._append(step, name, self._number(number, name, raw))
@@ -210,7 +224,8 @@ def _hyperparameters(lines: list[str]) -> dict:
 def _literal(text: str):
     try:
         value = _eval(ast.parse(text, mode="eval").body)
-    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError):
+    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError,
+            MemoryError):
         return text.strip().strip("'\"")
     if isinstance(value, float) and value.is_integer() and "." not in text and "/" not in text:
         return int(value)
@@ -221,7 +236,10 @@ def _eval(node):
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _SAFE_OPS:
-        return _SAFE_OPS[type(node.op)](_eval(node.left), _eval(node.right))
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and _pow_too_big(left, right):
+            raise ValueError("a power too large for a setting")
+        return _SAFE_OPS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _SAFE_OPS:
         return _SAFE_OPS[type(node.op)](_eval(node.operand))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
@@ -232,3 +250,10 @@ def _eval(node):
                 raise ValueError("non-finite")
             return value
     raise ValueError("not a literal expression")
+
+
+def _pow_too_big(base, exponent) -> bool:
+    """An integer power of more than _MAX_POW_BITS bits: `9**9**9**9` would compute for ever."""
+    if not (isinstance(base, int) and isinstance(exponent, int)) or exponent <= 0:
+        return False
+    return max(abs(base), 1).bit_length() * exponent > _MAX_POW_BITS

@@ -16,8 +16,9 @@ from monitor.alerting.secrets import redact
 from monitor.alerting.sinks.base import SENT, SendResult, header, one_line
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-# Bytes of an error response kept for the log line: enough for a message, not a page of HTML.
-ERROR_BODY_BYTES = 500
+# Bytes of an error response read. The secret is masked in them before `one_line` cuts them to a
+# log line's length, so no cut can leave part of it behind.
+ERROR_BODY_BYTES = 64 * 1024
 
 
 class WebhookSink:

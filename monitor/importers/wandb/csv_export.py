@@ -33,8 +33,10 @@ import numpy as np
 import pandas as pd
 
 from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
 
 from ..imported_run import ImportedRun, scalars_frame
+from ..input_checks import csv_header, repeated_name, shown, unfit_literal
 
 
 STEP_COLUMNS = ("_step", "Step", "step")
@@ -107,9 +109,12 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
         raise GapwatchError(f"{path}: not a valid CSV file: {' '.join(str(exc).split())}") from None
     except pd.errors.EmptyDataError:
         raise GapwatchError(f"{path}: empty file") from None
-    if table.columns.duplicated().any():
-        dup = table.columns[table.columns.duplicated()][0]
-        raise GapwatchError(f"{path}: column {dup!r} appears twice")
+    # pandas renames a repeated column `name.1`: look at the header as written.
+    dup = repeated_name(csv_header(path, separator(path)))
+    if dup is not None:
+        raise GapwatchError(f"{path}: column {shown(dup)} appears twice")
+    if table.empty:
+        raise GapwatchError(f"{path}: a header and no rows: no history to import")
     notes: list[str] = []
     name_hint = path.stem
     if is_runs_table(list(table.columns)):
@@ -130,13 +135,16 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
         values = pd.to_numeric(cells.where(present, "nan"), errors="coerce").to_numpy("float64")
         bad = present.to_numpy() & np.isnan(values) & ~_nan_literal(cells)
         if bad.any() and bad.sum() == present.sum():
-            notes.append(f"{path}: column {col!r} holds text, not numbers: left out")
+            notes.append(f"{path}: column {shown(col)} holds text, not numbers: left out")
             continue
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            raise GapwatchError(
-                f"{path}: line {row + 2}: column {col!r}: {cells.iloc[row]!r} is not a number"
-            )
+            raise GapwatchError(f"{path}: line {row + 2}: column {shown(col)}: "
+                                f"{shown(cells.iloc[row])} is not a number")
+        for row in np.flatnonzero(np.isinf(values)).tolist():
+            if unfit_literal(cells.iloc[row]):
+                raise GapwatchError(f"{path}: line {row + 2}: column {shown(col)}: the number "
+                                    f"{shown(cells.iloc[row])} does not fit a 64-bit float")
         numeric[col] = values
         logged[col] = present.to_numpy()
 
@@ -156,6 +164,8 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
         values.append(vals[mask])
     if not keys:
         raise GapwatchError(f"{path}: no metric columns besides the step")
+    if not sum(len(k) for k in keys):
+        raise GapwatchError(f"{path}: every metric cell is empty: no history to import")
     frame = scalars_frame(np.concatenate(step_list), np.concatenate(keys),
                           np.concatenate(values))
     # Row-major order: the order the run logged them.
@@ -216,7 +226,7 @@ def _steps(path, table, numeric, logged, tokens_per_step, step_column):
                 raise GapwatchError(
                     f"{path}: line {row + 2}: step {vals[row]!r} is not a whole number"
                 )
-            return vals.astype("int64"), col, None
+            return _exact_steps(path, table[col], vals), col, None
     if step_column:
         raise GapwatchError(f"{path}: no column {step_column!r} to take steps from")
     token_col = next((c for c in TOKEN_COLUMNS if c in numeric), None)
@@ -250,7 +260,23 @@ def _steps(path, table, numeric, logged, tokens_per_step, step_column):
             f"{path}: line {row + 2}: {token_col} = {tokens[row]:.0f} is not a whole number "
             f"of steps of {batch:.0f} tokens"
         )
+    _check_range(path, steps)
     return steps.astype("int64"), None, f"{token_col} / {batch:.0f} tokens per step"
+
+
+def _exact_steps(path: Path, cells: pd.Series, vals: np.ndarray) -> np.ndarray:
+    """The steps as written (a float holds steps exactly only up to 2**53)."""
+    _check_range(path, vals)
+    exact = pd.to_numeric(cells.str.strip(), errors="coerce")
+    return exact.to_numpy("int64") if exact.dtype == np.int64 else vals.astype("int64")
+
+
+def _check_range(path: Path, steps: np.ndarray) -> None:
+    out = np.flatnonzero((steps < 0) | (steps >= 2.0**63))
+    if len(out):
+        row = int(out[0])
+        raise GapwatchError(f"{path}: line {row + 2}: step {steps[row]:.0f} is outside the steps a "
+                            f"store keeps (0 to {MAX_STEP})")
 
 
 def _check_increasing(path: Path, steps: np.ndarray) -> None:

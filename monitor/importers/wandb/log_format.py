@@ -152,6 +152,7 @@ def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
     live = np.flatnonzero((limit - p >= HEADER_SIZE) & (p < n))
     b, p, limit = live, p[live], limit[live]
     found = []  # (blocks, chunk starts) at each chunk position
+    zeroed = []  # positions where a chunk should start and all is zeros
     torn_at = None
     while len(b):
         if p[-1] + HEADER_SIZE > n:
@@ -162,12 +163,14 @@ def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
                 break
         header = words[p - 1] >> np.uint64(8)
         stop = p + HEADER_SIZE + ((header >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64)
-        # An all-zero header: the rest of the block is padding.
+        # An all-zero header with a header's room left in its block: zeros where the writer
+        # puts a chunk (it pads only the last 6 bytes of a block), so records were lost.
         chunk = header != 0
         if chunk.all():
             found.append((b, p))
         else:
             found.append((b[chunk], p[chunk]))
+            zeroed.append(p[~chunk])
         more = chunk & (limit - stop >= HEADER_SIZE) & (stop < n)
         b, p, limit = b[more], stop[more], limit[more]
     if found:
@@ -191,6 +194,11 @@ def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
         problem = (f"a chunk of {int(length[i])} bytes runs past its 32 KiB block"
                    if past_block[i] else f"unknown chunk type {int(kind[i])}")
         raise _damaged(source, first_record, int(pos[i]), problem)
+    if zeroed:
+        at = int(np.concatenate(zeroed).min())
+        lost = first_record + int(np.count_nonzero(((kind == FULL) | (kind == FIRST)) & (pos < at)))
+        raise _damaged(source, lost, at, "zeros where a record should start: the records from here "
+                       "to the end of its 32 KiB block are unreadable (the file is damaged)")
     cut = np.flatnonzero(stop > n)
     if len(cut):
         torn_at = min(torn_at or n, int(pos[cut[0]]))

@@ -119,17 +119,36 @@ class NotText(ValueError):
         self.index = index
 
 
+class UnfitValue(ValueError):
+    """A number no 64-bit float holds (`1e309`, 400 digits); `index` is its position."""
+
+    def __init__(self, index: int, text: str) -> None:
+        super().__init__(f"value {index} does not fit a float")
+        self.index = index
+        self.text = text
+
+
 def to_float(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """float64 of JSON value texts, and a mask of those that are not numbers (to leave out).
 
     Numbers (and NaN/Infinity) go through Arrow's cast in bulk; booleans become 1/0; strings,
-    null, W&B media and histograms are not scalars."""
+    null, W&B media and histograms are not scalars. A number that overflows a float raises
+    UnfitValue (Arrow's cast would make it infinity, which the run never logged)."""
     try:
-        return (pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False),
-                np.zeros(len(values), dtype=bool))
+        out = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
+        skipped = np.zeros(len(values), dtype=bool)
     except pa.ArrowInvalid:
-        pass
-    # The slow path (some value is not a number): plain strings, which every kernel takes.
+        out, skipped = _to_float_slowly(values)
+    for i in np.flatnonzero(np.isinf(out)).tolist():
+        text = values[i].as_py()
+        text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+        if text.strip().lstrip("-") not in ("Infinity", "inf"):
+            raise UnfitValue(i, text)
+    return out, skipped
+
+
+def _to_float_slowly(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    # Some value is not a number: plain strings, which every kernel takes.
     values = pc.cast(values, pa.large_string())
     numeric = pc.match_substring_regex(values, _NUMBER).to_numpy(zero_copy_only=False)
     out = np.full(len(values), np.nan)
@@ -163,5 +182,8 @@ def json_scalar(text: str | None) -> float | None:
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf  # an integer beyond a float: to_float names it
     return None

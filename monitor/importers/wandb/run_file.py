@@ -43,9 +43,10 @@ from monitor.errors import GapwatchError
 
 from . import wire
 from ..imported_run import ImportedRun, scalars_frame
+from ..input_checks import shown
 from ..name_codes import NameCodes
 from .log_format import FILE_HEADER, check_file_header, iter_records
-from .records import NESTED_SEP, NotText, decode_exact, to_float
+from .records import NESTED_SEP, NotText, UnfitValue, decode_exact, to_float
 
 STEP_KEY = "_step"
 _RUN_FILE = re.compile(r"run-(.+)\.wandb")
@@ -317,6 +318,9 @@ class WandbRunReader:
                 f"{self.path}: record {record_of(exc.index) + 1}: not a W&B record (text that "
                 "is not UTF-8)"
             ) from None
+        except UnfitValue as exc:
+            raise GapwatchError(f"{self.path}: record {record_of(exc.index) + 1}: the number "
+                                f"{shown(exc.text)} does not fit a 64-bit float") from None
 
     def _rows(self, recs: np.ndarray, codes: np.ndarray, dictionary: list[str],
               nums: np.ndarray, skipped: np.ndarray, base: int) -> NewRows:
@@ -341,12 +345,14 @@ class WandbRunReader:
             )
         step_f = np.empty(len(row_recs))
         step_f[row_of_item[is_step]] = nums[is_step]
-        broken = ~np.isfinite(step_f) | (step_f != np.round(step_f)) | (step_f < 0)
+        # 2.0**63 and above wrap around to negative steps in int64.
+        broken = (~np.isfinite(step_f) | (step_f != np.round(step_f)) | (step_f < 0)
+                  | (step_f >= 2.0**63))
         if broken.any():
             bad = int(np.flatnonzero(broken)[0])
             raise GapwatchError(
                 f"{self.path}: record {base + int(row_recs[bad]) + 1}: _step "
-                f"{step_f[bad]!r} is not a whole number >= 0"
+                f"{float(step_f[bad])!r} is not a whole number from 0 to 2**63 - 1"
             )
         row_step = step_f.astype(np.int64)
         previous = np.concatenate(([self.last_step if self.last_step is not None else -1],

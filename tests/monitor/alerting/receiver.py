@@ -40,6 +40,9 @@ class Mode:
     body: str = "ok"
     retry_after: str | None = None
     hang_s: float = 0.0
+    echo: Any = None
+    """A function of the request's path whose result is the answer's body (a server that echoes
+    the URL it was called on, in its own spelling)."""
     kill_pid: int | None = None
     """Accept the request (as Slack would: the message is posted), then SIGKILL this process before
     answering: the sender dies between the receiver's success and its own bookkeeping."""
@@ -80,7 +83,8 @@ class Receiver:
                     os.kill(mode.kill_pid, signal.SIGKILL)
                     receiver.mode = Mode(status=503, body="sender is dead")
                     return
-                payload = (mode.body if status != 503 or not mode.hang_s else "hung").encode()
+                text = mode.echo(self.path) if mode.echo is not None else mode.body
+                payload = (text if status != 503 or not mode.hang_s else "hung").encode()
                 try:
                     self.send_response(status)
                     if status == 429 and mode.retry_after is not None:
@@ -117,6 +121,10 @@ class Receiver:
 
     def fail(self, status: int, body: str = "rollup_error", retry_after: str | None = None) -> None:
         self.mode = Mode(status=status, body=body, retry_after=retry_after)
+
+    def echo(self, status: int, spell) -> None:
+        """Answer `status` with a body of `spell(path)`: the URL called, spelled the server's way."""
+        self.mode = Mode(status=status, echo=spell)
 
     def hang(self, seconds: float) -> None:
         self.mode = Mode(hang_s=seconds)

@@ -1,0 +1,119 @@
+"""Checks at the door of every importer, for what a parser cannot take safely or would change.
+
+* `check_source`: only regular files and folders are read; a named pipe or a device would block
+  the import forever (or never end).
+* `loads`: `json.loads` that refuses a number no 64-bit float holds (`1e309`, 400 digits) instead
+  of turning it into infinity or raising OverflowError later; `Infinity` and `NaN` written as such
+  stay logged values.
+* `unfit_literal`: the same rule for a CSV cell.
+* `repeated_name`: a CSV header's repeated column, which pandas would rename into a phantom
+  metric (`train/loss.1`).
+* `shown`, `cut`: a value as a message shows it, cut short (a 5 MB metric name is not echoed
+  whole).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import stat
+
+from monitor.errors import GapwatchError
+
+# Characters of a value a one-line message shows before cutting it short.
+SHOWN_CHARS = 80
+# Digits beyond which an integer is no step a store keeps, and may not fit a float either.
+_STEP_DIGITS = 19
+_INF_WORDS = ("inf", "infinity")
+
+
+def shown(value) -> str:
+    """repr(value), cut short as `cut` does."""
+    return cut(repr(value))
+
+
+def cut(text: str) -> str:
+    """text, cut to SHOWN_CHARS characters with the full length said."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
+
+
+def check_source(path: str | os.PathLike) -> None:
+    """Refuse a source that is neither a regular file nor a folder (after symlinks)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise GapwatchError(f"{path}: no such file or directory") from None
+    except OSError as exc:
+        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    raise GapwatchError(f"{path}: {kind}, not a regular file or folder: only files are imported")
+
+
+class UnfitNumber(ValueError):
+    """A number written in the source that no 64-bit float holds."""
+
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+    def describe(self) -> str:
+        return f"the number {shown(self.literal)} does not fit a 64-bit float"
+
+
+def _float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise UnfitNumber(literal)
+    return value
+
+
+def _int(literal: str) -> int:
+    if len(literal.lstrip("-")) > _STEP_DIGITS:
+        try:
+            float(int(literal))
+        except (OverflowError, ValueError):  # ValueError: beyond Python's int-from-text limit
+            raise UnfitNumber(literal) from None
+    return int(literal)
+
+
+def loads(text: str | bytes):
+    """json.loads, raising UnfitNumber for a number no float holds (and, as json.loads does,
+    JSONDecodeError for bad JSON and RecursionError for nesting deeper than Python recurses)."""
+    return json.loads(text, parse_float=_float, parse_int=_int)
+
+
+def unfit_literal(cell: str) -> bool:
+    """A CSV cell that reads as a number but overflows a float (not `inf` written as such)."""
+    text = cell.strip().lower().lstrip("+-")
+    if text in _INF_WORDS:
+        return False
+    try:
+        return math.isinf(float(text))
+    except ValueError:
+        return False
+
+
+def repeated_name(header: list[str]) -> str | None:
+    """The first column name a CSV header gives twice (pandas would rename it `name.1`)."""
+    seen = set()
+    for name in header:
+        if name.strip() in seen:
+            return name.strip()
+        seen.add(name.strip())
+    return None
+
+
+def csv_header(path: str | os.PathLike, delimiter: str) -> list[str]:
+    """The first row of a CSV file as written; [] when it cannot be read (the parser says why)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return next(csv.reader(fh, delimiter=delimiter), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
