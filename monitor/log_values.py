@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,9 @@ _NUMBER_KINDS = "biuf"
 
 class NotANumber(Exception):
     """The value cannot be stored as one number; the message says why."""
+
+
+_CUDA = object()  # a reader's answer for a CUDA tensor: its copy starts once the call's are known
 
 
 def snapshot(metrics: dict[str, Any], refuse) -> dict[str, Any]:
@@ -41,27 +45,19 @@ def snapshot(metrics: dict[str, Any], refuse) -> dict[str, Any]:
         if kind is float:
             out[key] = value
             continue
+        reader = _READERS.get(kind) or _reader_for(kind)
         try:
-            if kind is int:
-                out[key] = _fitting(value)
-            elif _is_torch(value):
-                if value.is_cuda:
-                    _check_tensor(value)
-                    if cuda is None:
-                        cuda = {}
-                    cuda[key] = value
-                    out[key] = None  # keeps the caller's order; filled in below
-                else:
-                    out[key] = _torch_value(value)
-            elif _is_jax(value):
-                out[key] = _jax_value(value)
-            else:
-                out[key] = _host_value(value)
+            taken = reader(value)
         except NotANumber as exc:
             refuse(key, value, str(exc))
-            out.pop(key, None)
-            if cuda is not None:
-                cuda.pop(key, None)
+            continue
+        if taken is _CUDA:
+            if cuda is None:
+                cuda = {}
+            cuda[key] = value
+            out[key] = None  # keeps the caller's order; filled in below
+        else:
+            out[key] = taken
     if cuda:
         from monitor.device_copy import start_copies
 
@@ -69,22 +65,55 @@ def snapshot(metrics: dict[str, Any], refuse) -> dict[str, Any]:
     return out
 
 
-def _host_value(value: Any) -> Any:
-    if isinstance(value, (str, bytes, bytearray)):
-        raise NotANumber("is text, not a number")
-    if isinstance(value, (np.ndarray, np.generic)):
-        if value.dtype.kind not in _NUMBER_KINDS:
-            raise NotANumber(f"is a NumPy {value.dtype} value, not a real number")
-        if value.size != 1:
-            raise NotANumber(f"is an array of shape {value.shape}, not one number")
-        return _fitting(value.item())
-    if isinstance(value, complex):
-        raise NotANumber("is a complex number")
-    if hasattr(type(value), "__float__"):
-        if isinstance(value, (int, float)) or type(value).__module__ in ("decimal", "fractions"):
-            return _fitting(value)
-        return value  # another framework's value: read on the writer thread
-    raise NotANumber(f"is a {type(value).__name__}, not a number")
+# How each type's values are taken, decided once per type: a value's type fixes which of these
+# applies (a torch or JAX type exists only once its framework is loaded).
+_READERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def _reader_for(kind: type) -> Callable[[Any], Any]:
+    torch, jax = sys.modules.get("torch"), sys.modules.get("jax")
+    if issubclass(kind, (str, bytes, bytearray)):
+        reader = _text
+    elif issubclass(kind, (int, float)):
+        reader = _fitting
+    elif issubclass(kind, np.generic):
+        dtype = np.dtype(kind)
+        if dtype.kind not in _NUMBER_KINDS:
+            reader = _refusing(f"is a NumPy {dtype} value, not a real number")
+        elif dtype.itemsize > 8:  # a long double may hold what no float can
+            reader = _fitting
+        else:
+            reader = float
+    elif issubclass(kind, np.ndarray):
+        reader = _array
+    elif torch is not None and issubclass(kind, torch.Tensor):
+        reader = _tensor
+    elif jax is not None and issubclass(kind, jax.Array):
+        reader = _jax_array
+    elif issubclass(kind, complex):
+        reader = _refusing("is a complex number")
+    elif kind.__module__ in ("decimal", "fractions"):
+        reader = _fitting
+    elif hasattr(kind, "__float__"):
+        reader = _kept  # another framework's value: read on the writer thread
+    else:
+        reader = _refusing(f"is a {kind.__name__}, not a number")
+    _READERS[kind] = reader
+    return reader
+
+
+def _text(value: Any) -> Any:
+    raise NotANumber("is text, not a number")
+
+
+def _refusing(why: str) -> Callable[[Any], Any]:
+    def refuse(value: Any) -> Any:
+        raise NotANumber(why)
+    return refuse
+
+
+def _kept(value: Any) -> Any:
+    return value
 
 
 def _fitting(value: Any) -> float:
@@ -100,33 +129,37 @@ def _fitting(value: Any) -> float:
     return number
 
 
-def _is_torch(value: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
+def _array(value: Any) -> float:
+    if value.dtype.kind not in _NUMBER_KINDS:
+        raise NotANumber(f"is a NumPy {value.dtype} value, not a real number")
+    if value.size != 1:
+        raise NotANumber(f"is an array of shape {value.shape}, not one number")
+    return _fitting(value.item())
 
 
-def _is_jax(value: Any) -> bool:
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(value, jax.Array)
-
-
-def _check_tensor(value: Any) -> None:
+def _tensor(value: Any) -> Any:
+    """A CPU tensor is read now. A CUDA tensor's copy is started by the caller; a tensor on
+    another device is detached and copied on that device, which does not wait for it, and read
+    on the writer thread."""
+    if value.is_cpu:
+        try:
+            number = value.item()
+        except RuntimeError:  # not one element
+            number = None
+        if type(number) is float:
+            return number
     if value.numel() != 1:
         raise NotANumber(f"is a tensor of shape {tuple(value.shape)}, not one number")
     if value.is_complex():
         raise NotANumber("is a complex tensor")
-
-
-def _torch_value(value: Any) -> Any:
-    """A CPU tensor is read now; a tensor on another device (not CUDA) is detached and copied on
-    its device, which does not wait for it, and read on the writer thread."""
-    _check_tensor(value)
-    if value.device.type == "cpu":
-        return _fitting(value.item())
+    if value.is_cpu:
+        return _fitting(number)  # an integer or bool tensor
+    if value.is_cuda:
+        return _CUDA
     return value.detach().clone()
 
 
-def _jax_value(value: Any) -> Any:
+def _jax_array(value: Any) -> Any:
     if value.size != 1:
         raise NotANumber(f"is an array of shape {tuple(value.shape)}, not one number")
     if np.dtype(value.dtype).kind not in _NUMBER_KINDS:

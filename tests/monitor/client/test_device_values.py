@@ -30,6 +30,10 @@ class CudaLike(torch.Tensor):
     def is_cuda(self) -> bool:
         return True
 
+    @property
+    def is_cpu(self) -> bool:
+        return False
+
 
 def cuda_like(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.as_subclass(CudaLike)
