@@ -22,7 +22,6 @@ from monitor.integrations.names import KeyMapper
 from monitor.integrations.session import RunSpec
 
 try:
-    from lightning.fabric.utilities.logger import _convert_params, _sanitize_callable_params
     from lightning.pytorch.loggers.logger import Logger
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 except ImportError as exc:  # the core installs without it: say which extra brings it
@@ -89,7 +88,7 @@ class GapwatchLogger(Logger):
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         # Lightning calls this as a fit starts, before any metric: the Monitor opens with them.
-        self._hyperparameters.update(_sanitize_callable_params(_convert_params(params)))
+        self._hyperparameters.update(vars(params) if isinstance(params, Namespace) else params)
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:

@@ -4,6 +4,7 @@ logging every 5, validating and checkpointing every 10; then resumed from its st
 from __future__ import annotations
 
 import os
+from argparse import Namespace
 import subprocess
 import sys
 
@@ -125,3 +126,15 @@ def test_a_failed_fit_closes_its_attempt_as_crashed(tmp_path):
     with open_store(url) as store:
         assert store.get_run("r")["status"] == "crashed"
         assert store.load_run("r").scalars.loc[1].to_dict() == {"train/loss": 1.0, "extra/custom_metric": 2.0}
+
+
+def test_hyperparameters_in_a_namespace_become_the_config(tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    logger = GapwatchLogger("r", url, config={"seed": 3}, settings=MonitorSettings(spool_dir=tmp_path / "spool"))
+    logger.log_hyperparams(Namespace(lr=0.1, schedule=torch.optim.lr_scheduler.StepLR))
+    logger.log_metrics({"val/c4/loss": 2.0, "lr-AdamW": 0.1}, step=9)
+    logger.finalize("success")
+    with open_store(url) as store:
+        run = store.get_run("r")
+        assert run["config"] == {"lr": 0.1, "schedule": str(torch.optim.lr_scheduler.StepLR), "seed": 3}
+        assert store.load_run("r").scalars.loc[10].to_dict() == {"eval/heldout/c4/loss": 2.0, "optim/lr": 0.1}
