@@ -4,13 +4,15 @@
    float32 scalars, NumPy 0-d arrays, CPU torch tensors, and (where a GPU is present) CUDA tensors,
    which start a copy into pinned memory behind an event instead of being read (goal: < 20 us).
    The kinds take turns in rounds, each into a run of its own, so they share the machine's load.
-2. Step time of a small torch MLP (8 layers 256 wide, batch 32: forward, backward, AdamW) that computes 10 metric tensors a step,
-   with and without logging them, in alternating blocks (goal: <= 1% overhead).
+2. Step time of a small torch MLP (8 layers 256 wide, batch 32: forward, backward, AdamW) that
+   computes 10 metric tensors a step, with and without logging them, in alternating pairs of steps
+   (goal: <= 1% overhead), and the time spent inside `log()` itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
@@ -60,8 +62,9 @@ def call_costs(kinds: dict[str, str | None], calls: int, rounds: int, tmp: str) 
     return {kind: np.concatenate(t) for kind, t in times.items()}
 
 
-def step_times(device: str, blocks: int, steps: int, tmp: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per-step seconds without and with logging, over alternating blocks of `steps` steps."""
+def step_times(device: str, pairs: int, tmp: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seconds of steps without and with logging, taken in alternating pairs (which of the two
+    comes first alternates too), and the seconds spent inside `log()` of each logging step."""
     import torch
 
     torch.manual_seed(0)
@@ -86,26 +89,27 @@ def step_times(device: str, blocks: int, steps: int, tmp: str) -> tuple[np.ndarr
             torch.cuda.synchronize()
 
     mon = Monitor("bench-steps", store=f"sqlite:///{tmp}/steps.db", settings=MonitorSettings(spool_dir=tmp))
-    off, on = [], []
+    off, on, in_log = [], [], []
     step = 0
     try:
-        for _ in range(3):  # warm up both paths
+        for _ in range(5):  # warm up both paths
             mon.log(step, train_step())
             step += 1
-        for block in range(2 * blocks):
-            logging = block % 2 == 1
-            sync()
-            started = time.perf_counter()
-            for _ in range(steps):
+        for pair in range(pairs):
+            for logging in ((False, True) if pair % 2 else (True, False)):
+                sync()
+                started = time.perf_counter()
                 metrics = train_step()
                 if logging:
+                    called = time.perf_counter()
                     mon.log(step, metrics)
+                    in_log.append(time.perf_counter() - called)
+                sync()
+                (on if logging else off).append(time.perf_counter() - started)
                 step += 1
-            sync()
-            (on if logging else off).append((time.perf_counter() - started) / steps)
     finally:
         mon.close()
-    return np.array(off), np.array(on)
+    return np.array(off), np.array(on), np.array(in_log)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -120,21 +124,26 @@ def main(argv: list[str] | None = None) -> None:
                                     "torch CPU tensor": "cpu"}
     if device == "cuda":
         kinds["torch CUDA tensor"] = "cuda"
-    calls, rounds, blocks, steps = (2_000, 3, 4, 25) if args.quick else (10_000, 5, 10, 50)
+    calls, rounds, pairs = (2_000, 3, 200) if args.quick else (10_000, 5, 1_000)
+    # One intra-op thread: on a shared 2-core machine torch's two threads wait on each other and
+    # a step's time varies tenfold, which would hide a 1% difference.
+    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         costs = call_costs(kinds, calls, rounds, tmp)
-        off, on = step_times(device, blocks, steps, tmp)
+        off, on, in_log = step_times(device, pairs, tmp)
     rows = [{"values (10 a call)": kind, "calls": len(t), "mean us": f"{t.mean():.2f}",
              "p50 us": f"{np.percentile(t, 50):.2f}", "p99 us": f"{np.percentile(t, 99):.2f}"}
             for kind, t in costs.items()]
     overhead = np.median(on) / np.median(off) - 1
     where = torch.cuda.get_device_name() if device == "cuda" else "CPU only (no GPU on this machine)"
     body = (table(rows)
-            + f"\n\nDevice: {where}. Step time of an 8-layer 256-wide MLP (batch 32, AdamW, 10 metric tensors "
-              f"a step), {blocks} blocks of {steps} steps each way, alternating: without logging "
-              f"{np.median(off) * 1e3:.3f} ms, logging the 10 tensors {np.median(on) * 1e3:.3f} ms a step "
-              f"(median of blocks): **{overhead * 100:+.2f}%** (goal: <= 1%). Block medians spread "
-              f"{(np.percentile(off, 90) / np.percentile(off, 10) - 1) * 100:.1f}% (p90/p10) without logging.")
+            + f"\n\nDevice: {where}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end. "
+              f"Step time of an 8-layer 256-wide MLP (batch 32, AdamW, one torch thread, 10 metric tensors a "
+              f"step), {pairs} pairs of steps without and with logging the 10 tensors, alternating: median "
+              f"{np.median(off) * 1e3:.3f} ms without, {np.median(on) * 1e3:.3f} ms with: **{overhead * 100:+.2f}%** "
+              f"(goal: <= 1%); the steps without logging alone spread {np.percentile(off, 90) / np.percentile(off, 10) - 1:.0%} "
+              f"(p90/p10). Inside `log()` on the training thread: median {np.median(in_log) * 1e6:.1f} us, "
+              f"**{np.median(in_log) / np.median(on) * 100:.3f}%** of a step.")
     record(f"log_values_{device}", f"Client: Monitor.log by kind of value, and step overhead ({device})", body)
 
 

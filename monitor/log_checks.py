@@ -68,7 +68,8 @@ class LogChecks:
                              "never go back within one process (a restart is a new Monitor)",
                              f"backwards:{key}")
                 bad.append(key)
-        kept = dict(metrics) if not bad else {k: v for k, v in metrics.items() if k not in bad}
+        # `metrics` is log_values.snapshot's own dict, never the caller's: no copy needed.
+        kept = metrics if not bad else {k: v for k, v in metrics.items() if k not in bad}
         for key in kept:
             last[key] = step
         return kept

@@ -4,9 +4,9 @@ logging every 5, validating and checkpointing every 10; then resumed from its st
 from __future__ import annotations
 
 import os
-from argparse import Namespace
 import subprocess
 import sys
+from argparse import Namespace
 
 import lightning as L
 import pytest
