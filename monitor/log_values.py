@@ -2,7 +2,7 @@
 
 A value is stored as it was when `log()` was called, whatever the caller does with it afterwards:
 a host value (a Python or NumPy number, a 0-d array, a CPU torch tensor) is read into a float
-here, which costs well under a microsecond. A device value is never read here, since reading it
+here (bench_log_values measures what it costs). A device value is never read here, since reading it
 would wait for the device: a CUDA torch tensor starts a copy into pinned host memory
 (device_copy.py) and the writer waits on that copy's event; a JAX array is immutable, so it is kept
 as it is and its copy to the host is started. A value of another type that can be turned into a
