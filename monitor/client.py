@@ -28,6 +28,7 @@ from typing import Any
 import platformdirs
 
 from monitor.log_checks import InvalidLogError, LogChecks
+from monitor.log_values import snapshot
 from monitor.outage import Outage
 from monitor.schema import EventKind, RunStatus
 from monitor.spool import Spool
@@ -161,15 +162,17 @@ class Monitor:
 
     # --- the hot path ------------------------------------------------------------------------------
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        """Queue metrics for `step`. Values may be floats, NumPy scalars or JAX arrays; nothing is
-        converted or copied from a device here. A bad key or step raises InvalidLogError here
-        (or, with on_invalid="warn", is dropped with a warning); nothing of a rejected call is kept."""
+        """Queue metrics for `step`, each value as it is now (log_values.py): Python and NumPy
+        numbers, 0-d arrays and CPU tensors are read here; CUDA tensors and JAX arrays start their
+        copy to the host here and are read on the writer thread, with no device sync here.
+        A bad key, step or value (not one number) raises InvalidLogError here (or, with
+        on_invalid="warn", is dropped with a warning); nothing of a rejected call is kept."""
         if self._closed:
             raise RuntimeError(f"Monitor for run {self.run!r} is closed")
         checked = self._checks.step(step)
         if checked is None:
             return
-        metrics = self._checks.metrics(checked, metrics)
+        metrics = self._checks.metrics(checked, snapshot(metrics, self._checks.refuse_value))
         if metrics:
             self._enqueue(("m", checked, metrics, time.time()))
 

@@ -2,7 +2,8 @@
 
 A bad key or step is the caller's mistake and must be said where it was made, at once: once it is
 queued, the writer can only find it seconds later, far from the line that caused it. The checks
-cost a set and a dict lookup per key; values are not touched (they may live on a device).
+cost a set and a dict lookup per key; a value that is not one number (log_values.py) is refused
+the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP, is_valid_key
 
 log = logging.getLogger("gapwatch.client")
+MAX_SHOWN = 80  # characters of a refused value shown in its message
 
 
 class InvalidLogError(GapwatchError, ValueError):
@@ -66,10 +68,15 @@ class LogChecks:
                              "never go back within one process (a restart is a new Monitor)",
                              f"backwards:{key}")
                 bad.append(key)
-        kept = dict(metrics) if not bad else {k: v for k, v in metrics.items() if k not in bad}
+        # `metrics` is log_values.snapshot's own dict, never the caller's: no copy needed.
+        kept = metrics if not bad else {k: v for k, v in metrics.items() if k not in bad}
         for key in kept:
             last[key] = step
         return kept
+
+    def refuse_value(self, key: Any, value: Any, why: str) -> None:
+        """A value that is not one number (log_values.py), refused like a bad key."""
+        self._reject(f"the value {_shown(value)} of {_shown(key)} {why}", f"value:{_shown(key)}")
 
     def _reject(self, problem: str, what: str) -> None:
         message = f"gapwatch run {self.run!r}: {problem}"
@@ -103,3 +110,12 @@ def _step_problem(step: Any) -> str | None:
     if value > MAX_STEP:
         return f"is beyond the largest step the store keeps ({MAX_STEP})"
     return None
+
+
+def _shown(value: Any) -> str:
+    """repr(value), cut short: a refused value may be a megabyte of text."""
+    try:
+        shown = repr(value)
+    except ValueError:  # an integer of more digits than Python will print
+        return f"<{type(value).__name__} too long to show>"
+    return shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN] + "..."

@@ -18,8 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 LLMC_LOG = "runs/modded-nanogpt/llmc_gpt2_124M_2024-10-13/main.log"
 # What the extras bring and the core must not: distributions, and the modules they would provide.
 EXTRA_DISTRIBUTIONS = ("jax", "jaxlib", "optax", "grain", "orbax-checkpoint", "tokenizers", "lm_eval",
-                       "datasets", "torch", "transformers")
-EXTRA_MODULES = ("jax", "optax", "grain", "orbax", "tokenizers", "lm_eval", "datasets", "torch", "transformers")
+                       "datasets", "torch", "transformers", "accelerate", "lightning")
+EXTRA_MODULES = ("jax", "optax", "grain", "orbax", "tokenizers", "lm_eval", "datasets", "torch", "transformers",
+                 "accelerate", "lightning")
+# The trainer integrations import their framework as they load (only a user's script imports them).
+INTEGRATIONS = {"monitor.integrations.transformers": "transformers", "monitor.integrations.lightning": "lightning"}
 # The llm.c log's losses, raised by this much after DIVERGE_AT: the client's run leaves its reference.
 DIVERGE_AT, OFFSET, LAST_STEP = 2000, 0.3, 4000
 
@@ -76,10 +79,17 @@ def test_every_core_module_imports(core, tmp_path):
     # `app.__main__` runs the CLI when imported: `gapwatch --help` stands for it in the other tests.
     probe = ("import importlib, pkgutil, monitor, app\n"
              "names = [m.name for p in (monitor, app) for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.')\n"
-             "         if not m.name.endswith('.__main__')]\n"
+             f"         if not m.name.endswith('.__main__') and m.name not in {sorted(INTEGRATIONS)!r}]\n"
              "for name in names:\n    importlib.import_module(name)\n"
              "print(len(names))\n")
     assert int(_checked([str(core / "python"), "-c", probe], tmp_path)) > 50
+
+
+def test_an_integration_without_its_framework_says_which_extra_to_install(core, tmp_path):
+    for module, extra in INTEGRATIONS.items():
+        done = _run([str(core / "python"), "-c", f"import {module}"], tmp_path)
+        assert done.returncode == 1
+        assert done.stderr.rstrip().splitlines()[-1].endswith(f"pip install 'gapwatch[{extra}]'")
 
 
 def test_import_detect_report_and_the_client_on_a_real_log(core, tmp_path, shared_data):

@@ -34,9 +34,13 @@ STORE = "monitor.store"
 # core (monitor/, app/) installs without them, so it never imports them as it loads. Only the
 # commands (and the demo they run) import them, inside functions, after app/extras.py checked them.
 EXTRA_PACKAGES = {"jax", "jaxlib", "optax", "grain", "orbax", "tokenizers", "lm_eval", "datasets", "tqdm",
-                  "torch", "transformers", "trainer", "evals"}
+                  "torch", "transformers", "accelerate", "lightning", "trainer", "evals"}
 CORE = ("monitor", "app")
 LAZY_EXTRA_IMPORTERS = ("app.commands", "app.demo")
+# A trainer integration subclasses its framework's classes, so it imports its framework (its extra)
+# as it loads; only a user's training script imports it, never the core.
+INTEGRATIONS = {"monitor.integrations.transformers": {"transformers"},
+                "monitor.integrations.lightning": {"lightning"}}
 
 
 def module_name(path: Path) -> str:
@@ -97,9 +101,13 @@ def violations(path: Path, module: str) -> list[str]:
     package, permitted = rule_for(module)
     lazy = function_level_lines(path) if within(module, LAZY_EXTRA_IMPORTERS) else set()
     found = []
+    own_framework = INTEGRATIONS.get(module, set())
     for line, target in imports_of(path, module):
-        if within(module, CORE) and target.split(".")[0] in EXTRA_PACKAGES and line not in lazy:
+        root = target.split(".")[0]
+        if within(module, CORE) and root in EXTRA_PACKAGES and line not in lazy and root not in own_framework:
             found.append(f"{module}:{line} imports {target} (the core loads without the extras)")
+        if within(target, tuple(INTEGRATIONS)) and module not in INTEGRATIONS:
+            found.append(f"{module}:{line} imports {target} (only a user's script imports an integration)")
         if is_our_module(target):
             # A parent package import (`import monitor`) says nothing about the flow.
             if permitted is not None and target not in OURS and not allowed(target, permitted):
@@ -210,6 +218,12 @@ def test_the_core_loads_without_the_extras(tmp_path):
         f"app.report.probe:5 imports torch {extras}"]
     # A command may import them lazily, never as it loads.
     assert violations(probe, "app.commands.probe") == [f"app.commands.probe:1 imports jax {extras}"]
+    probe.write_text("import transformers\nimport lightning\n")
+    assert violations(probe, "monitor.integrations.transformers") == [
+        f"monitor.integrations.transformers:2 imports lightning {extras}"]
+    probe.write_text("import monitor.integrations.transformers\n")
+    assert violations(probe, "app.demo") == [
+        "app.demo:1 imports monitor.integrations.transformers (only a user's script imports an integration)"]
     probe.write_text("def f():\n    import lm_eval\n")
     assert violations(probe, "monitor.watch.probe") == [f"monitor.watch.probe:2 imports lm_eval {extras}"]
     assert violations(probe, "evals.probe") == []

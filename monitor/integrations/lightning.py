@@ -1,0 +1,117 @@
+"""gapwatch for Lightning: `Trainer(logger=GapwatchLogger("my-run", reference=...))`.
+
+Lightning hands a logger the metrics of `self.log(...)` at the trainer's step; their names become
+gapwatch keys: `train_loss`, `train/loss` and `loss` (and Lightning's `_step` forms) the training
+loss; `val_loss` and `val/loss` the held-out set `eval_set`, `val_<set>_loss` and `val/<set>/loss`
+the held-out set <set>; `lr`, `lr-<Optimizer>` (LearningRateMonitor) the learning rate; grad norms
+and `epoch`. The hyperparameters are the run's configuration. Each checkpoint `ModelCheckpoint`
+saves is a checkpoint event. Each `fit()` opens a new attempt of the run; the logger closes it when
+Lightning finalizes the fit.
+"""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from typing import Any
+
+from monitor import schema
+from monitor.client import NullMonitor
+from monitor.importers.profiles import Profile, Rule
+from monitor.integrations.names import KeyMapper
+from monitor.integrations.session import RunSpec
+
+try:
+    from lightning.pytorch.loggers.logger import Logger
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+except ImportError as exc:  # the core installs without it: say which extra brings it
+    raise ImportError("gapwatch's Lightning integration needs lightning: pip install 'gapwatch[lightning]'") from exc
+
+_HELDOUT = "eval/heldout/{set}/loss"
+
+
+def lightning_names(eval_set: str) -> Profile:
+    return Profile(
+        name="lightning",
+        description="the names Lightning users log with self.log",
+        rules=(
+            Rule(r"(train[_/])?loss(_step)?", schema.TRAIN_LOSS),
+            Rule(r"train[_/]loss_epoch", None),  # the epoch's mean of the steps' losses
+            Rule(r"(val|valid|validation)[_/]loss(_epoch)?", schema.heldout_key(eval_set)),
+            Rule(r"(val|valid|validation)_(?P<set>.+)_loss(_epoch)?", _HELDOUT),
+            Rule(r"(val|valid|validation)/(?P<set>[^/]+)/loss(_epoch)?", _HELDOUT),
+            # Several val dataloaders: Lightning appends the loader's index to the name.
+            Rule(r"(val|valid|validation)[_/]loss/dataloader_idx_(?P<set>\d+)", "eval/heldout/val_{set}/loss"),
+            Rule(r"(lr|learning_rate|lr-[A-Za-z]+)", schema.OPTIM_LR),
+            Rule(r"(train[_/])?grad_norm|grad_2\.0_norm_total", schema.TRAIN_GRAD_NORM),
+            Rule(r"epoch", schema.DATA_EPOCH),
+            Rule(r"(train[_/])?tokens", schema.TRAIN_TOKENS),
+        ),
+    )
+
+
+class GapwatchLogger(Logger):
+    def __init__(self, run: str, store: Any = None, *, reference: str | None = None,
+                 reference_source: str | os.PathLike | None = None, reference_profile: str | None = None,
+                 eval_set: str = "val", config: dict[str, Any] | None = None, **monitor_args: Any) -> None:
+        """`run` and `store` as for `Monitor`; `reference` names the reference run, imported from
+        `reference_source` (with `reference_profile`) when the store lacks it. `eval_set` names the
+        held-out set of `val_loss`. Other keyword arguments go to `Monitor` (project, settings, ...)."""
+        super().__init__()
+        self.spec = RunSpec(run, store, reference, reference_source, reference_profile, dict(config or {}),
+                            monitor_args)
+        self.monitor: Any = NullMonitor()
+        self._open = False
+        self._hyperparameters: dict[str, Any] = {}
+        self._names = KeyMapper(lightning_names(eval_set))
+
+    @property
+    def name(self) -> str:
+        return "gapwatch"
+
+    @property
+    def version(self) -> str:
+        return self.spec.run
+
+    @property
+    def experiment(self) -> Any:
+        """The Monitor of the current fit (a NullMonitor until the first metric or checkpoint).
+        Lightning reads this property while it sets a fit up, before the hyperparameters."""
+        return self.monitor
+
+    def _opened(self) -> Any:
+        if not self._open:
+            self.monitor = self.spec.open(self._hyperparameters)
+            self._open = True
+        return self.monitor
+
+    @rank_zero_only
+    def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        # Lightning calls this as a fit starts, before any metric: the Monitor opens with them.
+        self._hyperparameters.update(vars(params) if isinstance(params, Namespace) else params)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        # Lightning gives the batches stepped before the batch whose metrics these are; gapwatch's
+        # step (as the Hugging Face Trainer's global_step and ModelCheckpoint's) counts that batch.
+        mapped = self._names.metrics(metrics)
+        if mapped:
+            self._opened().log(int(step or 0) + 1, mapped)
+
+    @rank_zero_only
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        # ModelCheckpoint keeps the step and path of the checkpoint it just saved in these two
+        # attributes (not public API; read as Lightning 2.6 names them) before calling loggers.
+        step = getattr(checkpoint_callback, "_last_global_step_saved", None)
+        path = getattr(checkpoint_callback, "_last_checkpoint_saved", None) or checkpoint_callback.last_model_path
+        if step is not None:
+            self._opened().event(schema.EventKind.CHECKPOINT, int(step), path=str(path))
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        if self._open:
+            failed = status not in ("success", "finished")
+            self.monitor.close(schema.RunStatus.CRASHED if failed else schema.RunStatus.FINISHED)
+        self.monitor = NullMonitor()
+        self._open = False
+        self._hyperparameters = {}
