@@ -3,7 +3,10 @@
 `read_scalars` never returns more than `max_points` rows per (run, key): it reads raw rows when a
 range is small, the finest rollup level that fits otherwise, and thins what it read to the budget
 with tsdownsample's MinMax, which keeps every bucket's extremes, so spikes (and the
-global minimum and maximum) survive.
+global minimum and maximum) survive. It takes any budget of at least one point and any series
+(empty, NaN-only, one point, huge gaps): MinMax is only handed what it can take (finite values on
+strictly increasing steps, at least four points out, an even count), and a budget too small for
+it keeps the extremes by hand.
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
     Downsampled series (attrs["bucket_width"][(run, key)] > 1) hold only finite values and end
     at the range's last finite value; at full resolution NaN and Inf come back as logged.
     """
-    if max_points < 4:
-        raise ValueError("max_points must be at least 4")
+    if max_points < 1:
+        raise ValueError("max_points must be at least 1")
     frames = []
     widths: dict[tuple[str, str], int] = {}
     with db.read() as conn:
@@ -117,11 +120,28 @@ def _thin(steps: np.ndarray, values: np.ndarray, max_points: int, tail: tuple[in
     steps, values = steps[keep], values[keep]
     room = max_points - (tail is not None)
     if len(steps) > room:
-        idx = MinMaxDownsampler().downsample(steps, values, n_out=room - room % 2)
+        idx = _budget_indices(steps, values, room)
         steps, values = steps[idx], values[idx]
     if tail is not None:
         steps, values = np.append(steps, tail[0]), np.append(values, tail[1])
     return steps, values
+
+
+# tsdownsample's MinMax needs two buckets at least (it panics, a BaseException, below that) and
+# an even number of points out.
+MINMAX_MIN_POINTS = 4
+
+
+def _budget_indices(steps: np.ndarray, values: np.ndarray, room: int) -> np.ndarray:
+    """Positions of at most `room` points of finite `values` at sorted distinct `steps`, keeping
+    the extremes: MinMax buckets when the budget allows them, else the global minimum and
+    maximum (as many of them as fit)."""
+    if room < MINMAX_MIN_POINTS:
+        extremes = np.unique([int(np.argmin(values)), int(np.argmax(values))]) if room > 0 else []
+        return np.asarray(extremes, dtype=np.int64)[:room]
+    idx = MinMaxDownsampler().downsample(steps, values, n_out=room - room % 2)
+    # A bucket of one point gives it as its minimum and its maximum.
+    return np.unique(idx)
 
 
 def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | None:
