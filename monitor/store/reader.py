@@ -312,7 +312,8 @@ def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunD
     with db.read() as conn:
         run_id = db.run_id(conn, name)
         s = tables.series.c
-        stored = [k for (k,) in conn.execute(select(s.key_id).where(s.run_id == run_id))]
+        counts = dict(conn.execute(select(s.key_id, s.n).where(s.run_id == run_id)).all())
+        stored = list(counts)
         if keys is not None:
             wanted = set(db.key_ids(conn, _as_list(keys)).values())
             stored = [k for k in stored if k in wanted]
@@ -320,7 +321,8 @@ def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunD
         key_ids = {names[k]: k for k in stored}
         steps = metric_rows.logged_steps(conn, run_id, stored)
         return stream_run_data(info, steps, list(key_ids),
-                               lambda key: metric_rows.series_parts(conn, run_id, key_ids[key]), events)
+                               lambda key: metric_rows.series_parts(conn, run_id, key_ids[key]), events,
+                               counts={name: int(counts[k]) for name, k in key_ids.items()})
 
 
 def read_detections(db: Database, run: str | None = None, detector: str | None = None) -> list[Detection]:
