@@ -4,15 +4,13 @@ disagree on what a step's value, a repeat or a logged NaN is."""
 
 from __future__ import annotations
 
-import bisect
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from monitor.schema import RunData, RunInfo
+from monitor.schema import RunData, RunInfo, keep_sparse, with_sparse_columns
 
 
 @dataclass
@@ -77,16 +75,6 @@ def run_data(info: RunInfo, rows: Mapping[str, KeyRows], events: pd.DataFrame,
     return stream_run_data(info, steps, sorted(rows), lambda key: (rows[key],), events, earlier)
 
 
-# A column logged at fewer than one step in SPARSE_SHARE of the run's steps (held-out sets every
-# 1,000 steps, downstream tasks every few thousand) is kept as a sparse column: it then costs its
-# logged values, not 8 bytes a step of the run, and a run's frame grows with its dense metrics,
-# not with the number of evals it logs. Values, NaN and dtype read back the same (a Sparse[float64]
-# column's .to_numpy() is the dense column).
-SPARSE_SHARE = 1 / 8
-# Frames shorter than this (the watch service's batches, small runs) stay dense: nothing to save.
-SPARSE_MIN_STEPS = 4096
-
-
 def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Callable[[str], Iterable[KeyRows]],
                     events: pd.DataFrame, earlier: dict[str, KeyRows] | None = None,
                     counts: Mapping[str, int] | None = None) -> RunData:
@@ -96,13 +84,11 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
     step), so each part's latest values go straight into the frame as it is read and a whole
     run is never held as rows (three arrays a row) besides the frame. `earlier` (see run_data)
     needs one part per key. `counts` (rows logged per key, when known before reading) lets the
-    keys logged at few steps be kept sparse (SPARSE_SHARE)."""
+    keys logged at few steps be kept sparse (monitor.schema.keep_sparse)."""
     earlier = dict(earlier or {})
     index = steps.astype(np.int64, copy=False)
     keys = sorted(keys)
-    sparse_keys = set()
-    if counts is not None and len(index) >= SPARSE_MIN_STEPS:
-        sparse_keys = {k for k in keys if counts.get(k, 0) < SPARSE_SHARE * len(index)}
+    sparse_keys = {k for k in keys if keep_sparse(counts.get(k, 0), len(index))} if counts is not None else set()
     dense_keys = [k for k in keys if k not in sparse_keys]
     # One float block filled a key at a time: a pivot of the long rows would cost several times
     # the frame's size in temporaries. The block is (key, step), so that each column is one
@@ -151,7 +137,7 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
     # nothing handed its row on to the next key; rows after the last one used are left out.
     scalars = pd.DataFrame(matrix[:len(names)].T, index=step_index, columns=pd.Index(names, dtype=str), copy=False)
     if sparse:
-        scalars = _with_sparse(scalars, sparse)
+        scalars = with_sparse_columns(scalars, sparse)
     elif not names:
         scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     repeat_parts.sort(key=lambda p: p[0])
@@ -159,19 +145,6 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
     return RunData(info=info, scalars=scalars, events=events.reset_index(drop=True),
                    repeats=_long(repeat_parts, with_attempt=True),
                    logged_nonfinite=_long(nonfinite_parts, with_attempt=False))
-
-
-def _with_sparse(dense: pd.DataFrame, sparse: dict[str, pd.arrays.SparseArray]) -> pd.DataFrame:
-    """The dense frame with the sparse columns inserted, every column in sorted order. Each insert
-    adds a block and leaves the dense one in place, where building one frame from all columns
-    would copy the dense block."""
-    with warnings.catch_warnings():
-        # One block per sparse column is what this is for, not the fragmentation pandas warns of.
-        warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
-        for key in sorted(sparse):
-            dense.insert(bisect.bisect_left(list(dense.columns), key), key, sparse[key])
-    dense.columns = pd.Index(list(dense.columns), dtype=str)
-    return dense
 
 
 def _collect_repeats(parts: list, key: str, rows: KeyRows, earlier: KeyRows | None) -> None:

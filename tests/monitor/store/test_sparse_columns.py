@@ -9,16 +9,15 @@ import pandas as pd
 import pytest
 
 from monitor.engine import DetectionEngine
-from monitor.schema import TRAIN_LOSS, RunData, downstream_key, heldout_key
+from monitor.schema import SPARSE_MIN_STEPS, TRAIN_LOSS, RunData, downstream_key, heldout_key
 from monitor.store import open_store
-from monitor.store.run_frames import SPARSE_MIN_STEPS
 
 STEPS = 3 * SPARSE_MIN_STEPS
 HELDOUT, TASK, TASK_SE = heldout_key("c4_en", "loss"), downstream_key("arc_easy", "acc"), \
     downstream_key("arc_easy", "acc", "stderr")
 
 
-def write_run(store, name: str, seed: int, shift: float) -> pd.DataFrame:
+def write_run(store, name: str, seed: int, shift: float, tokens_per_step: float = 4096.0) -> pd.DataFrame:
     """A run with a dense train loss, held-out loss every 200 steps (one logged as NaN) and a
     downstream task every 1,000; returns what it logged as a wide frame."""
     rng = np.random.default_rng(seed)
@@ -29,7 +28,7 @@ def write_run(store, name: str, seed: int, shift: float) -> pd.DataFrame:
     wide.loc[400, HELDOUT] = np.nan
     wide.loc[s % 1000 == 0, TASK] = 0.5 + rng.normal(0, 0.01, STEPS // 1000 + 1)
     wide.loc[s % 1000 == 0, TASK_SE] = 0.01
-    store.ensure_run(name, tokens_per_step=4096.0)
+    store.ensure_run(name, tokens_per_step=tokens_per_step)
     logged = [wide[TRAIN_LOSS].rename("value").reset_index().assign(key=TRAIN_LOSS)]
     for key, every in ((HELDOUT, 200), (TASK, 1000), (TASK_SE, 1000)):
         logged.append(wide.loc[s % every == 0, key].rename("value").reset_index().assign(key=key))
@@ -81,3 +80,18 @@ def test_detectors_find_the_same_in_sparse_and_dense_frames(stored):
     assert sparse_found.detections == dense_found.detections
     assert [(n.detector, n.metric, n.reason) for n in sparse_found.not_judged] == \
         [(n.detector, n.metric, n.reason) for n in dense_found.not_judged]
+
+
+def test_a_reference_aligned_on_tokens_keeps_its_evals_sparse(sqlite_url):
+    with open_store(sqlite_url) as store:
+        write_run(store, "run", 1, -0.1)
+        write_run(store, "ref", 2, 0.0, tokens_per_step=2048.0)  # half the batch: its step 2k is the run's k
+        run, ref = store.load_run("run"), store.load_run("ref")
+    engine = DetectionEngine()
+    _, aligned = engine.align(run, ref)
+    assert aligned.info.config["alignment"]["axis"] == "tokens"
+    assert isinstance(aligned.scalars[HELDOUT].dtype, pd.SparseDtype)
+    assert aligned.scalars[TRAIN_LOSS].dtype == np.float64
+    _, aligned_dense = engine.align(dense(run), dense(ref))
+    pd.testing.assert_frame_equal(aligned.scalars.astype("float64"), aligned_dense.scalars.astype("float64"))
+    assert engine.judge(run, ref).detections == engine.judge(dense(run), dense(ref)).detections
