@@ -15,6 +15,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 # --- training ---------------------------------------------------------------------------------
@@ -224,6 +225,8 @@ class RunData:
         if key not in self.scalars.columns:
             return pd.Series(dtype=float, name=key, index=pd.Index([], dtype="int64", name="step"))
         col = self.scalars[key]
+        if isinstance(col.dtype, pd.SparseDtype):
+            return self._sparse_series(key, col)
         logged = col.notna()
         if len(self.logged_nonfinite):
             nf = self.logged_nonfinite[self.logged_nonfinite["key"] == key]
@@ -231,6 +234,22 @@ class RunData:
         # A metric logged at every step is the column itself (copy-on-write keeps it apart from
         # the frame), not a 1.4M-value copy per call.
         return col if logged.all() else col[logged]
+
+    def _sparse_series(self, key: str, col: pd.Series) -> pd.Series:
+        """series() of a sparse column, from its stored values: masking it as a dense column would
+        cost a pass over every step of the run per call."""
+        array = col.array
+        at = array.sp_index.to_int_index().indices.astype(np.int64)
+        values = np.asarray(array.sp_values, dtype=float)
+        nf = self.logged_nonfinite
+        if len(nf) and (nf["key"] == key).any():
+            # NaN is the column's fill: a logged NaN is not among the stored values.
+            nan_at = self.scalars.index.get_indexer(nf.loc[nf["key"] == key, "step"].to_numpy())
+            every = np.union1d(at, nan_at[nan_at >= 0])
+            filled = np.full(len(every), np.nan)
+            filled[np.searchsorted(every, at)] = values
+            at, values = every, filled
+        return pd.Series(values, index=self.scalars.index[at], name=key)
 
 
 def file_name(run: str) -> str:

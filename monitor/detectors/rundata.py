@@ -38,6 +38,8 @@ def finite(run: RunData, key: str) -> pd.Series:
     if key not in run.scalars.columns:
         return pd.Series(dtype=float, index=pd.Index([], dtype="int64", name="step"), name=key)
     col = run.scalars[key]
+    if isinstance(col.dtype, pd.SparseDtype):
+        col = run.series(key)  # the logged values alone, not a pass over every step
     ok = np.isfinite(col.to_numpy(dtype=float))
     return col if ok.all() else col[ok]
 
