@@ -93,7 +93,9 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                 density = n / max(1, last - first + 1)
                 level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE, RAW_READ_FACTOR)
                 if level is None:
-                    steps, values = metric_rows.series_rows(conn, run_id, key_id, lo, hi).latest()
+                    exact = _sparse_from_rollups(conn, run_id, key_id, lo, hi) if n * LEVEL_WIDTHS[0] <= \
+                        hi - lo + 1 else None
+                    steps, values = exact or metric_rows.series_rows(conn, run_id, key_id, lo, hi).latest()
                     width = 1
                     tail = _last_finite(steps, values)
                 else:
@@ -147,6 +149,31 @@ def _budget_indices(steps: np.ndarray, values: np.ndarray, room: int) -> np.ndar
 def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | None:
     finite = np.flatnonzero(np.isfinite(values))
     return (int(steps[finite[-1]]), float(values[finite[-1]])) if len(finite) else None
+
+
+def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
+    """Every logged point of a sparse series (evals every few thousand steps) in [lo, hi], from
+    its finest rollups, when they hold them all: each bucket has one point, or two at different
+    steps (its minimum and its maximum), and no NaN/Inf (rollups keep finite values only). None
+    otherwise. A raw read decodes every chunk the range spans, for a handful of rows each."""
+    width = LEVEL_WIDTHS[0]
+    r = tables.rollups.c
+    rows = conn.execute(
+        select(r.n, r.nonfinite, r.min_step, r.min_value, r.max_step, r.max_value)
+        .where(and_(r.run_id == run_id, r.key_id == key_id, r.level == 0,
+                    r.bucket >= lo // width, r.bucket <= hi // width))
+        .order_by(r.bucket)
+    ).all()
+    steps: list[int] = []
+    values: list[float] = []
+    for n, nonfinite, min_step, min_value, max_step, max_value in rows:
+        if nonfinite or n > 2 or (n == 2 and min_step == max_step):
+            return None
+        for step, value in sorted({(min_step, min_value), (max_step, max_value)}):
+            if lo <= step <= hi:
+                steps.append(step)
+                values.append(value)
+    return np.array(steps, dtype=np.int64), np.array(values, dtype=float)
 
 
 def _from_rollups(conn, run_id: int, key_id: int, level: int, lo: int, hi: int):

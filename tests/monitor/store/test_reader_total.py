@@ -131,3 +131,36 @@ def test_a_budget_below_one_point_is_refused(store):
     store.ensure_run("r")
     with pytest.raises(ValueError, match="at least 1"):
         store.read_scalars("r", [KEY], max_points=0)
+
+
+def test_a_sparse_series_is_read_from_its_rollups_exactly(store, monkeypatch):
+    """Evals every few thousand steps: every point comes back as logged (the latest attempt of a
+    step logged twice), without decoding the chunks the range spans."""
+    steps = np.arange(0, 200_000, 2500)
+    values = np.linspace(0.3, 0.6, len(steps))
+    store.ensure_run("evals")
+    store.write_metrics("evals", pd.DataFrame({"step": steps, "key": KEY, "value": values}))
+    store.write_metrics("evals", pd.DataFrame({"step": [5000], "key": KEY, "value": [0.9], "attempt": [2]}))
+    values[2] = 0.9
+    store.write_metrics("evals", pd.DataFrame({"step": [100_001], "key": "train/loss", "value": [1.0]}))
+
+    def no_raw(*_args, **_kwargs):
+        raise AssertionError("read raw rows")
+
+    monkeypatch.setattr(reader.metric_rows, "series_rows", no_raw)
+    got = store.read_scalars("evals", [KEY], max_points=2000)
+    np.testing.assert_array_equal(got["step"], steps)
+    np.testing.assert_array_equal(got["value"], values)
+    assert got.attrs["bucket_width"][("evals", KEY)] == 1
+    part = store.read_scalars("evals", [KEY], step_range=(2500, 10_000), max_points=2000)
+    assert part["step"].tolist() == [2500, 5000, 7500, 10_000]
+
+
+def test_a_sparse_series_with_three_points_in_a_bucket_or_a_nan_is_read_raw(store):
+    steps = np.array([0, 1, 2, 5000, 10_000, 20_000, 40_000, 80_000])
+    values = np.array([1.0, 2.0, 3.0, np.nan, 4.0, 5.0, 6.0, 7.0])
+    store.ensure_run("odd")
+    store.write_metrics("odd", pd.DataFrame({"step": steps, "key": KEY, "value": values}))
+    got = store.read_scalars("odd", [KEY], max_points=2000)
+    np.testing.assert_array_equal(got["step"], steps)
+    np.testing.assert_array_equal(got["value"], values)
