@@ -61,7 +61,7 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
     """
     if max_points < 1:
         raise ValueError("max_points must be at least 1")
-    frames = []
+    parts = []
     widths: dict[tuple[str, str], int] = {}
     with db.read() as conn:
         for run in _as_list(runs):
@@ -106,10 +106,22 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                     steps, values = _thin(steps, values, max_points, tail)
                     width = max(width, 2)
                 widths[(run, key)] = width
-                frames.append(pd.DataFrame({"run": run, "key": key, "step": steps, "value": values}))
-    out = pd.concat(frames, ignore_index=True) if frames else empty_long("run", "key", "step", "value")
+                parts.append((run, key, steps, values))
+    out = _long_frame(parts) if parts else empty_long("run", "key", "step", "value")
     out.attrs["bucket_width"] = widths
     return out[_SCALAR_COLUMNS]
+
+
+def _long_frame(parts: list[tuple[str, str, np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    """One long frame of (run, key, steps, values) parts, built once: a frame per series costs
+    more than its rows when a page reads a hundred of them."""
+    sizes = [len(p[2]) for p in parts]
+    return pd.DataFrame({
+        "run": np.repeat(np.array([p[0] for p in parts], dtype=object), sizes),
+        "key": np.repeat(np.array([p[1] for p in parts], dtype=object), sizes),
+        "step": np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts]),
+        "value": np.concatenate([np.asarray(p[3], dtype=float) for p in parts]),
+    }).astype({"run": str, "key": str})
 
 
 def _thin(steps: np.ndarray, values: np.ndarray, max_points: int, tail: tuple[int, float] | None):
@@ -164,16 +176,22 @@ def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
                     r.bucket >= lo // width, r.bucket <= hi // width))
         .order_by(r.bucket)
     ).all()
-    steps: list[int] = []
-    values: list[float] = []
-    for n, nonfinite, min_step, min_value, max_step, max_value in rows:
-        if nonfinite or n > 2 or (n == 2 and min_step == max_step):
-            return None
-        for step, value in sorted({(min_step, min_value), (max_step, max_value)}):
-            if lo <= step <= hi:
-                steps.append(step)
-                values.append(value)
-    return np.array(steps, dtype=np.int64), np.array(values, dtype=float)
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, float)
+    n, nonfinite = metric_rows.columns([r[:2] for r in rows], [np.int64, np.int64])
+    if nonfinite.any() or (n > 2).any():
+        return None  # (a bucket of NaN only has no minimum step either)
+    min_step, min_value, max_step, max_value = metric_rows.columns(
+        [r[2:] for r in rows], [np.int64, float, np.int64, float])
+    if ((n == 2) & (min_step == max_step)).any():
+        return None
+    two = n == 2
+    steps = np.concatenate([min_step, max_step[two]])
+    values = np.concatenate([min_value, max_value[two]])
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order], values[order]
+    inside = (steps >= lo) & (steps <= hi)
+    return steps[inside], values[inside]
 
 
 def _from_rollups(conn, run_id: int, key_id: int, level: int, lo: int, hi: int):

@@ -108,7 +108,8 @@ def test_read_scalars_is_total(store, data, max_points, ranged):
     good = logged[np.isfinite(logged.to_numpy())]
     assert np.isfinite(out_values).all()
     assert out_steps[-1] == good.index[-1]  # ends at the last finite value
-    if max_points >= 3:
+    if max_points >= 3 and step_range is None:
+        # (A range's edge rollup buckets keep only their extremes that fall inside it.)
         assert out_values.min() == good.min() and out_values.max() == good.max()
 
 
