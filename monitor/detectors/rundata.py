@@ -168,7 +168,8 @@ def trim_columns(run: RunData, keep_from: dict[str, float], keep_first_row: bool
     whole), rows left empty dropped: a sparse eval column can keep its last checkpoints while a dense
     train column keeps only its last few hundred points. With `keep_first_row` the run's very first
     row is kept too."""
-    scalars = run.scalars.copy()
+    # A sparse column (a long run's evals) refuses item assignment: the tail is kept dense.
+    scalars = run.scalars.astype({c: "float64" for c, t in run.scalars.dtypes.items() if isinstance(t, pd.SparseDtype)})
     steps = scalars.index.to_numpy()
     for col, lo in keep_from.items():
         if col in scalars.columns and math.isfinite(lo):

@@ -95,3 +95,19 @@ def test_a_reference_aligned_on_tokens_keeps_its_evals_sparse(sqlite_url):
     _, aligned_dense = engine.align(dense(run), dense(ref))
     pd.testing.assert_frame_equal(aligned.scalars.astype("float64"), aligned_dense.scalars.astype("float64"))
     assert engine.judge(run, ref).detections == engine.judge(dense(run), dense(ref)).detections
+
+
+def test_judged_piece_by_piece_against_a_sparse_reference_as_against_a_dense_one(stored):
+    """The watch service's way: rows in pieces, the reference aligned once (its evals sparse)."""
+    from monitor.detectors.rundata import slice_rows
+
+    store, _ = stored
+    run, ref = store.load_run("run"), store.load_run("ref")
+    engine = DetectionEngine()
+    found = {}
+    for mode, (r, f) in {"sparse": (run, ref), "dense": (dense(run), dense(ref))}.items():
+        _, aligned = engine.align(r, f)
+        states, found[mode] = engine.new_states(), []
+        for lo in range(0, STEPS, 1500):
+            found[mode] += engine.update(states, slice_rows(r, lo, lo + 1499), aligned).detections
+    assert found["sparse"] and found["sparse"] == found["dense"]
