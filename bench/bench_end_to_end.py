@@ -226,7 +226,7 @@ def measure_wide(steps: int) -> dict:
         print(f"writing a {steps:,}-step wide pair", flush=True)
         files = write_pair(work, steps)
         out: dict = {"csv MB": files["cand"][1].stat().st_size / 1e6,
-                     "jsonl MB": files["cand"][0].stat().st_size / 1e6}
+                     "jsonl MB": files["cand"][0].stat().st_size / 1e6, "load": [os.getloadavg()[0]]}
         print("read_csv", flush=True)
         out["read_csv one"] = python(ROOT, READ_CSV, files["cand"][1], timed=True)[1:]
         out["read_csv pair"] = python(ROOT, READ_CSV, files["cand"][1], files["ref"][1], timed=True)[1:]
@@ -244,6 +244,7 @@ def measure_wide(steps: int) -> dict:
                             "-o", work / "report.html")[1:]
         print("run page", flush=True)
         out["run page"] = json.loads(python(ROOT, RUN_PAGE, url)[0].strip().splitlines()[-1])
+    out["load"].append(os.getloadavg()[0])
     return out
 
 
@@ -271,7 +272,10 @@ def write_wide_results(r: dict, steps: int) -> None:
         "by 3,000-4,096 a step; written as JSONL and as a CSV with a `step` header (the W&B `_step` "
         "export is not measured here). Each command one fresh process, wall clock and peak RSS from "
         "`/usr/bin/time`, beside `pandas.read_csv` of the same CSV data measured in the same run "
-        "(a fresh process each). Goals: detect and report < 10 s and < 1 GB; import <= 400 MB.\n\n"
+        "(a fresh process each). Goals: detect and report < 10 s and < 1 GB; import <= 400 MB. "
+        f"Load average at the start and the end: {r['load'][0]:.1f} and {r['load'][-1]:.1f} on "
+        f"{os.cpu_count()} cores: wall clocks grow with the neighbours' work, the ratios to read_csv "
+        "are measured under the same load.\n\n"
         + table(rows)
         + f"\n\nThe run page's server work per open (order the tasks from point-budgeted reads, read "
         f"the view, draw the panels; `gapwatch dashboard`'s route and render callbacks): "
