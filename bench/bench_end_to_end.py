@@ -14,6 +14,12 @@ Each code version runs in its own processes (PYTHONPATH = that version's tree; t
   (one row a step, a column a metric), wall and peak RSS. `--import-only` measures just these.
 - ingest: bench_store's ingest (ours vs the raw driver, SQLite and PostgreSQL), and the
   point-budget read of a 1.41M-step series, each version's own.
+
+`--wide` measures this tree alone on a pair as wide as real runs (bench/wide_pair.py: 10 dense
+series, 11 held-out sets, 40 downstream tasks with stderr, 101 series): `pandas.read_csv` of the
+same data, then `gapwatch import` of each run's JSONL and of one run's `step`-header CSV, `detect`,
+`report`, and the run page's server work (ordering the tasks, reading the view, drawing the
+panels), each in fresh processes in the same run, so every figure stands beside read_csv's.
 """
 
 from __future__ import annotations
@@ -111,6 +117,37 @@ print(json.dumps({"ingest": bench_ingest(int(sys.argv[1]), 1000), "read": bench_
 """
 
 
+READ_CSV = """
+import sys, pandas as pd
+for path in sys.argv[1:]:
+    pd.read_csv(path)
+"""
+
+# The run page's server work as the route and render callbacks do it; CPU seconds (wall clock on
+# a shared machine says more about the neighbours) and resident memory added, median of 3 opens.
+RUN_PAGE = """
+import json, sys, time
+from monitor.store import open_store
+from app.dashboard import panels, queries
+from app.dashboard.routes import ViewSpec
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 1e6
+
+with open_store(sys.argv[1], read_only=True) as store:
+    queries.overview(store)
+    base, opens = rss_mb(), []
+    for _ in range(3):
+        started = time.process_time()
+        tasks = queries.downstream_tasks(store, "cand", "ref")
+        view = queries.load_view(store, ViewSpec(run="cand", reference="ref"), 2000, None)
+        panels.build(view, tasks)
+        opens.append(time.process_time() - started)
+print(json.dumps({"cpu s": sorted(opens)[1], "added MB": rss_mb() - base}))
+"""
+
+
 def python(tree: Path, code: str, *args, timed: bool = False) -> tuple[str, float | None, float | None]:
     """Run `code` with `tree` on the path; return its stdout and, if timed, wall s and peak MB."""
     cmd = [sys.executable, "-c", code, *map(str, args)]
@@ -180,6 +217,74 @@ def measure_import(label: str, tree: Path, work: Path, logs: tuple[Path, Path]) 
     return out
 
 
+def measure_wide(steps: int) -> dict:
+    """The wide pair (module docstring), this tree only: (wall s, peak MB) of each command."""
+    from bench.wide_pair import write_pair
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        print(f"writing a {steps:,}-step wide pair", flush=True)
+        files = write_pair(work, steps)
+        out: dict = {"csv MB": files["cand"][1].stat().st_size / 1e6,
+                     "jsonl MB": files["cand"][0].stat().st_size / 1e6, "load": [os.getloadavg()[0]]}
+        print("read_csv", flush=True)
+        out["read_csv one"] = python(ROOT, READ_CSV, files["cand"][1], timed=True)[1:]
+        out["read_csv pair"] = python(ROOT, READ_CSV, files["cand"][1], files["ref"][1], timed=True)[1:]
+        url = f"sqlite:///{work}/wide.db"
+        for name in ("ref", "cand"):
+            print(f"import {name}.jsonl", flush=True)
+            out[f"import {name}"] = cli(ROOT, "import", files[name][0], "--store", url, "--run", name)[1:]
+        print("import cand.csv", flush=True)
+        out["import csv"] = cli(ROOT, "import", files["cand"][1], "--store", f"sqlite:///{work}/csv.db",
+                                "--run", "cand")[1:]
+        print("detect", flush=True)
+        out["detect"] = cli(ROOT, "detect", "--store", url, "--run", "cand", "--reference", "ref", "--no-write")[1:]
+        print("report", flush=True)
+        out["report"] = cli(ROOT, "report", "--store", url, "--run", "cand", "--reference", "ref",
+                            "-o", work / "report.html")[1:]
+        print("run page", flush=True)
+        out["run page"] = json.loads(python(ROOT, RUN_PAGE, url)[0].strip().splitlines()[-1])
+    out["load"].append(os.getloadavg()[0])
+    return out
+
+
+def write_wide_results(r: dict, steps: int) -> None:
+    one_s, one_mb = r["read_csv one"]
+    pair_s, pair_mb = r["read_csv pair"]
+    rows = []
+    for what, label, base_s, base_mb, base_label in (
+            ("import ref", f"`gapwatch import` of a run's JSONL ({r['jsonl MB']:.0f} MB)", one_s, one_mb, "one run"),
+            ("import cand", f"`gapwatch import` of the other run's JSONL ({r['jsonl MB']:.0f} MB)", one_s, one_mb,
+             "one run"),
+            ("import csv", f"`gapwatch import` of a run's `step` CSV ({r['csv MB']:.0f} MB)", one_s, one_mb, "one run"),
+            ("detect", "`gapwatch detect` (the pair)", pair_s, pair_mb, "the pair"),
+            ("report", "`gapwatch report` (the pair)", pair_s, pair_mb, "the pair")):
+        wall, peak = r[what]
+        rows.append({"command": label, "s": f"**{wall:.1f}**", "peak MB": f"**{peak:,.0f}**",
+                     "read_csv of the same data": f"{base_label}: {base_s:.1f} s, {base_mb:,.0f} MB",
+                     "x read_csv (time)": f"{wall / base_s:.1f}x"})
+    page = r["run page"]
+    record(
+        "end_to_end_wide",
+        f"End to end at realistic width: two {steps:,}-step runs of 101 series",
+        "This tree only. `bench/wide_pair.py`: 10 series every step, 11 held-out sets every 1,000 "
+        "steps, 40 downstream tasks with their stderr every 2,500 (101 series), a token count growing "
+        "by 3,000-4,096 a step; written as JSONL and as a CSV with a `step` header (the W&B `_step` "
+        "export is not measured here). Each command one fresh process, wall clock and peak RSS from "
+        "`/usr/bin/time`, beside `pandas.read_csv` of the same CSV data measured in the same run "
+        "(a fresh process each). Goals: detect and report < 10 s and < 1 GB; import <= 400 MB. "
+        f"Load average at the start and the end: {r['load'][0]:.1f} and {r['load'][-1]:.1f} on "
+        f"{os.cpu_count()} cores: wall clocks grow with the neighbours' work, the ratios to read_csv "
+        "are measured under the same load.\n\n"
+        + table(rows)
+        + f"\n\nThe run page's server work per open (order the tasks from point-budgeted reads, read "
+        f"the view, draw the panels; `gapwatch dashboard`'s route and render callbacks): "
+        f"**{page['cpu s']:.2f} CPU s** (median of 3 opens; CPU time, since the wall clock on a "
+        f"shared machine measures its neighbours) and **{page['added MB']:,.0f} MB** resident memory "
+        f"added after the first open. Goals: <= 1 s and <= 300 MB added.",
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench_end_to_end")
     parser.add_argument("--steps", type=int, default=1_410_000)
@@ -188,7 +293,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-record", action="store_true", help="print only; leave RESULTS.md alone")
     parser.add_argument("--import-only", action="store_true",
                         help="only `gapwatch import` of the JSONL and CSV logs; print, record nothing")
+    parser.add_argument("--wide", action="store_true",
+                        help="this tree on a pair of 101 series (bench/wide_pair.py), beside read_csv")
     args = parser.parse_args(argv)
+    if args.wide:
+        steps = 100_000 if args.quick else args.steps
+        wide = measure_wide(steps)
+        print(json.dumps(wide, indent=1))
+        if not args.no_record:
+            write_wide_results(wide, steps)
+        return
     ingest_steps, read_steps = 100_000, 1_410_000
     if args.quick:
         args.steps, ingest_steps, read_steps = 100_000, 20_000, 200_000

@@ -346,14 +346,27 @@ def _positions(index: pd.Index, s: pd.Series) -> np.ndarray | slice:
 
 def _frame(cols: dict[str, pd.Series], index: pd.Index) -> pd.DataFrame:
     """One float block filled column by column: a frame of reindexed Series costs a hash lookup a
-    step and a copy to consolidate."""
+    step and a copy to consolidate. Rarely logged columns (evals) are kept sparse, as a loaded
+    run's are (schema.keep_sparse)."""
     if not cols:
         return pd.DataFrame(index=index)
-    matrix = np.full((len(index), len(cols)), np.nan)
-    for j, s in enumerate(cols.values()):
-        matrix[_positions(index, s), j] = s.to_numpy(dtype="float64")
+    sparse_keys = {k for k, s in cols.items() if schema.keep_sparse(len(s), len(index))}
+    dense = [k for k in cols if k not in sparse_keys]
+    matrix = np.full((len(index), len(dense)), np.nan)
+    for j, key in enumerate(dense):
+        matrix[_positions(index, cols[key]), j] = cols[key].to_numpy(dtype="float64")
     # copy=False: pandas 3 copies a NumPy array it is given, by default.
-    return pd.DataFrame(matrix, index=index, columns=pd.Index(list(cols), dtype=str), copy=False)
+    frame = pd.DataFrame(matrix, index=index, columns=pd.Index(dense, dtype=str), copy=False)
+    if not sparse_keys:
+        return frame
+    sparse = {}
+    for key in sparse_keys:
+        column = np.full(len(index), np.nan)
+        column[_positions(index, cols[key])] = cols[key].to_numpy(dtype="float64")
+        sparse[key] = pd.arrays.SparseArray(column, fill_value=np.nan)
+    frame = schema.with_sparse_columns(frame, sparse)
+    # Sorted keys (a loaded run's) are already in place; selecting columns would copy the block.
+    return frame if list(frame.columns) == list(cols) else frame[list(cols)]
 
 
 def _unchanged(scalars: pd.DataFrame, cols: dict[str, pd.Series], index: pd.Index) -> bool:

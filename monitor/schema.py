@@ -7,12 +7,15 @@ detectors, the dashboard and the report only ever see these.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import math
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 # --- training ---------------------------------------------------------------------------------
@@ -156,13 +159,42 @@ CONFIG_TOKENS_PER_STEP = "tokens_per_step"
 CONFIG_DETERMINISTIC = "deterministic"
 
 
+# A column logged at fewer than one step in 1/SPARSE_SHARE of a long frame's steps (held-out sets
+# every 1,000 steps, downstream tasks every few thousand) is kept sparse (Sparse[float64], NaN
+# filled): it costs its logged values, not 8 bytes a step, so a run's frame grows with its dense
+# metrics and not with the number of evals it logs. Frames shorter than SPARSE_MIN_STEPS (the
+# watch service's batches, small runs) stay dense: there is nothing to save.
+SPARSE_SHARE = 1 / 8
+SPARSE_MIN_STEPS = 4096
+
+
+def keep_sparse(logged: int, steps: int) -> bool:
+    """Whether a column with `logged` values in a frame of `steps` rows is kept sparse."""
+    return steps >= SPARSE_MIN_STEPS and logged < SPARSE_SHARE * steps
+
+
+def with_sparse_columns(frame: pd.DataFrame, sparse: dict[str, pd.arrays.SparseArray]) -> pd.DataFrame:
+    """`frame` (dense columns, sorted) with the `sparse` columns inserted, every column in sorted
+    order. Each insert adds a block and leaves the dense one in place, where building one frame
+    from all the columns would copy it."""
+    with warnings.catch_warnings():
+        # One block per sparse column is what this is for, not the fragmentation pandas warns of.
+        warnings.simplefilter("ignore", pd.errors.PerformanceWarning)
+        for key in sorted(sparse):
+            frame.insert(bisect.bisect_left(list(frame.columns), key), key, sparse[key])
+    frame.columns = pd.Index(list(frame.columns), dtype=str)
+    return frame
+
+
 @dataclass
 class RunData:
     """One run as detectors and the report see it, at full resolution.
 
     scalars:  wide frame, index `step` (int64, ascending, unique), one float column per metric key,
               the latest attempt of each step; NaN where a metric was not logged at that step (and
-              also where the run logged NaN: `nonfinite_steps` tells the two apart).
+              also where the run logged NaN: `nonfinite_steps` tells the two apart). A rarely
+              logged metric's column may be Sparse[float64] (keep_sparse): the same values, and
+              `.to_numpy(dtype=float)` gives the dense column.
     events:   columns step, kind, attempt, payload (dict), sorted by step.
     repeats:  long frame of steps logged by more than one attempt: columns key, step, attempt, value.
     logged_nonfinite: long frame (key, step, value) of the values the run itself logged as NaN/Inf.
@@ -193,6 +225,8 @@ class RunData:
         if key not in self.scalars.columns:
             return pd.Series(dtype=float, name=key, index=pd.Index([], dtype="int64", name="step"))
         col = self.scalars[key]
+        if isinstance(col.dtype, pd.SparseDtype):
+            return self._sparse_series(key, col)
         logged = col.notna()
         if len(self.logged_nonfinite):
             nf = self.logged_nonfinite[self.logged_nonfinite["key"] == key]
@@ -200,6 +234,22 @@ class RunData:
         # A metric logged at every step is the column itself (copy-on-write keeps it apart from
         # the frame), not a 1.4M-value copy per call.
         return col if logged.all() else col[logged]
+
+    def _sparse_series(self, key: str, col: pd.Series) -> pd.Series:
+        """series() of a sparse column, from its stored values: masking it as a dense column would
+        cost a pass over every step of the run per call."""
+        array = col.array
+        at = array.sp_index.to_int_index().indices.astype(np.int64)
+        values = np.asarray(array.sp_values, dtype=float)
+        nf = self.logged_nonfinite
+        if len(nf) and (nf["key"] == key).any():
+            # NaN is the column's fill: a logged NaN is not among the stored values.
+            nan_at = self.scalars.index.get_indexer(nf.loc[nf["key"] == key, "step"].to_numpy())
+            every = np.union1d(at, nan_at[nan_at >= 0])
+            filled = np.full(len(every), np.nan)
+            filled[np.searchsorted(every, at)] = values
+            at, values = every, filled
+        return pd.Series(values, index=self.scalars.index[at], name=key)
 
 
 def file_name(run: str) -> str:

@@ -39,6 +39,7 @@ table.runs th { background: #fafafa; font-weight: 600; color: #555; }
 .task-row { display: flex; gap: 10px; align-items: center; font-size: 14px; margin: 0 0 8px; }
 .resolution { font-size: 13px; color: #555; margin: 4px 0 8px; display: flex; justify-content: space-between; }
 .notices { color: #a15c00; font-size: 13px; }
+.cell-note { color: #a15c00; font-size: 12px; }
 .panels { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; align-items: start; }
 .panel { background: #fff; box-shadow: 0 1px 2px rgba(0,0,0,.08); }
 @media (max-width: 1100px) { .panels { grid-template-columns: 1fr; } }

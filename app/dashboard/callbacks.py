@@ -14,6 +14,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, no_update
 from app import figures
 from app.dashboard import layout, live, panels, queries
 from app.dashboard.config import DashboardConfig
+from app.dashboard.contain import contained, one_line
 from app.dashboard.routes import ViewSpec, parse_run_path, run_href
 from monitor.errors import GapwatchError
 from monitor.store import DatabaseError, Store, describe_db_error
@@ -71,9 +72,12 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         if run is None:
             return layout.missing_run(spec.run)
         reference = spec.reference if spec.reference is not None else run["reference"]
-        tasks = queries.downstream_tasks(store, spec.run, reference if reference in names else None)
+        tasks, failed = contained("downstream tasks not ordered", lambda: queries.downstream_tasks(
+            store, spec.run, reference if reference in names else None, config.max_points))
+        if failed:
+            tasks = queries.downstream_tasks(store, spec.run, None, config.max_points)
         step_range = (spec.lo, spec.hi) if spec.lo is not None else queries.link_range(spec.start, spec.end)
-        return layout.run_page(spec, names, step_range, run["reference"], tasks)
+        return layout.run_page(spec, names, step_range, run["reference"], tasks, notes=[failed] if failed else [])
 
     @app.callback(Output("runs-table", "children"), Input("poll", "n_intervals"), Input("url", "pathname"))
     def runs_table(_n, _path):
@@ -138,12 +142,15 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             # Keep what the page shows and say why it is not current.
             return ([no_update] * len(ctx.outputs_list[0]), no_update, no_update,
                     [f"The store cannot be read ({describe_db_error(exc)}): showing what was read before."])
+        except GapwatchError as exc:
+            # The run went away (deleted) since the page opened: say so, keep the rest.
+            return ([no_update] * len(ctx.outputs_list[0]), no_update, no_update, [f"{one_line(exc)}."])
         # No pick: the first tasks in the report's order (most different from the reference first).
         rendered = panels.build(data, tasks or view.get("tasks"))
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
         return ([rendered.figures[name] for name in order], state, rendered.resolution,
-                [f"{n}. " for n in data.notices])
+                [f"{n}. " for n in [*view.get("notes", []), *data.notices]])
 
     @app.callback(
         Output("append", "data"), Output("refresh", "data"), Output("alerts-version", "data"),

@@ -64,7 +64,7 @@ def runs_table(frame: pd.DataFrame) -> html.Table | html.P:
             html.Td(r.status),
             html.Td(reference),
             html.Td(_int(r.last_step)),
-            html.Td(_si(r.tokens)),
+            html.Td([_si(r.tokens), *([html.Div(r.note, className="cell-note")] if isinstance(r.note, str) else [])]),
             html.Td(_age(r.since_last_s)),
             html.Td(str(r.open_alerts), className="alerts-count" + (" hot" if r.open_alerts else "")),
         ], className="run-row"))
@@ -72,11 +72,12 @@ def runs_table(frame: pd.DataFrame) -> html.Table | html.P:
 
 
 def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] | None,
-             default_reference: str | None, tasks: list[str]) -> html.Div:
+             default_reference: str | None, tasks: list[str], notes: list[str] | None = None) -> html.Div:
+    """`notes`: one line each about what the page could not do (shown with the view's notices)."""
     others = [{"label": n, "value": n} for n in run_names if n != spec.run]
     reference = spec.reference if spec.reference is not None else default_reference
     view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None, "shown_reference": reference,
-            "tasks": tasks}
+            "tasks": tasks, "notes": list(notes or [])}
     # No height on the graphs: each figure carries its own (an empty panel is a short note).
     graphs = [
         dcc.Graph(id={"type": "panel", "name": p}, className=f"panel panel-{p}",

@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app import figures
+from app.dashboard.contain import contained
 from app.dashboard.queries import ViewData
 from app.figures.overlay import parse_series_uid
 from app.figures.style import base_figure, note_empty
@@ -56,41 +57,58 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
     smooth = run.smoothed.get(TRAIN_LOSS)
     ref_smooth = ref.smoothed.get(TRAIN_LOSS) if ref is not None else None
     why = EmptyReasons(view)
-    out: dict[str, go.Figure] = {}
-    out["loss"] = figures.loss_overlay(train, ref_train if ref is not None else None, run_name=name,
-                                       reference_name=ref_name, x_title=x_title, run_smoothed=smooth,
-                                       reference_smoothed=ref_smooth, full_y=view.spec.full_y,
-                                       empty_reason=why.train())
-    if ref is not None:
+    detections = view.detections
+    spikes = detections[(detections["detector"].isin(SPIKE_DETECTORS)) & (detections["metric"] == TRAIN_GRAD_NORM)]
+    stalls = detections[detections["detector"].isin(STALL_DETECTORS)]
+
+    def delta() -> go.Figure:
+        if ref is None:
+            return _empty("train loss delta (run − reference)", x_title, "no reference run to compare with")
         windows, points = figures.reference_delta(train, ref_train)
         if smooth is not None and ref_smooth is not None:
             # The faint line is the smoothed difference; the window medians stay the detector's.
             points = figures.reference_delta(smooth, ref_smooth)[1]
-        out["delta"] = figures.delta_figure(windows, points, run_name=name, reference_name=ref_name,
-                                            x_title=x_title, empty_reason=why.delta())
-    else:
-        out["delta"] = _empty("train loss delta (run − reference)", x_title, "no reference run to compare with")
+        return figures.delta_figure(windows, points, run_name=name, reference_name=ref_name,
+                                    x_title=x_title, empty_reason=why.delta())
 
-    heldout, ref_heldout = figures.heldout_frame(long), figures.heldout_frame(ref_long)
-    out["heldout"] = figures.heldout_figure(heldout, ref_heldout, run_name=name, reference_name=ref_name,
-                                            x_title=x_title, full_y=view.spec.full_y, empty_reason=why.heldout())
-    out["gap"] = figures.gap_figure(figures.train_heldout_gap(train, heldout),
-                                    figures.train_heldout_gap(ref_train, ref_heldout),
-                                    run_name=name, reference_name=ref_name, x_title=x_title, empty_reason=why.gap())
-    out["evals"] = figures.downstream_figure(figures.downstream_frame(long), figures.downstream_frame(ref_long),
-                                             run_name=name, reference_name=ref_name, x_title=x_title,
-                                             tasks=tasks or None)
+    def heldout() -> go.Figure:
+        return figures.heldout_figure(figures.heldout_frame(long), figures.heldout_frame(ref_long), run_name=name,
+                                      reference_name=ref_name, x_title=x_title, full_y=view.spec.full_y,
+                                      empty_reason=why.heldout())
 
-    detections = view.detections
-    spikes = detections[(detections["detector"].isin(SPIKE_DETECTORS)) & (detections["metric"] == TRAIN_GRAD_NORM)]
-    stalls = detections[detections["detector"].isin(STALL_DETECTORS)]
-    out["grad_norm"] = figures.grad_norm_figure(series(long, TRAIN_GRAD_NORM), spikes=spikes,
-                                                spike_score=series(long, SPIKE_SCORE_GRAD_NORM), x_title=x_title,
-                                                x_of_step=run.axis.to_x)
-    perf = long[long["key"].isin([PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S])]
-    out["throughput"] = figures.throughput_figure(perf, stalls=stalls, x_title=x_title, x_of_step=run.axis.to_x)
-    data_keys = [k for k in run.keys if k.startswith("data/")]
-    out["data"] = figures.data_figure(long[long["key"].isin(data_keys)], x_title=x_title)
+    def gap() -> go.Figure:
+        return figures.gap_figure(figures.train_heldout_gap(train, figures.heldout_frame(long)),
+                                  figures.train_heldout_gap(ref_train, figures.heldout_frame(ref_long)),
+                                  run_name=name, reference_name=ref_name, x_title=x_title, empty_reason=why.gap())
+
+    def data() -> go.Figure:
+        data_keys = [k for k in run.keys if k.startswith("data/")]
+        return figures.data_figure(long[long["key"].isin(data_keys)], x_title=x_title)
+
+    makers = {
+        "loss": lambda: figures.loss_overlay(train, ref_train if ref is not None else None, run_name=name,
+                                             reference_name=ref_name, x_title=x_title, run_smoothed=smooth,
+                                             reference_smoothed=ref_smooth, full_y=view.spec.full_y,
+                                             empty_reason=why.train()),
+        "delta": delta,
+        "heldout": heldout,
+        "gap": gap,
+        "evals": lambda: figures.downstream_figure(figures.downstream_frame(long), figures.downstream_frame(ref_long),
+                                                   run_name=name, reference_name=ref_name, x_title=x_title,
+                                                   tasks=tasks or None),
+        "grad_norm": lambda: figures.grad_norm_figure(series(long, TRAIN_GRAD_NORM), spikes=spikes,
+                                                      spike_score=series(long, SPIKE_SCORE_GRAD_NORM),
+                                                      x_title=x_title, x_of_step=run.axis.to_x),
+        "throughput": lambda: figures.throughput_figure(
+            long[long["key"].isin([PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S])], stalls=stalls,
+            x_title=x_title, x_of_step=run.axis.to_x),
+        "data": data,
+    }
+    out: dict[str, go.Figure] = {}
+    for panel, make in makers.items():
+        # One odd series costs this panel, with its reason, not the page (contain.py).
+        fig, failed = contained(f"the {panel.replace('_', ' ')} panel could not be drawn", make)
+        out[panel] = fig if failed is None else _empty(panel.replace("_", " "), x_title, failed)
 
     x_range = _x_range(view)
     highlight = None

@@ -14,23 +14,28 @@ import pandas as pd
 from tsdownsample import MinMaxLTTBDownsampler
 
 from app.dashboard.axis import STEP_AXIS, AxisMap, interpolated_tokens, linear_tokens
+from app.dashboard.config import DashboardConfig
+from app.dashboard.contain import contained
 from app.dashboard.routes import ViewSpec
 from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
-from monitor.align import align_pair
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
+from monitor.align import align_pair
 from monitor.detection import load_cleans
+from monitor.errors import GapwatchError
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
     HELDOUT_PREFIX,
     TRAIN_GRAD_NORM,
     TRAIN_LOSS,
     TRAIN_TOKENS,
+    RunData,
     RunInfo,
+    empty_events,
     empty_long,
 )
 from monitor.smoothing import ema_debiased
-from monitor.store import Store
+from monitor.store import KeyRows, Store, run_data
 
 # What the run page draws, by key prefix. The reference contributes only what is compared.
 RUN_KEY_PREFIXES = (TRAIN_LOSS, TRAIN_GRAD_NORM, "perf/", "data/", "detect/spike_score/", HELDOUT_PREFIX,
@@ -56,11 +61,12 @@ def wanted_keys(all_keys: list[str], prefixes: tuple[str, ...]) -> list[str]:
     return [k for k in all_keys if k.startswith(prefixes) and not k.endswith(SKIPPED_SUFFIXES)]
 
 
-def downstream_tasks(store: Store, run: str, reference: str | None) -> list[str]:
+def downstream_tasks(store: Store, run: str, reference: str | None,
+                     max_points: int = DashboardConfig.max_points) -> list[str]:
     """`<task>/<metric>` of every downstream eval the runs logged (their stderr and n left out),
     in the report's order: the tasks whose difference from the reference is most significant
-    first (app/report/downstream_table.py, on the two runs' downstream series only), then the
-    rest alphabetically."""
+    first (app/report/downstream_table.py, on the two runs' downstream series read under the
+    point budget), then the rest alphabetically."""
     keys = {run: [k for k in store.list_keys(run) if k.startswith(DOWNSTREAM_PREFIX)]}
     if reference:
         keys[reference] = [k for k in store.list_keys(reference) if k.startswith(DOWNSTREAM_PREFIX)]
@@ -68,16 +74,34 @@ def downstream_tasks(store: Store, run: str, reference: str | None) -> list[str]
                     if not k.endswith(("/stderr", "/n"))})
     if not reference or not keys[run] or not keys[reference]:
         return names
-    first = _most_different(store, run, reference, keys)
+    first = _most_different(store, run, reference, keys, max_points)
     return first + [n for n in names if n not in first]
 
 
-def _most_different(store: Store, run: str, reference: str, keys: dict[str, list[str]]) -> list[str]:
-    loaded = {name: store.load_run(name, [*ks, TRAIN_TOKENS]) for name, ks in keys.items()}
-    aligned_run, aligned_ref = align_pair(loaded[run], loaded[reference], "auto")
+def _most_different(store: Store, run: str, reference: str, keys: dict[str, list[str]],
+                    max_points: int) -> list[str]:
+    loaded = {name: _budgeted_run(store, name, ks, max_points) for name, ks in keys.items()}
+    try:
+        aligned_run, aligned_ref = align_pair(loaded[run], loaded[reference], "auto")
+    except GapwatchError:
+        # A token count that does not grow places nothing on tokens; the steps still pair the
+        # checkpoints well enough to order the tasks.
+        aligned_run, aligned_ref = align_pair(loaded[run], loaded[reference], "step")
     pair = ComparedPair(run=loaded[run], reference=loaded[reference], aligned_run=aligned_run,
                         aligned_reference=aligned_ref, axis="", axis_reason="")
     return [f"{row['task']}/{row['metric']}" for row in downstream_table(pair).rows]
+
+
+def _budgeted_run(store: Store, name: str, keys: list[str], max_points: int) -> RunData:
+    """`keys` of a run and its token count, each read under the point budget, as RunData: what
+    ordering the tasks needs, never the run at full resolution. Evals every few thousand steps
+    come back whole; a downsampled cumulative token count is still close to linear between its
+    points, which is all the token axis asks of it."""
+    long = store.read_scalars(name, [*keys, TRAIN_TOKENS], max_points=max_points)
+    long.attrs = {}  # the widths are not needed, and pandas would copy them into every group
+    rows = {str(key): KeyRows(g["step"].to_numpy(np.int64), np.zeros(len(g), np.int64), g["value"].to_numpy(float))
+            for key, g in long.groupby("key", sort=False)}
+    return run_data(store.run_info(name), rows, empty_events())
 
 
 def axis_for(store: Store, info: RunInfo, kind: str) -> AxisMap | None:
@@ -153,25 +177,46 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
     ref_axis = axis_for(store, ref_info, axis_kind) if ref_info is not None else None
     if run_axis is None or (ref_info is not None and ref_axis is None):
         missing = spec.run if run_axis is None else ref_name
-        notices.append(f"run {missing!r} has neither tokens_per_step nor train/tokens: showing steps")
+        if TRAIN_TOKENS in store.series_marks(missing):
+            notices.append(f"run {missing!r}: {TRAIN_TOKENS} does not grow with steps, so it gives no token "
+                           f"axis: showing steps")
+        else:
+            notices.append(f"run {missing!r} has neither tokens_per_step nor {TRAIN_TOKENS}: showing steps")
         axis_kind, run_axis, ref_axis = "step", STEP_AXIS, STEP_AXIS if ref_info is not None else None
 
     run_slice = _read_slice(store, info, run_axis, RUN_KEY_PREFIXES, step_range, max_points)
-    run_slice.smoothed = smoothed_lines(store, info.name, run_axis, spec.smoothing, step_range, max_points)
+    run_slice.smoothed = _smoothed_or_notice(store, info.name, run_axis, spec.smoothing, step_range, max_points,
+                                             notices)
     reference = None
     if ref_info is not None:
         # The reference is read over the x range the run covers in this view, in its own steps.
         x = run_slice.long["x"].to_numpy() if len(run_slice.long) else np.empty(0)
+        x = x[np.isfinite(x)]
         ref_range = None
         if len(x):
-            lo, hi = ref_axis.to_steps([np.nanmin(x), np.nanmax(x)])
+            lo, hi = ref_axis.to_steps([x.min(), x.max()])
             ref_range = (max(0, int(np.floor(lo))), int(np.ceil(hi)))
-        reference = _read_slice(store, ref_info, ref_axis, REFERENCE_KEY_PREFIXES, ref_range, max_points)
-        reference.smoothed = smoothed_lines(store, ref_info.name, ref_axis, spec.smoothing, ref_range, max_points)
+        # A reference that cannot be read costs its lines, not the run's.
+        reference, failed = contained(f"reference {ref_name!r} not drawn", lambda: _read_slice(
+            store, ref_info, ref_axis, REFERENCE_KEY_PREFIXES, ref_range, max_points))
+        if failed:
+            notices.append(failed)
+        else:
+            reference.smoothed = _smoothed_or_notice(store, ref_info.name, ref_axis, spec.smoothing, ref_range,
+                                                     max_points, notices)
     detections = _detections(store, spec.run, step_range)
     highlight = (spec.start, spec.end) if spec.start is not None or spec.end is not None else None
     return ViewData(spec=spec, axis_kind=axis_kind, run=run_slice, reference=reference, detections=detections,
                     step_range=step_range, highlight=highlight, notices=notices)
+
+
+def _smoothed_or_notice(store: Store, run: str, axis: AxisMap, weight: float, step_range, max_points: int,
+                        notices: list[str]) -> dict[str, pd.DataFrame]:
+    lines, failed = contained(f"no smoothed line of {run!r}", lambda: smoothed_lines(
+        store, run, axis, weight, step_range, max_points))
+    if failed:
+        notices.append(failed)
+    return lines or {}
 
 
 def smoothed_lines(store: Store, run: str, axis: AxisMap, weight: float, step_range: tuple[int, int] | None,
@@ -209,6 +254,9 @@ def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str,
     if keys:
         long = store.read_scalars(info.name, keys, step_range=step_range, max_points=max_points)
         widths = {k: w for (_, k), w in long.attrs.get("bucket_width", {}).items()}
+        # pandas deep-copies attrs into every frame derived from this one: with a width per series
+        # that is most of the time a page of a hundred series takes to draw.
+        long.attrs = {}
         long = long.drop(columns="run")
     else:
         long = empty_long()
@@ -273,13 +321,14 @@ def new_points(store: Store, run: str, last: dict[str, int], max_points: int) ->
 
 def overview(store: Store, now: float | None = None, stale_after_s: float = 600.0) -> pd.DataFrame:
     """One row per run: name, status, last step, tokens, seconds since its last metric, open
-    alerts, the worst open severity, and health (critical / warning / crashed / stale / had critical / ok)."""
+    alerts, the worst open severity, health (critical / warning / crashed / stale / had critical /
+    ok), and a note saying why a cell could not be filled (None when all could)."""
     now = time.time() if now is None else now
     runs = store.list_runs()
     rows = []
     for r in runs.itertuples(index=False):
         last_step = None if pd.isna(r.last_step) else int(r.last_step)
-        tokens = _tokens(store, r.name, r.tokens_per_step, last_step)
+        tokens, note = contained("tokens", lambda: _tokens(store, r.name, r.tokens_per_step, last_step))
         age = None if pd.isna(r.last_wall_time) else max(0.0, now - float(r.last_wall_time))
         severity = r.worst_open_severity if isinstance(r.worst_open_severity, str) else None
         if severity == "critical":
@@ -298,9 +347,9 @@ def overview(store: Store, now: float | None = None, stale_after_s: float = 600.
         reference = r.reference if isinstance(r.reference, str) and r.reference else None
         rows.append({"name": r.name, "status": r.status, "reference": reference, "last_step": last_step,
                      "tokens": tokens, "since_last_s": age, "open_alerts": int(r.open_alerts),
-                     "health": health, "project": r.project, "source": r.source})
+                     "health": health, "project": r.project, "source": r.source, "note": note})
     return pd.DataFrame(rows, columns=["name", "status", "reference", "last_step", "tokens", "since_last_s",
-                                       "open_alerts", "health", "project", "source"])
+                                       "open_alerts", "health", "project", "source", "note"])
 
 
 def _tokens(store: Store, run: str, tokens_per_step, last_step: int | None) -> float | None:

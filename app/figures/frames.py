@@ -137,18 +137,23 @@ def _stat_frame(long: pd.DataFrame, prefix: str, name_col: str, value_col: str, 
     rows = long[long["key"].isin(keys)]
     if not len(rows):
         return empty
-    rest = rows["key"].str.slice(len(prefix))
-    if value_stat is not None:
-        # eval/heldout/<set>/<stat>
-        parts = rest.str.rsplit("/", n=1)
-        name, stat = parts.str[0], parts.str[1]
-        value_mask, stderr_mask = stat == value_stat, stat == "stderr"
-    else:
-        # eval/downstream/<task>/<metric>[/stderr|/n]
-        stat = rest.str.rsplit("/", n=1).str[1]
-        is_stderr, is_n = stat == "stderr", stat == "n"
-        name = rest.where(~(is_stderr | is_n), rest.str.rsplit("/", n=1).str[0])
-        value_mask, stderr_mask = ~(is_stderr | is_n), is_stderr
+    # Names and stats per distinct key, then mapped onto the rows.
+    names, roles = {}, {}
+    for key in keys:
+        rest = key[len(prefix):]
+        head, slash, stat = rest.rpartition("/")
+        if value_stat is not None:
+            # eval/heldout/<set>/<stat>
+            names[key] = head if slash else rest
+            roles[key] = ("value" if stat == value_stat else "stderr" if stat == "stderr" else "") if slash else ""
+        else:
+            # eval/downstream/<task>/<metric>[/stderr|/n]
+            error_bar = slash and stat in ("stderr", "n")
+            names[key] = head if error_bar else rest
+            roles[key] = ("stderr" if stat == "stderr" else "") if error_bar else "value"
+    role = rows["key"].map(roles)
+    name = rows["key"].map(names)
+    value_mask, stderr_mask = (role == "value").to_numpy(), (role == "stderr").to_numpy()
     values = rows.loc[value_mask, ["step", "value"] + extra].assign(**{name_col: name[value_mask]})
     values = values.rename(columns={"value": value_col})
     errs = rows.loc[stderr_mask, ["step", "value"]].assign(**{name_col: name[stderr_mask]})

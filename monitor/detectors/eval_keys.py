@@ -97,7 +97,10 @@ def stderr_of(run: RunData, m: DownstreamMetric, steps: np.ndarray) -> np.ndarra
 def _at(run: RunData, key: str, steps: np.ndarray) -> np.ndarray:
     if key not in run.scalars.columns:
         return np.full(len(steps), np.nan)
-    return run.scalars[key].reindex(steps).to_numpy(dtype=float)
+    col = run.scalars[key]
+    if isinstance(col.dtype, pd.SparseDtype):
+        col = run.series(key)  # the logged values alone: reindexing them is the same, and cheap
+    return col.reindex(steps).to_numpy(dtype=float)
 
 
 def matching_steps(run: RunData, reference: RunData, key: str) -> np.ndarray:

@@ -38,6 +38,8 @@ def finite(run: RunData, key: str) -> pd.Series:
     if key not in run.scalars.columns:
         return pd.Series(dtype=float, index=pd.Index([], dtype="int64", name="step"), name=key)
     col = run.scalars[key]
+    if isinstance(col.dtype, pd.SparseDtype):
+        col = run.series(key)  # the logged values alone, not a pass over every step
     ok = np.isfinite(col.to_numpy(dtype=float))
     return col if ok.all() else col[ok]
 
@@ -166,7 +168,8 @@ def trim_columns(run: RunData, keep_from: dict[str, float], keep_first_row: bool
     whole), rows left empty dropped: a sparse eval column can keep its last checkpoints while a dense
     train column keeps only its last few hundred points. With `keep_first_row` the run's very first
     row is kept too."""
-    scalars = run.scalars.copy()
+    # A sparse column (a long run's evals) refuses item assignment: the tail is kept dense.
+    scalars = run.scalars.astype({c: "float64" for c, t in run.scalars.dtypes.items() if isinstance(t, pd.SparseDtype)})
     steps = scalars.index.to_numpy()
     for col, lo in keep_from.items():
         if col in scalars.columns and math.isfinite(lo):

@@ -3,7 +3,10 @@
 `read_scalars` never returns more than `max_points` rows per (run, key): it reads raw rows when a
 range is small, the finest rollup level that fits otherwise, and thins what it read to the budget
 with tsdownsample's MinMax, which keeps every bucket's extremes, so spikes (and the
-global minimum and maximum) survive.
+global minimum and maximum) survive. It takes any budget of at least one point and any series
+(empty, NaN-only, one point, huge gaps): MinMax is only handed what it can take (finite values on
+strictly increasing steps, at least four points out, an even count), and a budget too small for
+it keeps the extremes by hand.
 """
 
 from __future__ import annotations
@@ -56,9 +59,9 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
     Downsampled series (attrs["bucket_width"][(run, key)] > 1) hold only finite values and end
     at the range's last finite value; at full resolution NaN and Inf come back as logged.
     """
-    if max_points < 4:
-        raise ValueError("max_points must be at least 4")
-    frames = []
+    if max_points < 1:
+        raise ValueError("max_points must be at least 1")
+    parts = []
     widths: dict[tuple[str, str], int] = {}
     with db.read() as conn:
         for run in _as_list(runs):
@@ -90,7 +93,9 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                 density = n / max(1, last - first + 1)
                 level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE, RAW_READ_FACTOR)
                 if level is None:
-                    steps, values = metric_rows.series_rows(conn, run_id, key_id, lo, hi).latest()
+                    exact = _sparse_from_rollups(conn, run_id, key_id, lo, hi) if n * LEVEL_WIDTHS[0] <= \
+                        hi - lo + 1 else None
+                    steps, values = exact or metric_rows.series_rows(conn, run_id, key_id, lo, hi).latest()
                     width = 1
                     tail = _last_finite(steps, values)
                 else:
@@ -101,10 +106,22 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                     steps, values = _thin(steps, values, max_points, tail)
                     width = max(width, 2)
                 widths[(run, key)] = width
-                frames.append(pd.DataFrame({"run": run, "key": key, "step": steps, "value": values}))
-    out = pd.concat(frames, ignore_index=True) if frames else empty_long("run", "key", "step", "value")
+                parts.append((run, key, steps, values))
+    out = _long_frame(parts) if parts else empty_long("run", "key", "step", "value")
     out.attrs["bucket_width"] = widths
     return out[_SCALAR_COLUMNS]
+
+
+def _long_frame(parts: list[tuple[str, str, np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    """One long frame of (run, key, steps, values) parts, built once: a frame per series costs
+    more than its rows when a page reads a hundred of them."""
+    sizes = [len(p[2]) for p in parts]
+    return pd.DataFrame({
+        "run": np.repeat(np.array([p[0] for p in parts], dtype=object), sizes),
+        "key": np.repeat(np.array([p[1] for p in parts], dtype=object), sizes),
+        "step": np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts]),
+        "value": np.concatenate([np.asarray(p[3], dtype=float) for p in parts]),
+    }).astype({"run": str, "key": str})
 
 
 def _thin(steps: np.ndarray, values: np.ndarray, max_points: int, tail: tuple[int, float] | None):
@@ -117,16 +134,64 @@ def _thin(steps: np.ndarray, values: np.ndarray, max_points: int, tail: tuple[in
     steps, values = steps[keep], values[keep]
     room = max_points - (tail is not None)
     if len(steps) > room:
-        idx = MinMaxDownsampler().downsample(steps, values, n_out=room - room % 2)
+        idx = _budget_indices(steps, values, room)
         steps, values = steps[idx], values[idx]
     if tail is not None:
         steps, values = np.append(steps, tail[0]), np.append(values, tail[1])
     return steps, values
 
 
+# tsdownsample's MinMax needs two buckets at least (it panics, a BaseException, below that) and
+# an even number of points out.
+MINMAX_MIN_POINTS = 4
+
+
+def _budget_indices(steps: np.ndarray, values: np.ndarray, room: int) -> np.ndarray:
+    """Positions of at most `room` points of finite `values` at sorted distinct `steps`, keeping
+    the extremes: MinMax buckets when the budget allows them, else the global minimum and
+    maximum (as many of them as fit)."""
+    if room < MINMAX_MIN_POINTS:
+        extremes = np.unique([int(np.argmin(values)), int(np.argmax(values))]) if room > 0 else []
+        return np.asarray(extremes, dtype=np.int64)[:room]
+    idx = MinMaxDownsampler().downsample(steps, values, n_out=room - room % 2)
+    # A bucket of one point gives it as its minimum and its maximum.
+    return np.unique(idx)
+
+
 def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | None:
     finite = np.flatnonzero(np.isfinite(values))
     return (int(steps[finite[-1]]), float(values[finite[-1]])) if len(finite) else None
+
+
+def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
+    """Every logged point of a sparse series (evals every few thousand steps) in [lo, hi], from
+    its finest rollups, when they hold them all: each bucket has one point, or two at different
+    steps (its minimum and its maximum), and no NaN/Inf (rollups keep finite values only). None
+    otherwise. A raw read decodes every chunk the range spans, for a handful of rows each."""
+    width = LEVEL_WIDTHS[0]
+    r = tables.rollups.c
+    rows = conn.execute(
+        select(r.n, r.nonfinite, r.min_step, r.min_value, r.max_step, r.max_value)
+        .where(and_(r.run_id == run_id, r.key_id == key_id, r.level == 0,
+                    r.bucket >= lo // width, r.bucket <= hi // width))
+        .order_by(r.bucket)
+    ).all()
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, float)
+    n, nonfinite = metric_rows.columns([r[:2] for r in rows], [np.int64, np.int64])
+    if nonfinite.any() or (n > 2).any():
+        return None  # (a bucket of NaN only has no minimum step either)
+    min_step, min_value, max_step, max_value = metric_rows.columns(
+        [r[2:] for r in rows], [np.int64, float, np.int64, float])
+    if ((n == 2) & (min_step == max_step)).any():
+        return None
+    two = n == 2
+    steps = np.concatenate([min_step, max_step[two]])
+    values = np.concatenate([min_value, max_value[two]])
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order], values[order]
+    inside = (steps >= lo) & (steps <= hi)
+    return steps[inside], values[inside]
 
 
 def _from_rollups(conn, run_id: int, key_id: int, level: int, lo: int, hi: int):
@@ -292,7 +357,8 @@ def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunD
     with db.read() as conn:
         run_id = db.run_id(conn, name)
         s = tables.series.c
-        stored = [k for (k,) in conn.execute(select(s.key_id).where(s.run_id == run_id))]
+        counts = dict(conn.execute(select(s.key_id, s.n).where(s.run_id == run_id)).all())
+        stored = list(counts)
         if keys is not None:
             wanted = set(db.key_ids(conn, _as_list(keys)).values())
             stored = [k for k in stored if k in wanted]
@@ -300,7 +366,8 @@ def load_run(db: Database, name: str, keys: Iterable[str] | None = None) -> RunD
         key_ids = {names[k]: k for k in stored}
         steps = metric_rows.logged_steps(conn, run_id, stored)
         return stream_run_data(info, steps, list(key_ids),
-                               lambda key: metric_rows.series_parts(conn, run_id, key_ids[key]), events)
+                               lambda key: metric_rows.series_parts(conn, run_id, key_ids[key]), events,
+                               counts={name: int(counts[k]) for name, k in key_ids.items()})
 
 
 def read_detections(db: Database, run: str | None = None, detector: str | None = None) -> list[Detection]:

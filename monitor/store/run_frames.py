@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from monitor.schema import RunData, RunInfo
+from monitor.schema import RunData, RunInfo, keep_sparse, with_sparse_columns
 
 
 @dataclass
@@ -76,26 +76,34 @@ def run_data(info: RunInfo, rows: Mapping[str, KeyRows], events: pd.DataFrame,
 
 
 def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Callable[[str], Iterable[KeyRows]],
-                    events: pd.DataFrame, earlier: dict[str, KeyRows] | None = None) -> RunData:
+                    events: pd.DataFrame, earlier: dict[str, KeyRows] | None = None,
+                    counts: Mapping[str, int] | None = None) -> RunData:
     """The RunData of the rows `read(key)` yields for each of `keys`: parts in step order, every
     row of a step in one part (the store's sealed chunks, then its write tail). `steps` holds
     every step they logged, sorted and distinct (the full load reads them first, at two bytes a
     step), so each part's latest values go straight into the frame as it is read and a whole
     run is never held as rows (three arrays a row) besides the frame. `earlier` (see run_data)
-    needs one part per key."""
+    needs one part per key. `counts` (rows logged per key, when known before reading) lets the
+    keys logged at few steps be kept sparse (monitor.schema.keep_sparse)."""
     earlier = dict(earlier or {})
     index = steps.astype(np.int64, copy=False)
     keys = sorted(keys)
+    sparse_keys = {k for k in keys if keep_sparse(counts.get(k, 0), len(index))} if counts is not None else set()
+    dense_keys = [k for k in keys if k not in sparse_keys]
     # One float block filled a key at a time: a pivot of the long rows would cost several times
     # the frame's size in temporaries. The block is (key, step), so that each column is one
     # contiguous array: detectors and the report read a column at a time.
-    matrix = np.empty((len(keys), len(index)))
+    matrix = np.empty((len(dense_keys), len(index)))
     names: list[str] = []
+    sparse: dict[str, pd.arrays.SparseArray] = {}
     repeat_parts = []
     nonfinite_parts = []
     for key in keys:
-        row = matrix[len(names)]
-        row[:] = np.nan
+        if key in sparse_keys:
+            row = np.full(len(index), np.nan)
+        else:
+            row = matrix[len(names)]
+            row[:] = np.nan
         logged = 0
         for part in read(key):
             if not len(part):
@@ -116,16 +124,21 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
             if not np.isfinite(values).all():
                 bad = ~np.isfinite(values)
                 nonfinite_parts.append((key, part_steps[bad], None, values[bad]))
-        if logged:
+        if not logged:
+            continue
+        if key in sparse_keys:
+            sparse[key] = pd.arrays.SparseArray(row, fill_value=np.nan)
+        else:
             names.append(key)
     for key in sorted(earlier):  # keys with earlier attempts' rows but none of their own
         _collect_repeats(repeat_parts, key, empty_rows(), earlier[key])
-    if names:
-        # copy=False: pandas 3 copies a NumPy array it is given, by default. A key that logged
-        # nothing handed its row on to the next key; rows after the last one used are left out.
-        scalars = pd.DataFrame(matrix[:len(names)].T, index=pd.Index(index, dtype="int64", name="step"),
-                               columns=pd.Index(names, dtype=str), copy=False)
-    else:
+    step_index = pd.Index(index, dtype="int64", name="step")
+    # copy=False: pandas 3 copies a NumPy array it is given, by default. A key that logged
+    # nothing handed its row on to the next key; rows after the last one used are left out.
+    scalars = pd.DataFrame(matrix[:len(names)].T, index=step_index, columns=pd.Index(names, dtype=str), copy=False)
+    if sparse:
+        scalars = with_sparse_columns(scalars, sparse)
+    elif not names:
         scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     repeat_parts.sort(key=lambda p: p[0])
     nonfinite_parts.sort(key=lambda p: p[0])
