@@ -19,6 +19,10 @@ from pathlib import Path
 from monitor.jsonutil import dumps
 from monitor.schema import file_name
 
+# A segment is read whole by a replay: past this size, appends go to a new one, so a long
+# outage's spool is many files a replay can take one at a time.
+SEGMENT_BYTES = 4 << 20
+
 
 class Spool:
     def __init__(self, root: Path, run: str) -> None:
@@ -37,7 +41,11 @@ class Spool:
         line = dumps(batch) + "\n"
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)
-            _append_synced(self._current(), line)
+            current = self._current()
+            if current.exists() and current.stat().st_size >= SEGMENT_BYTES:
+                self._seq += 1
+                current = self._current()
+            _append_synced(current, line)
 
     def seal(self) -> None:
         """Close the current segment to appends, so a replay may read it whole."""
