@@ -76,7 +76,8 @@ class Spool:
         return sorted(foreign, key=_mtime) + sorted(mine)
 
     def has_pending(self) -> bool:
-        return bool(self.pending())
+        """Anything to replay, this process's current segment included (a replay seals it)."""
+        return self._current().exists() or bool(self.pending())
 
     @staticmethod
     def read(path: Path) -> tuple[list[dict], list[str]]:

@@ -156,6 +156,7 @@ class StoreJob:
             if own and self.attempt is None:
                 self.attempt = self.store.new_attempt(self.target.run)
             batches, bad = Spool.read(path)
+            self._progress()  # reading a large segment is this process's work, not the store's silence
             for batch in batches:
                 if batch.get("attempt") is None:
                     if own:

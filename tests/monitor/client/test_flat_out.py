@@ -42,12 +42,13 @@ def test_a_replay_larger_than_one_write_is_written_in_bounded_parts(sqlite_url, 
     carrying on where the last stopped: no write is ever asked to take the whole."""
     import json
 
+    import monitor.client as client
     import monitor.store_jobs as jobs
 
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     dead_pid = 2**22 + 4321  # above pid_max's default: no such process
-    rows = [[s, k, float(s), 0.0] for s in range(5_000) for k in KEYS]
+    rows = [[s, k, float(s), 0.0] for s in range(10_000) for k in KEYS]
     (run_dir / f"{dead_pid}-old.jsonl").write_text(json.dumps({"attempt": None, "metrics": rows, "events": []}) + "\n")
     sizes = []
     real = jobs.write_batch
@@ -57,9 +58,10 @@ def test_a_replay_larger_than_one_write_is_written_in_bounded_parts(sqlite_url, 
         return real(store, run, batch, attempt)
 
     monkeypatch.setattr(jobs, "write_batch", counted)
+    monkeypatch.setattr(client, "MAX_BATCH_ROWS", 10_000)
     with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path, handle_sigterm=False)) as mon:
-        mon.log(5_000, {KEYS[0]: 1.0})
+        mon.log(10_000, {KEYS[0]: 1.0})
     with open_store(sqlite_url) as store:
         assert store.count_rows("r") == len(rows) + 1
-    assert max(sizes) < len(rows) and sum(sizes[:-1]) >= len(rows), sizes
+    assert max(sizes) <= 10_000 and sum(sizes[:-1]) >= len(rows), sizes
     assert not list(run_dir.glob("*.jsonl"))
