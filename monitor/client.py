@@ -71,11 +71,12 @@ class MonitorSettings:
     flush_timeout_s: float = 5.0
     """The longest `flush()` waits when given no timeout."""
     close_timeout_s: float = 5.0
-    """The longest `close()` waits on a store that makes no progress; what it would not take
+    """The longest `close()` waits for the store beyond writing a backlog; what it would not take
     stays in the spool."""
     close_drain_s: float = 120.0
     """The longest `close()` keeps writing a backlog (a trainer that logged faster than the store
-    writes) to a store that is taking it; what is left by then stays in the spool."""
+    writes) to a store that takes a batch at least every close_timeout_s; what is left by then
+    stays in the spool."""
     statement_timeout_s: float = 30.0
     """Server-side bound on one statement (PostgreSQL statement_timeout, SQLite busy timeout), so
     a session stuck behind a frozen connection releases its locks."""
@@ -153,7 +154,7 @@ class Monitor:
         self._rate = START_RATE  # rows a second the store takes, measured
         self._spool_progress: dict = {}  # how far the replay got in each spool file
         self._replay_left = False  # the last job stopped its replay at its budget
-        self._last_progress = time.monotonic()
+        self._last_progress = 0.0  # when a batch of the backlog was last written
         self._spool_refused = False
         self._cv = threading.Condition()  # guards the counts flush() waits on
         self._wake = threading.Event()
@@ -257,10 +258,11 @@ class Monitor:
         atexit.unregister(self.close)
 
     def _close_by(self) -> float:
-        """close() waits while the store makes progress, close_timeout_s past the last, and at
-        most close_drain_s in all."""
+        """close() waits close_timeout_s past the later of its call and the last batch of the
+        backlog written, and at most close_drain_s in all: a backlog the store is taking is
+        written, a spool that waited out an outage is left to the next process."""
         job = self._job
-        progressed = job is not None and job.progress_at > job.started  # a write, not just a start
+        progressed = _writes_backlog(job) and job.progress_at > job.started  # a write, not just a start
         progress = max(self._last_progress, job.progress_at if progressed else 0.0)
         return min(self._close_started + self.settings.close_drain_s,
                    max(self._close_started, progress) + self.settings.close_timeout_s)
@@ -300,7 +302,7 @@ class Monitor:
             until = min(until, now + self._take_every())
         if job is not None:
             until = min(until, self._give_up_at(job))
-            if busy:
+            if busy and not self._behind():
                 until = min(until, job.started + self._patience())
         if not (self._flush_wanted or (self._closing and job is None)):
             self._wake.wait(max(0.0, until - now))
@@ -389,7 +391,8 @@ class Monitor:
             self._rate = 0.5 * self._rate + 0.5 * job.rows_written / job.write_s
         self._replay_left = job.spool_left
         if job.error is None:
-            self._last_progress = max(self._last_progress, job.progress_at)
+            if _writes_backlog(job):
+                self._last_progress = max(self._last_progress, job.progress_at)
             self._store = None if job.final else job.store
             if not job.spooled:
                 job.spooled = True
@@ -569,6 +572,10 @@ class Monitor:
             with self._cv:
                 self._handled += entries
                 self._cv.notify_all()
+
+
+def _writes_backlog(job) -> bool:
+    return job is not None and job.batch is not None and not job.final
 
 
 def _to_rows(calls: list[tuple]) -> tuple[MetricColumns, list[dict]]:
