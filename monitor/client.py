@@ -45,9 +45,9 @@ __all__ = ["InvalidLogError", "Monitor", "MonitorSettings", "NullMonitor"]
 # Rows of one batch: at least enough that a write's fixed cost is small, at most what a writer
 # behind a fast trainer should hold in one transaction; between, what the store writes in
 # `_batch_s()` at its measured speed (START_RATE before the first write).
-MIN_BATCH_ROWS = 2_000
+MIN_BATCH_ROWS = 10_000
 MAX_BATCH_ROWS = 500_000
-START_RATE = 100_000.0
+START_RATE = 20_000.0
 
 # Store jobs left behind (stuck on a frozen connection) before the writer stops starting new
 # ones: each holds a thread and a connection until the path thaws or a TCP timeout ends it.
@@ -154,6 +154,7 @@ class Monitor:
         self._rate = START_RATE  # rows a second the store takes, measured
         self._spool_progress: dict = {}  # how far the replay got in each spool file
         self._replay_left = False  # the last job stopped its replay at its budget
+        self._left_in_spool = False  # closing left a slow job's batch in the spool
         self._last_progress = 0.0  # when a batch of the backlog was last written
         self._spool_refused = False
         self._cv = threading.Condition()  # guards the counts flush() waits on
@@ -248,7 +249,7 @@ class Monitor:
         if self._thread is not threading.current_thread():
             while self._thread.is_alive() and (left := self._close_by() - time.monotonic()) > 0:
                 self._thread.join(timeout=min(left, 0.1))
-        if self._thread.is_alive():
+        if self._thread.is_alive() or self._left_in_spool:
             self._save_rest()
             log.warning("gapwatch: run %r closed after %.1f s with the store still busy; what it had "
                         "not taken is in the spool %s", self.run, time.monotonic() - self._close_started,
@@ -286,6 +287,7 @@ class Monitor:
         while True:
             try:
                 if self._cycle():
+                    self._spool.release()
                     return
             except Exception:  # noqa: BLE001 - the writer must outlive any bug; nothing queued is lost
                 log.exception("gapwatch: the writer of run %r hit an unexpected error and carries on", self.run)
@@ -373,12 +375,16 @@ class Monitor:
             job.spooled = True
             self._save(job.batch, job.entries)
         if now >= self._give_up_at(job):
+            if not job.spooled:  # left behind, its batch must wait in the spool
+                job.spooled = True
+                self._save(job.batch, job.entries)
             job.abandoned_at = now
             job.abandoned = True
             self._job = None
             self._left_behind.append(job)
             if self._closing:  # slow, not necessarily gone: close() says what stays in the spool
                 self._store = None
+                self._left_in_spool = True
             else:
                 self._drop_store(f"no answer in {now - job.progress_at:.1f} s")
 
@@ -387,8 +393,10 @@ class Monitor:
         self._job = None
         if job.attempt is not None and self.attempt is None:
             self.attempt = job.attempt
-        if job.rows_written and job.write_s > 0:
-            self._rate = 0.5 * self._rate + 0.5 * job.rows_written / job.write_s
+        if job.rows_written >= MIN_BATCH_ROWS / 2 and job.write_s > 0:  # a small write is mostly fixed cost
+            # Down at once, up at most twofold a write: on a shared machine one fast write says
+            # little about the next, and a batch too large for the deadline is an outage.
+            self._rate = min(job.rows_written / job.write_s, 2 * self._rate)
         self._replay_left = job.spool_left
         if job.error is None:
             if _writes_backlog(job):

@@ -24,11 +24,17 @@ from monitor.schema import file_name
 SEGMENT_BYTES = 4 << 20
 
 
+# Prefixes of this process's spools whose writer may still append: a later Monitor of the same
+# run in this process must not replay (and remove) a segment another one is still writing.
+_LIVE_HERE: set[str] = set()
+
+
 class Spool:
     def __init__(self, root: Path, run: str) -> None:
         self.dir = Path(root) / file_name(run)
         self.quarantine_path = self.dir / "quarantine" / f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"
         self._prefix = f"{os.getpid()}-{uuid.uuid4().hex}"
+        _LIVE_HERE.add(self._prefix)
         self._seq = 0
         # The writer thread, a store job and close() may each append or seal.
         self._lock = threading.Lock()
@@ -52,6 +58,10 @@ class Spool:
         with self._lock:
             if self._current().exists():
                 self._seq += 1
+
+    def release(self) -> None:
+        """The writer is done: other spools of this process may replay what is left."""
+        _LIVE_HERE.discard(self._prefix)
 
     def is_own(self, path: Path) -> bool:
         return path.name.startswith(self._prefix + "-")
@@ -123,8 +133,10 @@ def _mtime(path: Path) -> float:
 
 def _writer_alive(spool: Path) -> bool:
     pid_text = spool.name.split("-", 1)[0]
-    if not pid_text.isdigit() or int(pid_text) == os.getpid():
+    if not pid_text.isdigit():
         return False
+    if int(pid_text) == os.getpid():
+        return spool.name.rsplit("-", 1)[0] in _LIVE_HERE
     try:
         os.kill(int(pid_text), 0)
     except ProcessLookupError:

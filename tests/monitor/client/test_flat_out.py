@@ -19,7 +19,10 @@ SECONDS = 2.0
 @pytest.mark.slow
 def test_a_flat_out_writer_stores_every_row_by_close(store_url, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="gapwatch.client")
-    mon = Monitor("flat", store=store_url, settings=MonitorSettings(spool_dir=tmp_path, handle_sigterm=False))
+    # Deadlines with room for a two-core machine shared with other jobs: what is asserted is that
+    # a store that keeps answering is never called unreachable and gets every row by close().
+    settings = MonitorSettings(spool_dir=tmp_path, handle_sigterm=False, write_timeout_s=10.0, close_timeout_s=20.0)
+    mon = Monitor("flat", store=store_url, settings=settings)
     step = 0
     stop = time.monotonic() + SECONDS
     while time.monotonic() < stop:
@@ -61,6 +64,10 @@ def test_a_replay_larger_than_one_write_is_written_in_bounded_parts(sqlite_url, 
     monkeypatch.setattr(client, "MAX_BATCH_ROWS", 10_000)
     with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path, handle_sigterm=False)) as mon:
         mon.log(10_000, {KEYS[0]: 1.0})
+        with open_store(sqlite_url) as store:
+            waited = time.monotonic() + 120
+            while store.count_rows("r") < len(rows) and time.monotonic() < waited:
+                time.sleep(0.2)
     with open_store(sqlite_url) as store:
         assert store.count_rows("r") == len(rows) + 1
     assert max(sizes) <= 10_000 and sum(sizes[:-1]) >= len(rows), sizes
