@@ -287,6 +287,8 @@ class Monitor:
         while True:
             try:
                 if self._cycle():
+                    if not self._left_in_spool:
+                        self._spool.drop_written(self._confirmed)
                     self._spool.release()
                     return
             except Exception:  # noqa: BLE001 - the writer must outlive any bug; nothing queued is lost

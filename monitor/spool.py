@@ -63,6 +63,15 @@ class Spool:
         """The writer is done: other spools of this process may replay what is left."""
         _LIVE_HERE.discard(self._prefix)
 
+    def drop_written(self, written: set) -> None:
+        """Remove this process's segments whose every batch the store has confirmed (slow writes
+        spooled as well, then written): nothing in them is left to replay."""
+        with self._lock:
+            for path in self.dir.glob(f"{self._prefix}-*.jsonl") if self.dir.exists() else []:
+                batches, bad = self.read(path)
+                if not bad and all(b.get("id") in written for b in batches):
+                    path.unlink(missing_ok=True)
+
     def is_own(self, path: Path) -> bool:
         return path.name.startswith(self._prefix + "-")
 

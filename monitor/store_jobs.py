@@ -183,14 +183,15 @@ class StoreJob:
         `piece_rows` rows; True once it is all written, False when the budget ran out first."""
         mine = self.batch.get("id") if self.batch is not None else None
         group: list[dict] = []
+        rows = 0
         for index, through, whole, piece in self._pieces(path, batches):
-            if group and (group[0]["attempt"] != piece["attempt"]
-                          or sum(_rows(b) for b in group) + _rows(piece) > self.piece_rows):
+            if group and (group[0]["attempt"] != piece["attempt"] or rows + _rows(piece) > self.piece_rows):
                 if not self._replay_group(path, group, mine):
                     return False
-                group = []
+                group, rows = [], 0
             piece["_at"] = (index + 1, 0) if whole else (index, through)
             group.append(piece)
+            rows += _rows(piece)
         return not group or self._replay_group(path, group, mine)
 
     def _pieces(self, path, batches: list[dict]):
@@ -261,7 +262,8 @@ class StoreJob:
             if is_unreachable(exc):
                 raise
             reason = describe_db_error(exc)
-            kept = self.spool.quarantine({"run": self.target.run, "error": reason, "batch": spool_form(batch)})
+            kept = self.spool.quarantine({"run": self.target.run, "error": reason,
+                                          "batch": {k: v for k, v in spool_form(batch).items() if k != "_at"}})
             metrics = _columns(batch)
             steps = metrics.steps.tolist() or [e["step"] for e in batch.get("events", [])]
             span = f"steps {min(steps)}..{max(steps)}" if steps else "no steps"
@@ -294,11 +296,6 @@ def _columns(batch: dict) -> MetricColumns:
 
 def _rows(batch: dict) -> int:
     return len(batch.get("metrics") or []) + len(batch.get("events") or [])
-
-
-def _rows_in(batch: dict) -> int:
-    """Metric rows of a spooled batch: how far a replay must get through it."""
-    return len(batch.get("metrics") or [])
 
 
 def _groups(batches: list[dict], max_rows: int) -> list[list[dict]]:
