@@ -1,15 +1,20 @@
 """The logging client: `Monitor(run).log(step, metrics)` from any trainer, in microseconds.
 
 The calling thread checks the key and step (log_checks.py) and appends to a queue; nothing else.
-A writer thread wakes on a fixed cadence (every `flush_interval_s` from the start, not from the
-end of the last write), turns values into floats (so a JAX array is fetched from the device
-there, never on the training thread) and hands the batch to a store job (store_jobs.py) that it
-waits on only while the store answers. A batch the store has not taken within half an interval
-goes to an append-only, fsynced spool (spool.py), and stays there while the store is unreachable;
-the spool is replayed, in order, once it answers again. Writes are idempotent, so a batch both
-written late and replayed is stored once. So: SIGKILL loses at most about one flush interval,
-SIGTERM and exit lose nothing, and no call of the trainer's waits on the store: `flush()` and
-`close()` return within their bounds, leaving in the spool what the store would not take.
+A writer thread turns queued calls into columns (metric_columns.py) several times an interval,
+turning values into floats there (so a JAX array is fetched from the device there, never on the
+training thread), and on a fixed cadence (every `flush_interval_s` from the start, not from the
+end of the last write) hands a batch to a store job (store_jobs.py) that it waits on only while
+the store answers. A batch holds what the store writes in a fraction of an interval at its
+measured speed; a backlog beyond that is written batch after batch without waiting for the next
+tick, and said once as backpressure (a store slower than the trainer is not an outage). A batch
+the store has not taken within half an interval goes to an append-only, fsynced spool (spool.py),
+and stays there while the store is unreachable; the spool is replayed, in order and in bounded
+parts, once it answers again. Writes are idempotent, so a batch both written late and replayed is
+stored once. So: SIGKILL loses at most about one flush interval (plus, while the trainer logs
+faster than the store writes, the backlog in memory), SIGTERM and exit lose nothing, and no call
+of the trainer's waits on the store: `flush()` and `close()` return within their bounds, leaving
+in the spool what the store would not take.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import platformdirs
 
 from monitor.log_checks import InvalidLogError, LogChecks
 from monitor.log_values import snapshot
+from monitor.metric_columns import MetricColumns
 from monitor.outage import Outage
 from monitor.schema import EventKind, RunStatus
 from monitor.spool import Spool
@@ -36,6 +42,13 @@ from monitor.spool import Spool
 log = logging.getLogger("gapwatch.client")
 
 __all__ = ["InvalidLogError", "Monitor", "MonitorSettings", "NullMonitor"]
+
+# Rows of one batch: at least enough that a write's fixed cost is small, at most what a writer
+# behind a fast trainer should hold in one transaction; between, what the store writes in
+# `_batch_s()` at its measured speed (START_RATE before the first write).
+MIN_BATCH_ROWS = 10_000
+MAX_BATCH_ROWS = 500_000
+START_RATE = 20_000.0
 
 # Store jobs left behind (stuck on a frozen connection) before the writer stops starting new
 # ones: each holds a thread and a connection until the path thaws or a TCP timeout ends it.
@@ -59,7 +72,12 @@ class MonitorSettings:
     flush_timeout_s: float = 5.0
     """The longest `flush()` waits when given no timeout."""
     close_timeout_s: float = 5.0
-    """The longest `close()` waits for the store; what it would not take stays in the spool."""
+    """The longest `close()` waits for the store beyond writing a backlog; what it would not take
+    stays in the spool."""
+    close_drain_s: float = 120.0
+    """The longest `close()` keeps writing a backlog (a trainer that logged faster than the store
+    writes) to a store that takes a batch at least every close_timeout_s; what is left by then
+    stays in the spool."""
     statement_timeout_s: float = 30.0
     """Server-side bound on one statement (PostgreSQL statement_timeout, SQLite busy timeout), so
     a session stuck behind a frozen connection releases its locks."""
@@ -131,6 +149,14 @@ class Monitor:
         self._outage = Outage(run, _store_name(store), str(self._spool.dir))
         self._queue: collections.deque = collections.deque()
         self._held: list[tuple[dict, int]] = []  # batches the spool's disk refused, kept in memory
+        # Calls taken from the queue, as (columns, events, entries): held here until written.
+        self._backlog: collections.deque = collections.deque()
+        self._backlog_rows = 0
+        self._rate = START_RATE  # rows a second the store takes, measured
+        self._spool_progress: dict = {}  # how far the replay got in each spool file
+        self._replay_left = False  # the last job stopped its replay at its budget
+        self._left_in_spool = False  # closing left a slow job's batch in the spool
+        self._last_progress = 0.0  # when a batch of the backlog was last written
         self._spool_refused = False
         self._cv = threading.Condition()  # guards the counts flush() waits on
         self._wake = threading.Event()
@@ -139,7 +165,7 @@ class Monitor:
         self._flush_wanted = False
         self._closed = False
         self._closing = False
-        self._close_by = math.inf
+        self._close_started = math.inf
         self._final_status: Any = None
         self._final_sent = False
         self._store = None
@@ -220,18 +246,30 @@ class Monitor:
             return
         self._closed = True
         self._final_status = status
-        self._close_by = time.monotonic() + self.settings.close_timeout_s
+        self._close_started = time.monotonic()
         self._closing = True
         self._wake.set()
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=max(0.0, self._close_by - time.monotonic()))
-        if self._thread.is_alive():
+            while self._thread.is_alive() and (left := self._close_by() - time.monotonic()) > 0:
+                self._thread.join(timeout=min(left, 0.1))
+        if self._thread.is_alive() or self._left_in_spool:
             self._save_rest()
             log.warning("gapwatch: run %r closed after %.1f s with the store still busy; what it had "
-                        "not taken is in the spool %s", self.run, self.settings.close_timeout_s, self._spool.dir)
+                        "not taken is in the spool %s", self.run, time.monotonic() - self._close_started,
+                        self._spool.dir)
         if self._prev_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._prev_sigterm)
         atexit.unregister(self.close)
+
+    def _close_by(self) -> float:
+        """close() waits close_timeout_s past the later of its call and the last batch of the
+        backlog written, and at most close_drain_s in all: a backlog the store is taking is
+        written, a spool that waited out an outage is left to the next process."""
+        job = self._job
+        progressed = _writes_backlog(job) and job.progress_at > job.started  # a write, not just a start
+        progress = max(self._last_progress, job.progress_at if progressed else 0.0)
+        return min(self._close_started + self.settings.close_drain_s,
+                   max(self._close_started, progress) + self.settings.close_timeout_s)
 
     def __enter__(self) -> "Monitor":
         return self
@@ -252,6 +290,9 @@ class Monitor:
         while True:
             try:
                 if self._cycle():
+                    if not self._left_in_spool:
+                        self._spool.drop_written(self._confirmed)
+                    self._spool.release()
                     return
             except Exception:  # noqa: BLE001 - the writer must outlive any bug; nothing queued is lost
                 log.exception("gapwatch: the writer of run %r hit an unexpected error and carries on", self.run)
@@ -264,14 +305,17 @@ class Monitor:
         busy = job is not None and not job.spooled  # a fresh job: wait for it before writing more
         now = time.monotonic()
         until = self._next_tick
+        if self._queue:
+            until = min(until, now + self._take_every())
         if job is not None:
             until = min(until, self._give_up_at(job))
-            if busy:
+            if busy and not self._behind():
                 until = min(until, job.started + self._patience())
-        if not (self._flush_wanted or (self._closing and not busy)):
+        if not (self._flush_wanted or (self._closing and job is None)):
             self._wake.wait(max(0.0, until - now))
         self._wake.clear()
         now = time.monotonic()
+        self._take_queue()
         if self._job is not None:
             self._watch(self._job, now)
         if self._flush_wanted and not self._closing:
@@ -283,9 +327,26 @@ class Monitor:
         if tick:
             # A fixed grid from the start: a slow write never pushes the next one later.
             self._next_tick += interval * (math.floor((now - self._next_tick) / interval) + 1)
-        if tick or self._closing:
-            self._dispatch(now)
-        return self._closing and self._final_sent and self._job is None and not self._queue
+        catching_up = self._job is None and self._store is not None and (
+            self._replay_left or self._backlog_rows >= self._batch_rows())
+        if tick or self._closing or catching_up:
+            self._dispatch(now, tick)
+        return (self._closing and self._final_sent and self._job is None and not self._queue
+                and not self._backlog)
+
+    def _take_every(self) -> float:
+        """How often the writer moves queued calls into columns: often enough that the queue, the
+        one thing the training thread's garbage collections walk, stays short."""
+        return min(0.1, self.settings.flush_interval_s / 4)
+
+    def _batch_s(self) -> float:
+        """The time one write should take: long enough that a write's fixed cost (series marks,
+        rollups, chunks) is spread over many rows, short against the deadline that declares the
+        store unreachable."""
+        return self.settings.write_timeout_s / 10
+
+    def _batch_rows(self) -> int:
+        return int(min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, self._rate * self._batch_s())))
 
     def _flush_to_spool(self) -> None:
         """flush(): the spool makes a batch durable in an fsync, a store write can take a while;
@@ -308,23 +369,27 @@ class Monitor:
         at = job.progress_at + self.settings.write_timeout_s
         if self._closing:
             # Leave time to spool before close() stops waiting.
-            at = min(at, self._close_by - min(0.5, self.settings.close_timeout_s / 4))
+            at = min(at, self._close_by() - min(0.5, self.settings.close_timeout_s / 4))
         return at
 
     def _watch(self, job, now: float) -> None:
         if job.done.is_set():
             self._settle(job)
             return
-        if not job.spooled and now >= job.started + self._patience():
+        if not job.spooled and now >= job.started + self._patience() and not self._behind():
             job.spooled = True
             self._save(job.batch, job.entries)
         if now >= self._give_up_at(job):
+            if not job.spooled:  # left behind, its batch must wait in the spool
+                job.spooled = True
+                self._save(job.batch, job.entries)
             job.abandoned_at = now
             job.abandoned = True
             self._job = None
             self._left_behind.append(job)
             if self._closing:  # slow, not necessarily gone: close() says what stays in the spool
                 self._store = None
+                self._left_in_spool = True
             else:
                 self._drop_store(f"no answer in {now - job.progress_at:.1f} s")
 
@@ -333,7 +398,14 @@ class Monitor:
         self._job = None
         if job.attempt is not None and self.attempt is None:
             self.attempt = job.attempt
+        if job.rows_written >= MIN_BATCH_ROWS / 2 and job.write_s > 0:  # a small write is mostly fixed cost
+            # Down at once, up at most twofold a write: on a shared machine one fast write says
+            # little about the next, and a batch too large for the deadline is an outage.
+            self._rate = min(job.rows_written / job.write_s, 2 * self._rate)
+        self._replay_left = job.spool_left
         if job.error is None:
+            if _writes_backlog(job):
+                self._last_progress = max(self._last_progress, job.progress_at)
             self._store = None if job.final else job.store
             if not job.spooled:
                 job.spooled = True
@@ -352,20 +424,30 @@ class Monitor:
             log.warning("gapwatch: could not set the status of run %r to %s: the store is unreachable",
                         self.run, getattr(job.status, "value", job.status))
 
-    def _dispatch(self, now: float) -> None:
-        """Hand what is queued to a new store job, or to the spool while the store is away."""
-        batch, entries = self._drain()
-        if self._job is not None:  # a slow job is still out: the spool takes this batch
-            self._save(batch, entries)
+    def _dispatch(self, now: float, tick: bool) -> None:
+        """Hand a batch to a new store job, or what is queued to the spool while the store is away."""
+        if self._job is not None:
+            # A slow job is still out: the spool takes what is queued at a trainer's usual pace;
+            # a backlog beyond that is the trainer outpacing the store, and waits in memory.
+            if not self._behind():
+                self._save(*self._drain())
             return
         reachable = self._store is not None
         stuck = self._count_left_behind()
         may_retry = now >= self._next_retry and stuck < MAX_LEFT_BEHIND
+        pending = (reachable or may_retry) and self._spool.has_pending()
         if self._closing:
             if self._final_sent:
-                self._save(batch, entries)
+                self._save(*self._drain())
+                return
+            if reachable and (pending or self._behind()):
+                # Older rows first, then the backlog, a batch at a time: the final job is one
+                # bounded write like the others.
+                batch, entries = (None, 0) if pending else self._drain(self._batch_rows())
+                self._job = self._start_job(batch, entries)
                 return
             self._final_sent = True
+            batch, entries = self._drain()
             if reachable or may_retry:
                 self._job = self._start_job(batch, entries, status=self._final_status, final=True)
                 return
@@ -376,20 +458,43 @@ class Monitor:
         if not reachable:
             # While the store is away every batch goes straight to the spool: a retry carries
             # none, so a retry that hangs holds nothing a SIGKILL could lose.
-            self._save(batch, entries)
+            self._save(*self._drain())
             if may_retry:
                 self._job = self._start_job(None, 0)
             return
-        if batch is None and not self._spool.has_pending():
+        if pending:
+            # Older rows wait in the spool: new ones queue behind them, in the spool at a
+            # trainer's usual pace, in memory while the trainer outpaces the store.
+            if tick and not self._behind():
+                self._save(*self._drain())
+            self._job = self._start_job(None, 0)
             return
-        self._job = self._start_job(batch, entries)
+        self._note_backlog()
+        batch, entries = self._drain(self._batch_rows())
+        if batch is not None:
+            self._job = self._start_job(batch, entries)
+
+    def _behind(self) -> bool:
+        """The trainer outpaces the store: the backlog behind a job is in memory anyway, so the
+        job's batch is not spooled for being slow (that would only slow the writer further)."""
+        return self._backlog_rows > self._batch_rows()
+
+    def _note_backlog(self) -> None:
+        """Backpressure, said once while it lasts: a backlog of more than a few intervals' rows."""
+        behind_s = self._backlog_rows / self._rate
+        if behind_s > 4 * self.settings.flush_interval_s:
+            self._outage.behind(self._backlog_rows, self._rate)
+        elif not self._backlog:
+            self._outage.caught_up()
 
     def _start_job(self, batch: dict | None, entries: int, status: Any = None, final: bool = False):
         from monitor.store_jobs import StoreJob
 
+        rows = self._batch_rows()
         job = StoreJob(target=self._target, spool=self._spool, wake=self._wake, store=self._store,
                        attempt=self.attempt, batch=batch, entries=entries, status=status, final=final,
-                       confirmed=self._confirmed)
+                       confirmed=self._confirmed, budget_rows=rows, piece_rows=rows,
+                       spool_progress=self._spool_progress)
         job.start()
         return job
 
@@ -406,33 +511,57 @@ class Monitor:
         self._next_retry = time.monotonic() + self.settings.retry_interval_s
         self._outage.begin(reason)
 
-    def _drain(self) -> tuple[dict | None, int]:
-        taken = []
-        while self._queue:
-            taken.append(self._queue.popleft())
-        held, self._held = self._held, []
-        if not taken and not held:
-            return None, 0
+    def _take_queue(self) -> None:
+        """Move the queued calls into the backlog as columns."""
+        taken = [self._queue.popleft() for _ in range(len(self._queue))]
+        if not taken:
+            return
         try:
             metrics, events = _to_rows(taken)
         except Exception:
             # Back to the front of the queue, in order: a failure here must not lose them.
             self._queue.extendleft(reversed(taken))
-            self._held = held
             raise
-        for batch, _ in reversed(held):
-            metrics = batch["metrics"] + metrics
-            events = batch["events"] + events
-        entries = len(taken) + sum(n for _, n in held)
+        self._backlog.append((metrics, events, len(taken)))
+        self._backlog_rows += len(metrics)
+
+    def _drain(self, limit: int | None = None) -> tuple[dict | None, int]:
+        """A batch of the oldest rows held (all, or up to `limit` metric rows) and its entries."""
+        self._take_queue()
+        held, self._held = self._held, []
+        parts, events, entries = [], [], 0
+        for batch, n in held:
+            parts.append(batch["metrics"])
+            events += batch["events"]
+            entries += n
+        rows = sum(len(p) for p in parts)
+        while self._backlog and (limit is None or rows < limit):
+            cols, evs, n = self._backlog.popleft()
+            if limit is not None and len(cols) > limit - rows:
+                # Split: the rest keeps its share of the calls, so flush() counts each call once.
+                cols, rest = cols.split(limit - rows)
+                share = n * len(cols) // (len(cols) + len(rest))
+                self._backlog.appendleft((rest, [], n - share))
+                n = share
+            parts.append(cols)
+            events += evs
+            entries += n
+            rows += len(cols)
+            self._backlog_rows -= len(cols)
+        if not parts and not events and not entries:
+            return None, 0
         self._batches += 1
+        metrics = MetricColumns.concat(parts)
         return {"id": self._batches, "attempt": self.attempt, "metrics": metrics, "events": events}, entries
 
     def _save(self, batch: dict | None, entries: int) -> None:
         """Into the spool, fsynced; if the disk refuses, keep it in memory and try again later."""
         if batch is None:
             return
+        from monitor.store_jobs import spool_form
+
         try:
-            self._spool.append(batch)
+            self._spool.append(spool_form(batch))
         except OSError as exc:
             self._held.append((batch, entries))
             if not self._spool_refused:
@@ -458,17 +587,17 @@ class Monitor:
                 self._cv.notify_all()
 
 
-def _to_rows(batch: list[tuple]) -> tuple[list[list], list[dict]]:
-    """Turn queued entries into plain rows. Converting a JAX array here is the device fetch."""
-    metrics: list[list] = []
-    events: list[dict] = []
-    for kind, step, body, wall in batch:
-        if kind == "m":
-            for key, value in body.items():
-                metrics.append([step, key, _to_float(value), wall])
-        else:
-            events.append({"step": step, "kind": body["kind"], "payload": body["payload"], "wall_time": wall})
-    return metrics, events
+def _writes_backlog(job) -> bool:
+    return job is not None and job.batch is not None and not job.final
+
+
+def _to_rows(calls: list[tuple]) -> tuple[MetricColumns, list[dict]]:
+    """Turn queued calls into metric columns and events. Converting a JAX array here is the
+    device fetch."""
+    metrics = [(step, body, wall) for kind, step, body, wall in calls if kind == "m"]
+    events = [{"step": step, "kind": body["kind"], "payload": body["payload"], "wall_time": wall}
+              for kind, step, body, wall in calls if kind != "m"]
+    return MetricColumns.from_calls(metrics, _to_float), events
 
 
 def _to_float(value: Any) -> float:

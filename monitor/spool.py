@@ -19,12 +19,22 @@ from pathlib import Path
 from monitor.jsonutil import dumps
 from monitor.schema import file_name
 
+# A segment is read whole by a replay: past this size, appends go to a new one, so a long
+# outage's spool is many files a replay can take one at a time.
+SEGMENT_BYTES = 4 << 20
+
+
+# Prefixes of this process's spools whose writer may still append: a later Monitor of the same
+# run in this process must not replay (and remove) a segment another one is still writing.
+_LIVE_HERE: set[str] = set()
+
 
 class Spool:
     def __init__(self, root: Path, run: str) -> None:
         self.dir = Path(root) / file_name(run)
         self.quarantine_path = self.dir / "quarantine" / f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"
         self._prefix = f"{os.getpid()}-{uuid.uuid4().hex}"
+        _LIVE_HERE.add(self._prefix)
         self._seq = 0
         # The writer thread, a store job and close() may each append or seal.
         self._lock = threading.Lock()
@@ -37,13 +47,30 @@ class Spool:
         line = dumps(batch) + "\n"
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)
-            _append_synced(self._current(), line)
+            current = self._current()
+            if current.exists() and current.stat().st_size >= SEGMENT_BYTES:
+                self._seq += 1
+                current = self._current()
+            _append_synced(current, line)
 
     def seal(self) -> None:
         """Close the current segment to appends, so a replay may read it whole."""
         with self._lock:
             if self._current().exists():
                 self._seq += 1
+
+    def release(self) -> None:
+        """The writer is done: other spools of this process may replay what is left."""
+        _LIVE_HERE.discard(self._prefix)
+
+    def drop_written(self, written: set) -> None:
+        """Remove this process's segments whose every batch the store has confirmed (slow writes
+        spooled as well, then written): nothing in them is left to replay."""
+        with self._lock:
+            for path in self.dir.glob(f"{self._prefix}-*.jsonl") if self.dir.exists() else []:
+                batches, bad = self.read(path)
+                if not bad and all(b.get("id") in written for b in batches):
+                    path.unlink(missing_ok=True)
 
     def is_own(self, path: Path) -> bool:
         return path.name.startswith(self._prefix + "-")
@@ -68,7 +95,8 @@ class Spool:
         return sorted(foreign, key=_mtime) + sorted(mine)
 
     def has_pending(self) -> bool:
-        return bool(self.pending())
+        """Anything to replay, this process's current segment included (a replay seals it)."""
+        return self._current().exists() or bool(self.pending())
 
     @staticmethod
     def read(path: Path) -> tuple[list[dict], list[str]]:
@@ -114,8 +142,10 @@ def _mtime(path: Path) -> float:
 
 def _writer_alive(spool: Path) -> bool:
     pid_text = spool.name.split("-", 1)[0]
-    if not pid_text.isdigit() or int(pid_text) == os.getpid():
+    if not pid_text.isdigit():
         return False
+    if int(pid_text) == os.getpid():
+        return spool.name.rsplit("-", 1)[0] in _LIVE_HERE
     try:
         os.kill(int(pid_text), 0)
     except ProcessLookupError:

@@ -7,8 +7,8 @@ the job makes progress, then spools the job's batch and leaves the job behind. W
 idempotent, so a left-behind job that finishes after the thaw and the replay of its batch store
 each row once. A job that is left behind stops before its next write.
 
-A job connects (when it has no store), replays the spool, writes its batch and, last, sets the
-run's status. A batch the store refuses for what it holds (not for being unreachable) is
+A job connects (when it has no store), replays a bounded part of the spool, writes its batch
+and, last, sets the run's status. A batch the store refuses for what it holds (not for being unreachable) is
 quarantined, so it can never block the batches behind it.
 """
 
@@ -21,9 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
-
 from monitor.errors import GapwatchError
+from monitor.metric_columns import MetricColumns
 from monitor.spool import Spool
 from monitor.store import Store, open_store
 from monitor.store.errors import describe_db_error, is_unreachable
@@ -85,7 +84,22 @@ class StoreJob:
     """When the writer left it; progress after that says the store answers again."""
     error: BaseException | None = None
     replayed: int = 0
+    budget_rows: int = 20_000
+    """Spooled rows this job replays at most; the next job carries on."""
+    piece_rows: int = 20_000
+    """Rows in one write of the replay."""
+    spool_progress: dict = field(default_factory=dict)
+    """Per spool file, how far earlier jobs got: (batches written, rows of the next one)."""
+    spool_left: bool = False
+    """The replay stopped at its budget with spooled rows still to write."""
+    replayed_rows: int = 0
+    rows_written: int = 0
+    write_s: float = 0.0
+    """Seconds spent in writes, for the writer's measure of the store's speed."""
     done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.progress_at = self.started  # later than started only once the store answered
 
     def start(self) -> None:
         threading.Thread(target=self._run, name=f"gapwatch-store-{self.target.run}", daemon=True).start()
@@ -127,19 +141,22 @@ class StoreJob:
             self.wake.set()
 
     def _replay(self) -> None:
-        """Replay the spool, oldest first; those of dead processes before this process takes an
-        attempt number, since theirs were earlier."""
+        """Replay the spool, oldest first, up to `budget_rows` rows: a long outage's spool is
+        replayed over several jobs, each a bounded write, and each resumes where the last stopped
+        (`spool_progress`), so every job makes progress however large the spool. Those of dead
+        processes come before this process takes an attempt number, since theirs were earlier."""
         self._check()
         self.spool.seal()
         foreign_attempts: dict[str, int] = {}
         for path in self.spool.pending():
+            if self.replayed_rows >= self.budget_rows:
+                self.spool_left = True
+                return
             own = self.spool.is_own(path)
             if own and self.attempt is None:
                 self.attempt = self.store.new_attempt(self.target.run)
             batches, bad = Spool.read(path)
-            if own:
-                # A slow write whose batch was spooled as well and then went through.
-                batches = [b for b in batches if b.get("id") not in self.confirmed]
+            self._progress()  # reading a large segment is this process's work, not the store's silence
             for batch in batches:
                 if batch.get("attempt") is None:
                     if own:
@@ -150,19 +167,67 @@ class StoreJob:
                         if owner not in foreign_attempts:
                             foreign_attempts[owner] = self.store.new_attempt(self.target.run)
                         batch["attempt"] = foreign_attempts[owner]
-            mine = self.batch.get("id") if self.batch is not None else None
-            for group in _groups(batches):
-                self._check()
-                self._write_group(group)
-                # flush() spools a batch and hands it to a job: written here, not again below.
-                if mine is not None and any(b.get("id") == mine for b in group):
-                    self.written = True
+            if not self._replay_file(path, batches):
+                self.spool_left = True
+                return
             for line in bad:
                 kept = self.spool.quarantine({"run": self.target.run, "error": "not a batch", "line": line})
                 log.warning("gapwatch: a damaged line in the spool %s of run %r was moved to %s",
                             path, self.target.run, kept)
             path.unlink(missing_ok=True)
+            self.spool_progress.pop(path.name, None)
             self.replayed += 1
+
+    def _replay_file(self, path, batches: list[dict]) -> bool:
+        """Write the file's batches from where the last job stopped, in groups of up to
+        `piece_rows` rows; True once it is all written, False when the budget ran out first."""
+        mine = self.batch.get("id") if self.batch is not None else None
+        group: list[dict] = []
+        rows = 0
+        for index, through, whole, piece in self._pieces(path, batches):
+            if group and (group[0]["attempt"] != piece["attempt"] or rows + _rows(piece) > self.piece_rows):
+                if not self._replay_group(path, group, mine):
+                    return False
+                group, rows = [], 0
+            piece["_at"] = (index + 1, 0) if whole else (index, through)
+            group.append(piece)
+            rows += _rows(piece)
+        return not group or self._replay_group(path, group, mine)
+
+    def _pieces(self, path, batches: list[dict]):
+        """(batch index, rows through, whole batch done, piece) from where the last job stopped;
+        a batch larger than a write comes in several pieces."""
+        done_batch, done_rows = self.spool_progress.get(path.name, (0, 0))
+        own = self.spool.is_own(path)
+        for index in range(done_batch, len(batches)):
+            batch = batches[index]
+            if own and batch.get("id") in self.confirmed:  # a slow write spooled too that went through
+                continue
+            cols = MetricColumns.from_rows(batch.get("metrics", []))
+            offset = done_rows if index == done_batch else 0
+            cols = cols.split(offset)[1]
+            events = [] if offset else batch.get("events", [])
+            while True:
+                head, cols = cols.split(self.piece_rows)
+                offset += len(head)
+                yield index, offset, not len(cols), {"id": batch.get("id"), "attempt": batch["attempt"],
+                                                     "metrics": head, "events": events}
+                events = []
+                if not len(cols):
+                    break
+
+    def _replay_group(self, path, group: list[dict], mine) -> bool:
+        """Write one group and note how far the file is written; False when the budget is spent."""
+        if self.replayed_rows >= self.budget_rows:
+            return False
+        self._check()
+        self._write_group(group)
+        self.replayed_rows += sum(_rows(b) for b in group)
+        self.spool_progress[path.name] = group[-1]["_at"]
+        # flush() spools a batch and hands it to a job: written here, not again below.
+        if mine is not None and any(b.get("id") == mine and b["_at"][1] == 0 for b in group):
+            self.written = True
+        return True
 
     def _write_group(self, group: list[dict]) -> None:
         """Several spooled batches as one write (a replay after a long outage is thousands of
@@ -170,11 +235,11 @@ class StoreJob:
         if len(group) == 1:
             self._write_or_quarantine(group[0], group[0]["attempt"])
             return
-        merged = {"attempt": group[0]["attempt"], "metrics": [r for b in group for r in b.get("metrics", [])],
+        merged = {"attempt": group[0]["attempt"],
+                  "metrics": MetricColumns.concat([b["metrics"] for b in group]),
                   "events": [e for b in group for e in b.get("events", [])]}
         try:
-            write_batch(self.store, self.target.run, merged, merged["attempt"])
-            self._progress()
+            self._timed_write(merged, merged["attempt"])
         except Exception as exc:  # noqa: BLE001 - sorted into "retry later" and "one of them is bad"
             if is_unreachable(exc):
                 raise
@@ -182,15 +247,25 @@ class StoreJob:
                 self._check()
                 self._write_or_quarantine(batch, batch["attempt"])
 
+    def _timed_write(self, batch: dict, attempt: int) -> None:
+        """write_batch, measured: the writer sizes its batches to the store's speed."""
+        began = time.monotonic()
+        write_batch(self.store, self.target.run, batch, attempt)
+        self.write_s += time.monotonic() - began
+        self.rows_written += _rows(batch)
+        self._progress()
+
     def _write_or_quarantine(self, batch: dict, attempt: int) -> None:
         try:
-            write_batch(self.store, self.target.run, batch, attempt)
+            self._timed_write(batch, attempt)
         except Exception as exc:  # noqa: BLE001 - sorted into "retry later" and "never"
             if is_unreachable(exc):
                 raise
             reason = describe_db_error(exc)
-            kept = self.spool.quarantine({"run": self.target.run, "error": reason, "batch": batch})
-            steps = [row[0] for row in batch.get("metrics", [])] or [e["step"] for e in batch.get("events", [])]
+            kept = self.spool.quarantine({"run": self.target.run, "error": reason,
+                                          "batch": {k: v for k, v in spool_form(batch).items() if k != "_at"}})
+            metrics = _columns(batch)
+            steps = metrics.steps.tolist() or [e["step"] for e in batch.get("events", [])]
             span = f"steps {min(steps)}..{max(steps)}" if steps else "no steps"
             log.warning("gapwatch: the store refused a batch of run %r (%s) and always will: %s; "
                         "kept in %s", self.target.run, span, reason, kept)
@@ -198,28 +273,38 @@ class StoreJob:
 
 
 def write_batch(store: Store, run: str, batch: dict, attempt: int) -> None:
-    """One batch, all or nothing: metric rows [step, key, value, wall_time] and events."""
+    """One batch, all or nothing: metric rows (MetricColumns, or [step, key, value, wall_time]
+    rows as the spool keeps them) and events."""
+    metrics = _columns(batch)
     with store.atomic():
-        if batch.get("metrics"):
-            frame = pd.DataFrame(batch["metrics"], columns=["step", "key", "value", "wall_time"])
-            frame["attempt"] = attempt
-            store.write_metrics(run, frame)
+        if len(metrics):
+            store.write_metrics(run, metrics.frame(attempt))
         if batch.get("events"):
             store.write_events(run, [dict(e, attempt=attempt) for e in batch["events"]])
 
 
-# Rows in one replayed write: large enough that a long outage replays in seconds, small enough
-# that one write stays well inside the writer's patience.
-REPLAY_GROUP_ROWS = 20_000
+def spool_form(batch: dict) -> dict:
+    """A batch as the spool writes it: JSON, metric rows as lists."""
+    metrics = batch.get("metrics")
+    return dict(batch, metrics=metrics.rows() if isinstance(metrics, MetricColumns) else metrics or [])
 
 
-def _groups(batches: list[dict]) -> list[list[dict]]:
-    """Consecutive batches of one attempt, up to REPLAY_GROUP_ROWS rows a group."""
+def _columns(batch: dict) -> MetricColumns:
+    metrics = batch.get("metrics")
+    return metrics if isinstance(metrics, MetricColumns) else MetricColumns.from_rows(metrics or [])
+
+
+def _rows(batch: dict) -> int:
+    return len(batch.get("metrics") or []) + len(batch.get("events") or [])
+
+
+def _groups(batches: list[dict], max_rows: int) -> list[list[dict]]:
+    """Consecutive batches of one attempt, up to `max_rows` rows a group."""
     groups: list[list[dict]] = []
     rows = 0
     for batch in batches:
-        n = len(batch.get("metrics", [])) + len(batch.get("events", []))
-        if groups and groups[-1][0]["attempt"] == batch["attempt"] and rows + n <= REPLAY_GROUP_ROWS:
+        n = _rows(batch)
+        if groups and groups[-1][0]["attempt"] == batch["attempt"] and rows + n <= max_rows:
             groups[-1].append(batch)
             rows += n
         else:

@@ -1,0 +1,161 @@
+"""A flat-out writer: one process logs 10 metrics a step as fast as it can, into SQLite and into
+PostgreSQL, and the client's sustained throughput is set beside the raw driver's (executemany /
+binary COPY of the same rows into a table of the same key), measured in the same run.
+
+Sustained throughput is rows stored over the time from the first log() to close()'s return, so
+a backlog the writer still has to write at close counts against it. Also: rows lost, rows left in
+the spool, "unreachable" warnings, the slowest log() and its 99.9th percentile.
+
+    python -m bench.bench_client_throughput [--quick] [--pg postgresql://postgres@127.0.0.1:5432/postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sqlite3
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from bench.results import record, table
+from monitor.client import Monitor, MonitorSettings
+from monitor.store import open_store
+
+KEYS = [f"layers/l{i}_grad_norm" for i in range(10)]
+RAW_TABLE = ("CREATE TABLE raw_metrics (run_id int, key_id int, step bigint, attempt int, value double precision, "
+             "wall_time double precision, PRIMARY KEY (run_id, key_id, step, attempt))")
+RAW_BATCH = 50_000
+
+
+class Counted(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def raw_rows(n: int) -> list[tuple]:
+    steps = np.arange(n) // len(KEYS)
+    keys = np.arange(n) % len(KEYS)
+    return list(zip([1] * n, keys.tolist(), steps.tolist(), [1] * n, (steps * 0.5).tolist(), [time.time()] * n))
+
+
+def raw_sqlite(path: Path, rows: list[tuple]) -> float:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(RAW_TABLE)
+    began = time.perf_counter()
+    for lo in range(0, len(rows), RAW_BATCH):
+        with conn:
+            conn.executemany("INSERT INTO raw_metrics VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                             rows[lo:lo + RAW_BATCH])
+    took = time.perf_counter() - began
+    conn.close()
+    return len(rows) / took
+
+
+def raw_postgres(url: str, rows: list[tuple]) -> float:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute(RAW_TABLE)
+        conn.commit()
+        began = time.perf_counter()
+        for lo in range(0, len(rows), RAW_BATCH):
+            with conn.cursor() as cur, cur.copy("COPY raw_metrics FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "int4", "int8", "int4", "float8", "float8"])
+                for row in rows[lo:lo + RAW_BATCH]:
+                    copy.write_row(row)
+            conn.commit()
+        return len(rows) / (time.perf_counter() - began)
+
+
+def flat_out(url: str, seconds: float, spool: Path) -> dict:
+    handler = Counted()
+    logging.getLogger("gapwatch.client").addHandler(handler)
+    try:
+        mon = Monitor("flat", store=url, settings=MonitorSettings(spool_dir=spool, handle_sigterm=False))
+        calls = []
+        step = 0
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            metrics = {k: step * 0.5 for k in KEYS}
+            t = time.perf_counter()
+            mon.log(step, metrics)
+            calls.append(time.perf_counter() - t)
+            step += 1
+        t = time.perf_counter()
+        mon.close()
+        done = time.perf_counter()
+    finally:
+        logging.getLogger("gapwatch.client").removeHandler(handler)
+    with open_store(url) as store:
+        stored = store.count_rows("flat")
+    calls_us = np.array(calls) * 1e6
+    return {"logged": step * len(KEYS), "stored": stored, "rate": stored / (done - began), "close_s": done - t,
+            "spool_bytes": sum(p.stat().st_size for p in spool.rglob("*.jsonl")),
+            "unreachable": sum("unreachable" in m for m in handler.messages),
+            "backpressure": sum("backpressure" in m for m in handler.messages),
+            "max_ms": calls_us.max() / 1000, "p999_us": float(np.quantile(calls_us, 0.999))}
+
+
+def fresh_pg(admin_url: str) -> str:
+    import psycopg
+
+    name = f"gapwatch_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return f"{admin_url.rsplit('/', 1)[0]}/{name}"
+
+
+def drop_pg(admin_url: str, url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench_client_throughput")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    args = parser.parse_args(argv)
+    seconds, n_raw = (2.0, 300_000) if args.quick else (10.0, 1_000_000)
+    rows = raw_rows(n_raw)
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for backend in ("sqlite", "postgresql"):
+            if backend == "sqlite":
+                raw = raw_sqlite(tmp / "raw.db", rows)
+                ours = flat_out(f"sqlite:///{tmp / 'store.db'}", seconds, tmp / "spool-sqlite")
+            else:
+                raw_url, url = fresh_pg(args.pg), fresh_pg(args.pg)
+                try:
+                    raw = raw_postgres(raw_url, rows)
+                    ours = flat_out(url, seconds, tmp / "spool-pg")
+                finally:
+                    drop_pg(args.pg, raw_url)
+                    drop_pg(args.pg, url)
+            out.append({
+                "store": backend, "raw driver rows/s": f"{raw:,.0f}", "client rows/s": f"{ours['rate']:,.0f}",
+                "client / raw": f"{ours['rate'] / raw:.2f}", "logged": f"{ours['logged']:,}",
+                "lost": f"{ours['logged'] - ours['stored']:,}", "spool left (B)": ours["spool_bytes"],
+                "close s": f"{ours['close_s']:.1f}", "unreachable": ours["unreachable"],
+                "backpressure": ours["backpressure"], "slowest log ms": f"{ours['max_ms']:.1f}",
+                "p99.9 log us": f"{ours['p999_us']:.0f}"})
+    record("client_throughput", f"Client: a flat-out writer ({seconds:.0f} s, 10 metrics a step) against the raw driver",
+           table(out) + "\n\nSustained client rate = rows stored / (first log() to close() returning); the raw "
+           "driver writes the same rows (executemany / binary COPY, 50k-row transactions) into a table of the "
+           "same primary key, in the same run. Goals: client / raw >= 0.5, nothing lost or left in the spool, "
+           "no \"unreachable\", slowest log() <= 50 ms.")
+
+
+if __name__ == "__main__":
+    main()

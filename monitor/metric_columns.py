@@ -1,0 +1,99 @@
+"""The logging client's metric rows as columns: what the writer holds between log() and the store.
+
+A backlog held as NumPy columns (keys as codes into a short list of names) is a handful of
+objects for the garbage collector, where the queued calls are two per call and a list of keys
+one reference per row: a writer behind a fast trainer keeps
+its backlog here, so a collection on the training thread never walks millions of them. Columns
+also split into batches of any size without copying row by row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+_PLAIN_NUMBERS = frozenset({float, int, np.float64, np.float32, np.int64, np.int32})
+
+
+@dataclass
+class MetricColumns:
+    steps: np.ndarray
+    codes: np.ndarray
+    """Each row's key, as an index into `names`."""
+    names: list[str]
+    values: np.ndarray
+    walls: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "MetricColumns":
+        return cls(np.empty(0, np.int64), np.empty(0, np.int32), [], np.empty(0, float), np.empty(0, float))
+
+    @classmethod
+    def _of(cls, steps, keys: list[str], values, walls) -> "MetricColumns":
+        codes, names = pd.factorize(np.array(keys, dtype=object))
+        return cls(steps, codes.astype(np.int32), list(names), values, walls)
+
+    @classmethod
+    def from_calls(cls, calls: list[tuple[int, dict, float]], to_float) -> "MetricColumns":
+        """Rows of queued log() calls (step, {key: value}, wall time); `to_float` turns a value
+        that is not a plain number into one (a device array is fetched there)."""
+        counts = [len(body) for _, body, _ in calls]
+        keys: list[str] = []
+        values: list = []
+        for _, body, _ in calls:
+            keys.extend(body)
+            values.extend(body.values())
+        if set(map(type, values)) <= _PLAIN_NUMBERS:
+            floats = np.array(values, dtype=float)
+        else:
+            floats = np.fromiter((to_float(v) for v in values), dtype=float, count=len(values))
+        return cls._of(np.repeat(np.array([s for s, _, _ in calls], dtype=np.int64), counts), keys, floats,
+                       np.repeat(np.array([w for _, _, w in calls], dtype=float), counts))
+
+    @classmethod
+    def from_rows(cls, rows: list[list]) -> "MetricColumns":
+        """Rows [step, key, value, wall_time] as the spool keeps them."""
+        if not rows:
+            return cls.empty()
+        steps, keys, values, walls = zip(*rows)
+        return cls._of(np.array(steps, dtype=np.int64), list(keys),
+                       np.array([math.nan if v is None else v for v in values], dtype=float),
+                       np.array(walls, dtype=float))
+
+    def keys(self) -> np.ndarray:
+        return np.array(self.names, dtype=object)[self.codes]
+
+    def rows(self) -> list[list]:
+        """As the spool writes them (JSON lines)."""
+        return [list(r) for r in zip(self.steps.tolist(), self.keys().tolist(), self.values.tolist(),
+                                     self.walls.tolist())]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def split(self, n: int) -> tuple["MetricColumns", "MetricColumns"]:
+        """The first n rows and the rest."""
+        return (MetricColumns(self.steps[:n], self.codes[:n], self.names, self.values[:n], self.walls[:n]),
+                MetricColumns(self.steps[n:], self.codes[n:], self.names, self.values[n:], self.walls[n:]))
+
+    @staticmethod
+    def concat(parts: list["MetricColumns"]) -> "MetricColumns":
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return MetricColumns.empty()
+        if len(parts) == 1:
+            return parts[0]
+        names: dict[str, int] = {}
+        codes = []
+        for p in parts:
+            remap = np.array([names.setdefault(n, len(names)) for n in p.names], dtype=np.int32)
+            codes.append(remap[p.codes])
+        return MetricColumns(np.concatenate([p.steps for p in parts]), np.concatenate(codes), list(names),
+                             np.concatenate([p.values for p in parts]), np.concatenate([p.walls for p in parts]))
+
+    def frame(self, attempt: int) -> pd.DataFrame:
+        return pd.DataFrame({"step": self.steps, "key": self.keys(), "value": self.values,
+                             "wall_time": self.walls, "attempt": attempt})
