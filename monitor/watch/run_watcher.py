@@ -170,7 +170,11 @@ class RunWatcher:
                 drop = steps < keep_from[column]
             else:
                 drop = ~np.isin(steps, np.concatenate(held[column]))
-            scalars.loc[drop, column] = np.nan
+            # A rarely logged column of a long reference may be sparse, which takes no assignment:
+            # the trimmed cache holds few rows, so it is kept dense.
+            values = scalars[column].to_numpy(dtype=float, na_value=np.nan, copy=True)
+            values[drop] = np.nan
+            scalars[column] = values
         scalars = scalars[scalars.notna().any(axis=1)]
         nf = cache.logged_nonfinite
         nf = nf[nf["key"].map(keep_from).fillna(np.inf).to_numpy() <= nf["step"].to_numpy()]

@@ -1,0 +1,95 @@
+"""Incidents as a person on call meets them: per injected fault, what `gapwatch detect` lists for the
+whole run, and what the watch service sends when the run arrives in six pieces (notifications by
+kind, false resolutions while the fault persists, the name of the incident left open).
+
+Runs: bench/quality/stories.py (a run and its reference of one recipe, evals every 1,000 steps, 20
+downstream tasks with their stderr). `python -m bench.bench_stories [--steps N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from bench.quality import stories
+from bench.results import record, table
+from monitor.alerting.config import AlertingConfig, SinkConfig
+from monitor.alerting.grouping import group, marks_of, progress_from_marks
+from monitor.engine import DetectionEngine
+from monitor.schema import RunData, Severity
+from monitor.store import open_store
+from monitor.watch.config import WatchConfig
+from monitor.watch.service import WatchService
+from monitor.watch.targets import TargetSpec
+
+PIECES = 6
+# (scenario, the incident a person must be left with; None: nothing; persistent: the fault lasts to the end)
+CASES = (("memorizing", "memorization", True), ("worse", "divergence", True), ("spike_burst", "instability", False),
+         ("clean", None, False))
+
+
+def long_rows(run: RunData):
+    frame = run.scalars.reset_index().melt(id_vars="step", var_name="key", value_name="value")
+    return frame[frame["value"].notna()].reset_index(drop=True)
+
+
+def whole(run: RunData, reference: RunData) -> list:
+    result = DetectionEngine().judge(run, reference)
+    return group(result.detections, progress_from_marks(run.name, marks_of(run)), cleans=result.cleans)
+
+
+def live(run: RunData, reference: RunData, folder: Path) -> tuple[Counter, list[dict]]:
+    """Notifications the watch service queues (any severity) while the run arrives in PIECES."""
+    config = WatchConfig(poll_interval_s=0.01,
+                         alerting=AlertingConfig(sinks=[SinkConfig("all", "console", Severity.INFO)]))
+    with open_store(f"sqlite:///{folder / (run.name + '.db')}") as store:
+        store.ensure_run("reference")
+        store.write_metrics("reference", long_rows(reference))
+        store.ensure_run(run.name, reference="reference")
+        rows = long_rows(run)
+        service = WatchService(store, config, TargetSpec(runs=(run.name,)), stream=io.StringIO())
+        last = int(rows["step"].max())
+        for lo, hi in zip(np.linspace(0, last, PIECES + 1).astype(int)[:-1], np.linspace(0, last, PIECES + 1).astype(int)[1:]):
+            store.write_metrics(run.name, rows[(rows["step"] > lo) & (rows["step"] <= hi)])
+            while service.poll():
+                pass
+        sent = Counter(row.kind for row in store.outbox.pending(100_000))
+        return sent, store.alerts.list(run.name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench_stories")
+    parser.add_argument("--steps", type=int, default=300_000)
+    args = parser.parse_args(argv)
+    n = args.steps
+    reference = stories.reference(n)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for scenario, truth, persistent in CASES:
+            print(f"{scenario}: judging the whole run, then watching it in {PIECES} pieces", flush=True)
+            run = getattr(stories, scenario)(n)
+            listed = whole(run, reference)
+            sent, alerts = live(run, reference, Path(tmp))
+            still_open = [a for a in alerts if a["state"] == "open"]
+            named = ", ".join(sorted({a["story"] for a in still_open})) or "none"
+            right = (named == truth) if persistent else (truth is None and not alerts) or (
+                truth is not None and {a["story"] for a in alerts} == {truth} and not still_open)
+            rows.append({
+                "fault": scenario, "detect: incidents": len(listed),
+                "opened": sent["opened"], "escalated": sent["escalated"], "updated": sent["updated"],
+                "resolved": sent["resolved"],
+                "false resolutions": sent["resolved"] if persistent else 0,
+                "open at the end": named, "truth": truth or "nothing", "right": "yes" if right else "NO",
+            })
+    body = (f"{n:,}-step run against its reference (bench/quality/stories.py); the watch service fed "
+            f"{PIECES} pieces; notifications counted at every severity (a sink at info).\n\n" + table(rows))
+    record("stories", "Incidents: notifications per injected fault", body)
+
+
+if __name__ == "__main__":
+    main()
