@@ -166,7 +166,7 @@ def test_findings_stored_by_detect_show_on_the_overview_and_the_run_view(server,
     detect = subprocess.run([sys.executable, "-m", "app", "detect", "--run", run, "--store", store_url],
                             capture_output=True, text=True, timeout=300, cwd=REPO)
     assert detect.returncode == 0, detect.stderr
-    assert "nonfinite" in detect.stdout
+    assert "NaN or Inf in the run" in detect.stdout  # the incident, named by its detector's explanation
     page.goto(server + "/")
     row = page.locator("tr.run-row", has_text=run)
     row.wait_for(timeout=30_000)

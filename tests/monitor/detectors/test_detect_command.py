@@ -20,7 +20,7 @@ from monitor.store import open_store
 from .synth import pair
 
 KEYS = {"detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message", "evidence"}
-GROUP_KEYS = KEYS | {"count", "episodes", "period_steps"}
+GROUP_KEYS = KEYS | {"count", "episodes", "period_steps", "story", "name", "state", "explanations"}
 
 
 def put(store, data, reference=None, config=None):
@@ -77,9 +77,11 @@ def test_cli_json(memorizing_store, capsys):
                  "--detectors", "reference_divergence,memorization"])
     assert code == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {r["detector"] for r in rows} == {"reference_divergence", "memorization"}
+    # one incident: memorization names it and absorbs "train loss below the reference"
+    assert [(r["story"], r["detector"]) for r in rows] == [("memorization", "memorization")]
     assert all(set(r) == GROUP_KEYS and r["count"] >= 1 for r in rows)
-    mem = next(r for r in rows if r["detector"] == "memorization")
+    mem = rows[0]
+    assert "train loss below the reference" in mem["explanations"]
     assert mem["severity"] == "critical" and mem["evidence"]["train_delta"] < -0.2
     assert main(["detect", "--run", "run", "--store", memorizing_store, "--json", "--ungrouped", "--no-write",
                  "--detectors", "reference_divergence,memorization"]) == 0
