@@ -65,8 +65,9 @@ def test_every_wild_file_round_trips(shared_data, sqlite_url, tmp_path):
             # history(): the latest value of each key at each step, as the detectors see it.
             wide = history(name, store=store)
             want = store.load_run(name).scalars
+            # a rarely logged series of a long run loads sparse (schema.keep_sparse): same values
             pd.testing.assert_frame_equal(wide[sorted(wide.columns)], want[sorted(want.columns)],
-                                          check_names=False, check_freq=False)
+                                          check_names=False, check_freq=False, check_dtype=False)
     finally:
         store.close()
 
