@@ -22,7 +22,14 @@ from pathlib import Path
 
 import yaml
 
+from monitor.detectors import REGISTRY
+from monitor.detectors.data_invariants import DataInvariants
+from monitor.detectors.heldout_divergence import HeldoutDivergence
+from monitor.detectors.memorization import Memorization
+from monitor.detectors.memorization_reread import MemorizationReread
+from monitor.detectors.resume import ResumeConsistency
 from monitor.errors import GapwatchError
+from monitor.schema import Story
 
 REFERENCE = "reference"
 CANDIDATE = "double-sharding"
@@ -32,7 +39,7 @@ RERUN = "clean-rerun"
 
 # Detectors of how the machine ran rather than what the run learned: a busy laptop slows steps
 # down, and that is worth showing but is not the run's fault, so these never fail the demo.
-MACHINE_DETECTORS = frozenset({"throughput"})
+MACHINE_DETECTORS = frozenset(name for name, cls in REGISTRY.items() if cls.story is Story.THROUGHPUT)
 
 # In-loop downstream evals of every run: at every other held-out checkpoint, on the same seeded
 # subset of documents each time. Measured with the demo model on this 2-core machine under a load
@@ -55,10 +62,10 @@ class Expectation:
 
 
 EXPECTATIONS = (
-    Expectation(CANDIDATE, "data_invariants", "the cursor advances 16x a global batch per step"),
-    Expectation(CANDIDATE, "memorization_reread", "records read again score lower than first reads in the same batches, "
+    Expectation(CANDIDATE, DataInvariants.name, "the cursor advances 16x a global batch per step"),
+    Expectation(CANDIDATE, MemorizationReread.name, "records read again score lower than first reads in the same batches, "
                 "while held-out loss is tied"),
-    Expectation(RESUMED, "resume", "model restored at step N+1, data loader at batch N"),
+    Expectation(RESUMED, ResumeConsistency.name, "model restored at step N+1, data loader at batch N"),
     Expectation(RERUN, None, "another seed of the same recipe is not a divergence, a memorization, "
                 "a held-out or a downstream difference"),
 )
@@ -70,7 +77,7 @@ EXPECTATIONS = (
 # loss of about 4 nats (2026-11-30; docs/detectors.md): three standard deviations of 2% of the level.
 # A 4.5M-parameter model trained for 200 steps does generalise that differently by seed. The
 # memorization rule that the demo is about compares records inside one batch and needs no such term.
-DETECTOR_PARAMS = {"heldout_divergence": {"noise_level": 0.02}}
+DETECTOR_PARAMS = {HeldoutDivergence.name: {"noise_level": 0.02}}
 
 
 @dataclass
@@ -264,7 +271,7 @@ class Demo:
         machine = Table(title="How the machine ran (shown, never a failure of the demo)")
         for column in ("run", "detector", "finding"):
             machine.add_column(column)
-        for run, detector, message in self.machine_findings() or [("every run", "throughput", "nothing fired")]:
+        for run, detector, message in self.machine_findings() or [("every run", ", ".join(sorted(MACHINE_DETECTORS)), "nothing fired")]:
             machine.add_row(run, detector, message)
         # Piped or logged output has no terminal width to follow; rich's 80 columns would cut run names.
         console = Console(width=None if sys.stdout.isatty() else 120)
@@ -277,11 +284,10 @@ class Demo:
     def memorization_verdict(self, run: str) -> str:
         """Whether the reference-based memorization detector fired on `run`, and why (or why not)."""
         from monitor.align import align_pair
-        from monitor.detectors.memorization import Memorization
         from monitor.store import open_store
 
         with open_store(self.config.store_url) as store:
-            fired = store.read_detections(run, "memorization")
+            fired = store.read_detections(run, Memorization.name)
             aligned_run, aligned_ref = align_pair(store.load_run(run), store.load_run(REFERENCE))
         head = f"memorization against the W&B reference ({run}):"
         if fired:

@@ -332,6 +332,39 @@ class Story(str, enum.Enum):
     """Stalls and slow steps."""
 
 
+class Section(str, enum.Enum):
+    """Where a detector's findings are shown: the report's table or figure and the dashboard's panel
+    of that name list them. Each detector declares its sections."""
+
+    TRAIN = "train"
+    """The train-loss comparison with the reference (the report's train table, the delta panel)."""
+    HELDOUT = "heldout"
+    """Held-out losses against the reference."""
+    DOWNSTREAM = "downstream"
+    """Downstream evals."""
+    GRAD_NORM = "grad_norm"
+    """The grad-norm chart (spikes drawn on it)."""
+    THROUGHPUT = "throughput"
+    """Step time, tokens a second and MFU (stalls drawn on them)."""
+    DATA = "data"
+    """The data loader's position and coverage."""
+    RESUME = "resume"
+    """Resume consistency."""
+
+
+@dataclass(frozen=True)
+class VerdictRole:
+    """How a detector's finding names the report's one-sentence verdict. Findings overturn "tied"
+    in order of `precedence` (lower first): a run that went NaN, read its data wrongly or resumed
+    wrongly makes every other difference a consequence; memorization, which combines train and
+    held-out, comes before either of them alone. `{direction}` in `kind` and `headline` is filled
+    with "above" or "below" from the finding's evidence."""
+
+    precedence: int
+    kind: str
+    headline: str
+
+
 class CleanRule(str, enum.Enum):
     """What shows that a detector's condition is gone, so that an incident may resolve."""
 

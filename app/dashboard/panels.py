@@ -17,8 +17,10 @@ from app.dashboard.contain import contained
 from app.dashboard.queries import ViewData
 from app.figures.overlay import parse_series_uid
 from app.figures.style import base_figure, note_empty
+from monitor.detectors import shown_in
 from monitor.schema import (
     HELDOUT_PREFIX,
+    Section,
     PERF_MFU,
     PERF_STEP_TIME_S,
     PERF_TOKENS_PER_S,
@@ -30,8 +32,6 @@ from monitor.schema import (
 PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
 # Panels whose traces are logged series that live polling appends to (by trace uid).
 LIVE_PANELS = ("loss", "grad_norm", "throughput", "data")
-SPIKE_DETECTORS = ("spike",)
-STALL_DETECTORS = ("throughput",)
 
 
 @dataclass
@@ -58,8 +58,8 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
     ref_smooth = ref.smoothed.get(TRAIN_LOSS) if ref is not None else None
     why = EmptyReasons(view)
     detections = view.detections
-    spikes = detections[(detections["detector"].isin(SPIKE_DETECTORS)) & (detections["metric"] == TRAIN_GRAD_NORM)]
-    stalls = detections[detections["detector"].isin(STALL_DETECTORS)]
+    spikes = detections[(detections["detector"].isin(shown_in(Section.GRAD_NORM))) & (detections["metric"] == TRAIN_GRAD_NORM)]
+    stalls = detections[detections["detector"].isin(shown_in(Section.THROUGHPUT))]
 
     def delta() -> go.Figure:
         if ref is None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from monitor import schema
-from monitor.schema import RunData
+from monitor.detectors import in_section
+from monitor.schema import RunData, Section
 
 from app.report.model import Column, Table
 from app.report.pair import ComparedPair
@@ -40,7 +41,7 @@ def data_table(pair: ComparedPair) -> Table:
         row = _row(data)
         if row is None:
             continue
-        hits = sorted((d for d in found if d.detector == "data_invariants"), key=lambda d: d.start_step)
+        hits = sorted(in_section(found, Section.DATA), key=lambda d: d.start_step)
         row["finding"] = (f"{hits[0].message} (from step {hits[0].start_step:,}"
                           + (f"; {len(hits) - 1} more" if len(hits) > 1 else "") + ")") if hits else ""
         row["flagged"] = bool(hits)

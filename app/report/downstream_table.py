@@ -18,12 +18,12 @@ import numpy as np
 from scipy import stats
 
 from monitor.detectors.eval_keys import downstream_aggregate, downstream_metrics, matching_steps, stderr_of
+from monitor.schema import Section
 
 from app.report.model import Column, Estimate, Table
 from app.report.pair import ComparedPair
 from app.report.uncertainty import scatter_sigma
 
-EVAL_DETECTORS = ("eval_regression",)
 
 
 @dataclass
@@ -68,7 +68,7 @@ def downstream_table(pair: ComparedPair, config: DownstreamTableConfig | None = 
         delta = r.value - f.value
         se = math.hypot(r.stderr, f.stderr) if r.stderr is not None and f.stderr is not None else None
         z = delta / se if se and se > 0 else None
-        hits = pair.findings(EVAL_DETECTORS, m.key)
+        hits = pair.findings(Section.DOWNSTREAM, m.key)
         rows.append({
             "task": m.task, "metric": m.metric, "key": m.key, "step": int(last[0]),
             "run": r, "reference": f, "delta": Estimate(delta, se, estimated=estimated),

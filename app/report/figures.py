@@ -16,7 +16,7 @@ import pandas as pd
 from tsdownsample import MinMaxDownsampler
 
 from monitor import schema
-from monitor.schema import Detection, RunData, empty_long
+from monitor.schema import Detection, RunData, Section, empty_long
 
 from app import figures as F
 from app.report.model import FigureItem, Table
@@ -144,7 +144,7 @@ def _grad_norm_figure(pair: ComparedPair, scores: pd.DataFrame, config: FigureCo
     if not len(grad):
         return []
     score = scores[scores["key"] == schema.SPIKE_SCORE_GRAD_NORM].set_index("step")["value"]
-    spikes = pair.findings(("spike",), schema.TRAIN_GRAD_NORM)
+    spikes = pair.findings(Section.GRAD_NORM, schema.TRAIN_GRAD_NORM)
     fig = F.grad_norm_figure(thin(grad, config.max_points), spikes=detections_frame(spikes),
                              spike_score=thin(score, config.max_points), x_title=x_title)
     return [FigureItem("fig-grad-norm", f"Grad norm of {pair.run.name} with its spikes", fig, section="spikes")]
@@ -154,7 +154,7 @@ def _system_figures(pair: ComparedPair, config: FigureConfig, x_title: str) -> l
     out = []
     perf = thin_long(pair.run, PERF_KEYS, config.max_points)
     if len(perf):
-        stalls = pair.findings(("throughput",), schema.PERF_STEP_TIME_S)
+        stalls = pair.findings(Section.THROUGHPUT, schema.PERF_STEP_TIME_S)
         fig = F.throughput_figure(perf, stalls=detections_frame(stalls), x_title=x_title)
         out.append(FigureItem("fig-throughput", f"Throughput of {pair.run.name}", fig, section="throughput"))
     data = thin_long(pair.run, DATA_KEYS, config.max_points)

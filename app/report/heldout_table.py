@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from monitor.detectors.eval_keys import heldout_sets, matching_steps
+from monitor.schema import Section
 
 from app.report.model import Column, Estimate, Table
 from app.report.pair import ComparedPair
 from app.report.uncertainty import scatter_sigma
 
-HELDOUT_DETECTORS = ("heldout_divergence", "memorization")
 
 
 @dataclass
@@ -75,7 +75,7 @@ def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) 
             judged = [e for e in values if e.stderr is not None and math.isfinite(e.stderr)]
             tied = sum(abs(e.value) <= config.z_tied * e.stderr for e in judged)
             row["tied"] = f"{tied}/{len(judged)}" if judged else "no error bars"
-        hits = pair.findings(HELDOUT_DETECTORS, key)
+        hits = pair.findings(Section.HELDOUT, key)
         row["flagged"] = "; ".join(sorted({d.detector for d in hits}))
         table.rows.append(row)
     return table

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from monitor.detection import DetectConfig
-from monitor.schema import Clean, Detection, RunData
+from monitor.detectors import in_section
+from monitor.schema import Clean, Detection, RunData, Section
 
 
 @dataclass
@@ -27,9 +28,10 @@ class ComparedPair:
     detector_series: dict[str, pd.DataFrame] = field(default_factory=dict)
     detect: DetectConfig = field(default_factory=DetectConfig)  # how the detectors were set up
 
-    def findings(self, detectors: tuple[str, ...], metric: str | None = None) -> list[Detection]:
-        """The run's detections by these detectors (on this metric, when given)."""
-        return [d for d in self.detections if d.detector in detectors and (metric is None or d.metric == metric)]
+    def findings(self, section: Section, metric: str | None = None) -> list[Detection]:
+        """The run's detections that `section` shows, as their detectors declare (on this metric,
+        when given)."""
+        return in_section(self.detections, section, metric)
 
     def not_logged_by(self, key: str) -> list[str]:
         """Names of the runs (as stored) that never logged a value of `key`."""

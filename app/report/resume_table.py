@@ -7,7 +7,8 @@ each run how the steps it logged twice (before and after a restart) compare.
 
 from __future__ import annotations
 
-from monitor.schema import TRAIN_LOSS, Detection, EventKind, RunData
+from monitor.detectors import in_section
+from monitor.schema import TRAIN_LOSS, Detection, EventKind, RunData, Section
 
 from app.report.model import Column, Table
 from app.report.pair import ComparedPair
@@ -52,8 +53,7 @@ def _event_rows(data: RunData, found: list[Detection]) -> list[dict]:
         batch = payload.get("global_batch_size") or data.info.global_batch_size
         position = payload.get("restored_data_position")
         restored = payload.get("restored_step")
-        hits = [d for d in found if d.detector == "resume" and d.metric == RESUME_METRIC
-                and d.start_step == int(e.step)]
+        hits = [d for d in in_section(found, Section.RESUME, RESUME_METRIC) if d.start_step == int(e.step)]
         if hits:
             parity = hits[0].message
         elif e.kind != EventKind.RESUME.value:
@@ -78,7 +78,7 @@ def _replay_row(data: RunData, found: list[Detection]) -> dict | None:
     if not len(rep):
         return None
     spread = rep.groupby("step")["value"].agg(lambda v: float(v.max() - v.min()))
-    hits = [d for d in found if d.detector == "resume" and d.metric == TRAIN_LOSS]
+    hits = in_section(found, Section.RESUME, TRAIN_LOSS)
     return {
         "run": data.name, "step": int(spread.index.min()), "kind": "steps logged twice",
         "attempt": int(rep["attempt"].max()), "restored_step": None, "data_step": None,

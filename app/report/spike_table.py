@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from monitor.detectors.spike import SCORE_KEYS, SpikeDetector
-from monitor.schema import Detection
+from monitor.detectors import in_section
+from monitor.schema import Detection, Section
 
 from app.report.model import Column, Table
 from app.report.pair import ComparedPair
@@ -30,7 +31,7 @@ class SpikeTableConfig:
 
 def spike_detector(pair: ComparedPair) -> SpikeDetector:
     """The spike detector as the pair was judged with it (its definition and score window)."""
-    return SpikeDetector(**pair.detect.params.get("spike", {}))
+    return SpikeDetector(**pair.detect.params.get(SpikeDetector.name, {}))
 
 
 def spike_scores(pair: ComparedPair) -> dict[str, pd.DataFrame]:
@@ -94,7 +95,7 @@ def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None,
 
 
 def _spikes(found: list[Detection], metric: str) -> list[Detection]:
-    return [d for d in found if d.detector == "spike" and d.metric == metric]
+    return in_section(found, Section.GRAD_NORM, metric)
 
 
 def _near(step: int, others: np.ndarray, within: int) -> bool:

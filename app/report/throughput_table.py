@@ -11,7 +11,8 @@ import numpy as np
 
 from monitor import schema
 from monitor.detectors.throughput import ThroughputDetector
-from monitor.schema import RunData
+from monitor.detectors import in_section
+from monitor.schema import RunData, Section
 
 from app.report.model import Column, Table
 from app.report.pair import ComparedPair
@@ -19,7 +20,7 @@ from app.report.pair import ComparedPair
 
 def throughput_table(pair: ComparedPair) -> Table:
     # The detector as the pair was judged with it: its block length and MAD factor define "ideal".
-    detector = ThroughputDetector(**pair.detect.params.get("throughput", {}))
+    detector = ThroughputDetector(**pair.detect.params.get(ThroughputDetector.name, {}))
     table = Table(
         id="throughput",
         title="Throughput, MFU and goodput",
@@ -43,7 +44,7 @@ def throughput_table(pair: ComparedPair) -> Table:
                "goodput": _goodput(data, detector)}
         if all(row[k] is None for k in ("tokens_per_s", "mfu", "step_time_s")):
             continue
-        hits = [d for d in found if d.detector == "throughput"]
+        hits = in_section(found, Section.THROUGHPUT)
         kinds = sorted({d.metric for d in hits})
         row["findings"] = f"{len(hits)} ({', '.join(kinds)})" if hits else ""
         row["flagged"] = any(d.severity.rank >= 1 for d in hits)

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from monitor.detectors.stats import window_summaries
-from monitor.schema import TRAIN_LOSS
+from monitor.schema import TRAIN_LOSS, Section
 
 from app.report.model import Column, Estimate, Table
 from app.report.pair import ComparedPair
 
-DIVERGENCE_DETECTORS = ("reference_divergence", "memorization")
 
 
 @dataclass
@@ -64,7 +63,7 @@ def train_delta_table(pair: ComparedPair, config: TrainTableConfig | None = None
     d = window_summaries(offset, r.loc[common].to_numpy() - f.loc[common].to_numpy(), width)
     rw = window_summaries(offset, r.loc[common].to_numpy(), width)
     fw = window_summaries(offset, f.loc[common].to_numpy(), width)
-    flagged = pair.findings(DIVERGENCE_DETECTORS, config.metric)
+    flagged = pair.findings(Section.TRAIN, config.metric)
     se = d.median_se
     for i in range(len(d)):
         first, last = int(d.first_step[i]) + lo, int(d.last_step[i]) + lo

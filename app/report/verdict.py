@@ -1,47 +1,25 @@
 """The verdict: one sentence at the top of the report, with the numbers it rests on.
 
 The verdict is named by the most telling finding of the detectors (monitor/detectors), never by a
-judgement of its own. Findings are ranked by what they mean for the comparison: a run that went
-NaN, read its data wrongly or resumed wrongly makes every other difference a consequence, so those
-come before the loss comparisons, and the train-loss comparison comes before held-out and evals
-(memorization, which combines them, comes first of those). Spikes and throughput do not change
-whether two runs learned the same thing: on their own they leave the verdict at "tied" and are
-listed as caveats. When nothing fired, the sentence says how close the runs are, from the tables.
+judgement of its own. Each detector declares how its findings name the verdict and in what order of
+precedence (`Detector.verdict`, schema.VerdictRole); findings of caveat detectors (`Detector.caveat`:
+spikes, stalls) do not change whether two runs learned the same thing, so on their own they leave
+the verdict at "tied" and are listed as caveats. When nothing fired, the sentence says how close
+the runs are, from the tables.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from monitor.alerting.grouping import group
-from monitor.schema import Detection, Severity
+from monitor.detectors import caveats, verdict_roles
+from monitor.schema import Detection, Severity, VerdictRole
 
 from app.report import cells
 from app.report.model import Estimate, Table, Verdict
 
 
-@dataclass(frozen=True)
-class VerdictRule:
-    detector: str
-    kind: str
-    headline: str
-
-
-# Order of precedence (module docstring). `{direction}` is filled from the detection's evidence.
-RULES = (
-    VerdictRule("nonfinite", "nonfinite", "Run produced NaN/Inf"),
-    VerdictRule("data_invariants", "data_loader_invariant_broken", "Data-loader invariant broken"),
-    VerdictRule("memorization", "memorization_suspected", "Memorization suspected"),
-    VerdictRule("memorization_reread", "memorization_suspected", "Memorization suspected"),
-    VerdictRule("memorization_trend", "memorization_suspected", "Memorization suspected"),
-    VerdictRule("resume", "resume_inconsistent", "Resume inconsistent"),
-    VerdictRule("reference_divergence", "diverged_{direction}", "Diverged {direction} the reference"),
-    VerdictRule("heldout_divergence", "heldout_diverged", "Held-out loss diverged"),
-    VerdictRule("eval_regression", "evals_regressed", "Downstream evals regressed"),
-)
-# Findings that qualify a "tied" rather than overturn it.
-CAVEAT_DETECTORS = ("spike", "throughput")
 # Detections below this severity are listed among the findings but never name the verdict.
 MIN_VERDICT_SEVERITY = Severity.WARNING
 
@@ -49,7 +27,7 @@ MIN_VERDICT_SEVERITY = Severity.WARNING
 def decide(detections: list[Detection], tables: list[Table]) -> Verdict:
     """The verdict for a run from its detections (against the reference) and the report tables."""
     strong = [d for d in detections if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank]
-    fired = [(rule, _top([d for d in strong if d.detector == rule.detector])) for rule in RULES]
+    fired = [(rule, _top([d for d in strong if d.detector == name])) for name, rule in verdict_roles()]
     fired = [(rule, d) for rule, d in fired if d is not None]
     if fired:
         return _finding_verdict(fired)
@@ -80,7 +58,7 @@ def _direction(d: Detection) -> str:
     return "from"
 
 
-def _finding_verdict(fired: list[tuple[VerdictRule, Detection]]) -> Verdict:
+def _finding_verdict(fired: list[tuple[VerdictRole, Detection]]) -> Verdict:
     rule, top = fired[0]
     direction = _direction(top)
     kind = rule.kind.format(direction=direction)
@@ -141,20 +119,21 @@ def _tied_verdict(detections: list[Detection], tables: dict[str, Table]) -> Verd
         if len(logged) < n:
             parts.append(f"{n - len(logged)} downstream metrics have no logged error bars "
                          f"({hinted} differ by errors estimated from checkpoint scatter)")
-    caveats = [d for d in detections if d.detector in CAVEAT_DETECTORS]
-    kind = "tied_with_caveats" if caveats else "tied"
+    caveat_names = caveats()
+    qualifying = [d for d in detections if d.detector in caveat_names]
+    kind = "tied_with_caveats" if qualifying else "tied"
     headline = "Tied with the reference"
     sentence = f"{headline}: no divergence, memorization, data or resume finding"
     sentence += ("; " + ", ".join(parts) + ".") if parts else "."
-    if caveats:
-        names = sorted({d.detector for d in caveats})
+    if qualifying:
+        names = sorted({d.detector for d in qualifying})
         # Counted as incidents, as the findings table lists them (spikes and stalls are logged every
         # step, so the tracker's default spacing is theirs).
-        sentence += f" Caveats: {len(group(caveats))} {' and '.join(names)} incident(s), listed below."
+        sentence += f" Caveats: {len(group(qualifying))} {' and '.join(names)} incident(s), listed below."
     if not parts:
         sentence += " The two runs share no compared metric, so this says little."
     return Verdict(kind=kind, headline=headline, sentence=sentence, evidence=evidence,
-                   detections=caveats, severity="warning" if caveats else "info")
+                   detections=qualifying, severity="warning" if qualifying else "info")
 
 
 def _est(e: Estimate) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitor.schema import CleanRule, Detection
+from monitor.schema import CleanRule, Detection, Section, VerdictRole
 
 from .base import Detector, ReferenceUse, StoryRole
 from .data_invariants import DataInvariants
@@ -70,5 +70,29 @@ def role_of(detection: Detection) -> StoryRole:
     return _DEFAULTS[detection.detector].role(detection)
 
 
-__all__ = ["REGISTRY", "Detector", "DetectorState", "ReferenceUse", "StoryRole", "build", "make_run", "role_of",
+def shown_in(section: Section) -> tuple[str, ...]:
+    """Names of the detectors whose findings the report's and the dashboard's `section` shows."""
+    return tuple(name for name, cls in REGISTRY.items() if section in cls.shown_in)
+
+
+def in_section(detections: list[Detection], section: Section, metric: str | None = None) -> list[Detection]:
+    """The detections that `section` shows (on `metric`, when given)."""
+    detectors = shown_in(section)
+    return [d for d in detections if d.detector in detectors and (metric is None or d.metric == metric)]
+
+
+def verdict_roles() -> list[tuple[str, VerdictRole]]:
+    """Each detector that can name the report's verdict, with its role, in order of precedence
+    (registry order among equals)."""
+    named = [(name, cls.verdict) for name, cls in REGISTRY.items() if cls.verdict is not None]
+    return sorted(named, key=lambda pair: pair[1].precedence)
+
+
+def caveats() -> tuple[str, ...]:
+    """Names of the detectors whose findings qualify a "tied" verdict rather than overturn it."""
+    return tuple(name for name, cls in REGISTRY.items() if cls.caveat)
+
+
+__all__ = ["REGISTRY", "Detector", "DetectorState", "ReferenceUse", "StoryRole", "build", "caveats", "in_section", "make_run", "role_of",
+           "shown_in", "verdict_roles",
            "state_from_dict", "state_to_dict"]

@@ -29,8 +29,10 @@ from monitor.schema import (
     Detection,
     NotJudged,
     RunData,
+    Section,
     Severity,
     Story,
+    VerdictRole,
     empty_long,
 )
 
@@ -85,6 +87,10 @@ class ReferenceUse(enum.Enum):
 CLEAN_Z = 1.6448536269514722
 
 
+# The three memorization detectors (against the reference, within the run, re-reads) name one verdict.
+MEMORIZATION_VERDICT = VerdictRole(30, "memorization_suspected", "Memorization suspected")
+
+
 @dataclass(frozen=True)
 class StoryRole:
     """How one detection joins the incidents: the story it tells, how specific an explanation of
@@ -117,6 +123,12 @@ class Detector(abc.ABC):
     """The incident's name when this detector's finding is the most specific one (default: its name)."""
     clean_rule: ClassVar[CleanRule] = CleanRule.JUDGED_STEPS
     """What ends its incidents: steps judged past the last flagged one, or its own clean verdicts."""
+    shown_in: ClassVar[tuple[Section, ...]] = ()
+    """Where its findings are listed and drawn: the report's tables and the dashboard's panels."""
+    verdict: ClassVar[VerdictRole | None] = None
+    """How a finding of warning severity or more names the report's verdict (None: it never does)."""
+    caveat: ClassVar[bool] = False
+    """Its findings qualify a "tied" verdict rather than overturn it (spikes, stalls)."""
 
     # --- configuration -----------------------------------------------------------------------
     def params(self) -> dict[str, Any]:

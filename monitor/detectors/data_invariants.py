@@ -33,8 +33,10 @@ from monitor.schema import (
     DATA_UNIQUE_FRACTION,
     NotJudged,
     RunData,
+    Section,
     Severity,
     Story,
+    VerdictRole,
 )
 
 from .base import Detector, ReferenceUse
@@ -59,6 +61,8 @@ class DataInvariants(Detector):
     story: ClassVar[Story] = Story.DATA
     explanation: ClassVar[str] = "the data loader skipped, repeated or lost data"
     keep_first_row: ClassVar[bool] = True  # the cursor offset is fixed by the first logged step
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.DATA,)
+    verdict: ClassVar[VerdictRole] = VerdictRole(20, "data_loader_invariant_broken", "Data-loader invariant broken")
 
     cursor_tolerance_records: float = 0.0
     """The cursor counts records exactly, so any difference is a bug; a tolerance in records exists

@@ -35,8 +35,10 @@ from monitor.schema import (
     CleanRule,
     NotJudged,
     RunData,
+    Section,
     Severity,
     Story,
+    VerdictRole,
 )
 
 from .base import Detector
@@ -58,6 +60,8 @@ class EvalRegression(Detector):
     story: ClassVar[Story] = Story.DIVERGENCE
     explanation: ClassVar[str] = "downstream evals regressed"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.DOWNSTREAM,)
+    verdict: ClassVar[VerdictRole] = VerdictRole(70, "evals_regressed", "Downstream evals regressed")
 
     alpha: float = 0.05
     """Family-wise error rate over all metrics compared at one checkpoint (Bonferroni)."""

@@ -28,7 +28,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from monitor.schema import HELDOUT_PREFIX, Clean, CleanRule, NotJudged, RunData, Story
+from monitor.schema import (
+    HELDOUT_PREFIX,
+    Clean,
+    CleanRule,
+    NotJudged,
+    RunData,
+    Section,
+    Story,
+    VerdictRole,
+)
 
 from .base import CLEAN_Z, Detector, ReferenceUse, severity_for
 from .checkpoints import (
@@ -53,6 +62,8 @@ class HeldoutDivergence(Detector):
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "held-out loss diverged from the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.HELDOUT,)
+    verdict: ClassVar[VerdictRole] = VerdictRole(60, "heldout_diverged", "Held-out loss diverged")
 
     noise_level: float = HELDOUT_NOISE.level
     """Between-run spread of held-out loss as a share of its level: fitted on the calibration

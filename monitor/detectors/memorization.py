@@ -53,10 +53,12 @@ from monitor.schema import (
     CleanRule,
     NotJudged,
     RunData,
+    Section,
     Story,
+    VerdictRole,
 )
 
-from .base import CLEAN_Z, Detector, ReferenceUse, severity_for
+from .base import CLEAN_Z, MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
 from .checkpoints import (
     HISTORY_CHECKPOINTS,
     INTERP_ERROR_CORRELATION,
@@ -87,6 +89,8 @@ class Memorization(Detector):
     specificity: ClassVar[int] = 3
     explanation: ClassVar[str] = "memorization: train loss below the reference while held-out loss is tied"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN, Section.HELDOUT)
+    verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
 
     metric: str = TRAIN_LOSS
     """The train metric compared with the reference."""

@@ -29,9 +29,10 @@ from monitor.schema import (
     NotJudged,
     RunData,
     Story,
+    VerdictRole,
 )
 
-from .base import Detector, ReferenceUse, severity_for
+from .base import MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
 from .memorization import SUSPECT
 from .rundata import finite, logging_interval
 from .stats import true_runs, window_summaries
@@ -48,6 +49,7 @@ class MemorizationReread(Detector):
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "memorization: re-read batches score lower than fresh ones"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
+    verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
 
     window_points: int = 100
     """Logged steps per block."""

@@ -33,9 +33,10 @@ from monitor.schema import (
     NotJudged,
     RunData,
     Story,
+    VerdictRole,
 )
 
-from .base import CLEAN_Z, Detector, ReferenceUse, severity_for
+from .base import CLEAN_Z, MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
 from .eval_keys import heldout_sets
 from .memorization import SUSPECT
 from .rundata import finite, pinned
@@ -51,6 +52,7 @@ class MemorizationTrend(Detector):
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "memorization: held-out minus train loss widens within the run"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
+    verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
 
     metric: str = TRAIN_LOSS
     """The train metric set against the held-out loss."""

@@ -15,7 +15,14 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, RunData, Severity, Story
+from monitor.schema import (
+    TRAIN_GRAD_NORM,
+    TRAIN_LOSS,
+    RunData,
+    Severity,
+    Story,
+    VerdictRole,
+)
 
 from .base import Detector, ReferenceUse
 from .rundata import finite
@@ -29,6 +36,7 @@ class NonFiniteDetector(Detector):
     story: ClassVar[Story] = Story.INSTABILITY
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "NaN or Inf in the run"
+    verdict: ClassVar[VerdictRole] = VerdictRole(10, "nonfinite", "Run produced NaN/Inf")
 
     critical_metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
     """A NaN/Inf in these is CRITICAL (training is lost); in any other metric a WARNING."""

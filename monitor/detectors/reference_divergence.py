@@ -28,7 +28,16 @@ import pandas as pd
 from scipy import stats as sps
 from sklearn.isotonic import isotonic_regression
 
-from monitor.schema import TRAIN_LOSS, Clean, CleanRule, NotJudged, RunData, Story
+from monitor.schema import (
+    TRAIN_LOSS,
+    Clean,
+    CleanRule,
+    NotJudged,
+    RunData,
+    Section,
+    Story,
+    VerdictRole,
+)
 
 from .base import CLEAN_Z, Detector, ReferenceUse, StoryRole, severity_for
 from .checkpoints import heldout_pairs, over_sets
@@ -48,6 +57,8 @@ class ReferenceDivergence(Detector):
     story: ClassVar[Story] = Story.DIVERGENCE
     explanation: ClassVar[str] = "train loss diverged from the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN,)
+    verdict: ClassVar[VerdictRole] = VerdictRole(50, "diverged_{direction}", "Diverged {direction} the reference")
 
     metric: str = TRAIN_LOSS
     """The metric compared with the reference."""

@@ -23,8 +23,10 @@ from monitor.schema import (
     TRAIN_LOSS,
     EventKind,
     RunData,
+    Section,
     Severity,
     Story,
+    VerdictRole,
 )
 
 from .base import Detector, ReferenceUse
@@ -39,6 +41,8 @@ class ResumeConsistency(Detector):
     story: ClassVar[Story] = Story.DATA
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "the resume did not restore where the run stopped"
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.RESUME,)
+    verdict: ClassVar[VerdictRole] = VerdictRole(40, "resume_inconsistent", "Resume inconsistent")
 
     replay_metrics: tuple[str, ...] = (TRAIN_LOSS,)
     """Metrics whose values two attempts logged for one step must agree on."""

@@ -42,6 +42,7 @@ from monitor.schema import (
     TRAIN_LOSS,
     NotJudged,
     RunData,
+    Section,
     Severity,
     Story,
 )
@@ -85,6 +86,8 @@ class SpikeDetector(Detector):
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.INSTABILITY
     explanation: ClassVar[str] = "loss spikes"
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.GRAD_NORM,)
+    caveat: ClassVar[bool] = True
 
     metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
     """The metrics judged for spikes."""

@@ -42,6 +42,7 @@ from monitor.schema import (
     SYS_LOAD_PER_CPU,
     NotJudged,
     RunData,
+    Section,
     Severity,
     Story,
 )
@@ -56,6 +57,8 @@ class ThroughputDetector(Detector):
     name: ClassVar[str] = "throughput"
     story: ClassVar[Story] = Story.THROUGHPUT
     explanation: ClassVar[str] = "steps slowed down or stalled"
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.THROUGHPUT,)
+    caveat: ClassVar[bool] = True
 
     block_points: int = 1000
     """The goodput library computes the ideal over the whole job; blocks of 1,000 steps let the

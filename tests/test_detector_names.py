@@ -1,0 +1,33 @@
+"""No code outside monitor/detectors/ names a detector: the report's verdict, its tables and the
+dashboard's panels read what each detector declares (story, sections, verdict role, caveat), so a new
+detector joins them from its own module and one registry line.
+
+Names that are also ordinary words of the product (`resume`, `throughput`, `spike`, `nonfinite`, which
+are event kinds, panels and store columns as well) are left out: a string equal to them says nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from monitor.detectors import REGISTRY
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_WORDS = {"resume", "throughput", "spike", "nonfinite", "memorization"}
+SOURCES = ("app", "monitor", "evals", "trainer")
+
+
+def test_no_detector_name_outside_the_detectors():
+    names = set(REGISTRY) - SHARED_WORDS
+    assert names, "every detector name is a shared word: this test checks nothing"
+    found = []
+    for package in SOURCES:
+        for path in (REPO / package).rglob("*.py"):
+            if path.is_relative_to(REPO / "monitor" / "detectors"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
+    assert not found, "detector names outside monitor/detectors/:\n" + "\n".join(found)
+
