@@ -82,6 +82,8 @@ class Member:
     evidence: dict[str, Any] = field(default_factory=dict)
     clean_steps: list[int] = field(default_factory=list)
     """First steps of the clean verdicts after `end_step` (CLEAN_VERDICTS members)."""
+    yields_to: str | None = None
+    """The story that takes this member when it holds on the run (StoryRole.yields_to)."""
 
     @property
     def key(self) -> str:
@@ -148,10 +150,6 @@ class AlertChange:
     """For ESCALATED and UPDATED: what changed, in words."""
 
 
-def incident_key(d: Detection) -> IncidentKey:
-    return (d.run, role_of(d).story)
-
-
 def score_rank(value: float | None) -> float:
     """A score to compare by: a missing or non-finite one ranks below every other."""
     return -math.inf if value is None or not math.isfinite(value) else float(value)
@@ -200,7 +198,7 @@ class IncidentTracker:
 
     # --- one detection, one clean verdict --------------------------------------------------------
     def _detection(self, d: Detection, open_alerts, last_resolved, progress, now, changes) -> None:
-        key = incident_key(d)
+        key = self._key_for(d, open_alerts)
         alert = open_alerts.get(key)
         if alert is not None and self.settled(alert, progress, before=int(d.end_step)):
             # Every member showed its condition gone before this detection: that incident is over.
@@ -218,6 +216,26 @@ class IncidentTracker:
         alert = self.open_alert(d, key, now)
         open_alerts[key] = alert
         changes.append(AlertChange(ChangeKind.OPENED, alert))
+
+    @staticmethod
+    def _key_for(d: Detection, open_alerts: dict[IncidentKey, Alert]) -> IncidentKey:
+        """The incident `d` joins. Its own story's, as a rule; but a finding that yields to
+        another story (StoryRole.yields_to) joins that story's open incident on the run, and an
+        open incident made only of findings that yield to `d`'s story becomes that story's (the
+        same incident, renamed by `d`), so one problem stays one incident."""
+        role = role_of(d)
+        own = (d.run, role.story)
+        if own in open_alerts:
+            return own
+        if role.yields_to is not None and (d.run, role.yields_to) in open_alerts:
+            return (d.run, role.yields_to)
+        for key, alert in list(open_alerts.items()):
+            if (alert.run == d.run and alert.members
+                    and all(m.yields_to == role.story for m in alert.members.values())):
+                alert.story = role.story
+                open_alerts[own] = open_alerts.pop(key)
+                break
+        return own
 
     def _clean(self, c: Clean, open_alerts, last_resolved, progress, now, changes) -> None:
         for key, alert in list(open_alerts.items()):
@@ -342,7 +360,7 @@ def _member(d: Detection) -> Member:
     return Member(detector=d.detector, metric=d.metric, explanation=role.explanation, specificity=role.specificity,
                   clean_rule=role.clean_rule.value, severity=Severity(d.severity).value, score=_score(d),
                   start_step=int(d.start_step), end_step=int(d.end_step), peak_step=int(d.peak_step),
-                  message=d.message, evidence=d.to_dict()["evidence"])
+                  message=d.message, evidence=d.to_dict()["evidence"], yields_to=role.yields_to)
 
 
 def _grow(member: Member, new: Member) -> bool:

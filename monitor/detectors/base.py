@@ -100,6 +100,10 @@ class StoryRole:
     specificity: int
     explanation: str
     clean_rule: CleanRule
+    yields_to: str | None = None
+    """A story that takes this finding when it holds on the same run: train loss below the
+    reference is memorization's only while held-out loss is tied; with held-out loss moved too it
+    is a divergence (an improvement)."""
 
 
 def severity_for(score: float, critical_ratio: float) -> Severity:

@@ -162,11 +162,12 @@ class ReferenceDivergence(Detector):
 
     def role(self, detection) -> StoryRole:
         """Train loss below the reference is what repeated data looks like (memorization's story,
-        which names it when held-out loss is shown tied); above it, the run diverges."""
+        which names it when held-out loss is shown tied), unless held-out loss moved as well: then
+        it is a divergence (an improvement). Above the reference, the run diverges."""
         base = super().role(detection)
         if detection.evidence.get("direction") == "below":
             return StoryRole(Story.MEMORIZATION.value, base.specificity, "train loss below the reference",
-                             base.clean_rule)
+                             base.clean_rule, yields_to=Story.DIVERGENCE.value)
         return StoryRole(base.story, base.specificity, "train loss above the reference", base.clean_rule)
 
     def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:

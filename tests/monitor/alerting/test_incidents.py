@@ -111,3 +111,41 @@ def test_a_fault_across_a_resume_is_one_incident():
     assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.EXTENDED]
     (alert,) = open_alerts.values()
     assert alert.attempt == 1 and alert.end_step == 20
+
+
+def below(start, end, run="r"):
+    """Train loss below the reference: memorization's story unless held-out loss moved too."""
+    d = det(start, end, detector="reference_divergence", run=run)
+    d.evidence = {"direction": "below", "delta": -0.05}
+    return d
+
+
+def test_train_below_with_heldout_moved_too_is_one_divergence_incident():
+    tracker = IncidentTracker()
+    heldout = det(3000, 3000, detector="heldout_divergence", metric="eval/heldout/c4/loss")
+    changes, open_alerts, _ = run_tracker(tracker, [([below(1000, 2000)], 2000), ([heldout], 3000)])
+    notifying = [c for c in changes if c.kind != ChangeKind.EXTENDED]
+    assert kinds(notifying) == [ChangeKind.OPENED, ChangeKind.UPDATED]
+    (alert,) = open_alerts.values()
+    assert alert.story == "divergence" and alert.name == "held-out loss diverged from the reference"
+    assert set(open_alerts) == {("r", "divergence")} and notifying[0].alert is alert
+
+
+def test_train_below_alone_or_with_memorization_stays_memorization():
+    tracker = IncidentTracker()
+    memorization = det(3000, 3000, detector="memorization")
+    changes, open_alerts, _ = run_tracker(tracker, [([below(1000, 2000)], 2000), ([memorization], 3000)])
+    (alert,) = open_alerts.values()
+    assert alert.story == "memorization" and alert.detector == "memorization"
+    # A held-out divergence on another run takes nothing from this one.
+    other = det(3000, 3000, detector="heldout_divergence", metric="eval/heldout/c4/loss", run="other")
+    tracker.apply([other], open_alerts, {}, {("other", None): Progress(3000)}, now=3.0)
+    assert open_alerts[("r", "memorization")] is alert and ("other", "divergence") in open_alerts
+
+
+def test_train_below_joins_an_open_divergence_incident():
+    tracker = IncidentTracker()
+    heldout = det(1000, 1000, detector="heldout_divergence", metric="eval/heldout/c4/loss")
+    changes, open_alerts, _ = run_tracker(tracker, [([heldout], 1000), ([below(1500, 2500)], 2500)])
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.EXTENDED]
+    assert list(open_alerts) == [("r", "divergence")]
