@@ -17,6 +17,7 @@ from monitor.detectors.rundata import slice_rows
 from monitor.schema import RunData
 
 from . import corpus, faults
+from .told import Told, replay
 
 COMPARING = ("reference_divergence", "heldout_divergence", "memorization", "memorization_trend")
 SINGLE = ("spike", "nonfinite", "throughput", "grad_norm_growth")
@@ -33,26 +34,30 @@ class Fault:
     """Detectors that must catch it (any of them)."""
     forbidden: tuple[str, ...]
     """Detectors that must not call it (memorization for a run that is merely worse or better)."""
+    truth: str | None = None
+    """The story its incident must tell (None: nothing to tell)."""
+    persists: bool = True
+    """Once in, it never goes away (a drift); False: a transient fault whose incident must resolve."""
 
 
 def pair_faults() -> list[Fault]:
     out = [Fault("clean", None, (), COMPARING)]
     for g in (0.03, 0.05, 0.1, 0.25):
-        out.append(Fault(f"memorization {g:g}", faults.memorization(g), ("memorization",), ()))
+        out.append(Fault(f"memorization {g:g}", faults.memorization(g), ("memorization",), (), "memorization"))
     for g in (0.03, 0.06, 0.1):
         out.append(Fault(f"worse {g:g}", faults.worse(g), ("reference_divergence", "heldout_divergence"),
-                         ("memorization", "memorization_trend")))
+                         ("memorization", "memorization_trend"), "divergence"))
     for g in (0.03, 0.05, 0.1, 0.25):
         out.append(Fault(f"improvement {g:g}", faults.improvement(g), ("reference_divergence",),
-                         ("memorization", "memorization_trend")))
+                         ("memorization", "memorization_trend"), "divergence"))
     return out
 
 
 def single_faults() -> list[Fault]:
-    return [Fault("loss spike 2x", faults.spike, ("spike",), ()),
-            Fault("NaN loss", faults.nan, ("nonfinite",), ()),
-            Fault("stall 20x", faults.stall, ("throughput",), ()),
-            Fault("grad norm grows 3x", faults.grad_growth, ("grad_norm_growth",), ())]
+    return [Fault("loss spike 2x", faults.spike, ("spike",), (), "instability", persists=False),
+            Fault("NaN loss", faults.nan, ("nonfinite",), (), "instability", persists=False),
+            Fault("stall 20x", faults.stall, ("throughput",), (), "throughput", persists=False),
+            Fault("grad norm grows 3x", faults.grad_growth, ("grad_norm_growth",), (), "instability")]
 
 
 @dataclass
@@ -67,6 +72,8 @@ class Outcome:
     applicable: bool
     """False when the fault cannot exist in this pair (a train-loss fault on eval-only logs)."""
     latency: float | None = None
+    told: Told | None = None
+    """What the incident tracker tells a person of this case (bench/quality/told.py)."""
 
 
 def pair_cases(half: str, cadences=faults.CADENCE_NAMES) -> Iterator[tuple[Fault, str, RunData, RunData, str]]:
@@ -83,7 +90,8 @@ def judge_pair(fault: Fault, cadence: str, run: RunData, ref: RunData, family: s
     applicable = fault.inject is None or "train/loss" in run.scalars or fault.name.startswith("worse")
     result = judge(a, b, DetectConfig(detectors=list(COMPARING), write_series=False))
     fired = {name: any(d.detector == name for d in result.detections) for name in COMPARING}
-    out = Outcome(half, family, fault.name, cadence, run.name, ref.name, fired, applicable)
+    out = Outcome(half, family, fault.name, cadence, run.name, ref.name, fired, applicable,
+                  told=_told(result, a, fault, run))
     if latency and fault.expected and any(fired[n] for n in fault.expected):
         lag = _lag(cadence, a)
         out.latency = first_alert(a, b, fault.expected, lag) - faults.onset_step(run)
@@ -94,7 +102,8 @@ def judge_single(fault: Fault, run: RunData, half: str) -> Outcome:
     needs = {"stall 20x": "perf/step_time_s", "grad norm grows 3x": "train/grad_norm"}.get(fault.name, "train/loss")
     applicable = needs in run.scalars
     data = fault.inject(run) if (fault.inject and applicable) else run
-    found = judge(data, None, DetectConfig(detectors=list(SINGLE), write_series=False)).detections
+    result = judge(data, None, DetectConfig(detectors=list(SINGLE), write_series=False))
+    found = result.detections
     at = faults._point(run, needs) if applicable and fault.name != "grad norm grows 3x" else None
     fired = {}
     for name in SINGLE:
@@ -104,7 +113,22 @@ def judge_single(fault: Fault, run: RunData, half: str) -> Outcome:
         if name == "grad_norm_growth" and fault.name == "grad norm grows 3x":
             hits = [d for d in hits if d.start_step >= faults.onset_step(run)]
         fired[name] = bool(hits)
-    return Outcome(half, "single", fault.name, "-", run.name, None, fired, applicable)
+    return Outcome(half, "single", fault.name, "-", run.name, None, fired, applicable,
+                   told=_told(result, data, fault, run, single=True, at=at))
+
+
+def _told(result, judged: RunData, fault: Fault, run: RunData, single: bool = False, at: int | None = None) -> Told:
+    """What the tracker tells of the case; of a single run, only the incidents about the fault: those
+    holding the step it was injected at (`at`), or its expected detector's findings (a drift)."""
+    persists_from = faults.onset_step(run) if fault.inject is not None and fault.persists else None
+    concerns = None
+    if single:
+        def concerns(alert) -> bool:
+            if at is not None:
+                return alert.start_step <= at <= alert.end_step
+            return any(m.detector in fault.expected for m in alert.members.values())
+    return replay(result.detections, result.cleans, judged.name, int(judged.scalars.index[-1]), fault.truth,
+                  persists_from, grid=PIECE_STEPS, concerns=concerns)
 
 
 def _lag(cadence: str, run: RunData) -> int:

@@ -200,7 +200,8 @@ class IncidentTracker:
     def _detection(self, d: Detection, open_alerts, last_resolved, progress, now, changes) -> None:
         key = self._key_for(d, open_alerts)
         alert = open_alerts.get(key)
-        if alert is not None and self.settled(alert, progress, before=int(d.end_step)):
+        if (alert is not None and not self.continues(alert, d, progress)
+                and self.settled(alert, progress, before=int(d.end_step))):
             # Every member showed its condition gone before this detection: that incident is over.
             changes.append(self._resolve(alert, now))
             last_resolved[key] = open_alerts.pop(key)
@@ -270,9 +271,22 @@ class IncidentTracker:
                 return False
         return True
 
+    def continues(self, alert: Alert, d: Detection, progress: dict) -> bool:
+        """`d` starts before a quiet window had passed after one of `alert`'s members: the story
+        never went quiet, however late `d` is reported (an incremental detector reports a finding
+        that goes on as one interval that grows; a whole-run pass learns of it at its end)."""
+        for member in alert.members.values():
+            seen = self.progress_of(progress, alert.run, member.metric)
+            if int(d.start_step) <= member.end_step + self.quiet_window(member.detector, seen):
+                return True
+        return False
+
     def within_cooldown(self, previous: Alert, d: Detection) -> bool:
-        """`d` recurs inside the cool-down after `previous` was resolved: it opens nothing."""
-        return d.end_step <= previous.end_step + self.config.cooldown_steps
+        """`d` recurs inside the cool-down after `previous` was resolved: the same finding (detector
+        and metric) again, so it opens nothing. Another detector's finding of the same story is news
+        (a NaN shortly after a spike resolved) and opens an incident."""
+        recurs = f"{d.detector}|{d.metric}" in previous.members
+        return recurs and d.end_step <= previous.end_step + self.config.cooldown_steps
 
     @staticmethod
     def progress_of(progress: dict, run: str, metric: str) -> Progress | None:

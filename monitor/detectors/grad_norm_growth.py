@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from monitor.schema import TRAIN_GRAD_NORM, NotJudged, RunData, Story
+from monitor.schema import TRAIN_GRAD_NORM, Clean, CleanRule, NotJudged, RunData, Story
 
 from .base import Detector, ReferenceUse, severity_for
 from .rundata import finite, logging_interval, pinned
@@ -31,6 +31,9 @@ class GradNormGrowth(Detector):
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.INSTABILITY
     explanation: ClassVar[str] = "grad norm grows"
+    # A block is judged once 500 steps have passed it: steps judged past the last flagged block say
+    # nothing until the next block is complete, so only a block judged below the ratio ends it.
+    clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
 
     metric: str = TRAIN_GRAD_NORM
     """The metric judged for slow growth."""
@@ -141,6 +144,17 @@ class GradNormGrowth(Detector):
             out.append(self._detection(run, None, self.metric, w.first_step[a], w.last_step[b], w.mid_step[k],
                                        score, severity_for(score, self.critical_ratio), message, evidence))
         return out
+
+    def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
+        """Complete blocks past warmup whose median is under `growth_ratio` times the lowest before
+        them: the grad norm is not growing there. The ratio is exact (a median of 500 steps), so the
+        persistence of two such blocks (IncidentConfig.resolve_after_points) is the hysteresis."""
+        table = self.explain(run)
+        with np.errstate(invalid="ignore"):
+            ok = table["complete"].to_numpy(dtype=bool) & (table["ratio"].to_numpy(dtype=float) < self.growth_ratio)
+        return [self._clean(run, self.metric, row.first_step, row.last_step, {"ratio": float(row.ratio),
+                                                                               "band": self.growth_ratio})
+                for row in table[ok].itertuples(index=False)]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         if self.metric not in run.scalars.columns:

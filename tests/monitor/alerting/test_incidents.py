@@ -82,6 +82,15 @@ def test_recurrence_inside_cooldown_is_quiet_and_after_it_opens_a_new_alert():
     assert changes[2].alert.start_step == 700
 
 
+def test_another_finding_of_the_story_inside_the_cooldown_opens_an_incident():
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=500))
+    batches = [([det(0, 50, detector="spike")], 50), ([], 200),  # a spike, resolved
+               ([det(300, 300, detector="nonfinite")], 320)]     # a NaN inside the spike's cool-down
+    changes, open_alerts, _ = run_tracker(tracker, batches)
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.RESOLVED, ChangeKind.OPENED]
+    assert open_alerts[("r", "instability")].detector == "nonfinite"
+
+
 def test_gap_longer_than_the_quiet_window_ends_the_incident():
     tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=0))
     changes, _, _ = run_tracker(tracker, [([det(0, 50), det(400, 450)], 450)])
