@@ -42,11 +42,9 @@ RERUN = "clean-rerun"
 MACHINE_DETECTORS = frozenset(name for name, cls in REGISTRY.items() if cls.story is Story.THROUGHPUT)
 
 # In-loop downstream evals of every run: at every other held-out checkpoint, on the same seeded
-# subset of documents each time. Measured with the demo model on this 2-core machine under a load
-# of about 4 (2026-12-02): five of these tasks at 40 documents cost 0.9 s an evaluation; MMLU's subset
-# is taken per subject (57 of them), so 16 documents each cost 15 s and 4 each 3.5 s: sixteen
-# evaluations of it would more than double the demo's training time, so the demo leaves it out, and
-# BoolQ too: its passages do not fit the demo model's 32-token window.
+# subset of documents each time. MMLU's subset is taken per subject (57 of them), so its evaluations
+# would more than double the demo's training time (bench/RESULTS.md, "Design measurements"): the
+# demo leaves it out, and BoolQ too: its passages do not fit the demo model's 32-token window.
 DOWNSTREAM_EVERY = 50
 DOWNSTREAM_TASKS = ("hellaswag", "arc_easy", "arc_challenge", "openbookqa", "piqa", "winogrande")
 DOWNSTREAM_LIMIT = 40

@@ -20,11 +20,6 @@ def quiet(_: str) -> None:
     """The progress callback that says nothing."""
 
 
-def make_detectors(config: DetectConfig):
-    """The configured detectors; a bad name or argument is the user's error, in one line."""
-    return DetectionEngine(config).detectors
-
-
 def judge(run: RunData, reference: RunData | None, config: DetectConfig | None = None,
           progress: ProgressCallback = quiet) -> DetectResult:
     """Run the configured detectors over `run` (and its reference, aligned). Pure: no store."""
@@ -102,4 +97,4 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
 
 
 __all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "judge_aligned",
-           "load_cleans", "load_not_judged", "make_detectors", "severity_counts"]
+           "load_cleans", "load_not_judged", "severity_counts"]

@@ -46,8 +46,6 @@ class DeliveryConfig:
     """First retry delay after a failure; it doubles with each further failure."""
     backoff_max_s: float = 300.0
     """Cap on the retry delay: a sink that comes back is tried again within five minutes."""
-    default_retry_after_s: float = 1.0
-    """Wait after a 429 without Retry-After: Slack documents one webhook message per second."""
     max_retry_after_s: float = 3600.0
     """Longest Retry-After obeyed: a receiver asking for more is tried again after an hour."""
     claim_lease_s: float = 30.0

@@ -32,8 +32,3 @@ class TokenBucket:
             self._tokens -= 1.0
             return True
         return False
-
-    def wait_s(self) -> float:
-        """Seconds until a token is available (0 if one is)."""
-        self._refill()
-        return max(0.0, (1.0 - self._tokens) / self.rate_per_s)

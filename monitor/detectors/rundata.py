@@ -155,14 +155,6 @@ def _between(frame: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
     return frame if keep.all() else frame[keep]
 
 
-def trim_rows(run: RunData, keep_from: float, keep_first_row: bool = False) -> RunData:
-    """Drop rows before `keep_from` (optionally keeping the run's very first row)."""
-    kept = slice_rows(run, keep_from, math.inf)
-    if keep_first_row and len(run.scalars) and run.scalars.index[0] < keep_from:
-        kept.scalars = pd.concat([run.scalars.iloc[:1], kept.scalars])
-    return kept
-
-
 def trim_columns(run: RunData, keep_from: dict[str, float], keep_first_row: bool = False) -> RunData:
     """Each column only from its own first step to keep (`keep_from`; a column not named is kept
     whole), rows left empty dropped: a sparse eval column can keep its last checkpoints while a dense

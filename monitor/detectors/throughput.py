@@ -78,12 +78,9 @@ class ThroughputDetector(Detector):
     """A pause worth timing is an anomalous step at least 10% over the ideal: the goodput bound
     alone (median + 3 unscaled MAD, about 2 sigma) also passes 2% of normal steps."""
     periodic_min_count: int = 5
-    """Periodic pauses: at least 5 pauses whose spacing is within 10% of the commonest one, making
-    up at least half of all pauses."""
+    """Periodic pauses: at least 5 pauses whose spacing is within 10% of the commonest one."""
     period_tolerance: float = 0.1
     """Spacings within this share of the commonest one count as the same period."""
-    periodic_share: float = 0.5
-    """The periodic pauses must be at least this share of all anomalous steps."""
     min_period_steps: int = 2
     """Slow steps one after another are a slow stretch (a busy host, an eval), not a pause that
     recurs: a period is at least two steps."""

@@ -28,8 +28,8 @@ from monitor.store import tables
 # a millisecond per metric.
 CHUNK_STEPS = 8192
 _META_KEY = "chunk_steps"
-# zlib's fastest level: on byte-shuffled float64 it compresses ~55 MB/s and decompresses ~800 MB/s,
-# and higher levels gain a few percent of size for several times the time.
+# zlib's fastest level: on byte-shuffled float64, higher levels gain a few percent of size for
+# several times the time (bench/RESULTS.md, "Design measurements").
 _LEVEL = 1
 
 _c = tables.metric_chunks.c

@@ -49,23 +49,6 @@ def empty_rows() -> KeyRows:
     return KeyRows(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, float))
 
 
-def split_long(frame: pd.DataFrame) -> dict[str, KeyRows]:
-    """A long frame (key, step, attempt, value) as rows per key, each ordered by (step, attempt)."""
-    out: dict[str, KeyRows] = {}
-    if frame.empty:
-        return out
-    ordered = frame.sort_values(["key", "step", "attempt"], kind="stable")
-    keys = ordered["key"].to_numpy()
-    steps = ordered["step"].to_numpy(np.int64)
-    attempts = ordered["attempt"].to_numpy(np.int64)
-    values = ordered["value"].to_numpy(float)
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    ends = np.r_[starts[1:], len(keys)]
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
-        out[str(keys[lo])] = KeyRows(steps[lo:hi], attempts[lo:hi], values[lo:hi])
-    return out
-
-
 def run_data(info: RunInfo, rows: Mapping[str, KeyRows], events: pd.DataFrame,
              earlier: dict[str, KeyRows] | None = None) -> RunData:
     """The RunData of these rows (the watch service's batches). `earlier` holds rows of other

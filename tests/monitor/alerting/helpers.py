@@ -11,8 +11,7 @@ from monitor.alerting.secrets import Secret
 from monitor.schema import Detection, Severity
 
 # Test-sized delivery: short timeouts and backoff so outages and recoveries take fractions of a second.
-FAST_DELIVERY = DeliveryConfig(timeout_s=0.5, backoff_base_s=0.05, backoff_max_s=0.2, claim_lease_s=1.0,
-                               default_retry_after_s=0.1)
+FAST_DELIVERY = DeliveryConfig(timeout_s=0.5, backoff_base_s=0.05, backoff_max_s=0.2, claim_lease_s=1.0)
 
 
 def slack_config(url: str, *, extra_sinks=(), **sink_kw) -> AlertingConfig:
