@@ -1,9 +1,12 @@
 """A newcomer's detector, as docs/architecture.md walks through it: one class with its parameters
-as documented fields, registered by one line, judged through `gapwatch detect` like the built-in ones
-(stored, printed, and silent on a clean run)."""
+as documented fields and its declarations (story, section, verdict role), registered by one line,
+judged like the built-in ones: through `gapwatch detect` (stored, printed, silent on a clean run),
+through the watch service fed in pieces (one incident, one alert), in the report's verdict when it is
+critical, and in the dashboard's list of findings. Nothing else names it."""
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from typing import ClassVar
@@ -13,9 +16,15 @@ import pandas as pd
 import pytest
 
 from app.cli import main
+from app.dashboard.queries import findings
+from monitor.alerting.config import AlertingConfig, SinkConfig
+from monitor.engine import DetectConfig
 from monitor.detectors import REGISTRY, Detector, ReferenceUse
-from monitor.schema import TRAIN_LOSS, Detection, RunData, Severity
+from monitor.schema import TRAIN_LOSS, Detection, RunData, Section, Severity, Story, VerdictRole
 from monitor.store import open_store
+from monitor.watch.config import WatchConfig
+from monitor.watch.service import WatchService
+from monitor.watch.targets import TargetSpec
 
 
 @dataclass
@@ -24,6 +33,10 @@ class LossCeiling(Detector):
 
     name: ClassVar[str] = "loss_ceiling"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
+    story: ClassVar[Story] = Story.INSTABILITY
+    explanation: ClassVar[str] = "train loss above its ceiling"
+    shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN,)
+    verdict: ClassVar[VerdictRole] = VerdictRole(5, "loss_above_ceiling", "Train loss above its ceiling")
 
     ceiling: float = 5.0
     """Loss above this is flagged; a test value, not a calibrated one."""
@@ -38,7 +51,7 @@ class LossCeiling(Detector):
             return []
         peak = int(high.idxmax())
         return [Detection(run.info.name, self.name, TRAIN_LOSS, int(high.index[0]), int(high.index[-1]), peak,
-                          float(high.max() / self.ceiling), Severity.WARNING,
+                          float(high.max() / self.ceiling), Severity.CRITICAL,
                           f"train/loss {high.max():.2f} above the ceiling {self.ceiling}",
                           {"ceiling": self.ceiling, "max": float(high.max())})]
 
@@ -70,7 +83,7 @@ def test_a_new_detector_runs_through_gapwatch_detect(registered, store_url, caps
     assert main(["detect", "--run", "blown", "--store", store_url, "--detectors", "loss_ceiling", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert [(d["detector"], d["start_step"], d["end_step"], d["severity"]) for d in found] == [
-        ("loss_ceiling", 120, 124, "warning")]
+        ("loss_ceiling", 120, 124, "critical")]
     with open_store(store_url, read_only=True) as store:
         stored = store.read_detections("blown", detector="loss_ceiling")
     assert [d.message for d in stored] == ["train/loss 7.50 above the ceiling 5.0"]
@@ -85,3 +98,35 @@ def test_its_parameters_come_from_its_fields(registered):
     detector = LossCeiling(ceiling=9.0)
     assert detector.params() == {"ceiling": 9.0}
     assert LossCeiling().fingerprint() != detector.fingerprint()
+
+
+def test_the_watch_service_opens_one_incident_named_by_it(registered, tmp_path):
+    url = f"sqlite:///{tmp_path / 'watched.db'}"
+    loss = np.full(3000, 3.0)
+    loss[1200:1210] = 7.5
+    config = WatchConfig(poll_interval_s=0.01, detect=DetectConfig(detectors=[LossCeiling.name]),
+                         alerting=AlertingConfig(sinks=[SinkConfig("console", "console", Severity.INFO)]))
+    with open_store(url) as store:
+        store.ensure_run("watched")
+        service = WatchService(store, config, TargetSpec(runs=("watched",)), stream=io.StringIO())
+        for lo in range(0, 3000, 500):  # six pieces
+            steps = np.arange(lo, lo + 500)
+            store.write_metrics("watched", pd.DataFrame({"step": steps, "key": TRAIN_LOSS, "value": loss[steps]}))
+            while service.poll():
+                pass
+        alerts = store.alerts.list("watched")
+    assert [(a["detector"], a["story"], a["start_step"], a["state"]) for a in alerts] == [
+        ("loss_ceiling", "instability", 1200, "resolved")]
+
+
+def test_its_critical_finding_names_the_report_verdict_and_the_dashboard_lists_it(registered, store_url,
+                                                                                 tmp_path, capsys):
+    assert main(["detect", "--run", "blown", "--store", store_url, "--detectors", "loss_ceiling"]) == 0
+    out = tmp_path / "report.json"
+    assert main(["report", "--run", "blown", "--reference", "clean", "--store", store_url, "--format", "json",
+                 "-o", str(out)]) == 0
+    verdict = json.loads(out.read_text())["verdict"]
+    assert verdict["kind"] == "loss_above_ceiling" and verdict["headline"] == "Train loss above its ceiling"
+    with open_store(store_url, read_only=True) as store:
+        listed = findings(store, "blown")
+    assert list(listed["detector"]) == ["loss_ceiling"] and list(listed["start_step"]) == [120]
