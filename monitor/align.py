@@ -52,6 +52,7 @@ import pandas as pd
 from monitor import schema
 from monitor.errors import GapwatchError
 from monitor.schema import RunData
+from monitor.store.run_frames import union_steps
 
 AXES = ("auto", "step", "tokens")
 EVAL_PREFIX = "eval/"
@@ -116,7 +117,7 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
             ref_cols[key] = pd.Series(values, index=steps, copy=False)
         stats[key] = {"points": int(len(steps)), "method": how}
 
-    index = pd.Index(_union([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
+    index = pd.Index(union_steps([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
                      dtype="int64", name="step")
     meta = {
         "axis": chosen,
@@ -280,21 +281,6 @@ def _with_unmatched(matched: pd.Series, mine: pd.Series, x: np.ndarray, values: 
     free = ~pd.Index(near).isin(taken) & ~pd.Index(near).duplicated()
     extra = pd.Series(values[first:last + 1][free], index=pd.Index(near[free], dtype="int64"))
     return pd.concat([matched, extra]).sort_index()
-
-
-def _union(arrays: list[np.ndarray]) -> np.ndarray:
-    """Sorted distinct steps of sorted step arrays. Dense metrics share their steps, so equal arrays
-    are merged once; a union of Python sets of 1.4M steps took seconds, pairwise Index.union
-    about a second."""
-    distinct: list[np.ndarray] = []
-    for steps in arrays:
-        if not any(len(d) == len(steps) and np.array_equal(d, steps) for d in distinct):
-            distinct.append(steps)
-    if len(distinct) <= 1:
-        return distinct[0] if distinct else np.empty(0, np.int64)
-    # A stable sort merges the sorted runs (timsort) in linear time; np.unique would sort from scratch.
-    merged = np.sort(np.concatenate(distinct), kind="stable")
-    return merged[np.r_[True, merged[1:] != merged[:-1]]]
 
 
 def _dense(mine: pd.Series, x: np.ndarray, values: np.ndarray, bounds: np.ndarray,

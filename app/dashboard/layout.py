@@ -131,7 +131,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
 def marker_key() -> html.Span:
     """What the vertical lines on every chart mean (colours and dashes of app.figures.style)."""
     items = []
-    for kind in ("checkpoint", "resume", "restart"):
+    for kind in EVENT_COLORS:
         line = {"display": "inline-block", "width": "22px", "verticalAlign": "middle", "margin": "0 4px 0 12px",
                 "borderTop": f"2px {BORDER_STYLE[EVENT_DASH[kind]]} {EVENT_COLORS[kind]}"}
         items += [html.Span(style=line), html.Span(kind)]

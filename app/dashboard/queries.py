@@ -17,6 +17,7 @@ from app.dashboard.axis import STEP_AXIS, AxisMap, interpolated_tokens, linear_t
 from app.dashboard.config import DashboardConfig
 from app.dashboard.contain import contained
 from app.dashboard.routes import ViewSpec
+from app.figures.markers import DEFAULT_KINDS
 from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
@@ -45,7 +46,6 @@ REFERENCE_KEY_PREFIXES = (TRAIN_LOSS, HELDOUT_PREFIX, DOWNSTREAM_PREFIX)
 SKIPPED_SUFFIXES = ("/n", "/bpb")
 # Sparse series: a new point changes a derived panel (held-out gap, evals), so it re-renders the view.
 SPARSE_PREFIXES = (HELDOUT_PREFIX, DOWNSTREAM_PREFIX)
-MARKER_KINDS = ("checkpoint", "resume", "restart")
 # A link to a step range shows this share of the range again on each side, as context.
 LINK_CONTEXT_FRACTION = 0.5
 LINK_CONTEXT_MIN_STEPS = 10
@@ -262,7 +262,7 @@ def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str,
         long = empty_long()
         widths = {}
     long["x"] = axis.to_x(long["step"].to_numpy())
-    events = store.read_events(info.name, kinds=MARKER_KINDS)
+    events = store.read_events(info.name, kinds=DEFAULT_KINDS)
     if step_range is not None and len(events):
         events = events[(events["step"] >= step_range[0]) & (events["step"] <= step_range[1])]
     events = events.assign(x=axis.to_x(events["step"].to_numpy())) if len(events) else events.assign(x=pd.Series(dtype=float))

@@ -17,12 +17,13 @@ import plotly.graph_objects as go
 
 from app.figures.frames import x_values
 from app.figures.style import EVENT_COLORS, EVENT_DASH, HIGHLIGHT_COLOR
+from monitor.schema import EventKind
 
-DEFAULT_KINDS = ("checkpoint", "resume", "restart")
+DEFAULT_KINDS = tuple(EVENT_COLORS)
 # More lines than this per kind turn a panel into a grey wall; resumes and restarts are rare and
 # always all drawn, checkpoints (every few hundred steps) are thinned evenly down to it.
 DEFAULT_MAX_PER_KIND = 200
-ALWAYS_ALL = ("resume", "restart")
+ALWAYS_ALL = (EventKind.RESUME.value, EventKind.RESTART.value)
 
 
 def panels(fig: go.Figure) -> list[tuple[str, str]]:

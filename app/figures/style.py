@@ -12,6 +12,8 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
+from monitor.schema import EventKind
+
 # One colour per run in every panel: the run blue, its reference orange. Held-out sets and
 # downstream tasks are told apart by marker and panel, never by recolouring a run.
 RUN_COLOR = "#1f77b4"
@@ -23,8 +25,10 @@ LEGEND_INLINE_MAX = 6
 BAND_COLOR = "rgba(31, 119, 180, 0.18)"
 HIGHLIGHT_COLOR = "rgba(255, 200, 0, 0.22)"
 SEVERITY_COLORS = {"info": "#4c78a8", "warning": "#f58518", "critical": "#d62728"}
-EVENT_COLORS = {"checkpoint": "#9ecae1", "resume": "#2ca02c", "restart": "#d62728"}
-EVENT_DASH = {"checkpoint": "dot", "resume": "dash", "restart": "solid"}
+# The events drawn as vertical lines on every chart, and how.
+EVENT_COLORS = {EventKind.CHECKPOINT.value: "#9ecae1", EventKind.RESUME.value: "#2ca02c",
+                EventKind.RESTART.value: "#d62728"}
+EVENT_DASH = {EventKind.CHECKPOINT.value: "dot", EventKind.RESUME.value: "dash", EventKind.RESTART.value: "solid"}
 SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 TEMPLATE = go.layout.Template(

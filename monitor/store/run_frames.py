@@ -138,8 +138,8 @@ def _collect_repeats(parts: list, key: str, rows: KeyRows, earlier: KeyRows | No
 
 
 def union_steps(arrays: list[np.ndarray]) -> np.ndarray:
-    """Sorted distinct steps of several sorted arrays. Dense metrics share one array of steps, so
-    identical arrays are merged once."""
+    """Sorted distinct steps of several sorted arrays, in their own dtype. Dense metrics share one
+    array of steps, so identical arrays are merged once."""
     distinct: list[np.ndarray] = []
     for steps in arrays:
         if not any(len(d) == len(steps) and np.array_equal(d, steps) for d in distinct):
@@ -147,13 +147,10 @@ def union_steps(arrays: list[np.ndarray]) -> np.ndarray:
     if not distinct:
         return np.empty(0, np.int64)
     if len(distinct) == 1:
-        return distinct[0].astype(np.int64, copy=False)
+        return distinct[0]
     # A stable sort merges the already sorted runs (timsort) instead of sorting from scratch.
     merged = np.sort(np.concatenate(distinct), kind="stable")
-    keep = np.empty(len(merged), dtype=bool)
-    keep[0] = True
-    keep[1:] = merged[1:] != merged[:-1]
-    return merged[keep].astype(np.int64, copy=False)
+    return merged[np.r_[True, merged[1:] != merged[:-1]]]
 
 
 def _with_earlier(rows: KeyRows, earlier: KeyRows | None) -> KeyRows:
