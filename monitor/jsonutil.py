@@ -1,9 +1,15 @@
-"""JSON for payloads that may hold NumPy scalars, arrays or enums (configs, event payloads)."""
+"""JSON for payloads that may hold NumPy scalars, arrays or enums (configs, event payloads).
+
+Two uses, two functions: `dumps` is the store's text (NaN and Inf kept, so a payload reads back as
+it was written); `plain` is what the CLI's `--json`, the report's JSON and the dashboard's live
+updates hand out: strict JSON, where a number that is not finite is null.
+"""
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -12,6 +18,24 @@ import numpy as np
 def dumps(value: Any) -> str:
     """Sorted keys, so equal payloads give equal text (the store deduplicates events by it)."""
     return json.dumps(value, sort_keys=True, default=_default)
+
+
+def plain(value: Any) -> Any:
+    """`value` as strict JSON data: NumPy scalars and arrays as Python numbers and lists, enums as
+    their values, a float that is not finite as None, containers recursively, anything else as text."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        value = value.tolist()
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    return str(value)
 
 
 def _default(value: Any) -> Any:

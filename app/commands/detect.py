@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from monitor.jsonutil import plain
+
 from app.options import FAIL_EXIT, add_fail_on_argument, add_store_argument, fails
 
 JSON_KEYS = ("detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message",
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             rows = [{k: d.to_dict()[k] for k in JSON_KEYS} for d in result.detections]
         else:
             rows = [{k: i.to_dict()[k] for k in GROUP_KEYS} for i in incidents]
-        json.dump(rows, sys.stdout, indent=2, allow_nan=False)
+        json.dump(plain(rows), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print_findings(result, incidents, ungrouped=args.ungrouped)

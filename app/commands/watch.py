@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import math
+
+from monitor.jsonutil import plain
 
 from app.options import FAIL_EXIT, add_fail_on_argument, add_store_argument, fails
 
@@ -87,19 +88,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        json.dump([{k: _plain(a[k]) for k in ALERT_KEYS} | {"run": a["run_name"], "evidence": json.loads(a["evidence"])}
-                   for a in open_alerts], sys.stdout, indent=2, allow_nan=False)
+        json.dump(plain([{k: a[k] for k in ALERT_KEYS} | {"run": a["run_name"], "evidence": json.loads(a["evidence"])}
+                         for a in open_alerts]), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     return FAIL_EXIT if fails(args.fail_on, [a["severity"] for a in open_alerts]) else 0
 
 
 ALERT_KEYS = ("id", "attempt", "detector", "metric", "severity", "start_step", "end_step", "peak_step", "score",
               "message", "opened_at", "updated_at")
-
-
-def _plain(value):
-    """A JSON-safe cell: a non-finite score is null."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _log_to_stderr(config) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from app.dashboard.panels import RenderedView
 from app.dashboard.queries import SPARSE_PREFIXES, ViewData, axis_for, new_points
+from monitor.jsonutil import plain
 from monitor.store import Store
 
 
@@ -130,5 +131,4 @@ def _run_end_x(state: dict, run_new: pd.DataFrame) -> float | None:
 
 def _json_numbers(values: np.ndarray) -> list:
     """Plain floats for JSON; NaN and Inf (logged as such) become null, a gap in the line."""
-    v = np.asarray(values, dtype=float)
-    return [float(x) if np.isfinite(x) else None for x in v]
+    return plain(np.asarray(values, dtype=float))

@@ -7,9 +7,9 @@ NaN and infinities become null (strict JSON has no spelling for them); an Estima
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
+from monitor import jsonutil
 from monitor.schema import Detection
 
 from app.report.model import Estimate, Report
@@ -22,17 +22,11 @@ def plain(value: Any) -> Any:
         return {"value": plain(value.value), "stderr": plain(value.stderr), "estimated": value.estimated}
     if isinstance(value, Detection):
         return plain(value.to_dict())
-    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
-        value = value.item()  # NumPy scalar
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
-    if isinstance(value, (str, int, bool)) or value is None:
-        return value
-    return str(value)
+    return jsonutil.plain(value)
 
 
 def report_dict(report: Report) -> dict[str, Any]:
