@@ -112,7 +112,11 @@ class AlertLedger:
         reference = run["reference"] if run is not None else None
         rows = []
         for sink in sinks:
-            payload = notifications.build(change, sink, self.config.dashboard_url, reference)
+            first = None
+            if change.kind != ChangeKind.OPENED:
+                queued = self.store.outbox.first_notification(alert.id, sink)
+                first = {"idempotency_key": queued[0], "queued_at": queued[1]} if queued else None
+            payload = notifications.build(change, sink, self.config.dashboard_url, reference, first)
             rows.append({
                 "alert_id": alert.id, "sink": sink, "kind": change.kind, "payload": dumps(payload),
                 "dedup_key": payload["idempotency_key"], "created_at": now, "tries": 0, "next_try_at": now,
