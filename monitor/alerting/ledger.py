@@ -47,7 +47,7 @@ class AlertLedger:
             for alert in self.alerts(run):
                 if alert.state == OPEN:
                     open_alerts[alert.key] = alert
-                elif alert.key not in resolved or alert.end_step >= resolved[alert.key].end_step:
+                elif alert.key not in resolved or _latest_first(alert) >= _latest_first(resolved[alert.key]):
                     resolved[alert.key] = alert
         return open_alerts, resolved
 
@@ -123,6 +123,11 @@ class AlertLedger:
             })
         self.store.outbox.add(rows)
         return len(rows)
+
+
+def _latest_first(alert: Alert) -> tuple[int, int]:
+    """Orders the resolved alerts of one key: the next episode numbers on from the latest."""
+    return (alert.episode or 0, alert.end_step)
 
 
 def _alert_from_row(row) -> Alert:

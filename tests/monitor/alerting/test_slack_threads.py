@@ -151,3 +151,23 @@ def test_webhook_json_carries_the_incident_id_and_its_first_notification(store, 
     assert {b["incident_id"] for b in bodies} == {alert.incident_id} == {"r:instability#1"}
     assert bodies[0]["first_message"] is None
     assert all(b["first_message"]["idempotency_key"] == bodies[0]["idempotency_key"] for b in bodies[1:])
+
+
+def test_a_store_from_before_message_refs_gains_the_column_when_opened(sqlite_url):
+    import sqlite3
+
+    from monitor.store import migrations
+
+    open_store(sqlite_url).close()
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        db.execute("ALTER TABLE alert_outbox DROP COLUMN message_ref")
+        db.execute("UPDATE gapwatch_meta SET value = '3' WHERE key = 'schema_version'")
+    with open_store(sqlite_url) as store:
+        assert store.schema_version() == migrations.SCHEMA_VERSION == 5
+        store.ensure_run("r")
+        config = slack_config("http://127.0.0.1:9/hook")
+        ledger, tracker = AlertLedger(store, config), IncidentTracker(config.incidents)
+        ledger.record(tracker.apply([detection()], {}, {}, {("r", None): Progress(120)}, time.time()))
+        (row,) = store.outbox.pending(10)
+        store.outbox.mark_delivered(row.id, time.time(), '{"channel": "C1", "ts": "1.2"}')
+        assert store.outbox.message_ref(row.alert_id, "slack") == '{"channel": "C1", "ts": "1.2"}'
