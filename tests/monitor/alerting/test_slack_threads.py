@@ -35,8 +35,8 @@ def api():
 
 
 @pytest.fixture
-def store(sqlite_url):
-    s = open_store(sqlite_url)
+def store(store_url):
+    s = open_store(store_url)
     s.ensure_run("r", reference="ref")
     yield s
     s.close()
