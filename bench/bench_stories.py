@@ -12,13 +12,16 @@ memory rather than read back from a store). `python -m bench.bench_stories [--st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import json
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
+from app.cli import main as main_cli
 from bench.quality import stories
 from bench.results import record, table
 from monitor.alerting.config import AlertingConfig, SinkConfig
@@ -80,6 +83,20 @@ def long_runs(n: int) -> list[dict]:
     return rows
 
 
+def detect_cli(run: RunData, reference: RunData, folder: Path) -> list[dict]:
+    """What `gapwatch detect --json` prints for `run`, stored with its reference in a SQLite store."""
+    url = f"sqlite:///{folder / (run.name + '-detect.db')}"
+    with open_store(url) as store:
+        store.ensure_run("reference")
+        store.write_metrics("reference", long_rows(reference))
+        store.ensure_run(run.name, reference="reference")
+        store.write_metrics(run.name, long_rows(run))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main_cli(["detect", "--run", run.name, "--store", url, "--json", "--no-write"])
+    return json.loads(out.getvalue())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench_stories")
     parser.add_argument("--steps", type=int, default=300_000)
@@ -111,6 +128,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.detect_steps:
         body += (f"\n\nThe same faults on {args.detect_steps:,}-step runs, judged whole as `gapwatch detect` "
                  "judges them (its engine and grouping):\n\n" + table(long_runs(args.detect_steps)))
+        print(f"memorizing: `gapwatch detect` on the {args.detect_steps:,}-step run in a store", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            listed = detect_cli(stories.memorizing(args.detect_steps), stories.reference(args.detect_steps), Path(tmp))
+        body += (f"\n\nThe seed scenario at {args.detect_steps:,} steps through the command line (`gapwatch detect "
+                 f"--json` on a SQLite store): {len(listed)} incident(s): "
+                 + (", ".join(f"{i['incident_id']} ({i['state']}, {i['count']} detections)" for i in listed) or "none")
+                 + ".")
     record("stories", "Incidents: notifications per injected fault", body)
 
 
