@@ -15,7 +15,8 @@ from app.options import FAIL_EXIT, add_fail_on_argument, add_store_argument, fai
 
 JSON_KEYS = ("detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message",
              "evidence")
-GROUP_KEYS = ("story", "name", "state", "explanations") + JSON_KEYS + ("count", "episodes", "period_steps")
+GROUP_KEYS = (("incident_id", "story", "name", "state", "explanations") + JSON_KEYS
+              + ("count", "episodes", "period_steps"))
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -103,9 +104,10 @@ def print_findings(result, incidents, ungrouped: bool = False) -> None:
         severities = [d.severity.value for d in result.detections]
         title = f"detections in {result.run}"
     else:
-        columns = [Column("severity"), Column("incident"), Column("state"), Column("steps", right=True),
-                   Column("count", right=True), Column("finding", wraps=True)]
-        rows = [[i.severity.value, i.name, "resolved" if i.resolved else "open", steps(i), i.count, headline(i)]
+        columns = [Column("severity"), Column("incident"), Column("id"), Column("state"),
+                   Column("steps", right=True), Column("count", right=True), Column("finding", wraps=True)]
+        rows = [[i.severity.value, i.name, i.incident_id, "resolved" if i.resolved else "open", steps(i), i.count,
+                 headline(i)]
                 for i in incidents]
         severities = [i.severity.value for i in incidents]
         title = f"findings in {result.run} (one row per incident)"

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import threading
 
+    from monitor.alerting.ledger import AlertLedger
     from monitor.engine import DetectionEngine
     from monitor.errors import GapwatchError
     from monitor.store import open_store
@@ -84,18 +85,20 @@ def run(args: argparse.Namespace) -> int:
         pending = service.outbox.pending_count(runs)
         if pending:
             log.info("%d notification(s) wait in the outbox for the next start", pending)
-        open_alerts = [a for run in runs for a in store.alerts.list(run, state="open")] if args.once else []
+        ledger = AlertLedger(store, config.alerting)
+        open_alerts = [a for run in runs for a in ledger.alerts(run, state="open")] if args.once else []
     finally:
         store.close()
     if args.json:
-        json.dump(plain([{k: a[k] for k in ALERT_KEYS} | {"run": a["run_name"], "evidence": json.loads(a["evidence"])}
+        json.dump(plain([{k: getattr(a, k) for k in ALERT_KEYS}
+                         | {"severity": a.severity.value, "name": a.name, "incident_id": a.incident_id}
                          for a in open_alerts]), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
-    return FAIL_EXIT if fails(args.fail_on, [a["severity"] for a in open_alerts]) else 0
+    return FAIL_EXIT if fails(args.fail_on, [a.severity for a in open_alerts]) else 0
 
 
-ALERT_KEYS = ("id", "attempt", "detector", "metric", "severity", "start_step", "end_step", "peak_step", "score",
-              "message", "opened_at", "updated_at")
+ALERT_KEYS = ("id", "run", "attempt", "story", "detector", "metric", "start_step", "end_step", "peak_step", "score",
+              "message", "evidence", "opened_at", "updated_at")
 
 
 def _log_to_stderr(config) -> None:

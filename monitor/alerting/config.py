@@ -13,7 +13,9 @@ from typing import Any
 from monitor.alerting.secrets import Secret
 from monitor.schema import Detection, Severity
 
-SINK_KINDS = ("console", "slack", "webhook")
+SINK_KINDS = ("console", "slack", "slack_bot", "webhook")
+SLACK_API_URL = "https://slack.com/api/"
+"""Slack's Web API, where a bot token posts and edits messages (slack_sdk's default base URL)."""
 
 
 @dataclass
@@ -64,13 +66,22 @@ class SinkConfig:
     name: str
     """Unique name; the outbox stores this name, never the URL it resolves to."""
     kind: str = "console"
-    """console, slack (an incoming webhook through slack_sdk) or webhook (generic JSON POST)."""
+    """console, slack (an incoming webhook through slack_sdk), slack_bot (a bot token through
+    Slack's Web API: one message per incident, edited in place) or webhook (generic JSON POST)."""
     min_severity: Severity = Severity.WARNING
     """Alerts below this severity are not sent here."""
     url: Secret | None = None
     """The webhook URL (slack, webhook); a secret, resolved from `url_env` or the file."""
     url_env: str | None = None
     """Name of the environment variable the URL came from, for messages (the value is never shown)."""
+    token: Secret | None = None
+    """slack_bot: the bot token (xoxb-...), a secret resolved from `token_env` or the file."""
+    token_env: str | None = None
+    """Name of the environment variable the bot token came from (the value is never shown)."""
+    channel: str | None = None
+    """slack_bot: the channel to post in (an ID such as C0123456789, or a name)."""
+    api_url: str = SLACK_API_URL
+    """slack_bot: the Web API's base URL (another one only for a proxy or a test server)."""
     rate_per_minute: float = 60.0
     """Sustained messages a minute: Slack documents one incoming-webhook message per second."""
     burst: int = 10
@@ -79,12 +90,18 @@ class SinkConfig:
     def __post_init__(self) -> None:
         if self.kind not in SINK_KINDS:
             raise ValueError(f"sink {self.name!r}: kind must be one of {SINK_KINDS}, not {self.kind!r}")
-        if self.kind != "console" and self.url is None:
+        if self.kind == "slack_bot":
+            if self.token is None or not self.channel:
+                raise ValueError(f"sink {self.name!r} (slack_bot) needs a token and a channel")
+        elif self.kind != "console" and self.url is None:
             raise ValueError(f"sink {self.name!r} ({self.kind}) has no URL")
         self.min_severity = Severity(self.min_severity)
 
     def describe(self) -> str:
         """One line about the sink for people: never the URL."""
+        if self.kind == "slack_bot":
+            source = f"${self.token_env}" if self.token_env else "the config file"
+            return f"{self.name}: slack_bot in {self.channel} (token from {source}), severity >= {self.min_severity.value}"
         where = f" (URL from ${self.url_env})" if self.url_env else (" (URL from the config file)" if self.url else "")
         return f"{self.name}: {self.kind}{where}, severity >= {self.min_severity.value}"
 

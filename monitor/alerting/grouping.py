@@ -28,6 +28,7 @@ from monitor.alerting.incidents import (
     IncidentKey,
     IncidentTracker,
     Progress,
+    incident_id,
     score_rank,
     spacing_of,
 )
@@ -100,6 +101,12 @@ class Incident:
         return self.alert.name if self.alert is not None else self.detector
 
     @property
+    def incident_id(self) -> str:
+        """The id the watch service gives this incident's alert (incidents.incident_id); a
+        periodic incident takes its latest episode's."""
+        return self.alert.incident_id if self.alert is not None else incident_id(self.run, self.story, self.episodes)
+
+    @property
     def explanations(self) -> list[str]:
         """Every detector's explanation that joined the incident, the naming one first."""
         if self.alert is None:
@@ -112,7 +119,7 @@ class Incident:
         worst = self.worst.to_dict()
         return {**worst, "severity": self.severity.value, "start_step": self.start_step, "end_step": self.end_step,
                 "peak_step": int(self.worst.peak_step), "count": self.count, "episodes": self.episodes,
-                "period_steps": self.period_steps, "story": self.story, "name": self.name,
+                "period_steps": self.period_steps, "incident_id": self.incident_id, "story": self.story, "name": self.name,
                 "explanations": self.explanations, "state": "resolved" if self.resolved else "open",
                 "evidence": (self.alert.evidence if self.alert is not None else worst["evidence"])}
 

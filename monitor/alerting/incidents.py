@@ -116,12 +116,21 @@ class Alert:
     told_score: float | None = None
     """The naming finding's score when the person was last told (growth escalations double it)."""
     growth_escalations: int = 0
+    episode: int | None = None
+    """1 for the first incident of its story on its run, 2 for the next one after that resolved...
+    Part of `incident_id`; None for an alert stored before incidents were numbered."""
     detections: list[Detection] = field(default_factory=list, repr=False, compare=False)
     """The detections this incident absorbed in this process (for listings; not stored)."""
 
     @property
     def key(self) -> IncidentKey:
         return (self.run, self.story or self.detector)
+
+    @property
+    def incident_id(self) -> str:
+        if self.episode is None:
+            return f"{self.run}:{self.key[1]}@{self.start_step}"
+        return incident_id(self.run, self.key[1], self.episode)
 
     @property
     def name(self) -> str:
@@ -131,11 +140,13 @@ class Alert:
 
     def members_to_dict(self) -> dict[str, Any]:
         return {"told_score": self.told_score, "growth_escalations": self.growth_escalations,
-                "members": {k: asdict(m) for k, m in self.members.items()}}
+                "episode": self.episode, "members": {k: asdict(m) for k, m in self.members.items()}}
 
     def members_from_dict(self, data: dict[str, Any]) -> None:
         self.told_score = data.get("told_score")
         self.growth_escalations = int(data.get("growth_escalations", 0))
+        episode = data.get("episode")
+        self.episode = int(episode) if episode is not None else None
         self.members = {k: Member(**m) for k, m in data.get("members", {}).items()}
 
 
@@ -148,6 +159,16 @@ class AlertChange:
     """For ESCALATED: the severity it had before."""
     reason: str = ""
     """For ESCALATED and UPDATED: what changed, in words."""
+
+
+def incident_id(run: str, story: str, episode: int) -> str:
+    """An incident's id, derived from what defines it rather than from a database row, so the
+    watch service (alerts, webhook and Slack payloads) and a whole-run grouping (`gapwatch
+    detect`, the report) name the same incident alike: its run, its story and its episode, the
+    count of incidents of that story on that run so far (one is open at a time). Not a step: which
+    finding opens an incident depends on the order in which pieces of a run arrive, while the
+    episodes, and so their count, do not (tests/monitor/watch/test_live_equals_offline.py)."""
+    return f"{run}:{story}#{int(episode)}"
 
 
 def score_rank(value: float | None) -> float:
@@ -215,6 +236,7 @@ class IncidentTracker:
             previous.detections.append(d)
             return
         alert = self.open_alert(d, key, now)
+        alert.episode = (previous.episode or 0) + 1 if previous is not None else 1
         open_alerts[key] = alert
         changes.append(AlertChange(ChangeKind.OPENED, alert))
 

@@ -47,7 +47,7 @@ class AlertLedger:
             for alert in self.alerts(run):
                 if alert.state == OPEN:
                     open_alerts[alert.key] = alert
-                elif alert.key not in resolved or alert.end_step >= resolved[alert.key].end_step:
+                elif alert.key not in resolved or _latest_first(alert) >= _latest_first(resolved[alert.key]):
                     resolved[alert.key] = alert
         return open_alerts, resolved
 
@@ -112,13 +112,22 @@ class AlertLedger:
         reference = run["reference"] if run is not None else None
         rows = []
         for sink in sinks:
-            payload = notifications.build(change, sink, self.config.dashboard_url, reference)
+            first = None
+            if change.kind != ChangeKind.OPENED:
+                queued = self.store.outbox.first_notification(alert.id, sink)
+                first = {"idempotency_key": queued[0], "queued_at": queued[1]} if queued else None
+            payload = notifications.build(change, sink, self.config.dashboard_url, reference, first)
             rows.append({
                 "alert_id": alert.id, "sink": sink, "kind": change.kind, "payload": dumps(payload),
                 "dedup_key": payload["idempotency_key"], "created_at": now, "tries": 0, "next_try_at": now,
             })
         self.store.outbox.add(rows)
         return len(rows)
+
+
+def _latest_first(alert: Alert) -> tuple[int, int]:
+    """Orders the resolved alerts of one key: the next episode numbers on from the latest."""
+    return (alert.episode or 0, alert.end_step)
 
 
 def _alert_from_row(row) -> Alert:

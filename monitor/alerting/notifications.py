@@ -33,13 +33,16 @@ def idempotency_key(alert: Alert, kind: str, sink: str) -> str:
     return f"gapwatch-{alert.id}-{kind}-{alert.severity.value}-{alert.growth_escalations}-{digest}"
 
 
-def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | None) -> dict[str, Any]:
+def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | None,
+          first_message: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`first_message`: the first notification of this incident to this sink (its idempotency key
+    and when it was queued), for a later one that cannot edit it and so must name it."""
     alert = change.alert
     return {
         "idempotency_key": idempotency_key(alert, change.kind, sink),
         "kind": change.kind,
         "alert_id": alert.id,
-        "incident_id": alert.id,
+        "incident_id": alert.incident_id,
         "story": alert.story,
         "name": alert.name,
         "since_step": alert.start_step,
@@ -61,4 +64,5 @@ def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | N
         "opened_at": alert.opened_at,
         "resolved_at": alert.resolved_at,
         "dashboard_url": dashboard_link(dashboard_url, alert.run, alert.start_step, alert.end_step, reference),
+        "first_message": first_message,
     }

@@ -96,7 +96,7 @@ class Outbox:
             attempted += 1
             outcome = self._send(sink, row)
             if outcome.ok:
-                self._mark_delivered(row.id)
+                self._mark_delivered(row.id, outcome.message_ref)
                 blocked.discard(order_key)
                 result.sent += 1
                 log.info("delivered %s notification of alert %s to %s", row.kind, row.alert_id, row.sink)
@@ -118,9 +118,13 @@ class Outbox:
         """A sink's answer; a sink that raises (a bug, a payload it cannot render) counts as a failed
         try, so one bad notification is retried and logged instead of stopping all delivery."""
         try:
-            return sink.send(json.loads(row.payload))
+            notification = json.loads(row.payload)
+            thread = self.store.outbox.message_ref(row.alert_id, row.sink)
+            if thread is not None:
+                notification["thread"] = json.loads(thread)
+            return sink.send(notification)
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            secrets = [s.url for s in self.config.sinks]
+            secrets = [secret for s in self.config.sinks for secret in (s.url, s.token)]
             return SendResult(ok=False, error=one_line(redact(f"{type(exc).__name__}: {exc}", *secrets)))
 
     def seconds_until_due(self) -> float | None:
@@ -140,10 +144,10 @@ class Outbox:
     def _claim(self, row_id: int, now: float) -> bool:
         return self.store.outbox.claim(row_id, now, self.delivery.claim_lease_s)
 
-    def _mark_delivered(self, row_id: int) -> None:
+    def _mark_delivered(self, row_id: int, message_ref: str | None = None) -> None:
         for attempt in range(MARK_TRIES):
             try:
-                self.store.outbox.mark_delivered(row_id, self.clock())
+                self.store.outbox.mark_delivered(row_id, self.clock(), message_ref)
                 return
             except DatabaseError:
                 if attempt == MARK_TRIES - 1:

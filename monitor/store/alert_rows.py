@@ -99,9 +99,27 @@ class OutboxRows:
             ).rowcount
         return claimed == 1
 
-    def mark_delivered(self, row_id: int, at: float) -> None:
+    def mark_delivered(self, row_id: int, at: float, message_ref: str | None = None) -> None:
         with self._db.tx() as conn:
-            conn.execute(tables.alert_outbox.update().where(_o.id == row_id).values(delivered_at=at, last_error=None))
+            conn.execute(tables.alert_outbox.update().where(_o.id == row_id)
+                         .values(delivered_at=at, last_error=None, message_ref=message_ref))
+
+    def message_ref(self, alert_id: int, sink: str) -> str | None:
+        """Where the receiver keeps the latest delivered message of this alert and sink that it
+        told us about (see `SendResult.message_ref`); None if it told us of none."""
+        with self._db.tx() as conn:
+            return conn.execute(
+                select(_o.message_ref).where(and_(_o.alert_id == alert_id, _o.sink == sink,
+                                                  _o.message_ref.is_not(None)))
+                .order_by(_o.id.desc()).limit(1)
+            ).scalar()
+
+    def first_notification(self, alert_id: int, sink: str) -> tuple[str, float] | None:
+        """The idempotency key and queue time of the first notification of this alert and sink."""
+        with self._db.tx() as conn:
+            row = conn.execute(select(_o.dedup_key, _o.created_at).where(and_(_o.alert_id == alert_id, _o.sink == sink))
+                               .order_by(_o.id).limit(1)).first()
+        return (row[0], float(row[1])) if row is not None else None
 
     def mark_failed(self, row_id: int, next_try_at: float, error: str) -> None:
         with self._db.tx() as conn:

@@ -35,11 +35,20 @@ def _v3_incident_stories(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE {tables.alerts.name} ADD COLUMN {column} {kind}"))
 
 
+def _v5_message_refs(conn: Connection) -> None:
+    # Numbered 5, not 4: another change of schema took 4 in parallel. Either order of the two
+    # reaches the same schema, because each adds only what is missing.
+    present = {c["name"] for c in inspect(conn).get_columns(tables.alert_outbox.name)}
+    if "message_ref" not in present:
+        conn.execute(text(f"ALTER TABLE {tables.alert_outbox.name} ADD COLUMN message_ref TEXT"))
+
+
 # (version, what it does, function). The store's version is the last applied entry.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "runs, metrics with attempts, series marks, rollups, events, detections, alerts, outbox", _v1_initial),
     (2, "sealed step ranges of each series as compressed chunks; the row table keeps the tail", _v2_chunks),
     (3, "incidents by story: the alert's story and the findings of each detector that joined it", _v3_incident_stories),
+    (5, "where a delivered notification lives at its receiver (a Slack message's channel and ts)", _v5_message_refs),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

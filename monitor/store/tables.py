@@ -201,6 +201,9 @@ alert_outbox = Table(
     Column("next_try_at", Float, nullable=False),
     Column("delivered_at", Float),
     Column("last_error", Text),
+    # Where the receiver keeps the delivered message (a Slack message's channel and ts, as JSON),
+    # for a sink that edits one message per incident; null for a receiver that says nothing back.
+    Column("message_ref", Text),
     Index("ix_outbox_pending", "delivered_at", "next_try_at"),
 )
 

@@ -11,13 +11,16 @@ sinks:
   - {name: console, kind: console, min_severity: info}
   - {name: slack, kind: slack, min_severity: warning}        # URL from $SLACK_WEBHOOK_URL
   - {name: ops, kind: webhook, url_env: OPS_WEBHOOK_URL, min_severity: critical}
+  - {name: oncall, kind: slack_bot, channel: C0123456789}    # token from $SLACK_BOT_TOKEN
 silences:
   - {run: "ablation-*", detector: spike, until: "2026-12-01T00:00:00Z", reason: known spikes}
 ```
 
 Webhook URLs are secrets: a sink names the environment variable that holds its URL (`url_env`;
 Slack defaults to `SLACK_WEBHOOK_URL`), or the file holds it under `url`. With no file, the console
-is the sink, plus Slack when `SLACK_WEBHOOK_URL` is set. No message here ever contains a URL.
+is the sink, plus Slack when `SLACK_WEBHOOK_URL` is set. A `slack_bot` sink posts through Slack's
+Web API with a bot token (`token_env`, default `SLACK_BOT_TOKEN`, or `token`) in `channel`, and
+edits one message per incident in place. No message here ever contains a URL or a token.
 `GAPWATCH_DASHBOARD_URL` sets the dashboard address alert links use when the file does not.
 """
 
@@ -47,6 +50,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import Severity
 
 SLACK_ENV = "SLACK_WEBHOOK_URL"
+SLACK_BOT_ENV = "SLACK_BOT_TOKEN"
 # Where alert links point when the file does not say (the dashboard's public address).
 DASHBOARD_ENV = "GAPWATCH_DASHBOARD_URL"
 
@@ -179,6 +183,8 @@ def _sink(raw: Any, env: Mapping[str, str]) -> SinkConfig:
     raw = dict(raw)
     name = str(raw.pop("name"))
     kind = str(raw.pop("kind", "console"))
+    if kind == "slack_bot":
+        return _slack_bot_sink(name, raw, env)
     url_env = raw.pop("url_env", SLACK_ENV if kind == "slack" and "url" not in raw else None)
     url_text = raw.pop("url", None)
     allowed = {"min_severity", "rate_per_minute", "burst"}
@@ -204,6 +210,36 @@ def _sink(raw: Any, env: Mapping[str, str]) -> SinkConfig:
         raise ValueError(f"sink {name!r}: min_severity must be info, warning or critical") from None
     return SinkConfig(name=name, kind=kind, min_severity=severity, url=url,
                       url_env=str(url_env) if url_env and kind != "console" else None,
+                      rate_per_minute=float(raw.get("rate_per_minute", SinkConfig.rate_per_minute)),
+                      burst=int(raw.get("burst", SinkConfig.burst)))
+
+
+def _slack_bot_sink(name: str, raw: dict[str, Any], env: Mapping[str, str]) -> SinkConfig:
+    token_env = raw.pop("token_env", SLACK_BOT_ENV if "token" not in raw else None)
+    token_text = raw.pop("token", None)
+    channel = raw.pop("channel", None)
+    api_url = str(raw.pop("api_url", SinkConfig.api_url))
+    allowed = {"min_severity", "rate_per_minute", "burst"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ValueError(f"sink {name!r}: unknown setting(s) {unknown}; known: name, kind, token, token_env, channel, "
+                         f"api_url, {', '.join(sorted(allowed))}")
+    if token_env is not None:
+        token_text = env.get(str(token_env))
+        if not token_text:
+            raise ValueError(f"sink {name!r}: environment variable ${token_env} is not set")
+    if not token_text:
+        raise ValueError(f"sink {name!r}: give token_env (the variable holding the bot token) or token")
+    if not channel:
+        raise ValueError(f"sink {name!r}: slack_bot needs a channel")
+    if not api_url.startswith(("http://", "https://")):
+        raise ValueError(f"sink {name!r}: api_url is not an http(s) URL")
+    try:
+        severity = Severity(raw.get("min_severity", "warning"))
+    except ValueError:
+        raise ValueError(f"sink {name!r}: min_severity must be info, warning or critical") from None
+    return SinkConfig(name=name, kind="slack_bot", min_severity=severity, token=Secret(str(token_text)),
+                      token_env=str(token_env) if token_env else None, channel=str(channel), api_url=api_url,
                       rate_per_minute=float(raw.get("rate_per_minute", SinkConfig.rate_per_minute)),
                       burst=int(raw.get("burst", SinkConfig.burst)))
 

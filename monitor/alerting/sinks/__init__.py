@@ -8,6 +8,7 @@ from monitor.alerting.config import AlertingConfig
 from monitor.alerting.sinks.base import SendResult, Sink
 from monitor.alerting.sinks.console import ConsoleSink
 from monitor.alerting.sinks.slack import SlackSink
+from monitor.alerting.sinks.slack_bot import SlackBotSink
 from monitor.alerting.sinks.webhook import WebhookSink
 
 __all__ = ["SendResult", "Sink", "build_sinks"]
@@ -21,6 +22,8 @@ def build_sinks(config: AlertingConfig, stream: TextIO | None = None) -> dict[st
             sinks[sink.name] = ConsoleSink(sink.name, stream)
         elif sink.kind == "slack":
             sinks[sink.name] = SlackSink(sink, config.delivery.timeout_s)
+        elif sink.kind == "slack_bot":
+            sinks[sink.name] = SlackBotSink(sink, config.delivery.timeout_s)
         else:
             sinks[sink.name] = WebhookSink(sink, config.delivery.timeout_s)
     return sinks

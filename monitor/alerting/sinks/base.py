@@ -13,6 +13,10 @@ class SendResult:
     """One line saying what went wrong, secrets masked (it is logged and stored)."""
     retry_after_s: float | None = None
     """The receiver asked us to wait this long (HTTP 429 Retry-After)."""
+    message_ref: str | None = None
+    """Where the receiver keeps the message it just posted (JSON text), for a sink that edits one
+    message per incident: the outbox stores it and hands it back with the incident's next
+    notification to that sink as `notification["thread"]`."""
 
 
 SENT = SendResult(ok=True)
@@ -22,7 +26,9 @@ class Sink(Protocol):
     name: str
 
     def send(self, notification: dict[str, Any]) -> SendResult:
-        """Deliver one notification; report failure in the result instead of raising."""
+        """Deliver one notification; report failure in the result instead of raising. A sink that
+        returned a `message_ref` for an earlier notification of the same incident finds it under
+        `notification["thread"]`."""
         ...
 
 

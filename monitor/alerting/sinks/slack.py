@@ -1,5 +1,10 @@
 """Slack through slack_sdk's incoming-webhook client, one HTTP request per `send`.
 
+An incoming webhook answers `ok` and nothing else: no channel, no ts, so a message it posted can
+be neither edited (chat.update needs its ts) nor replied to in a thread (thread_ts is that ts).
+Each later notification of an incident is therefore a new message that names the incident id and
+its first message; a bot token (sinks/slack_bot.py) edits one message per incident instead.
+
 The client gets no retry handlers: the outbox retries, so a wait survives a restart and never
 blocks the service inside `send()`. `send()` returns error statuses rather than raising, so the
 status is checked here. The URL is the credential: every message that leaves this module is
@@ -36,7 +41,7 @@ class SlackSink:
         self._client = WebhookClient(config.url.reveal(), timeout=timeout_s, retry_handlers=[], logger=logger)
 
     def send(self, notification: dict[str, Any]) -> SendResult:
-        text, blocks = slack_blocks.render(notification)
+        text, blocks = slack_blocks.render(notification, follow_up=notification["kind"] != "opened")
         key = notification["idempotency_key"]
         try:
             response = self._client.send(

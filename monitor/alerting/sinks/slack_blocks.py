@@ -1,8 +1,9 @@
-"""Block Kit for one notification: who (run, detector, metric), how bad (severity, score, the
-evidence numbers), where (steps, and a button to the dashboard view of that range)."""
+"""Block Kit for one notification: who (run, detector, metric), how bad (its size, since when, the
+evidence numbers, one line each), where (steps, and a button to the dashboard view of that range)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import Any
 
@@ -13,14 +14,16 @@ from slack_sdk.models.blocks.basic_components import MarkdownTextObject
 # section text 3,000, at most 10 fields per section.
 HEADER_MAX = 150
 SECTION_MAX = 3000
-# Evidence lines shown; a detector with more numbers than this is summarised by the first ones.
+# Evidence numbers shown; a detector with more numbers than this is summarised by the first ones.
 EVIDENCE_LINES_MAX = 20
 
 _ICON = {"info": ":information_source:", "warning": ":warning:", "critical": ":rotating_light:"}
 
 
-def render(n: dict[str, Any]) -> tuple[str, list[dict]]:
-    """(fallback text, blocks) for a notification built by `notifications.build`."""
+def render(n: dict[str, Any], follow_up: bool = False) -> tuple[str, list[dict]]:
+    """(fallback text, blocks) for a notification built by `notifications.build`: the incident as
+    it stands now. `follow_up`: the message is a new one after the incident's first (a webhook
+    cannot edit what it posted), so it names the incident and that first message."""
     kind = n["kind"]
     what = f"{n.get('name') or n['detector']} on {n['run']}"
     if kind == "resolved":
@@ -32,8 +35,7 @@ def render(n: dict[str, Any]) -> tuple[str, list[dict]]:
         sev = n["severity"].upper()
         verb = {"escalated": f"Escalated ({n.get('reason') or sev})", "updated": "Updated"}.get(kind, sev)
         title = f"{_ICON.get(n['severity'], '')} {verb} · {what}".strip()
-        since = n.get("since_step", n["start_step"])
-        lead = _esc(f"Since step {since} · {n['message']}" + (f" ({n['reason']})" if n.get("reason") else ""))
+        lead = _esc(n["message"] + (f" ({n['reason']})" if n.get("reason") else ""))
         text = f"[{n['severity']}] {what} ({n['metric']}), steps {n['start_step']}-{n['end_step']}: {n['message']}"
     fields = [
         ("Run", n["run"]), ("Reference", n.get("reference") or "none"), ("Detector", n["detector"]),
@@ -44,27 +46,58 @@ def render(n: dict[str, Any]) -> tuple[str, list[dict]]:
     blocks = [
         HeaderBlock(text=_clip(title, HEADER_MAX)),
         SectionBlock(text=MarkdownTextObject(text=_clip(lead, SECTION_MAX))),
+        SectionBlock(text=MarkdownTextObject(text=_clip(state_lines(n), SECTION_MAX))),
         SectionBlock(fields=[MarkdownTextObject(text=f"*{k}*\n{_esc(str(v))}") for k, v in fields]),
+        ActionsBlock(elements=[
+            ButtonElement(text="Open in dashboard", url=n["dashboard_url"], action_id="gapwatch_open_dashboard")
+        ]),
     ]
-    evidence = _evidence_lines(n.get("evidence") or {})
-    if evidence:
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=_clip("*Evidence*\n" + evidence, SECTION_MAX))))
-    blocks.append(ActionsBlock(elements=[
-        ButtonElement(text="Open in dashboard", url=n["dashboard_url"], action_id="gapwatch_open_dashboard")
-    ]))
+    context = f"gapwatch alert #{n['alert_id']} · {kind} · incident `{_esc(str(n.get('incident_id')))}`"
+    first = n.get("first_message")
+    if follow_up and first:
+        context += (f" · follow-up to its first message `{first['idempotency_key']}` of "
+                    f"{_utc(first['queued_at'])}")
     blocks.append(ContextBlock(elements=[
-        MarkdownTextObject(text=f"gapwatch alert #{n['alert_id']} · {n['kind']} · key `{n['idempotency_key']}`")
+        MarkdownTextObject(text=f"{context} · key `{n['idempotency_key']}`")
     ]))
     # The fallback text is shown in notifications and parsed as mrkdwn like the blocks: a run
     # named `<!channel>` must not ping a channel from it either.
     return _esc(text), [b.to_dict() for b in blocks]
 
 
-def _evidence_lines(evidence: dict[str, Any]) -> str:
-    lines = [f"• {_esc(str(k))}: `{_esc(_num(v))}`" for k, v in list(evidence.items())[:EVIDENCE_LINES_MAX]]
-    if len(evidence) > EVIDENCE_LINES_MAX:
-        lines.append(f"• … and {len(evidence) - EVIDENCE_LINES_MAX} more")
-    return "\n".join(lines)
+def state_lines(n: dict[str, Any]) -> str:
+    """The incident now, one line each: its size, since when, and the evidence."""
+    size = f"{_num(n.get('score'))} times its band" if n.get("score") is not None else "no score"
+    return "\n".join([
+        f"*Size*: {size}, steps {n['start_step']:,}–{n['end_step']:,}, worst at step {n['peak_step']:,}",
+        f"*Since*: step {n.get('since_step', n['start_step']):,}",
+        f"*Evidence*: {evidence_line(n.get('evidence') or {})}",
+    ])
+
+
+def reply(n: dict[str, Any]) -> str:
+    """A short reply in the incident's thread: what changed, once per notification after the first."""
+    if n["kind"] == "resolved":
+        head = f"Resolved: ended at step {n['end_step']:,}, worst at step {n['peak_step']:,}"
+    else:
+        head = f"{n['kind'].capitalize()}: {n.get('reason') or n['message']}"
+    return _esc(f"{head} · {n.get('name') or n['detector']} since step {n.get('since_step', n['start_step']):,}")
+
+
+def evidence_line(evidence: dict[str, Any]) -> str:
+    """The evidence numbers on one line, and the other explanations that joined the incident."""
+    also = evidence.get("also") if isinstance(evidence.get("also"), dict) else {}
+    items = [(k, v) for k, v in evidence.items() if k != "also"]
+    parts = [f"{_esc(str(k))}: `{_esc(_num(v))}`" for k, v in items[:EVIDENCE_LINES_MAX]]
+    if len(items) > EVIDENCE_LINES_MAX:
+        parts.append(f"… and {len(items) - EVIDENCE_LINES_MAX} more")
+    if also:
+        parts.append("also " + "; ".join(_esc(str(k)) for k in also))
+    return " · ".join(parts) or "none"
+
+
+def _utc(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(float(epoch), dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _num(v: Any) -> str:

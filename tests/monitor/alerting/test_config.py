@@ -94,6 +94,11 @@ def test_defaults_are_the_console_plus_slack_when_its_variable_is_set():
     ("silences: [{until: yesterday}]", {}, "until 'yesterday' is not an ISO 8601 time"),
     ("poll_interval_s: [1", {}, "is not valid YAML"),
     ("detectors: spike", {}, "detectors must be a list of names"),
+    ("sinks: [{name: bot, kind: slack_bot, channel: C1}]", {}, "environment variable $SLACK_BOT_TOKEN is not set"),
+    ("sinks: [{name: bot, kind: slack_bot}]", {"SLACK_BOT_TOKEN": "xoxb-verySecretToken123"},
+     "slack_bot needs a channel"),
+    ("sinks: [{name: bot, kind: slack_bot, channel: C1, url: 'http://x'}]",
+     {"SLACK_BOT_TOKEN": "xoxb-verySecretToken123"}, "unknown setting(s) ['url']"),
 ])
 def test_bad_config_is_one_clear_line_without_the_url(tmp_path, text, env, message):
     path = tmp_path / "watch.yaml"
@@ -103,6 +108,17 @@ def test_bad_config_is_one_clear_line_without_the_url(tmp_path, text, env, messa
     line = str(err.value)
     assert message in line and str(path) in line and "\n" not in line
     assert "verySecretToken123" not in line
+
+
+def test_a_slack_bot_sink_takes_its_token_from_the_environment_and_never_shows_it(tmp_path):
+    path = tmp_path / "watch.yaml"
+    path.write_text("sinks: [{name: oncall, kind: slack_bot, channel: '#ml-alerts', api_url: 'http://127.0.0.1:9/api/'}]")
+    (sink,) = load_config(path, env={"SLACK_BOT_TOKEN": "xoxb-verySecretToken123"}).alerting.sinks
+    assert (sink.kind, sink.channel, sink.api_url, sink.min_severity) == (
+        "slack_bot", "#ml-alerts", "http://127.0.0.1:9/api/", Severity.WARNING)
+    assert sink.token.reveal() == "xoxb-verySecretToken123"
+    assert sink.describe() == "oncall: slack_bot in #ml-alerts (token from $SLACK_BOT_TOKEN), severity >= warning"
+    assert "verySecretToken123" not in repr(sink)
 
 
 def test_missing_file_and_unknown_suffix(tmp_path):

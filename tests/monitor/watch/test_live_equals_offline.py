@@ -2,7 +2,7 @@
 imported piece by piece into a real SQLite store and judged by the real watch service (restarted at a
 random point, with or without the state it saved) reaches the detections and alerts `detect` reaches on
 the whole run, detector by detector, and opens, names and resolves the incidents that grouping the
-whole run's detections and clean verdicts gives."""
+whole run's detections and clean verdicts gives, under the same incident ids."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from bench.quality import corpus
 from monitor.alerting.config import AlertingConfig, IncidentConfig, SinkConfig
 from monitor.alerting.grouping import group, marks_of, progress_from_marks
+from monitor.alerting.ledger import AlertLedger
 from monitor.engine import DetectConfig, DetectionEngine
 from monitor.schema import (
     DATA_BATCH_REREAD_FRACTION,
@@ -115,7 +116,7 @@ def offline_alerts(whole, run: RunData) -> set[tuple]:
     verdicts (monitor/alerting/grouping.py, as `gapwatch detect` lists them)."""
     incidents = group(whole.detections, progress_from_marks("run", marks_of(run)),
                       config(True).alerting.incidents, cleans=whole.cleans)
-    return {(i.story, i.detector, i.metric, i.alert.severity.value, i.alert.start_step,
+    return {(i.incident_id, i.story, i.detector, i.metric, i.alert.severity.value, i.alert.start_step,
              "resolved" if i.resolved else "open") for i in incidents}
 
 
@@ -153,8 +154,8 @@ def test_the_watch_service_reaches_what_detect_reaches(tmp_path_factory, shared_
                 pass
         svc.poll()
         live = {key(d) for d in store.read_detections("run")}
-        alerts = {(a["story"], a["detector"], a["metric"], a["severity"], int(a["start_step"]), a["state"])
-                  for a in store.alerts.list("run")}
+        alerts = {(a.incident_id, a.story, a.detector, a.metric, a.severity.value, a.start_step, a.state)
+                  for a in AlertLedger(store, AlertingConfig()).alerts("run")}
         stored = store.load_run("run")
         whole = DetectionEngine(DetectConfig(params=PARAMS)).judge(stored, store.load_run("reference"))
     offline = {key(d) for d in whole.detections}
