@@ -137,6 +137,11 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     if fmt != "wandb-api":
         # The source's identity in the store: the same file wherever it is imported from.
         raw.source = str(Path(raw.source or source).resolve())
+    band = None
+    if fmt == "wandb-csv":
+        from .wandb.panel_band import split_band
+
+        raw, band = split_band(raw)
     names = [str(n) for n in raw.scalars["key"].unique().tolist()]
     axis = None
     if fmt in ROW_COUNTER_FORMATS or (step_key and fmt == "tensorboard"):
@@ -157,6 +162,10 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
         chosen, evidence = with_evidence(chosen, names, cadence)
     run = apply_profile(raw, chosen)
     run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis)
+    if band is not None:
+        from .wandb.panel_band import attach_band
+
+        run = attach_band(run, band, chosen)
     return run
 
 

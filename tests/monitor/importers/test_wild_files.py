@@ -145,6 +145,13 @@ def test_multi_run_panel_export_gives_each_run(shared_data):
                   if r[f"{name} - train/loss"].strip()]
         assert (loss.index[-1], loss.iloc[-1]) == column[-1]
         assert len(loss) == len(column)
+        # __MIN/__MAX are kept as the band around train/loss, cell for cell.
+        data = run.to_run_data(name)
+        for side in ("min", "max"):
+            band = data.series(schema.band_key(schema.TRAIN_LOSS, side)).dropna()
+            cells = [(int(r["Step"]), float(r[f"{name} - train/loss__{side.upper()}"]))
+                     for r in rows if r[f"{name} - train/loss__{side.upper()}"].strip()]
+            assert list(zip(band.index, band)) == cells
         lengths.add(len(loss))
     assert len(lengths) > 1  # runs of different lengths, each read to its own end
     with pytest.raises(GapwatchError, match="no run 'nope' in this panel export"):
