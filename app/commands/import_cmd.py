@@ -128,9 +128,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
 
     from app.output import phases
 
-    if args.follow and (args.step_key or wandb_run):
-        raise GapwatchError("--follow reads the source's own step: leave out --step-key, and "
-                            "import a panel export's runs without --follow")
+    if args.follow and wandb_run:
+        raise GapwatchError("import a panel export's runs without --follow")
     args = argparse.Namespace(**{**vars(args), "run": name})
     store = open_store(args.store)
     try:
@@ -144,7 +143,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                               f"{poll.rows_total} in all ({state})")
 
             follow(store, args.run, args.source, fmt, profile=args.profile,
-                   load_kwargs=load_kwargs, write_kwargs=write_kwargs, config=config,
+                   load_kwargs={**load_kwargs, "step_key": args.step_key},
+                   write_kwargs=write_kwargs, config=config,
                    api_config=api_config, on_poll=report)
             return
         import_kwargs = {**load_kwargs, **write_kwargs, "fmt": fmt, "step": args.step,

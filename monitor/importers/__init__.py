@@ -26,9 +26,9 @@ from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
-from .meaning import cadences, contradictions, mapping_rows, with_evidence
+from .meaning import cadences, mapping_rows, pick_profile
 from .normalize import apply_profile
-from .profiles import Profile, get_profile, resolve_profile
+from .profiles import Profile, get_profile
 from .step_axis import ROW_COUNTER_FORMATS, choose_step_key, on_trainer_step
 from .table_import import STREAMED_FORMATS
 
@@ -154,12 +154,8 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     cadence = cadences(raw.scalars)
     if axis is not None:
         cadence.update(cadences(axis_rows))  # the step key's own values: the steps it logged
-    chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file,
-                             against=lambda p: contradictions(p, names, cadence))
-    evidence: dict[str, str] = {}
-    if not named:
-        # A profile the user named is taken at its word: names its rules miss keep their own.
-        chosen, evidence = with_evidence(chosen, names, cadence)
+    chosen, evidence = pick_profile(named, names, cadence, prefer=prefer,
+                                    user_file=profiles_file)
     run = apply_profile(raw, chosen)
     run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis)
     if band is not None:

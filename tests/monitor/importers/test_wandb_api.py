@@ -114,3 +114,31 @@ def test_server_error_status(server):
     server.answer = fail
     with pytest.raises(GapwatchError, match="answered HTTP 503"):
         probe(server.url, timeout_s=5)
+
+
+def test_follow_puts_a_server_run_on_its_own_step(server, tmp_path):
+    """An HF-style run on the server (W&B's `_step` 0, 1, 2...; the trainer's
+    `train/global_step` 10, 20, 30...), followed while it grows: stored on the trainer's step."""
+    def hf_rows(lo, hi):
+        return [{"_step": s, "_timestamp": 1.7e9 + s, "train/loss": 3.0 - s / 100,
+                 "train/global_step": 10 * (s + 1)} for s in range(lo, hi)]
+
+    run = server.add_run(StandInRun("ai2", "olmo", "hf1", "hf", {}, rows=hf_rows(0, 5)))
+
+    def grow(_seconds):
+        if len(run.rows) < 15:
+            run.rows.extend(hf_rows(len(run.rows), len(run.rows) + 5))
+        else:
+            run.state = "finished"
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        last = follow(store, "hf", "wandb://ai2/olmo/hf1", "wandb-api",
+                      config=FollowConfig(poll_interval_s=0, max_polls=10),
+                      api_config=_config(server), sleep=grow)
+        assert last.finished
+        loss = store.load_run("hf").series(schema.TRAIN_LOSS)
+        assert list(loss.index) == list(range(10, 151, 10))
+        assert loss.loc[150] == pytest.approx(3.0 - 14 / 100)
+    finally:
+        store.close()
