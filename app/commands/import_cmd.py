@@ -103,6 +103,8 @@ def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str, str | None]]:
     names of a W&B panel export ([] for any other source)."""
     from monitor.errors import GapwatchError
 
+    if args.dry_run and not args.run and len(runs) > 1:
+        return [(r, r) for r in runs]  # the mapping of every run the export holds
     if args.all_runs:
         if len(runs) < 2:
             raise GapwatchError(f"--all-runs: {args.source} is not a W&B panel export of "

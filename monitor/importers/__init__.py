@@ -29,7 +29,8 @@ from .input_checks import check_source
 from .meaning import cadences, mapping_rows, pick_profile
 from .normalize import apply_profile
 from .profiles import Profile, get_profile
-from .step_axis import ROW_COUNTER_FORMATS, choose_step_key, on_trainer_step
+from .step_axis import (ROW_COUNTER_FORMATS, WANDB_ROW_KEY, choose_step_key,
+                        is_wandb_history_jsonl, on_trainer_step)
 from .table_import import STREAMED_FORMATS
 
 # The streamed W&B export reader (wandb/csv_stream.py) is off until it checks cells as text.
@@ -129,9 +130,11 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     if fmt == "gapwatch-export" and not named:
         named = get_profile("gapwatch")  # its keys are gapwatch's already
     step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
+    # W&B history saved as JSON Lines: read on W&B's row counter, then on the trainer's step.
+    wandb_rows = fmt == "jsonl" and is_wandb_history_jsonl(source)
     raw, prefer = _parse(fmt, source, tokens_per_step=tokens_per_step, step=step,
-                         step_key=step_key, progress=progress, api_config=api_config,
-                         wandb_run=wandb_run)
+                         step_key=WANDB_ROW_KEY if wandb_rows else step_key, progress=progress,
+                         api_config=api_config, wandb_run=wandb_run)
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
     if fmt != "wandb-api":
@@ -144,7 +147,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
         raw, band = split_band(raw)
     names = [str(n) for n in raw.scalars["key"].unique().tolist()]
     axis = None
-    if fmt in ROW_COUNTER_FORMATS or (step_key and fmt == "tensorboard"):
+    if fmt in ROW_COUNTER_FORMATS or wandb_rows or (step_key and fmt == "tensorboard"):
         axis = choose_step_key(names, step_key, raw.source)
         if axis is not None:
             logged = raw.scalars.loc[raw.scalars["key"] == axis, "value"]

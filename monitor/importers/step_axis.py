@@ -15,6 +15,12 @@ trainer's step runs 10..156). Rules:
   attempt, whose values win at the steps it covers, never a silent overwrite.
 * The step key itself is the axis, not a metric: its rows leave the scalars.
 
+W&B history written out as JSON Lines (`files/wandb-history.jsonl` of a run folder from wandb <
+0.10, or `run.history()` saved by hand) has W&B's `_step` in every row: such a log
+(`is_wandb_history_jsonl`) is read on `_step` like any W&B history, then put on the trainer's step
+by the same rules, so a row that lacks the trainer's step key (an evaluation row) joins the step
+before it instead of landing on a row counter.
+
 A source followed as it grows (`import --follow`) is read a part at a time: `StepAxisInParts`
 chooses the step key on the first part that logs anything (by the same rule, among that part's
 names) and carries the step and attempt in force from each part to the next, so the parts land
@@ -23,6 +29,7 @@ where a whole read of the file puts them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +44,22 @@ STEP_KEYS = ("train/global_step", "trainer/global_step", "global_step", "iter", 
              "trainer/step")
 # Formats whose own step numbers rows rather than training steps.
 ROW_COUNTER_FORMATS = ("wandb-file", "wandb-api", "wandb-csv")
+
+
+WANDB_ROW_KEY = "_step"
+# Enough of a JSONL file to hold its first line (W&B rows are a few KB at most).
+_FIRST_LINE_BYTES = 1 << 20
+
+
+def is_wandb_history_jsonl(path) -> bool:
+    """A JSON Lines file whose first line is an object with W&B's `_step` (see module rules)."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.read(_FIRST_LINE_BYTES).lstrip().split(b"\n", 1)[0]
+        row = json.loads(first)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(row, dict) and isinstance(row.get(WANDB_ROW_KEY), int)
 
 
 def choose_step_key(names, wanted: str | None = None, source: str = "") -> str | None:
@@ -141,5 +164,5 @@ class StepAxisInParts:
         return on_trainer_step(run, self.key, carry=self.carry)
 
 
-__all__ = ["STEP_KEYS", "ROW_COUNTER_FORMATS", "StepAxisInParts", "StepCarry",
-           "choose_step_key", "on_trainer_step"]
+__all__ = ["STEP_KEYS", "ROW_COUNTER_FORMATS", "WANDB_ROW_KEY", "StepAxisInParts", "StepCarry",
+           "choose_step_key", "is_wandb_history_jsonl", "on_trainer_step"]
