@@ -20,6 +20,7 @@ import pandas as pd
 
 from monitor import schema
 
+from .input_checks import cut
 from .profiles import Profile, Rule, resolve_profile
 
 HELDOUT_WORDS = ("val", "valid", "validation", "eval", "test", "heldout")
@@ -215,7 +216,8 @@ def format_table(rows: list[dict], limit: int | None = None) -> str:
     rest."""
     head = ("source key", "gapwatch metric", "cadence", "count", "why")
     shown = rows if limit is None else rows[:limit]
-    body = [(r["source"], r["key"] or "(dropped)", r["cadence"],
+    # A source name is printed cut short: a file may name a metric with megabytes of text.
+    body = [(cut(str(r["source"])), r["key"] or "(dropped)", r["cadence"],
              "" if r["count"] is None else f"{r['count']:,}", r["reason"]) for r in shown]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip()
