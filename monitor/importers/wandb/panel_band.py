@@ -30,14 +30,16 @@ _BAND_NAME = re.compile(r"^(?P<metric>.+)__(?P<side>MIN|MAX)$")
 def split_band(raw: ImportedRun) -> tuple[ImportedRun, pd.DataFrame | None]:
     """raw without its band rows, and those rows (None when it has none) with the source metric
     in `metric` and `min`/`max` in `side`."""
-    keys = raw.scalars["key"].astype(str)
-    parts = keys.str.extract(_BAND_NAME)
-    is_band = parts["metric"].notna().to_numpy()
-    if not is_band.any():
+    # Names are matched once each, not once a row (a history holds millions of rows).
+    found = {str(n): _BAND_NAME.match(str(n)) for n in pd.unique(raw.scalars["key"])}
+    found = {n: m for n, m in found.items() if m}
+    if not found:
         return raw, None
+    is_band = raw.scalars["key"].astype(str).isin(list(found)).to_numpy()
     band = raw.scalars.loc[is_band].copy()
-    band["metric"] = parts.loc[is_band, "metric"].to_numpy()
-    band["side"] = parts.loc[is_band, "side"].str.lower().to_numpy()
+    names = band["key"].astype(str)
+    band["metric"] = names.map({n: m.group("metric") for n, m in found.items()}).to_numpy()
+    band["side"] = names.map({n: m.group("side").lower() for n, m in found.items()}).to_numpy()
     raw.scalars = raw.scalars.loc[~is_band].reset_index(drop=True)
     return raw, band
 
