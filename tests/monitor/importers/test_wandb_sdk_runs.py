@@ -204,3 +204,4 @@ def test_follow_takes_a_named_step_key(hf_run, sqlite_url, capsys):
     assert main(["import", source, "--run", "h", "--follow", "--step-key", "nope",
                  "--poll-interval", "0.01", "--store", sqlite_url]) == 2
     assert "step key 'nope' is not logged in this run" in capsys.readouterr().err
+
