@@ -273,8 +273,6 @@ def test_windows_and_old_mac_line_ends_read_as_they_did(tmp_path, newline):
 def test_tokens_per_step_from_a_single_token_count():
     """A run (one cut short, say) with one cumulative token count: no rate between two counts
     to take tokens per step from, so none is taken (this once raised ValueError)."""
-    from monitor.importers.normalize import TokensPerStep
-
     tokens = TokensPerStep()
     one_row = pd.DataFrame({"step": [10], "key": [schema.TRAIN_TOKENS], "value": [4096.0],
                             "attempt": [1]})
