@@ -223,6 +223,10 @@ def hostile_texts() -> Iterator[tuple[str, str, str, bytes]]:
         ("100k-char name", json.dumps({"step": 1, "m/" + "x" * 100_000: 1.0}) + "\n"),
         ("5 MB text name", json.dumps({"step": 1, "x" * 5_000_000: "text"}) + "\n"),
         ("empty", ""), ("blank lines", "\n\n\n"), ("steps going back", '{"step": 5, "a/b": 1}\n{"step": 2, "a/b": 2}\n'),
+        ("W&B rows on iter", '{"_step": 0, "iter": 10, "train/loss": 1}\n{"_step": 1, "a/b": 2}\n'),
+        ("W&B rows, iter 2**64", f'{{"_step": 0, "iter": {2**64}, "train/loss": 1}}\n'),
+        ("W&B rows, iter 1.5", '{"_step": 0, "iter": 1.5, "train/loss": 1}\n'),
+        ("W&B rows, iter back", '{"_step": 0, "iter": 10, "a/b": 1}\n{"_step": 1, "iter": 5, "a/b": 2}\n'),
     ]:
         yield "hostile.jsonl", "jsonl", name, text.encode()
     for name, text in [
@@ -246,6 +250,9 @@ def hostile_texts() -> Iterator[tuple[str, str, str, bytes]]:
         ("repeated column", "_step,train/loss,train/loss\n1,1,2\n"), ("steps going back", "_step,a/b\n5,1\n2,2\n"),
         ("tokens without batch", "throughput/total_tokens,train/loss\n1024,1\n"),
         ("negative step", "_step,train/loss\n-1,1\n"),
+        ("band without its metric", "Step,r - train/loss__MIN\n1,0.5\n"),
+        ("band of text", "Step,r - train/loss,r - train/loss__MIN\n1,0.5,abc\n"),
+        ("band 1e309", "Step,r - train/loss,r - train/loss__MAX\n1,0.5,1e309\n"),
     ]:
         yield "hostile_export.csv", "csv", name, text.encode()
     for name, doc in [
@@ -257,6 +264,7 @@ def hostile_texts() -> Iterator[tuple[str, str, str, bytes]]:
         ("task a number", json.dumps({**lm, "results": {"hellaswag": 5}})),
         ("NaN value", json.dumps(lm).replace("0.5", "NaN")), ("no revision", json.dumps({**lm, "config": {}})),
         ("huge task name", json.dumps({**lm, "results": {"t" * 1_000_000: {"acc,none": 0.5}}})),
+        ("repeated name", json.dumps(lm).replace('"acc,none": 0.5', '"acc,none": 0.5, "acc,none": 0.7')),
     ]:
         yield "hostile.json", "json", name, doc.encode()
 

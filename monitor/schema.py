@@ -100,6 +100,19 @@ def downstream_key(task: str, metric: str, stat: str | None = None) -> str:
     return f"{key}/{stat}" if stat else key
 
 
+# The band around a sampled series (a W&B chart export's min and max of the points it merged):
+# `band/min/<key>` and `band/max/<key>`, outside every namespace a detector reads.
+BAND_PREFIX = "band/"
+BAND_SIDES = ("min", "max")
+
+
+def band_key(key: str, side: str) -> str:
+    """`band/<side>/<key>`: the low (min) or high (max) edge of the band around `key`."""
+    if side not in BAND_SIDES:
+        raise ValueError(f"band side must be min or max, not {side!r}")
+    return f"{BAND_PREFIX}{side}/{key}"
+
+
 # Steps are stored as 64-bit integers: the largest a store keeps.
 MAX_STEP = 2**63 - 1
 

@@ -103,6 +103,8 @@ def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str, str | None]]:
     names of a W&B panel export ([] for any other source)."""
     from monitor.errors import GapwatchError
 
+    if args.dry_run and not args.run and len(runs) > 1:
+        return [(r, r) for r in runs]  # the mapping of every run the export holds
     if args.all_runs:
         if len(runs) < 2:
             raise GapwatchError(f"--all-runs: {args.source} is not a W&B panel export of "
@@ -128,9 +130,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
 
     from app.output import phases
 
-    if args.follow and (args.step_key or wandb_run):
-        raise GapwatchError("--follow reads the source's own step: leave out --step-key, and "
-                            "import a panel export's runs without --follow")
+    if args.follow and wandb_run:
+        raise GapwatchError("import a panel export's runs without --follow")
     args = argparse.Namespace(**{**vars(args), "run": name})
     store = open_store(args.store)
     try:
@@ -144,7 +145,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                               f"{poll.rows_total} in all ({state})")
 
             follow(store, args.run, args.source, fmt, profile=args.profile,
-                   load_kwargs=load_kwargs, write_kwargs=write_kwargs, config=config,
+                   load_kwargs={**load_kwargs, "step_key": args.step_key},
+                   write_kwargs=write_kwargs, config=config,
                    api_config=api_config, on_poll=report)
             return
         import_kwargs = {**load_kwargs, **write_kwargs, "fmt": fmt, "step": args.step,

@@ -26,10 +26,11 @@ from monitor.errors import GapwatchError
 
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
-from .meaning import cadences, contradictions, mapping_rows, with_evidence
+from .meaning import cadences, mapping_rows, pick_profile
 from .normalize import apply_profile
-from .profiles import Profile, get_profile, resolve_profile
-from .step_axis import ROW_COUNTER_FORMATS, choose_step_key, on_trainer_step
+from .profiles import Profile, get_profile
+from .step_axis import (ROW_COUNTER_FORMATS, WANDB_ROW_KEY, choose_step_key,
+                        is_wandb_history_jsonl, on_trainer_step)
 from .table_import import STREAMED_FORMATS
 
 # The streamed W&B export reader (wandb/csv_stream.py) is off until it checks cells as text.
@@ -129,17 +130,24 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     if fmt == "gapwatch-export" and not named:
         named = get_profile("gapwatch")  # its keys are gapwatch's already
     step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
+    # W&B history saved as JSON Lines: read on W&B's row counter, then on the trainer's step.
+    wandb_rows = fmt == "jsonl" and is_wandb_history_jsonl(source)
     raw, prefer = _parse(fmt, source, tokens_per_step=tokens_per_step, step=step,
-                         step_key=step_key, progress=progress, api_config=api_config,
-                         wandb_run=wandb_run)
+                         step_key=WANDB_ROW_KEY if wandb_rows else step_key, progress=progress,
+                         api_config=api_config, wandb_run=wandb_run)
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
     if fmt != "wandb-api":
         # The source's identity in the store: the same file wherever it is imported from.
         raw.source = str(Path(raw.source or source).resolve())
+    band = None
+    if fmt == "wandb-csv":
+        from .wandb.panel_band import split_band
+
+        raw, band = split_band(raw)
     names = [str(n) for n in raw.scalars["key"].unique().tolist()]
     axis = None
-    if fmt in ROW_COUNTER_FORMATS or (step_key and fmt == "tensorboard"):
+    if fmt in ROW_COUNTER_FORMATS or wandb_rows or (step_key and fmt == "tensorboard"):
         axis = choose_step_key(names, step_key, raw.source)
         if axis is not None:
             logged = raw.scalars.loc[raw.scalars["key"] == axis, "value"]
@@ -149,14 +157,14 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     cadence = cadences(raw.scalars)
     if axis is not None:
         cadence.update(cadences(axis_rows))  # the step key's own values: the steps it logged
-    chosen = resolve_profile(named, names, prefer=prefer, user_file=profiles_file,
-                             against=lambda p: contradictions(p, names, cadence))
-    evidence: dict[str, str] = {}
-    if not named:
-        # A profile the user named is taken at its word: names its rules miss keep their own.
-        chosen, evidence = with_evidence(chosen, names, cadence)
+    chosen, evidence = pick_profile(named, names, cadence, prefer=prefer,
+                                    user_file=profiles_file)
     run = apply_profile(raw, chosen)
     run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis)
+    if band is not None:
+        from .wandb.panel_band import attach_band
+
+        run = attach_band(run, band, chosen)
     return run
 
 

@@ -5,6 +5,8 @@ Each poll writes what is new, in its own transaction (so a reader sees whole pol
   for the next poll), and following ends when the file's exit record arrives;
 * W&B runs on a server are asked for the steps after the last one imported, and following ends
   when the run's state is finished, crashed, failed or killed;
+* both are put on the trainer's step as a whole import puts them (`step_axis.StepAxisInParts`:
+  the step key is chosen from the first poll that finds rows);
 * every other format is read again from its start (JSONL and CSV logs chunk by chunk, the rest
   whole); the store writer takes only the rows after those it already has (they grow by
   appending), and following ends after `idle_timeout_s` without new rows, if set.
@@ -17,10 +19,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import pandas as pd
+
 
 from .imported_run import ImportedRun
 from .normalize import apply_profile
-from .profiles import Profile, resolve_profile
+from .meaning import cadences, pick_profile
+from .profiles import Profile, get_profile
+from .step_axis import StepAxisInParts
 from .store_writer import import_state, write_run
 from .table_import import STREAMED_FORMATS, import_table
 
@@ -103,11 +109,17 @@ class _WandbFilePoller:
         from .wandb.run_file import WandbRunReader, find_run_file
 
         self.reader = WandbRunReader(find_run_file(source))
-        self.profile = profile
-        self.user_file = load_kwargs.get("profiles_file")
-        self.tokens_per_step = load_kwargs.get("tokens_per_step")
+        self._settings(profile, load_kwargs)
         self.rows = 0
         self.first = True
+
+    def _settings(self, profile, load_kwargs) -> None:
+        self.user_file = load_kwargs.get("profiles_file")
+        self.tokens_per_step = load_kwargs.get("tokens_per_step")
+        self.profile = get_profile(profile, self.user_file) if isinstance(profile, str) and (
+            profile) else profile
+        named_key = self.profile.step_key if isinstance(self.profile, Profile) else None
+        self.axis = StepAxisInParts(load_kwargs.get("step_key") or named_key)
 
     def __call__(self):
         from .wandb.run_file import to_imported
@@ -121,10 +133,15 @@ class _WandbFilePoller:
         return run, previous, self.reader.finished
 
     def _map(self, run: ImportedRun) -> ImportedRun:
+        run = self.axis.apply(run)
         if self.tokens_per_step is not None:
             run.tokens_per_step = float(self.tokens_per_step)
         if not isinstance(self.profile, Profile):
-            self.profile = resolve_profile(self.profile, run.scalars["key"].unique().tolist(),
+            if not len(run.scalars):
+                return run  # nothing logged yet: the profile is chosen from the first rows
+            # As a whole import chooses it, on what the first poll found.
+            names = [str(n) for n in pd.unique(run.scalars["key"])]
+            self.profile, _ = pick_profile(None, names, cadences(run.scalars),
                                            user_file=self.user_file)
         return apply_profile(run, self.profile)
 
@@ -134,9 +151,7 @@ class _WandbApiPoller(_WandbFilePoller):
         from .wandb.api import ApiConfig, WandbApiReader
 
         self.reader = WandbApiReader(source, api_config or ApiConfig())
-        self.profile = profile
-        self.user_file = load_kwargs.get("profiles_file")
-        self.tokens_per_step = load_kwargs.get("tokens_per_step")
+        self._settings(profile, load_kwargs)
         state = import_state(store, name)
         # Carry on after the last step an earlier import of this run took.
         if state and state.get("source") == source and state.get("last_step") is not None:

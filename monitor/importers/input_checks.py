@@ -5,6 +5,7 @@
 * `loads`: `json.loads` that refuses a number no 64-bit float holds (`1e309`, 400 digits) instead
   of turning it into infinity or raising OverflowError later; `Infinity` and `NaN` written as such
   stay logged values.
+  An object that gives a name twice is refused too (json.loads would keep one value silently).
 * `unfit_literal`: the same rule for a CSV cell.
 * `repeated_name`: a CSV header's repeated column, which pandas would rename into a phantom
   metric (`train/loss.1`).
@@ -83,10 +84,30 @@ def _int(literal: str) -> int:
     return int(literal)
 
 
+class RepeatedName(json.JSONDecodeError):
+    """An object that gives one name twice: json.loads would keep the last value and drop the
+    first without a word. A JSONDecodeError, so every reader that refuses bad JSON refuses it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"the name {shown(name)} appears twice in one object", "", 0)
+
+
+def _unique_names(pairs: list[tuple[str, object]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise RepeatedName(name)
+            seen.add(name)
+    return obj
+
+
 def loads(text: str | bytes):
-    """json.loads, raising UnfitNumber for a number no float holds (and, as json.loads does,
-    JSONDecodeError for bad JSON and RecursionError for nesting deeper than Python recurses)."""
-    return json.loads(text, parse_float=_float, parse_int=_int)
+    """json.loads, raising UnfitNumber for a number no float holds, RepeatedName for an object
+    that gives a name twice (and, as json.loads does, JSONDecodeError for bad JSON and
+    RecursionError for nesting deeper than Python recurses)."""
+    return json.loads(text, parse_float=_float, parse_int=_int, object_pairs_hook=_unique_names)
 
 
 def unfit_literal(cell: str) -> bool:

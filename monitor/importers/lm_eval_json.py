@@ -25,7 +25,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import EventKind
 
 from .imported_run import ImportedRun, scalars_frame
-from .input_checks import UnfitNumber, loads, shown
+from .input_checks import RepeatedName, UnfitNumber, loads, shown
 
 _REVISION = re.compile(r"(?:^|[,\s])revision=(?:global_)?step(\d+)(?:$|[,\s])")
 _STDERR_SUFFIX = "_stderr"
@@ -103,6 +103,8 @@ def _load(file: Path):
         raise GapwatchError(f"{file}: JSON nested too deep to be lm-eval results") from None
     except OSError as exc:
         raise GapwatchError(f"{file}: cannot read: {exc.strerror}") from None
+    except RepeatedName as exc:
+        raise GapwatchError(f"{file}: {exc.msg}") from None
     except json.JSONDecodeError as exc:
         raise GapwatchError(f"{file}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     except UnicodeDecodeError:

@@ -20,7 +20,8 @@ import pandas as pd
 
 from monitor import schema
 
-from .profiles import Profile, Rule
+from .input_checks import cut
+from .profiles import Profile, Rule, resolve_profile
 
 HELDOUT_WORDS = ("val", "valid", "validation", "eval", "test", "heldout")
 TRAIN_WORDS = ("train", "training", "lm", "total")
@@ -147,6 +148,18 @@ def with_evidence(profile: Profile, names, cadence: dict[str, Cadence]) -> tuple
                    profile.step_key), evidence
 
 
+def pick_profile(named: Profile | None, names, cadence: dict[str, Cadence], *,
+                 prefer: str | None = None, user_file=None) -> tuple[Profile, dict]:
+    """(profile, name -> evidence) for a source's names: the profile named, taken at its word,
+    else the one detection finds (names and contradicting data weighed) with a rule added for
+    each name the evidence explains (`with_evidence`)."""
+    chosen = resolve_profile(named, names, prefer=prefer, user_file=user_file,
+                             against=lambda p: contradictions(p, names, cadence))
+    if named:
+        return chosen, {}
+    return with_evidence(chosen, names, cadence)
+
+
 def contradictions(profile: Profile, names, cadence: dict[str, Cadence]) -> int:
     """How many of the profile's rules the data contradicts: a per-step series called held out
     though its name says nothing of it, or a sparse series beside a denser one called the
@@ -203,7 +216,8 @@ def format_table(rows: list[dict], limit: int | None = None) -> str:
     rest."""
     head = ("source key", "gapwatch metric", "cadence", "count", "why")
     shown = rows if limit is None else rows[:limit]
-    body = [(r["source"], r["key"] or "(dropped)", r["cadence"],
+    # A source name is printed cut short: a file may name a metric with megabytes of text.
+    body = [(cut(str(r["source"])), r["key"] or "(dropped)", r["cadence"],
              "" if r["count"] is None else f"{r['count']:,}", r["reason"]) for r in shown]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip()
@@ -213,5 +227,6 @@ def format_table(rows: list[dict], limit: int | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Cadence", "CadenceTally", "cadences", "infer", "with_evidence", "contradictions", "mapping_rows",
+__all__ = ["Cadence", "CadenceTally", "cadences", "infer", "with_evidence", "pick_profile",
+           "contradictions", "mapping_rows",
            "format_table", "HELDOUT_WORDS", "TOKEN_KEYS"]

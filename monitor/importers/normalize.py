@@ -129,6 +129,8 @@ class TokensPerStep:
         ds, dv = np.diff(steps), np.diff(vals)
         ok = ds > 0
         rates = dv[ok] / ds[ok]
+        if not len(rates):
+            return  # one train/tokens row so far (or one step): no rate yet
         if np.isnan(rates).any():
             self._nan = True  # the median is NaN: no rate
             return

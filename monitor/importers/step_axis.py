@@ -14,14 +14,29 @@ trainer's step runs 10..156). Rules:
 * A step lower than the row before it is a rewind (a loop that reloaded a checkpoint): a new
   attempt, whose values win at the steps it covers, never a silent overwrite.
 * The step key itself is the axis, not a metric: its rows leave the scalars.
+
+W&B history written out as JSON Lines (`files/wandb-history.jsonl` of a run folder from wandb <
+0.10, or `run.history()` saved by hand) has W&B's `_step` in every row: such a log
+(`is_wandb_history_jsonl`) is read on `_step` like any W&B history, then put on the trainer's step
+by the same rules, so a row that lacks the trainer's step key (an evaluation row) joins the step
+before it instead of landing on a row counter.
+
+A source followed as it grows (`import --follow`) is read a part at a time: `StepAxisInParts`
+chooses the step key on the first part that logs anything (by the same rule, among that part's
+names) and carries the step and attempt in force from each part to the next, so the parts land
+where a whole read of the file puts them.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
 
 from .imported_run import ImportedRun, scalars_frame
 
@@ -29,6 +44,22 @@ STEP_KEYS = ("train/global_step", "trainer/global_step", "global_step", "iter", 
              "trainer/step")
 # Formats whose own step numbers rows rather than training steps.
 ROW_COUNTER_FORMATS = ("wandb-file", "wandb-api", "wandb-csv")
+
+
+WANDB_ROW_KEY = "_step"
+# Enough of a JSONL file to hold its first line (W&B rows are a few KB at most).
+_FIRST_LINE_BYTES = 1 << 20
+
+
+def is_wandb_history_jsonl(path) -> bool:
+    """A JSON Lines file whose first line is an object with W&B's `_step` (see module rules)."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.read(_FIRST_LINE_BYTES).lstrip().split(b"\n", 1)[0]
+        row = json.loads(first)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(row, dict) and isinstance(row.get(WANDB_ROW_KEY), int)
 
 
 def choose_step_key(names, wanted: str | None = None, source: str = "") -> str | None:
@@ -44,11 +75,23 @@ def choose_step_key(names, wanted: str | None = None, source: str = "") -> str |
     return next((k for k in STEP_KEYS if k in names), None)
 
 
-def on_trainer_step(run: ImportedRun, step_key: str) -> ImportedRun:
-    """run with its step axis replaced by the values of `step_key` (see the module rules)."""
+@dataclass
+class StepCarry:
+    """Where a source read in parts stood after its last part: the trainer step in force (None
+    before the step key's first value) and the attempt."""
+
+    step: int | None = None
+    attempt: int = 1
+
+
+def on_trainer_step(run: ImportedRun, step_key: str,
+                    carry: StepCarry | None = None) -> ImportedRun:
+    """run with its step axis replaced by the values of `step_key` (see the module rules).
+    carry: for one part of a source read in parts, where the parts before it ended (updated)."""
     s = run.scalars
     if not len(s):
         return run
+    before = carry.step if carry is not None else None
     steps = s["step"].to_numpy()
     attempts = s["attempt"].to_numpy()
     # Source rows: runs of items with one (attempt, step), in file order.
@@ -57,22 +100,29 @@ def on_trainer_step(run: ImportedRun, step_key: str) -> ImportedRun:
     row_of = np.cumsum(new_row) - 1
     n_rows = int(row_of[-1]) + 1
     is_key = (s["key"] == step_key).to_numpy()
-    if not is_key.any():
+    if not is_key.any() and before is None:
         return run
     values = s["value"].to_numpy(dtype="float64")
     row_step = np.full(n_rows, np.nan)
     row_step[row_of[is_key]] = values[is_key]  # the last of a row's values wins
-    bad = np.flatnonzero(is_key & ~(np.isfinite(values) & (values >= 0)
+    # 2.0**63 and above would wrap around to negative steps in int64.
+    bad = np.flatnonzero(is_key & ~(np.isfinite(values) & (values >= 0) & (values < 2.0**63)
                                     & (values == np.round(values))))
     if len(bad):
         i = int(bad[0])
         raise GapwatchError(f"{run.source}: {step_key} is {values[i]!r} at row {int(steps[i])}: "
-                            "not a whole number >= 0, so it cannot be the step axis")
+                            f"not a whole number from 0 to {MAX_STEP}, so it cannot be the step "
+                            "axis")
+    if before is not None and np.isnan(row_step[0]):
+        row_step[0] = before  # rows of the step the last part ended on
     filled = pd.Series(row_step).ffill().bfill().to_numpy().astype(np.int64)
     row_attempt = attempts[new_row]
     restart = np.zeros(n_rows, dtype=bool)
+    restart[0] = before is not None and filled[0] < before
     restart[1:] = (filled[1:] < filled[:-1]) | (row_attempt[1:] != row_attempt[:-1])
-    new_attempt = np.cumsum(restart) + 1
+    new_attempt = np.cumsum(restart) + (carry.attempt if carry is not None else 1)
+    if carry is not None:
+        carry.step, carry.attempt = int(filled[-1]), int(new_attempt[-1])
     keep = ~is_key
     wall = s["wall_time"].to_numpy()[keep] if "wall_time" in s else None
     first, last = int(filled.min()), int(filled.max())
@@ -91,4 +141,28 @@ def on_trainer_step(run: ImportedRun, step_key: str) -> ImportedRun:
     return run
 
 
-__all__ = ["STEP_KEYS", "ROW_COUNTER_FORMATS", "choose_step_key", "on_trainer_step"]
+class StepAxisInParts:
+    """The trainer's step for a source read a part at a time (see the module rules).
+    wanted: the step key named (`--step-key`, a profile's); else chosen from the first part."""
+
+    def __init__(self, wanted: str | None = None) -> None:
+        self.wanted = wanted
+        self.key: str | None = None
+        self.decided = False
+        self.carry = StepCarry()
+
+    def apply(self, run: ImportedRun) -> ImportedRun:
+        """One part (rows in source order, after the parts before it) on the trainer's step."""
+        if not len(run.scalars):
+            return run
+        if not self.decided:
+            names = [str(n) for n in pd.unique(run.scalars["key"])]
+            self.key = choose_step_key(names, self.wanted, run.source)
+            self.decided = True
+        if self.key is None:
+            return run
+        return on_trainer_step(run, self.key, carry=self.carry)
+
+
+__all__ = ["STEP_KEYS", "ROW_COUNTER_FORMATS", "WANDB_ROW_KEY", "StepAxisInParts", "StepCarry",
+           "choose_step_key", "is_wandb_history_jsonl", "on_trainer_step"]

@@ -21,9 +21,11 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
+from .imported_run import ImportedRun
 from .meaning import CadenceTally, contradictions, mapping_rows, with_evidence
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
+from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history_jsonl
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
 
@@ -85,7 +87,12 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
         from .wandb.csv_stream import WandbCsvStream
 
         stream = WandbCsvStream(source, step_key=step_key)
-    else:
+    axis = None
+    if fmt == "jsonl" and is_wandb_history_jsonl(source):
+        # W&B history as JSON Lines: W&B's row counter, then the trainer's step (step_axis).
+        stream = TableStream(source, fmt, step_key=WANDB_ROW_KEY)
+        axis = StepAxisInParts(step_key)
+    elif fmt != "wandb-csv":
         stream = TableStream(source, fmt, step_key=step_key)
     source_id = str(Path(source).resolve())  # the same file wherever it is imported from
     names: dict[str, None] = {}
@@ -98,6 +105,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
         for raw in stream.chunks():
             if progress is not None:
                 progress(stream.bytes_read, stream.bytes_total)
+            if axis is not None:
+                raw = axis.apply(ImportedRun(name_hint="", scalars=raw, source=source_id)).scalars
             fresh = [str(n) for n in pd.unique(raw["key"]) if n not in names]
             tally.add(raw)
             names.update(dict.fromkeys(fresh))
@@ -137,6 +146,6 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
         if not result.rows_total:  # a run of no history is not imported (rolled back)
             raise GapwatchError(f"{source_id}: no values to import ({dropped})")
     mapping = mapping_rows(list(names), mapper.key_map, mapper.profile, evidence,
-                           tally.cadences())
+                           tally.cadences(), axis.key if axis is not None else None)
     return result, ImportSummary(source_id, mapper.profile.name, mapper.keys, notes,
                                  mapping=mapping)

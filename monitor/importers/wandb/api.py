@@ -13,6 +13,15 @@ which sends people looking in the wrong place. The probe reports the real cause 
 Rules are those of W&B history (see run_file): names starting with `_` are W&B's own, `_step` is
 the step, `_timestamp` the wall time, non-numeric values are left out and counted, steps only grow.
 A run whose state is `running` is imported as live; `follow` polls it for new steps.
+
+What the server answers is checked as a file is, since a broken or hostile server can answer
+anything: a `_step` that is not a whole number from 0 to 2**63 - 1, an integer no float holds,
+a row nested deeper than MAX_NESTING, a run record of the wrong shape each end in one line
+naming the run (and the step). A server that keeps failing is given up on after
+`ApiConfig.retries` retries (wandb's own default retries a failing server for days). Two changes
+happen inside wandb's own reader, before gapwatch sees a row, and cannot be told apart from what
+was logged: a number beyond a float arrives as Infinity (W&B's spelling of a logged inf), and a
+step beyond 2**63 arrives wrapped to a negative one (refused as such).
 """
 
 from __future__ import annotations
@@ -28,8 +37,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
 
+from ..generic_rows import MAX_NESTING
 from ..imported_run import ImportedRun, scalars_frame
+from ..input_checks import cut, shown
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 _URL = re.compile(r"^wandb://(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?P<run>[^/\s]+)/?$")
@@ -47,6 +59,8 @@ class ApiConfig:
     page_size: int = 1000  # history rows per page (wandb's own default)
     probe_timeout_s: float = 5.0  # the reachability probe; a live server answers in well under 1 s
     timeout_s: int = 30  # wandb.Api's HTTP timeout once the server is known to answer
+    retries: int = 3  # retries of a failing request before the import gives up
+    retry_wait_max_s: float = 10.0  # the longest wait between two of them
 
 
 def parse_url(url: str) -> tuple[str, str, str]:
@@ -116,13 +130,22 @@ class WandbApiReader:
     def read(self, progress=None):
         """(steps, keys as str, values, wall times) of the rows after self.last_step."""
         run = self._run()
-        self.state = run.state
-        self.run_name = run.name or run.id
-        self.run_config = {k: v for k, v in dict(run.config).items() if not k.startswith("_")}
-        self.summary = _public_summary(run.summary_metrics)
+        try:
+            self.state = str(run.state) if run.state is not None else None
+            self.run_name = str(run.name or run.id)
+            self.run_config = {str(k): v for k, v in dict(run.config).items()
+                               if not str(k).startswith("_")}
+            self.summary = _public_summary(run.summary_metrics)
+            last = run.lastHistoryStep
+        except Exception as exc:  # a run record of the wrong shape, as wandb parsed it
+            raise GapwatchError(f"{self.url}: the server's record of the run is malformed: "
+                                f"{_one_line(exc)}") from None
+        if isinstance(last, bool) or not isinstance(last, int):
+            raise GapwatchError(f"{self.url}: the server gives the run's last step as "
+                                f"{shown(last)}, not a whole number")
         start = 0 if self.last_step is None else self.last_step + 1
         steps, keys, values, walls = [], [], [], []
-        total = max(0, int(run.lastHistoryStep) + 1 - start)
+        total = max(0, min(last, MAX_STEP) + 1 - start)
         try:
             for n, row in enumerate(run.scan_history(page_size=self.config.page_size,
                                                      min_step=start, use_cache=False), 1):
@@ -139,20 +162,27 @@ class WandbApiReader:
                 np.asarray(walls, dtype=float))
 
     def _row(self, row: dict, steps, keys, values, walls) -> None:
-        if "_step" not in row:
+        if not isinstance(row, dict) or "_step" not in row:
             raise GapwatchError(f"{self.url}: a history row has no _step")
-        step = int(row["_step"])
+        step = row["_step"]
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            after = f" after step {self.last_step}" if self.last_step is not None else ""
+            raise GapwatchError(f"{self.url}: a history row{after} has _step {shown(step)}, "
+                                f"not a whole number from 0 to {MAX_STEP}")
         if self.last_step is not None and step <= self.last_step:
             raise GapwatchError(
                 f"{self.url}: step {step} after step {self.last_step}: W&B steps only grow"
             )
         self.last_step = step
-        wall = row.get("_timestamp")
-        wall = float(wall) if isinstance(wall, (int, float)) else math.nan
-        for name, value in _flatten(row):
+        wall = _float(row.get("_timestamp"))
+        wall = wall if wall is not None and math.isfinite(wall) else math.nan
+        for name, value in _flatten(row, self.url, step):
             if name.startswith("_"):
                 continue
             number = _scalar(value)
+            if number is _UNFIT:
+                raise GapwatchError(f"{self.url}: step {step}: {shown(name)}: the number "
+                                    f"{shown(value)} does not fit a 64-bit float")
             if number is None:
                 if value is not None:
                     self.skipped[name] = self.skipped.get(name, 0) + 1
@@ -176,15 +206,16 @@ class WandbApiReader:
             text = _one_line(exc)
             if "not found" in text.lower() or "could not find" in text.lower():
                 raise GapwatchError(f"{self.url}: no such run on the server") from None
-            raise GapwatchError(f"{self.url}: {text}") from None
+            raise GapwatchError(f"{self.url}: the server's answer for the run could not be "
+                                f"read: {text}") from None
 
     def notes(self) -> list[str]:
         notes = []
         if self.skipped:
-            listed = ", ".join(f"{k} ({n})" for k, n in sorted(self.skipped.items())[:6])
+            listed = ", ".join(f"{cut(k)} ({n})" for k, n in sorted(self.skipped.items())[:6])
             notes.append(f"{self.url}: left out values that are not numbers: {listed}")
         if not self.finished:
-            notes.append(f"{self.url}: the run is {self.state or 'in an unknown state'}: "
+            notes.append(f"{self.url}: the run is {cut(self.state or 'in an unknown state')}: "
                          "imported what the server has so far")
         return notes
 
@@ -193,6 +224,12 @@ def _make_api(base: str, config: ApiConfig):
     import wandb
 
     try:
+        # The history scan runs in wandb's service, whose retry policy comes from the process's
+        # wandb settings: a bounded one, so that a failing server ends the import.
+        wandb.setup(settings=wandb.Settings(
+            x_graphql_retry_max=config.retries,
+            x_graphql_retry_wait_max_seconds=config.retry_wait_max_s,
+            x_graphql_timeout_seconds=config.timeout_s))
         return wandb.Api(overrides={"base_url": base}, api_key=config.api_key,
                          timeout=config.timeout_s)
     except Exception as exc:
@@ -217,19 +254,38 @@ def to_imported(reader: WandbApiReader, steps, keys, values, walls) -> ImportedR
     )
 
 
-def _flatten(row: dict, prefix: str = ""):
+def _flatten(row: dict, url: str, step: int, prefix: str = "", depth: int = 0):
+    if depth > MAX_NESTING:
+        raise GapwatchError(f"{url}: step {step}: a value nested more than {MAX_NESTING} levels "
+                            "deep")
     for name, value in row.items():
         if isinstance(value, dict) and "_type" not in value:
-            yield from _flatten(value, f"{prefix}{name}.")
+            yield from _flatten(value, url, step, f"{prefix}{name}.", depth + 1)
         else:
             yield f"{prefix}{name}", value
 
 
-def _scalar(value) -> float | None:
+# _scalar's answer for an integer too large for a float.
+_UNFIT = object()
+
+
+def _float(value) -> float | None:
+    """A JSON number as a float; None for anything else or an integer no float holds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _scalar(value):
+    """A history value as a float, None when it is not a number, _UNFIT when no float holds it."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, (int, float)):
-        return float(value)
+        number = _float(value)
+        return _UNFIT if number is None else number
     if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
         return float(value)
     return None

@@ -4,7 +4,7 @@ Two layouts exist and both are read:
 * a run's history export: `_step` plus one column per metric name;
 * a chart panel export: `Step` plus `<run name> - <metric>` columns, each optionally with
   `__MIN`/`__MAX` companions (the min and max of the points W&B merged into one when it sampled the
-  chart). The companions are left out: they describe W&B's sampling, not the run. A panel that
+  chart), read under their own names and kept as the metric's band (`panel_band`). A panel that
   showed several runs holds each under its own prefix: one run is read at a time (`run=`, one of
   `panel_runs`), only the rows where it has a value.
 
@@ -122,10 +122,6 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
     table, run_name = _strip_panel_prefixes(table, path, run)
     if run_name:
         name_hint = run_name
-    sampled = [c for c in table.columns if _SAMPLING_SUFFIX.search(c)]
-    if sampled:
-        table = table.drop(columns=sampled)
-        notes.append(f"{path}: left out {len(sampled)} __MIN/__MAX sampling column(s)")
 
     numeric: dict[str, np.ndarray] = {}
     logged: dict[str, np.ndarray] = {}

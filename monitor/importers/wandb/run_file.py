@@ -9,11 +9,15 @@ stopped. Rules:
   the notes; booleans become 1/0; NaN and Infinity are kept as logged values.
 * W&B history steps only grow (wandb drops a log to an earlier step), so a row whose `_step` is not
   above the previous row's means a damaged file: an error naming the record.
-* The end of the file: without an `exit` record the run is still going (or was killed): the complete
-  records are imported and the run is marked live. A file that stops inside a chunk was cut
-  short: its writer was killed mid-write (wandb writes whole chunks, so a live file ends between
-  two, at most inside a record split over blocks). Every complete record is imported, the run is marked crashed and a note says
-  how many bytes were left unread; a follower instead waits for the rest.
+* The end of the file: a file that stops inside a chunk was cut short: its writer was killed
+  mid-write (wandb writes whole chunks, so a live file ends between two, at most inside a record
+  split over blocks). Every complete record is imported, the run is marked crashed and a note
+  says how many bytes were left unread; a follower instead waits for the rest.
+* A file that ends between chunks but has no `exit` record is a run still being written or one
+  whose process died between two writes, and the bytes cannot tell which. The file's age can: a
+  live wandb process appends to it often (its system-metrics records alone come every few
+  seconds), so a file not written for `STALE_AFTER_S` is taken as crashed, a younger one as still
+  running (imported as live; `--follow` keeps reading it). The note says which, and the age.
 * A run resumed after a crash (`wandb.init(id=..., resume="allow")`) writes one run folder per
   process, each with its own `run-<id>.wandb`. Those files are one run: `find_run_segments` finds
   every folder of the run id beside the one named, and `parse_wandb_run` reads them in the order
@@ -32,6 +36,7 @@ import json
 import mmap
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +65,8 @@ TIMESTAMP_KEY = "_timestamp"
 BATCH_RECORDS = 20_000
 # Longest text summary value kept (a run name, a status); longer text is not a summary number.
 SUMMARY_TEXT_MAX = 200
+# A file without an exit record, not written for this long, is a crashed run (module rules).
+STALE_AFTER_S = 600.0
 
 
 def _two_byte(field_number: int) -> int:
@@ -145,11 +152,18 @@ class WandbRunReader:
     exact_records: int = 0
     start_time: float | None = None  # seconds since the epoch, from the run record
     unread: int = 0  # bytes after the last complete record of a file cut short mid-write
+    idle_s: float | None = None  # how long the file had not been written when last read whole
     _codes: dict[str, int] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
         return str(self.path)
+
+    @property
+    def crashed(self) -> bool:
+        """Cut short mid-write, or without an exit record and not written for STALE_AFTER_S."""
+        return bool(self.unread) or (not self.finished and self.idle_s is not None
+                                     and self.idle_s >= STALE_AFTER_S)
 
     def read(self, follow: bool = False, progress=None) -> NewRows:
         """Rows appended since the last read. A record cut off at the end of the file is left
@@ -160,7 +174,9 @@ class WandbRunReader:
         before = copy.deepcopy(self.__dict__)
         try:
             with open(self.path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
+                stat = os.fstat(fh.fileno())
+                size = stat.st_size
+                self.idle_s = None if follow else max(0.0, time.time() - stat.st_mtime)
                 if size == 0:
                     raise GapwatchError(f"{self.path}: empty file (not a W&B run file)")
                 with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
@@ -434,12 +450,28 @@ class WandbRunReader:
         if self.unread:
             notes.append(f"{self.path}: crashed: the file stops inside a record; imported its "
                          f"{self.records:,} complete records, {self.unread:,} bytes left unread")
+        elif self.crashed:
+            notes.append(f"{self.path}: crashed: no exit record and not written for "
+                         f"{_age(self.idle_s)} (a run still going writes every few seconds); "
+                         f"imported its {self.records:,} complete records")
         elif not self.finished:
-            notes.append(f"{self.path}: no exit record: the run is still going (or was stopped "
-                         "before wandb finished); imported what is there")
+            written = "" if self.idle_s is None else f", written {_age(self.idle_s)} ago"
+            notes.append(f"{self.path}: no exit record{written}: taken as still running (a "
+                         f"file not written for {_age(STALE_AFTER_S)} is taken as crashed); "
+                         "imported what is there")
         elif self.exit_code:
             notes.append(f"{self.path}: the run exited with code {self.exit_code}")
         return notes
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} days"
 
 
 def run_id_of(file: Path) -> str | None:
@@ -530,8 +562,8 @@ def to_imported(reader: WandbRunReader, rows: NewRows, attempt: int = 1) -> Impo
         summary=reader.public_summary(),
         source=str(reader.path),
         notes=reader.notes(),
-        live=not reader.finished and not reader.unread,
-        crashed=bool(reader.unread),
+        live=not reader.finished and not reader.crashed,
+        crashed=reader.crashed,
     )
     return run
 

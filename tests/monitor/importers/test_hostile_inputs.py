@@ -145,6 +145,25 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path, sqlite_url):
     ("inf_wandb.csv", b"_step,train/loss\n1,1e309\n", "line 2: column 'train/loss': the number '1e309' does not fit a 64-bit float"),
     ("step64.log", b"s:18446744073709551616 trl:2.5\n", "line 1: step 18446744073709551616 is beyond the largest step"),
     ("inf.log", b"s:1 trl:1e309\n", "line 1: trl: the number '1e309' does not fit a 64-bit float"),
+    # The same inputs in the other formats that can hold them.
+    ("inf.json", json.dumps(LM_EVAL_DOC).replace("0.5", "1e309").encode(),
+     "the number '1e309' does not fit a 64-bit float"),
+    ("rev64.json", json.dumps({**LM_EVAL_DOC, "config": {"model_args": f"revision=step{2**64}"}}).encode(),
+     f"the step of revision 'step{2**64}' is beyond the largest step a store keeps"),
+    ("step64.jsonl", b'{"step": 18446744073709551616, "train/loss": 1.0}\n',
+     "line 1: step 18446744073709551616 is beyond the largest step a store keeps"),
+    ("true.jsonl", b'{"step": true, "train/loss": 1.0}\n', "line 1: step True is not a whole number >= 0"),
+    ("true_wandb.csv", b"_step,train/loss\ntrue,1.0\n", "step column '_step' holds text, not numbers"),
+    ("header_generic.csv", b"step,train/loss\n", "no metric values found"),
+    ("empty_generic.csv", b"step,train/loss\n1,\n2,\n", "no metric values found"),
+    ("header_wandb.csv", b"_step,train/loss\n", "a header and no rows: no history to import"),
+    ("dup.jsonl", b'{"step": 1, "train/loss": 1.0, "train/loss": 2.0}\n',
+     "line 1: not valid JSON (the name 'train/loss' appears twice in one object)"),
+    ("dup.json", b'{"results": {"hellaswag": {"acc,none": 0.5, "acc,none": 0.7}}, '
+                 b'"config": {"model_args": "revision=step10"}}',
+     "the name 'acc,none' appears twice in one object"),
+    ("long.jsonl", ('{"step": 1, "' + "m" * 5_000_000 + '": 1.0}\n').encode(),
+     "... (5,000,000 characters))"),
 ])
 def test_hostile_files_end_in_one_line_and_leave_the_stored_run_alone(tmp_path, sqlite_url, capsys, name,
                                                                       content, message):
@@ -164,6 +183,16 @@ def test_a_long_name_is_cut_short_in_the_message(tmp_path, sqlite_url, capsys):
     src = write(tmp_path / "long.csv", "step," + "m" * 5_000_000 + "\n1,abc\n")
     line = import_error(src, sqlite_url, capsys)
     assert "(5,000,002 characters)" in line and len(line) < 400
+
+
+def test_a_long_name_beside_good_ones_is_cut_short_in_the_mapping(tmp_path, sqlite_url, capsys):
+    src = write(tmp_path / "mixed.jsonl", json.dumps({"step": 1, "train/loss": 1.0, "m" * 5_000_000: 1.0}) + "\n")
+    assert main(["import", str(src), "--run", "r", "--store", sqlite_url]) == 0
+    err = capsys.readouterr().err
+    assert "(5,000,000 characters)" in err and len(err) < 2000
+    assert main(["import", str(src), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "(5,000,000 characters)" in out and len(out) < 2000
 
 
 @pytest.mark.parametrize("args, message", [

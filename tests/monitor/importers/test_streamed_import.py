@@ -268,3 +268,15 @@ def test_windows_and_old_mac_line_ends_read_as_they_did(tmp_path, newline):
     a, b = load(plain), load(other)
     pd.testing.assert_frame_equal(a.scalars, b.scalars)
     assert a.events == b.events and len(a.notes) == len(b.notes)
+
+
+def test_tokens_per_step_from_a_single_token_count():
+    """A run (one cut short, say) with one cumulative token count: no rate between two counts
+    to take tokens per step from, so none is taken (this once raised ValueError)."""
+    tokens = TokensPerStep()
+    one_row = pd.DataFrame({"step": [10], "key": [schema.TRAIN_TOKENS], "value": [4096.0],
+                            "attempt": [1]})
+    tokens.add(one_row)
+    assert tokens.result({}) is None
+    tokens.add(one_row.assign(step=20, value=8192.0))
+    assert tokens.result({}) == 409.6

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 
+import numpy as np
 import pytest
 
 from monitor import schema
@@ -114,3 +115,95 @@ def test_server_error_status(server):
     server.answer = fail
     with pytest.raises(GapwatchError, match="answered HTTP 503"):
         probe(server.url, timeout_s=5)
+
+
+def test_follow_puts_a_server_run_on_its_own_step(server, tmp_path):
+    """An HF-style run on the server (W&B's `_step` 0, 1, 2...; the trainer's
+    `train/global_step` 10, 20, 30...), followed while it grows: stored on the trainer's step."""
+    def hf_rows(lo, hi):
+        return [{"_step": s, "_timestamp": 1.7e9 + s, "train/loss": 3.0 - s / 100,
+                 "train/global_step": 10 * (s + 1)} for s in range(lo, hi)]
+
+    run = server.add_run(StandInRun("ai2", "olmo", "hf1", "hf", {}, rows=hf_rows(0, 5)))
+
+    def grow(_seconds):
+        if len(run.rows) < 15:
+            run.rows.extend(hf_rows(len(run.rows), len(run.rows) + 5))
+        else:
+            run.state = "finished"
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        last = follow(store, "hf", "wandb://ai2/olmo/hf1", "wandb-api",
+                      config=FollowConfig(poll_interval_s=0, max_polls=10),
+                      api_config=_config(server), sleep=grow)
+        assert last.finished
+        loss = store.load_run("hf").series(schema.TRAIN_LOSS)
+        assert list(loss.index) == list(range(10, 151, 10))
+        assert loss.loc[150] == pytest.approx(3.0 - 14 / 100)
+    finally:
+        store.close()
+
+
+# --- what a broken or hostile server answers ---------------------------------------------------
+@pytest.mark.parametrize("rows, message", [
+    (['{"_step": "x", "loss": 1}'], "a history row has _step 'x', not a whole number"),
+    (['{"_step": null, "loss": 1}'], "a history row has _step None, not a whole number"),
+    (['{"_step": true, "loss": 1}'], "a history row has _step True, not a whole number"),
+    (['{"_step": -1, "loss": 1}'], "a history row has _step -1, not a whole number"),
+    # wandb's own reader wraps a step beyond 2**63 to a negative one: refused, never stored so.
+    (['{"_step": %d, "loss": 1}' % 2**70], "has _step -9223372036854775808, not a whole number"),
+    (['{"_step": 0, "loss": 1}', '{"_step": 0, "loss": 2}'], "step 0 after step 0: W&B steps only grow"),
+    (['{"_step": 0, ' + '"a": {' * 40 + '"b": 1' + '}' * 41], "step 0: a value nested more than 32 levels deep"),
+    (['[1, 2]'], "reading history failed: "),
+    (['{nope'], "reading history failed: "),
+])
+def test_a_broken_history_ends_in_one_line(server, rows, message):
+    server.add_run(StandInRun("ai2", "olmo", "bad", "bad", {}, rows=[{"_step": 0}],
+                   raw_history=rows))
+    with pytest.raises(GapwatchError) as err:
+        load("wandb://ai2/olmo/bad", api_config=_config(server))
+    text = str(err.value)
+    assert message in text and "\n" not in text and text.startswith("wandb://ai2/olmo/bad: ")
+
+
+def test_odd_values_from_the_server_are_kept_left_out_or_refused(server):
+    long_name = "m" * 5_000_000
+    server.add_run(StandInRun("ai2", "olmo", "odd", "odd", {}, rows=[{"_step": 1}], raw_history=[
+        '{"_step": 0, "_timestamp": %s, "train/loss": %d, "acc": true, "t": "abc", "%s": [1]}'
+        % ("9" * 400, 2**80, long_name),
+        '{"_step": 1, "train/loss": "Infinity", "x": NaN}',
+    ]))
+    run = load("wandb://ai2/olmo/odd", api_config=_config(server))
+    data = run.to_run_data("odd")
+    assert data.series(schema.TRAIN_LOSS).to_dict() == {0: float(2**80), 1: float("inf")}
+    assert data.series("extra/acc").dropna().to_dict() == {0: 1.0}
+    assert np.isnan(run.scalars["wall_time"]).all()  # a timestamp beyond a float is no time
+    (skipped,) = [n for n in run.notes if "not numbers" in n]
+    assert "t (1)" in skipped and "(5,000,000 characters) (1)" in skipped and len(skipped) < 400
+
+
+def test_a_run_record_of_the_wrong_shape(server):
+    def answer(query, plain=server.answer):
+        status, data = plain(query)
+        run = (data.get("data") or {}).get("project", {}).get("run") or {}
+        if "config" in run:
+            run["config"] = "[1, 2"  # not JSON
+        return status, data
+
+    server.answer = answer
+    with pytest.raises(GapwatchError, match=r"^wandb://ai2/olmo/ref123: the server's answer for "
+                                            r"the run could not be read: "):
+        load(URL, api_config=_config(server))
+
+
+def test_a_server_that_keeps_failing_is_given_up_on(server):
+    def fail_history(query, plain=server.answer):
+        if "HistoryPage" in (query.get("operationName") or query.get("query", "")):
+            return 500, {"errors": [{"message": "boom"}]}
+        return plain(query)
+
+    server.answer = fail_history
+    config = ApiConfig(base_url=server.url, api_key="k" * 40, retries=1, retry_wait_max_s=0.2)
+    with pytest.raises(GapwatchError, match=r"reading history failed: .*HTTP 500"):
+        load(URL, api_config=config)

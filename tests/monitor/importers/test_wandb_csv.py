@@ -73,7 +73,23 @@ def test_panel_export_with_min_max_columns(tmp_path):
     assert run.name_hint == "olmo-7b" and run.profile == "olmo"
     loss = run.to_run_data("x").series(schema.TRAIN_LOSS)
     assert list(loss.index) == [10, 20, 30] and math.isnan(loss.loc[30])
-    assert any("__MIN/__MAX" in n for n in run.notes)
+    assert any("kept 2 __MIN/__MAX column(s) as the band" in n for n in run.notes)
+    # The band follows the metric's gapwatch key, on the steps where the export has it.
+    data = run.to_run_data("x")
+    low = data.series(schema.band_key(schema.TRAIN_LOSS, "min")).dropna()
+    high = data.series(schema.band_key(schema.TRAIN_LOSS, "max")).dropna()
+    assert low.to_dict() == {10: 3.4, 20: 3.2} and high.to_dict() == {10: 3.6, 20: 3.3}
+    band_rows = {r["source"]: r["key"] for r in run.mapping if r["key"].startswith("band/")}
+    assert band_rows == {"train/CE loss__MIN": "band/min/train/loss",
+                         "train/CE loss__MAX": "band/max/train/loss"}
+
+
+def test_a_band_without_its_metric_is_left_out(tmp_path):
+    path = tmp_path / "panel.csv"
+    path.write_text('"Step","r - train/loss","r - lr__MIN"\n1,2.0,0.1\n2,1.5,0.1\n')
+    run = load(path)
+    assert run.keys == [schema.TRAIN_LOSS]
+    assert any("left out the band of 1 metric(s) not kept" in n for n in run.notes)
 
 
 def test_panel_export_with_two_runs_reads_the_run_named(tmp_path):

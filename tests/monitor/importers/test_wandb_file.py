@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import time
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wandb.proto import wandb_internal_pb2 as wpb
 
+from app.cli import main
 from monitor import schema
 from monitor.errors import GapwatchError
 from monitor.importers import load
@@ -26,6 +28,7 @@ from bench.wandb_log_writer import encode_log
 from monitor.importers.wandb.log_format import BLOCK_SIZE, FILE_HEADER, read_records
 from monitor.importers.wandb.records import decode_exact
 from monitor.importers.wandb.wire import TAIL_MARGIN
+from monitor.store import open_store
 
 from .conftest import offline_run_dir, run_writer
 
@@ -102,7 +105,7 @@ def test_live_run_then_follow_to_the_end(tmp_path):
         assert (tmp_path / "ready").exists(), "the wandb child never got going"
         path = find_run_file(offline_run_dir(tmp_path))
         run = parse_wandb_run(path)  # while wandb is still writing it
-        assert run.live and any("still going" in n for n in run.notes)
+        assert run.live and any("taken as still running" in n for n in run.notes)
         early = run.to_run_data("live").series(schema.TRAIN_LOSS)
         assert list(early.index) == list(range(len(early)))
         follower = WandbRunReader(path)
@@ -446,3 +449,36 @@ def test_text_that_is_not_utf8_is_an_error_naming_the_record(tmp_path, name, val
     path.write_bytes(encode_log([ok, damaged, _pad(3)]))
     with pytest.raises(GapwatchError, match=r"record 2: not a W&B record \(text that is not UTF-8"):
         parse_wandb_run(path)
+
+
+def _run_without_exit(path, steps=5):
+    records = []
+    for step in range(steps):
+        rec = wpb.Record(num=step + 1)
+        rec.history.item.add(key="_step", value_json=str(step))
+        rec.history.item.add(key="train/loss", value_json=str(4.0 - step / 10))
+        records.append(rec.SerializeToString())
+    path.write_bytes(encode_log(records))
+    return path
+
+
+@pytest.mark.parametrize("age_s, status", [(30, "running"), (3 * 3600, "crashed")])
+def test_no_exit_record_is_crashed_once_the_file_is_stale(tmp_path, sqlite_url, capsys, age_s,
+                                                          status):
+    """A file without an exit record that ends between chunks: a live run if written lately,
+    a crashed one if not (its process died between two writes)."""
+    src = _run_without_exit(tmp_path / "run-x.wandb")
+    written = time.time() - age_s
+    os.utime(src, (written, written))
+    assert main(["import", str(src), "--run", "r", "--store", sqlite_url]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    with open_store(sqlite_url) as store:
+        assert store.get_run("r")["status"] == status
+        assert len(store.load_run("r").series(schema.TRAIN_LOSS)) == 5
+    if status == "crashed":
+        assert ("warning: " + str(src) + ": crashed: no exit record and not written for 3 h") in err
+        assert "imported its 5 complete records" in err
+        assert err.endswith("crashed (what was complete is imported)")
+    else:
+        assert "warning:" not in err and "taken as still running" in err
+        assert err.endswith("still running")

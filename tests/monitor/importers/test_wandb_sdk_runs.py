@@ -159,3 +159,49 @@ def test_hf_style_run_on_its_global_step(hf_run):
     assert rows["eval/loss"]["cadence"] == "every 50 steps"
     assert rows["train/train_loss"]["key"] is None  # the run's final aggregate
     assert not any(k.startswith("train/train_") for k in run.keys)
+
+
+def test_follow_puts_a_growing_run_on_its_global_step(hf_run, tmp_path, sqlite_url):
+    """A follower reading the HF-style run as wandb writes it (a few KB appended between polls)
+    stores what a whole import of the finished file stores: the trainer's step, not `_step`."""
+    from monitor.importers import import_source
+    from monitor.importers.follow import FollowConfig, follow
+
+    whole = find_run_file(hf_run).read_bytes()
+    growing = tmp_path / "run-grow.wandb"
+    growing.write_bytes(whole[:2000])
+    polls = []
+
+    def grow(_seconds):
+        size = growing.stat().st_size
+        with open(growing, "ab") as fh:
+            fh.write(whole[size:size + 3000])
+
+    store = open_store(sqlite_url)
+    try:
+        last = follow(store, "f", str(growing), "wandb-file",
+                      config=FollowConfig(poll_interval_s=0, max_polls=100), on_poll=polls.append,
+                      sleep=grow)
+        assert last.finished and len(polls) > 3
+        data = store.load_run("f")
+        assert list(data.series(schema.TRAIN_LOSS).dropna().index) == list(range(10, 201, 10))
+        assert list(data.series(schema.heldout_key("eval")).dropna().index) == [50, 100, 150, 200]
+        # Importing the finished file into the same run finds every row already there.
+        result, _ = import_source(store, "f", growing)
+        assert result.rows_new == 0 and result.rows_total == last.rows_total
+    finally:
+        store.close()
+
+
+def test_follow_takes_a_named_step_key(hf_run, sqlite_url, capsys):
+    source = str(find_run_file(hf_run))
+    assert main(["import", source, "--run", "g", "--follow", "--step-key", "train/global_step",
+                 "--poll-interval", "0.01", "--store", sqlite_url]) == 0
+    assert "(finished)" in capsys.readouterr().err
+    with open_store(sqlite_url) as store:
+        loss = store.load_run("g").series(schema.TRAIN_LOSS).dropna()
+        assert list(loss.index) == list(range(10, 201, 10))
+    assert main(["import", source, "--run", "h", "--follow", "--step-key", "nope",
+                 "--poll-interval", "0.01", "--store", sqlite_url]) == 2
+    assert "step key 'nope' is not logged in this run" in capsys.readouterr().err
+

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from app.cli import main
@@ -145,6 +147,13 @@ def test_multi_run_panel_export_gives_each_run(shared_data):
                   if r[f"{name} - train/loss"].strip()]
         assert (loss.index[-1], loss.iloc[-1]) == column[-1]
         assert len(loss) == len(column)
+        # __MIN/__MAX are kept as the band around train/loss, cell for cell.
+        data = run.to_run_data(name)
+        for side in ("min", "max"):
+            band = data.series(schema.band_key(schema.TRAIN_LOSS, side)).dropna()
+            cells = [(int(r["Step"]), float(r[f"{name} - train/loss__{side.upper()}"]))
+                     for r in rows if r[f"{name} - train/loss__{side.upper()}"].strip()]
+            assert list(zip(band.index, band)) == cells
         lengths.add(len(loss))
     assert len(lengths) > 1  # runs of different lengths, each read to its own end
     with pytest.raises(GapwatchError, match="no run 'nope' in this panel export"):
@@ -186,6 +195,21 @@ def test_import_all_runs_of_a_panel_export_and_dry_run(shared_data, sqlite_url, 
                for line in lines)
     assert main(["import", str(folder), "--dry-run", "--step-key", "_nope"]) == 2
     assert "step key '_nope' is not logged" in capsys.readouterr().err
+    # A panel export of several runs: the mapping of each.
+    assert main(["import", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert [line[:-1] for line in out.splitlines() if line.endswith(":")] == panel_runs(path)
+
+
+def test_the_readmes_dry_run_is_what_the_command_prints(shared_data, capsys):
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    block = readme.split("$ gapwatch import wandb/run-20240621_122906-qnolswhj --dry-run\n")[1]
+    shown = [line for line in block.split("```")[0].splitlines() if line != "..."]
+    assert len(shown) >= 5
+    assert main(["import", str(_run_folder(shared_data, "10_llamafactory_dpo_2024")),
+                 "--dry-run"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert all(line in printed for line in shown), set(shown) - set(printed)
 
 
 def test_every_wild_file_has_a_test(shared_data):
@@ -209,3 +233,28 @@ def test_an_import_prints_a_short_mapping_and_dry_run_all_of_it(shared_data, sql
     assert "... 233 more (--dry-run lists them all)" in err
     assert main(["import", str(folder), "--step", "1000", "--dry-run"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 253
+
+
+@pytest.mark.parametrize("case", ["11_cs336_custom_2025", "14_nanogpt_muon_2026"])
+def test_wandb_history_as_jsonl_reads_like_the_run_file(shared_data, tmp_path, sqlite_url, case):
+    """A run's W&B history as JSON Lines (what wandb < 0.10 kept as files/wandb-history.jsonl,
+    and what `run.history()` saved by hand gives), made here from the real run file's rows:
+    read on the trainer's step like the run file itself, whole (`load`) and streamed."""
+    from monitor.importers import import_source
+    from monitor.importers.wandb.run_file import parse_wandb_run
+
+    folder = _run_folder(shared_data, case)
+    raw = parse_wandb_run(folder).scalars
+    path = tmp_path / "wandb-history.jsonl"
+    with open(path, "w") as fh:
+        for step, row in raw.groupby("step", sort=True):
+            fh.write(json.dumps({"_step": int(step), **dict(zip(row["key"].astype(str),
+                                                                 row["value"]))}) + "\n")
+    want = load(folder).to_run_data("w").scalars
+    got = load(path).to_run_data("j").scalars
+    pd.testing.assert_frame_equal(got, want)
+    with open_store(sqlite_url) as store:
+        import_source(store, "streamed", path)
+        stored = store.load_run("streamed").scalars
+    pd.testing.assert_frame_equal(stored[sorted(stored.columns)], want, check_dtype=False,
+                                  check_freq=False, check_names=False)

@@ -25,6 +25,9 @@ class StandInRun:
     summary: dict = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
     state: str = "running"
+    # History pages as the server sends them (JSON text per row), in place of `rows`: what a
+    # broken or hostile server answers. `rows` still gives the run's last step.
+    raw_history: list[str] | None = None
 
 
 class WandbStandIn:
@@ -114,6 +117,9 @@ class WandbStandIn:
                 "parquetUrls": [], "liveData": []}}}}}
         if op == "HistoryPage":
             lo, hi, size = variables["minStep"], variables["maxStep"], variables["pageSize"]
+            if run.raw_history is not None:
+                return 200, {"data": {"project": {"run": {"history": run.raw_history if lo == 0
+                                                          else []}}}}
             page = [json.dumps(r) for r in run.rows if lo <= r["_step"] < hi][:size]
             return 200, {"data": {"project": {"run": {"history": page}}}}
         return 200, {"data": {}}
