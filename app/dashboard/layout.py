@@ -148,7 +148,7 @@ def alerts_list(alerts: pd.DataFrame, spec: ViewSpec) -> list:
         items.append(html.Li([
             html.Span(a.severity, className=f"sev sev-{a.severity}"),
             html.Span(a.state, className="state"),
-            html.Span(f"{a.detector} · {a.metric}", className="what"),
+            html.Span(a.name, className="what", title=f"{a.incident_id}: {a.detector} on {a.metric}"),
             *([html.Span(f"{a.count}×", className="count", title=f"{a.count} detections in this incident")]
               if getattr(a, "count", 1) > 1 else []),
             dcc.Link(f"steps {a.start_step:,}–{a.end_step:,}",

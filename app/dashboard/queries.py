@@ -21,6 +21,7 @@ from app.figures.markers import DEFAULT_KINDS
 from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
+from monitor.alerting.ledger import stored_alerts
 from monitor.align import align_pair
 from monitor.detection import load_cleans
 from monitor.errors import GapwatchError
@@ -284,8 +285,12 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     detections that no alert of the same detector and metric overlaps (those `gapwatch detect`
     stored, or recurrences the watch folded into a cool-down), grouped into incidents by the watch
     service's rule (monitor/alerting/grouping.py) with state "found". Columns as `read_alerts`, plus
-    `source` ("alert" or "detection") and `count` (detections in the row)."""
+    `name` and `incident_id` (as `gapwatch detect` and the notifications give them), `source`
+    ("alert" or "detection") and `count` (detections in the row)."""
     alerts = store.read_alerts(run).assign(source="alert", count=1)
+    described = {a.id: a for a in stored_alerts(store, run)}
+    alerts["name"] = [described[i].name if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
+    alerts["incident_id"] = [described[i].incident_id if i in described else "" for i in alerts["id"]]
     stored = store.read_detections(run)
     covered = [any(d.detector == a.detector and d.metric == a.metric and d.start_step <= a.end_step
                    and d.end_step >= a.start_step for a in alerts.itertuples(index=False)) for d in stored]

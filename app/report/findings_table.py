@@ -21,6 +21,7 @@ def findings_table(pair: ComparedPair) -> Table:
             Column("run", "run", fmt=""),
             Column("severity", "severity", fmt=""),
             Column("incident", "incident", fmt=""),
+            Column("id", "id", fmt=""),
             Column("state", "state", fmt=""),
             Column("steps", "steps", fmt=""),
             Column("count", "detections", fmt="d"),
@@ -39,7 +40,7 @@ def findings_table(pair: ComparedPair) -> Table:
     ordered.sort(key=lambda i: (-i.severity.rank, i.run != pair.run.name))  # stable: start steps stay in order
     for i in ordered:
         table.rows.append({
-            "run": i.run, "severity": i.severity.value, "incident": i.name,
+            "run": i.run, "severity": i.severity.value, "incident": i.name, "id": i.incident_id,
             "state": "resolved" if i.resolved else "open", "detector": i.detector, "metric": i.metric,
             "start_step": i.start_step, "end_step": i.end_step, "steps": steps(i), "count": i.count,
             "message": headline(i), "flagged": i.severity.rank >= Severity.WARNING.rank,

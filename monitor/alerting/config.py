@@ -31,8 +31,9 @@ class IncidentConfig:
     """After a resolution, a recurrence that ends within this many steps opens no new alert. 1,000 is
     the window of the OLMo 2 paper's spike score: at most one new alert per window and incident key."""
     max_growth_escalations: int = 2
-    """Times one incident may escalate because its size doubled (a severity that rises always
-    escalates): the person is told when it opens and at most twice more as it grows."""
+    """Times one incident may escalate because it grew (its size doubled, or it reached downstream
+    evals); a severity that rises always escalates. The person is told when it opens and at most
+    twice more as it grows."""
     resolve_after_steps_by_detector: dict[str, int] = field(default_factory=dict)
     """Per-detector overrides of `resolve_after_steps`, for metrics logged sparsely (evals)."""
 

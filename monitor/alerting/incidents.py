@@ -31,7 +31,7 @@ from typing import Any
 
 from monitor.alerting.config import IncidentConfig
 from monitor.detectors import role_of
-from monitor.schema import Clean, CleanRule, Detection, Severity
+from monitor.schema import DOWNSTREAM_PREFIX, Clean, CleanRule, Detection, Severity
 
 OPEN = "open"
 RESOLVED = "resolved"
@@ -339,7 +339,9 @@ class IncidentTracker:
         alert.detections.append(d)
         new = _member(d)
         member = alert.members.get(new.key)
+        reached = None
         if member is None:
+            reached = _reach(alert, new)
             alert.members[new.key] = member = new
             changed = True
         else:
@@ -361,12 +363,12 @@ class IncidentTracker:
             alert.told_score = alert.score
             return [AlertChange(ChangeKind.UPDATED, alert, reason=f"now explained as {alert.name} (was {before_name})")]
         told = alert.told_score
-        if (told is not None and told > 0 and score_rank(alert.score) >= 2 * told
-                and alert.growth_escalations < self.config.max_growth_escalations):
-            alert.told_score = alert.score
+        grew = told is not None and told > 0 and score_rank(alert.score) >= 2 * told
+        if (grew or reached) and alert.growth_escalations < self.config.max_growth_escalations:
             alert.growth_escalations += 1
-            return [AlertChange(ChangeKind.ESCALATED, alert, alert.severity,
-                                f"grew to {alert.score:.3g} times its band (was {told:.3g})")]
+            reason = reached or f"grew to {alert.score:.3g} times its band (was {told:.3g})"
+            alert.told_score = alert.score
+            return [AlertChange(ChangeKind.ESCALATED, alert, alert.severity, reason)]
         return [AlertChange(ChangeKind.EXTENDED, alert)]
 
     @staticmethod
@@ -397,6 +399,15 @@ def _member(d: Detection) -> Member:
                   clean_rule=role.clean_rule.value, severity=Severity(d.severity).value, score=_score(d),
                   start_step=int(d.start_step), end_step=int(d.end_step), peak_step=int(d.peak_step),
                   message=d.message, evidence=d.to_dict()["evidence"], yields_to=role.yields_to)
+
+
+def _reach(alert: Alert, new: Member) -> str | None:
+    """What a new member adds to the incident's reach that a person should hear of: the first
+    finding on downstream evals (the fault now shows where the model is used), None otherwise."""
+    if new.metric.startswith(DOWNSTREAM_PREFIX) and not any(
+            m.metric.startswith(DOWNSTREAM_PREFIX) for m in alert.members.values()):
+        return f"reached downstream evals ({new.metric})"
+    return None
 
 
 def _grow(member: Member, new: Member) -> bool:

@@ -37,7 +37,7 @@ class AlertLedger:
     # --- reading -------------------------------------------------------------------------------
     def alerts(self, run: str | None = None, state: str | None = None) -> list[Alert]:
         """Alerts, oldest first, optionally of one run and/or in one state."""
-        return [_alert_from_row(row) for row in self.store.alerts.list(run, state)]
+        return stored_alerts(self.store, run, state)
 
     def incidents(self, runs: Iterable[str]) -> tuple[dict[IncidentKey, Alert], dict[IncidentKey, Alert]]:
         """The open alert and the latest resolved one of every incident key of these runs."""
@@ -123,6 +123,11 @@ class AlertLedger:
             })
         self.store.outbox.add(rows)
         return len(rows)
+
+
+def stored_alerts(store: "Store", run: str | None = None, state: str | None = None) -> list[Alert]:
+    """The incidents as the store holds them (with their names and ids), oldest first."""
+    return [_alert_from_row(row) for row in store.alerts.list(run, state)]
 
 
 def _latest_first(alert: Alert) -> tuple[int, int]:

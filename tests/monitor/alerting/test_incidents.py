@@ -158,3 +158,16 @@ def test_train_below_joins_an_open_divergence_incident():
     changes, open_alerts, _ = run_tracker(tracker, [([heldout], 1000), ([below(1500, 2500)], 2500)])
     assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.EXTENDED]
     assert list(open_alerts) == [("r", "divergence")]
+
+
+def test_an_incident_that_reaches_downstream_evals_escalates_once():
+    tracker = IncidentTracker()
+    evals = "eval/downstream/hellaswag/acc"
+    batches = [([det(1000, 2000, detector="heldout_divergence", metric="eval/heldout/c4/loss")], 2000),
+               ([det(4000, 4000, detector="eval_regression", metric=evals)], 4000),
+               ([det(5000, 5000, detector="eval_regression", metric="eval/downstream/arc_easy/acc")], 5000)]
+    changes, open_alerts, _ = run_tracker(tracker, batches)
+    told = [(c.kind, c.reason) for c in changes if c.kind != ChangeKind.EXTENDED]
+    assert told[-1] == (ChangeKind.ESCALATED, f"reached downstream evals ({evals})")
+    assert [k for k, _ in told].count(ChangeKind.ESCALATED) == 1
+    assert list(open_alerts) == [("r", "divergence")]

@@ -9,7 +9,7 @@ import pytest
 from bench import bench_stories
 from bench.quality import stories
 
-STEPS = 100_000
+STEPS = 40_000
 
 
 @pytest.fixture(scope="module")

@@ -130,3 +130,5 @@ def test_its_critical_finding_names_the_report_verdict_and_the_dashboard_lists_i
     with open_store(store_url, read_only=True) as store:
         listed = findings(store, "blown")
     assert list(listed["detector"]) == ["loss_ceiling"] and list(listed["start_step"]) == [120]
+    assert list(listed["name"]) == ["train loss above its ceiling"]
+    assert list(listed["incident_id"]) == ["blown:instability#1"]
