@@ -36,7 +36,7 @@ from monitor.schema import (
     empty_events,
     empty_long,
 )
-from monitor.smoothing import ema_debiased
+from app.figures.smoothing import ema_debiased
 from monitor.store import KeyRows, Store, run_data
 
 # What the run page draws, by key prefix. The reference contributes only what is compared.

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from monitor.smoothing import ema_debiased
+from app.figures.smoothing import ema_debiased
 
 
 def tensorboard_loop(values, weight):
