@@ -48,8 +48,8 @@ def test_a_replay_larger_than_one_write_is_written_in_bounded_parts(sqlite_url, 
     carrying on where the last stopped: no write is ever asked to take the whole."""
     import json
 
-    import monitor.client as client
-    import monitor.store_jobs as jobs
+    import monitor.client.monitor as client
+    import monitor.client.store_jobs as jobs
 
     run_dir = tmp_path / "r"
     run_dir.mkdir()
