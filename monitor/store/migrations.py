@@ -12,7 +12,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, inspect, select, text
 
 from monitor.errors import GapwatchError
-from monitor.store import chunks, metrics_writer, tables
+from monitor.store import chunks, derived, metrics_writer, tables
 
 
 def _v1_initial(conn: Connection) -> None:
@@ -35,11 +35,20 @@ def _v3_incident_stories(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE {tables.alerts.name} ADD COLUMN {column} {kind}"))
 
 
+def _v4_team_scale(conn: Connection) -> None:
+    # A store made at an earlier version by this code already has the tables (create_all makes them).
+    tables.derived_points.create(conn, checkfirst=True)
+    derived.move_logged(conn)
+    tables.watch_leases.create(conn, checkfirst=True)
+
+
 # (version, what it does, function). The store's version is the last applied entry.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "runs, metrics with attempts, series marks, rollups, events, detections, alerts, outbox", _v1_initial),
     (2, "sealed step ranges of each series as compressed chunks; the row table keeps the tail", _v2_chunks),
     (3, "incidents by story: the alert's story and the findings of each detector that joined it", _v3_incident_stories),
+    (4, "derived series (spike scores) apart from the logged rows; leases of several watch workers",
+     _v4_team_scale),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

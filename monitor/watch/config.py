@@ -60,6 +60,9 @@ class WatchConfig:
     state_save_interval_s: float = 5.0
     """Detector state is saved with every alert change, and otherwise at most this often: after a
     crash the service re-judges at most these seconds of rows, which sends nothing twice."""
+    lease_s: float = 30.0
+    """Seconds a watch worker holds a run without renewing it (it renews every poll): the runs of
+    a worker that died are judged by another one within this long. Longer than a slow poll."""
     detect: DetectConfig = field(default_factory=DetectConfig)
     """Which detectors judge the runs and how: the same settings `gapwatch detect` takes (the file's
     top-level `detectors`, `detector_params` and `axis`)."""
@@ -123,6 +126,8 @@ def _build(raw: dict[str, Any], env: Mapping[str, str]) -> WatchConfig:
     watch.detect = detect
     if watch.poll_interval_s <= 0:
         raise ValueError("poll_interval_s must be positive")
+    if watch.lease_s <= watch.poll_interval_s:
+        raise ValueError("lease_s must be longer than poll_interval_s (a worker renews its leases every poll)")
     return watch
 
 
