@@ -128,6 +128,8 @@ class WatchService:
     def _balance(self) -> None:
         """Renew this worker's leases and take its share of the runs; forget the watchers of runs
         another worker judges now (their state is read again from the store if they come back)."""
+        if self._polls == 1:
+            self._free_dead_local_workers()
         held, other = self.store.leases.balance(self.worker, [t.run for t in self._current], self.config.lease_s)
         if other is not None and not self._told_single_worker:
             log.warning("watch worker %s already watches %s: a SQLite store takes one watch worker, so this one "
@@ -137,6 +139,16 @@ class WatchService:
         self._held = held
         for target in [t for t in self.watchers if t.run not in held]:
             del self.watchers[target]
+
+    def _free_dead_local_workers(self) -> None:
+        """Give back the leases of workers of this host whose process is gone (a worker restarted
+        after a crash takes its runs back at once instead of one lease later)."""
+        host = socket.gethostname()
+        for owner in set(self.store.leases.holders().values()):
+            name, _, pid = owner.rpartition(":")
+            if name == host and pid.isdigit() and owner != self.worker and not _alive(int(pid)):
+                log.info("watch worker %s is gone; its runs are free", owner)
+                self.store.leases.release(owner)
 
     def _fence(self, run: str) -> Callable[[], None]:
         return lambda: self.store.leases.confirm(run, self.worker, self.config.lease_s)
@@ -263,3 +275,13 @@ class WatchService:
     def stop(self) -> None:
         self.stop_event.set()
         self._wake_delivery.set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
