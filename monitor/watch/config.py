@@ -57,6 +57,10 @@ class WatchConfig:
     """Seconds between looks at the store: a flagged step reaches Slack within about this long."""
     catch_up_steps: int = 50_000
     """Steps judged per pass while catching up on a long run (bounds memory; progress is logged)."""
+    run_budget_s: float = 0.25
+    """Seconds one run may take of a poll: a run with a backlog gets passes of `catch_up_steps`
+    until this is spent (at least one), and is caught up over several polls, so the other runs'
+    new rows are judged in every poll. A quarter of the default poll interval."""
     state_save_interval_s: float = 5.0
     """Detector state is saved with every alert change, and otherwise at most this often: after a
     crash the service re-judges at most these seconds of rows, which sends nothing twice."""

@@ -41,8 +41,6 @@ log = logging.getLogger("gapwatch.watch")
 # With `--all`, the list of runs is read again every this many polls (new runs join within
 # ten poll intervals; listing runs costs more than polling a run that has nothing new).
 TARGET_REFRESH_POLLS = 10
-# While catching up on a long run, passes over one run in a row before the other runs get a turn.
-CATCH_UP_PASSES_PER_POLL = 20
 # Seconds the service waits for the delivery thread to finish its current send when stopping
 # (a little more than one HTTP timeout is enough; it is a daemon thread after that).
 STOP_JOIN_EXTRA_S = 2.0
@@ -82,6 +80,7 @@ class WatchService:
         self._current: list[Target] = []
         self._state_saved_at: dict[str, float] = {}
         self._held: set[str] = set()
+        self._behind: set[str] = set()
         self._told_single_worker = False
 
     # --- the watch loop ------------------------------------------------------------------------
@@ -100,7 +99,8 @@ class WatchService:
             log.warning("store unavailable (%s); will retry", describe_db_error(exc))
             return 0
         queued = 0
-        for target in self._current:
+        # Runs with a backlog last: a pass over one of them does not delay the others' verdicts.
+        for target in sorted(self._current, key=lambda t: t.run in self._behind):
             if self.stop_event.is_set():
                 break
             if target.run not in self._held:
@@ -160,7 +160,9 @@ class WatchService:
                                  window_steps=self.config.catch_up_steps)
             self.watchers[target] = watcher
         queued = 0
-        for _ in range(CATCH_UP_PASSES_PER_POLL):
+        deadline = time.monotonic() + self.config.run_budget_s
+        self._behind.discard(target.run)
+        while True:
             result = watcher.poll()
             if result is None:
                 break
@@ -184,6 +186,9 @@ class WatchService:
             if not result.more:
                 break
             log.info("%s: catching up, judged up to step %d", target.run, result.window_end)
+            if time.monotonic() >= deadline:
+                self._behind.add(target.run)
+                break
         return queued
 
     def save_states(self) -> None:
@@ -247,6 +252,8 @@ class WatchService:
         pass with `once` (which then makes one delivery pass; failures stay queued for next time)."""
         if once:
             self.poll()
+            while self._behind and not self.stop_event.is_set():  # once means every run caught up
+                self.poll()
             self.save_states()
             self.release()
             self._drain_once()
