@@ -181,6 +181,13 @@ class Store:
         worst severity ever found (alerts in any state and stored detections)."""
         return reader.list_runs(self._db)
 
+    def run_references(self) -> list[tuple[str, str | None]]:
+        """(name, reference) of every run, oldest first: one small query, for a watch service
+        that looks for new runs at every poll."""
+        r = tables.runs.c
+        with self._db.read() as conn:
+            return [(name, ref or None) for name, ref in conn.execute(select(r.name, r.reference).order_by(r.id))]
+
     def delete_run(self, name: str) -> None:
         """Delete a run with everything that hangs on it, undelivered notifications of its alerts too."""
         with self._db.tx() as conn:

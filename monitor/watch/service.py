@@ -38,9 +38,9 @@ from monitor.watch.targets import Target, TargetSpec
 
 log = logging.getLogger("gapwatch.watch")
 
-# With `--all`, the list of runs is read again every this many polls (new runs join within
-# ten poll intervals; listing runs costs more than polling a run that has nothing new).
-TARGET_REFRESH_POLLS = 10
+# With `--all`, the list of runs is read again every this many polls: one small query, so a new
+# run is judged from the first poll after it appears.
+TARGET_REFRESH_POLLS = 1
 # Seconds the service waits for the delivery thread to finish its current send when stopping
 # (a little more than one HTTP timeout is enough; it is a daemon thread after that).
 STOP_JOIN_EXTRA_S = 2.0
