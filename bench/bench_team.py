@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,6 +187,7 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
             pg.stop()
         except subprocess.CalledProcessError:
             pass
+        shutil.rmtree(pg.dir, ignore_errors=True)
 
 
 def _wait_for(predicate, limit_s: float) -> None:
