@@ -59,7 +59,7 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
                 store.clear_detections(run, names)
             store.write_detections(result.detections)
             if len(result.series):
-                store.write_metrics(run, result.series)
+                store.write_derived(run, result.series)
             store.save_state(not_judged_state(run), {"reference": result.reference,
                                                      "not_judged": [n.to_dict() for n in result.not_judged],
                                                      "cleans": [_clean_row(c) for c in result.cleans]})

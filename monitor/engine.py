@@ -35,7 +35,8 @@ class DetectConfig:
     axis: str = "auto"
     """Axis on which the run meets its reference: auto, step or tokens."""
     write_series: bool = True
-    """Also store the spike-score series (detect/spike_score/*) next to the detections."""
+    """Also store the spike-score series (detect/spike_score/*) next to the detections, apart from
+    the logged rows (Store.write_derived)."""
     replace: bool = False
     """Forget the run's stored detections of these detectors before storing the new ones."""
 

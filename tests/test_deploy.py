@@ -40,6 +40,13 @@ def test_services_volumes_and_health_checks():
     assert services["watch"]["command"] == ["watch", "--all"]
 
 
+def test_the_watch_service_scales():
+    # `docker compose up --scale watch=N` needs replicas without a fixed name or host port.
+    watch = compose()["services"]["watch"]
+    assert "container_name" not in watch and "ports" not in watch
+    assert "--scale watch=" in (REPO / "docker-compose.yml").read_text()
+
+
 def test_secrets_live_in_env_files_only():
     text = (REPO / "docker-compose.yml").read_text()
     assert not re.search(r"(PASSWORD|TOKEN|WEBHOOK)[A-Z_]*\s*[:=]\s*\S", text), "no secret inline in compose"

@@ -262,6 +262,12 @@ def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str,
     else:
         long = empty_long()
         widths = {}
+    # Derived series (spike scores) live apart from the logged rows; drawn beside them.
+    derived = store.read_derived(info.name, step_range=step_range, max_points=max_points)
+    derived = derived[derived["key"].str.startswith(prefixes)]
+    if len(derived):
+        long = pd.concat([long, derived], ignore_index=True)
+        keys = keys + sorted(set(derived["key"]))
     long["x"] = axis.to_x(long["step"].to_numpy())
     events = store.read_events(info.name, kinds=DEFAULT_KINDS)
     if step_range is not None and len(events):

@@ -53,19 +53,23 @@ class AlertLedger:
 
     # --- writing -------------------------------------------------------------------------------
     def record(self, changes: list[AlertChange], state: tuple[str, dict] | None = None,
-               detections: list[Detection] | None = None, series: tuple[str, pd.DataFrame] | None = None) -> int:
+               detections: list[Detection] | None = None, series: tuple[str, pd.DataFrame] | None = None,
+               fence: Callable[[], None] | None = None) -> int:
         """Write the alerts, their notifications and (optionally) the detections behind them, the
         detector series of a run (spike scores) and a service state, all in one transaction; return
-        the number of notifications queued."""
+        the number of notifications queued. `fence` runs first in that transaction and raises to
+        write nothing (a watch worker that no longer holds the run's lease)."""
         if not changes and state is None and not detections and series is None:
             return 0
         now = self.clock()
         queued = 0
         with self.store.atomic():
+            if fence is not None:
+                fence()
             if detections:
                 self.store.write_detections(detections)
             if series is not None:
-                self.store.write_metrics(*series)
+                self.store.write_derived(*series)
             written: set[int] = set()
             for change in changes:
                 if id(change.alert) not in written:

@@ -69,13 +69,15 @@ class Database:
             with self.engine.connect() as conn:
                 yield conn
 
-    def upsert(self, conn: Connection, table, rows: list[dict], index: list[str], update: list[str]) -> None:
-        """INSERT ... ON CONFLICT (index) DO UPDATE the `update` columns, or DO NOTHING without any."""
+    def upsert(self, conn: Connection, table, rows: list[dict] | dict, index: list[str], update: list[str],
+               where=None) -> None:
+        """INSERT ... ON CONFLICT (index) DO UPDATE the `update` columns (only where the stored row
+        meets `where`, when given), or DO NOTHING without any."""
         dialect = pg_dialect if conn.dialect.name == "postgresql" else sqlite_dialect
         stmt = dialect.insert(table)
         if update:
             stmt = stmt.on_conflict_do_update(
-                index_elements=index, set_={c: getattr(stmt.excluded, c) for c in update}
+                index_elements=index, set_={c: getattr(stmt.excluded, c) for c in update}, where=where
             )
         else:
             stmt = stmt.on_conflict_do_nothing(index_elements=index)

@@ -21,7 +21,7 @@ PG_CONNECT_TIMEOUT_S = 5
 # idle + interval * count = 10 + 5 * 3 = 25 s instead of the kernel's two hours, and
 # tcp_user_timeout ends a connection whose sent data stays unacknowledged for 30 s. Neither helps
 # when a proxy on the path freezes with its sockets open (the kernel keeps acknowledging): the
-# logging client keeps its own deadline for that (monitor/store_jobs.py).
+# logging client keeps its own deadline for that (monitor/client/store_jobs.py).
 PG_KEEPALIVE_OPTIONS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
                         "keepalives_count": 3, "tcp_user_timeout": 30_000}
 

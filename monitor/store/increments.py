@@ -62,13 +62,15 @@ def key_rows(db: Database, run: str, ranges: list[KeyRange]) -> dict[str, KeyRow
     with db.read() as conn:
         run_id = db.run_id(conn, run)
         ids = db.key_ids(conn, [r.key for r in ranges])
+        # Series read from the same step (a run's dense metrics, at one cursor) share two queries.
+        groups: dict[tuple, list[str]] = {}
         for r in ranges:
-            if r.key not in ids:
-                continue
-            replay = (r.seen, r.replay_attempt) if r.replay_attempt is not None else None
-            rows = metric_rows.series_rows(conn, run_id, ids[r.key], r.after + 1, r.upto, replay)
-            if len(rows):
-                out[r.key] = rows
+            if r.key in ids:
+                replay = (r.seen, r.replay_attempt) if r.replay_attempt is not None else None
+                groups.setdefault((r.after + 1, r.upto, replay), []).append(r.key)
+        for (lo, hi, replay), keys in groups.items():
+            found = metric_rows.many_series_rows(conn, run_id, [ids[k] for k in keys], lo, hi, replay)
+            out.update((k, found[ids[k]]) for k in keys if len(found[ids[k]]))
     return out
 
 

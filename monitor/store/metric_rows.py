@@ -110,6 +110,30 @@ def series_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = Non
     return out
 
 
+def many_series_rows(conn: Connection, run_id: int, key_ids: list[int], lo: int | None, hi: int | None,
+                     replay: tuple[int, int] | None = None) -> dict[int, KeyRows]:
+    """`series_rows` of several series over one range, in two queries instead of two a series
+    (the watch service reads a poll's new rows of every series of a run, mostly at one cursor)."""
+    out: dict[int, list[KeyRows]] = {k: [] for k in key_ids}
+    for key_id, _, rows in chunks.read(conn, run_id, key_ids, lo, hi):
+        out[key_id].append(_trim(rows, lo, hi))
+    cond = and_(_tail_cond(run_id, None, lo, hi), _m.key_id.in_(key_ids))
+    if replay is not None:
+        cond = and_(cond, or_(_m.step > replay[0], _m.attempt >= replay[1]))
+    got = conn.execute(select(_m.key_id, _m.step, _m.attempt, _m.value).where(cond)
+                       .order_by(_m.key_id, _m.step, _m.attempt)).all()
+    keys, steps, attempts, values = columns(got, [np.int64, np.int64, np.int64, float])
+    bounds = np.searchsorted(keys, key_ids, "left"), np.searchsorted(keys, key_ids, "right")
+    joined = {}
+    for key_id, a, b in zip(key_ids, *bounds):
+        rows = _joined(out[key_id] + [KeyRows(steps[a:b], attempts[a:b], values[a:b])])
+        if replay is not None and len(rows):
+            keep = (rows.steps > replay[0]) | (rows.attempts >= replay[1])
+            rows = KeyRows(rows.steps[keep], rows.attempts[keep], rows.values[keep])
+        joined[key_id] = rows
+    return joined
+
+
 def series_parts(conn: Connection, run_id: int, key_id: int) -> Iterator[KeyRows]:
     """Every row of one series, a sealed chunk at a time and then the write tail, in (step,
     attempt) order; a step's rows all lie in one part. For a full load, which places each part

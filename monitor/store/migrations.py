@@ -12,7 +12,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, inspect, select, text
 
 from monitor.errors import GapwatchError
-from monitor.store import chunks, metrics_writer, tables
+from monitor.store import chunks, derived, metrics_writer, tables
 
 
 def _v1_initial(conn: Connection) -> None:
@@ -35,9 +35,15 @@ def _v3_incident_stories(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE {tables.alerts.name} ADD COLUMN {column} {kind}"))
 
 
+def _v4_team_scale(conn: Connection) -> None:
+    # A store made at an earlier version by this code already has the tables (create_all makes them).
+    tables.derived_points.create(conn, checkfirst=True)
+    derived.move_logged(conn)
+    tables.watch_leases.create(conn, checkfirst=True)
+
+
 def _v5_message_refs(conn: Connection) -> None:
-    # Numbered 5, not 4: another change of schema took 4 in parallel. Either order of the two
-    # reaches the same schema, because each adds only what is missing.
+    # A store made at an earlier version by this code already has the column (create_all makes it).
     present = {c["name"] for c in inspect(conn).get_columns(tables.alert_outbox.name)}
     if "message_ref" not in present:
         conn.execute(text(f"ALTER TABLE {tables.alert_outbox.name} ADD COLUMN message_ref TEXT"))
@@ -48,6 +54,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "runs, metrics with attempts, series marks, rollups, events, detections, alerts, outbox", _v1_initial),
     (2, "sealed step ranges of each series as compressed chunks; the row table keeps the tail", _v2_chunks),
     (3, "incidents by story: the alert's story and the findings of each detector that joined it", _v3_incident_stories),
+    (4, "derived series (spike scores) apart from the logged rows; leases of several watch workers",
+     _v4_team_scale),
     (5, "where a delivered notification lives at its receiver (a Slack message's channel and ts)", _v5_message_refs),
 ]
 

@@ -25,11 +25,12 @@ from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
 from monitor.schema import Detection, RunData, RunInfo, RunStatus, Severity, is_valid_key
 from monitor.store import engine as engines
-from monitor.store import increments, metric_rows, metrics_writer, migrations, reader, tables, tail_cache
+from monitor.store import derived, increments, metric_rows, metrics_writer, migrations, reader, tables, tail_cache
 from monitor.store.alert_rows import AlertRows, OutboxRows
 from monitor.store.database import Database
 from monitor.store.errors import describe_db_error
 from monitor.store.increments import KeyRange, RunMarks
+from monitor.store.leases import LeaseRows
 from monitor.store.run_frames import KeyRows
 from monitor.store.url import StoreURL, resolve
 
@@ -83,6 +84,8 @@ class Store:
         """The alerts table (the alert ledger's)."""
         self.outbox = OutboxRows(self._db)
         """Notifications to deliver (the delivery loop's)."""
+        self.leases = LeaseRows(self._db)
+        """Which watch worker judges which run (several `gapwatch watch` sharing a store)."""
 
     # --- connections and transactions -----------------------------------------------------------
     @property
@@ -178,6 +181,13 @@ class Store:
         worst severity ever found (alerts in any state and stored detections)."""
         return reader.list_runs(self._db)
 
+    def run_references(self) -> list[tuple[str, str | None]]:
+        """(name, reference) of every run, oldest first: one small query, for a watch service
+        that looks for new runs at every poll."""
+        r = tables.runs.c
+        with self._db.read() as conn:
+            return [(name, ref or None) for name, ref in conn.execute(select(r.name, r.reference).order_by(r.id))]
+
     def delete_run(self, name: str) -> None:
         """Delete a run with everything that hangs on it, undelivered notifications of its alerts too."""
         with self._db.tx() as conn:
@@ -185,6 +195,7 @@ class Store:
             alert_ids = select(tables.alerts.c.id).where(tables.alerts.c.run_id == run_id)
             conn.execute(delete(tables.alert_outbox).where(tables.alert_outbox.c.alert_id.in_(alert_ids)))
             tail_cache.forget(conn, run_id)
+            derived.delete_run(conn, run_id)
             for table in (tables.metrics, tables.metric_chunks, tables.series, tables.rollups, tables.events,
                           tables.detections, tables.alerts):
                 conn.execute(delete(table).where(table.c.run_id == run_id))
@@ -269,6 +280,30 @@ class Store:
             codes, names = pd.factorize(rows["key"])
             rows["key_id"] = np.array([ids[n] for n in names], dtype=np.int64)[codes]
             return metrics_writer.write(conn, run_id, rows.drop(columns="key"))
+
+    def write_derived(self, name: str, frame: pd.DataFrame) -> int:
+        """Store a detector's series of one run (step, key, value: spike scores) apart from its
+        logged rows; a step written again takes the new value. Return rows given."""
+        if frame.empty:
+            return 0
+        with self._db.tx() as conn:
+            run_id = self._db.run_id(conn, name)
+            ids = self._db.ensure_keys(conn, frame["key"].unique())
+            return derived.write(self._db, conn, run_id, frame, ids)
+
+    def read_derived(self, name: str, keys: Iterable[str] | None = None, step_range: tuple[int, int] | None = None,
+                     max_points: int = reader.DEFAULT_MAX_POINTS) -> pd.DataFrame:
+        """A run's derived series (all, or `keys`) as a long frame (key, step, value), at most
+        `max_points` rows per key (each bucket's highest value)."""
+        if max_points < 1:
+            raise ValueError("max_points must be at least 1")
+        with self._db.read() as conn:
+            run_id = self._db.run_id(conn, name)
+            names = self._db.key_names(conn, derived.key_ids(conn, run_id))
+            if keys is not None:
+                wanted = set(keys)
+                names = {i: n for i, n in names.items() if n in wanted}
+            return derived.read(conn, run_id, names, step_range, max_points)
 
     def count_rows(self, name: str) -> int:
         """Metric rows stored for a run, every attempt counted (for tests and progress lines)."""

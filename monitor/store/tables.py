@@ -102,6 +102,19 @@ series = Table(
     sqlite_with_rowid=False,
 )
 
+# Series a detector derives from a run (spike scores), apart from what the run logged: a run's
+# rows, its export and its logged views are what the trainer logged. One value per (run, key, step);
+# judging again overwrites it.
+derived_points = Table(
+    "derived_points",
+    metadata,
+    Column("run_id", Integer, primary_key=True),
+    Column("key_id", Integer, primary_key=True),
+    Column("step", BigInteger, primary_key=True),
+    Column("value", Float),
+    sqlite_with_rowid=False,
+)
+
 # Min/max/mean/last per bucket of `width(level)` steps, for reads under a point budget.
 rollups = Table(
     "rollups",
@@ -205,6 +218,16 @@ alert_outbox = Table(
     # for a sink that edits one message per incident; null for a receiver that says nothing back.
     Column("message_ref", Text),
     Index("ix_outbox_pending", "delivered_at", "next_try_at"),
+)
+
+# Leases of the watch workers that share a store (see leases.py): `run/<id>` for a run being
+# judged, `worker/<owner>` for a live worker, `store` for SQLite's single worker.
+watch_leases = Table(
+    "watch_leases",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("expires_at", Float, nullable=False),
 )
 
 # Serialised state of long-running services (the watch service's online detectors).

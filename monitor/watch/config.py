@@ -61,9 +61,16 @@ class WatchConfig:
     """Seconds between looks at the store: a flagged step reaches Slack within about this long."""
     catch_up_steps: int = 50_000
     """Steps judged per pass while catching up on a long run (bounds memory; progress is logged)."""
+    run_budget_s: float = 0.25
+    """Seconds one run may take of a poll: a run with a backlog gets passes of `catch_up_steps`
+    until this is spent (at least one), and is caught up over several polls, so the other runs'
+    new rows are judged in every poll. A quarter of the default poll interval."""
     state_save_interval_s: float = 5.0
     """Detector state is saved with every alert change, and otherwise at most this often: after a
     crash the service re-judges at most these seconds of rows, which sends nothing twice."""
+    lease_s: float = 30.0
+    """Seconds a watch worker holds a run without renewing it (it renews every poll): the runs of
+    a worker that died are judged by another one within this long. Longer than a slow poll."""
     detect: DetectConfig = field(default_factory=DetectConfig)
     """Which detectors judge the runs and how: the same settings `gapwatch detect` takes (the file's
     top-level `detectors`, `detector_params` and `axis`)."""
@@ -127,6 +134,8 @@ def _build(raw: dict[str, Any], env: Mapping[str, str]) -> WatchConfig:
     watch.detect = detect
     if watch.poll_interval_s <= 0:
         raise ValueError("poll_interval_s must be positive")
+    if watch.lease_s <= watch.poll_interval_s:
+        raise ValueError("lease_s must be longer than poll_interval_s (a worker renews its leases every poll)")
     return watch
 
 

@@ -6,11 +6,20 @@ detectors, applies the incident logic, and writes alerts, notifications, detecti
 state in one transaction. The delivery loop sends what the outbox holds; it is woken as soon as
 something is queued, so a slow or dead Slack never delays detection and a flagged step reaches the
 sink within about one poll interval.
+
+Several services (`gapwatch watch --all` on several hosts) share the runs of one PostgreSQL store
+through leases (monitor/store/leases.py): each poll a worker renews its leases, gives back runs
+beyond its fair share and takes free or expired ones, and judges only the runs it holds; recording
+a run's verdicts renews its lease in the same transaction, so a run is judged by one worker at a
+time and a dead worker's runs are taken over within one lease. Every worker delivers the outbox;
+each notification is claimed by one of them before it is sent. A SQLite store takes one worker.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -22,18 +31,16 @@ from monitor.alerting.outbox import DeliveryPass, Outbox
 from monitor.alerting.sinks import Sink, build_sinks
 from monitor.engine import DetectionEngine
 from monitor.errors import GapwatchError
-from monitor.store import DatabaseError, describe_db_error
+from monitor.store import DatabaseError, LeaseLost, describe_db_error
 from monitor.watch.config import WatchConfig
 from monitor.watch.run_watcher import RunWatcher
 from monitor.watch.targets import Target, TargetSpec
 
 log = logging.getLogger("gapwatch.watch")
 
-# With `--all`, the list of runs is read again every this many polls (new runs join within
-# ten poll intervals; listing runs costs more than polling a run that has nothing new).
-TARGET_REFRESH_POLLS = 10
-# While catching up on a long run, passes over one run in a row before the other runs get a turn.
-CATCH_UP_PASSES_PER_POLL = 20
+# With `--all`, the list of runs is read again every this many polls: one small query, so a new
+# run is judged from the first poll after it appears.
+TARGET_REFRESH_POLLS = 1
 # Seconds the service waits for the delivery thread to finish its current send when stopping
 # (a little more than one HTTP timeout is enough; it is a daemon thread after that).
 STOP_JOIN_EXTRA_S = 2.0
@@ -53,8 +60,11 @@ class WatchService:
         sinks: dict[str, Sink] | None = None,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.time,
+        worker: str | None = None,
     ) -> None:
+        """`worker` names this worker in the store's leases (default: host and process id)."""
         self.store = store
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
         self.config = config
         self.targets = targets
         self.make_engine = engine or (lambda: DetectionEngine(config.detect))
@@ -69,6 +79,9 @@ class WatchService:
         self._polls = 0
         self._current: list[Target] = []
         self._state_saved_at: dict[str, float] = {}
+        self._held: set[str] = set()
+        self._behind: set[str] = set()
+        self._told_single_worker = False
 
     # --- the watch loop ------------------------------------------------------------------------
     def poll(self) -> int:
@@ -80,12 +93,24 @@ class WatchService:
                 log.warning("store unavailable (%s); will retry", describe_db_error(exc))
                 return 0
         self._polls += 1
+        try:
+            self._balance()
+        except DatabaseError as exc:
+            log.warning("store unavailable (%s); will retry", describe_db_error(exc))
+            return 0
         queued = 0
-        for target in self._current:
+        # Runs with a backlog last: a pass over one of them does not delay the others' verdicts.
+        for target in sorted(self._current, key=lambda t: t.run in self._behind):
             if self.stop_event.is_set():
                 break
+            if target.run not in self._held:
+                continue
             try:
                 queued += self._poll_target(target)
+            except LeaseLost as exc:
+                log.info("%s", exc)
+                self._held.discard(target.run)
+                self.watchers.pop(target, None)
             except DatabaseError as exc:
                 # The store went away for a moment: forget in-memory state, resume from what was saved.
                 log.warning("%s: store unavailable (%s); will retry", target.run, describe_db_error(exc))
@@ -100,6 +125,34 @@ class WatchService:
             self._wake_delivery.set()
         return queued
 
+    def _balance(self) -> None:
+        """Renew this worker's leases and take its share of the runs; forget the watchers of runs
+        another worker judges now (their state is read again from the store if they come back)."""
+        if self._polls == 1:
+            self._free_dead_local_workers()
+        held, other = self.store.leases.balance(self.worker, [t.run for t in self._current], self.config.lease_s)
+        if other is not None and not self._told_single_worker:
+            log.warning("watch worker %s already watches %s: a SQLite store takes one watch worker, so this one "
+                        "waits and takes over if that one stops (several workers need PostgreSQL)",
+                        other, self.store.url.redacted())
+        self._told_single_worker = other is not None
+        self._held = held
+        for target in [t for t in self.watchers if t.run not in held]:
+            del self.watchers[target]
+
+    def _free_dead_local_workers(self) -> None:
+        """Give back the leases of workers of this host whose process is gone (a worker restarted
+        after a crash takes its runs back at once instead of one lease later)."""
+        host = socket.gethostname()
+        for owner in set(self.store.leases.holders().values()):
+            name, _, pid = owner.rpartition(":")
+            if name == host and pid.isdigit() and owner != self.worker and not _alive(int(pid)):
+                log.info("watch worker %s is gone; its runs are free", owner)
+                self.store.leases.release(owner)
+
+    def _fence(self, run: str) -> Callable[[], None]:
+        return lambda: self.store.leases.confirm(run, self.worker, self.config.lease_s)
+
     def _poll_target(self, target: Target) -> int:
         watcher = self.watchers.get(target)
         if watcher is None:
@@ -107,7 +160,9 @@ class WatchService:
                                  window_steps=self.config.catch_up_steps)
             self.watchers[target] = watcher
         queued = 0
-        for _ in range(CATCH_UP_PASSES_PER_POLL):
+        deadline = time.monotonic() + self.config.run_budget_s
+        self._behind.discard(target.run)
+        while True:
             result = watcher.poll()
             if result is None:
                 break
@@ -119,7 +174,8 @@ class WatchService:
                 now - self._state_saved_at.get(target.run, 0.0) >= self.config.state_save_interval_s)
             queued += self.ledger.record(changes, state=watcher.state() if save_state else None,
                                          detections=result.detections,
-                                         series=(target.run, result.series) if len(result.series) else None)
+                                         series=(target.run, result.series) if len(result.series) else None,
+                                         fence=self._fence(target.run))
             if save_state:
                 self._state_saved_at[target.run] = now
             for change in changes:
@@ -130,12 +186,26 @@ class WatchService:
             if not result.more:
                 break
             log.info("%s: catching up, judged up to step %d", target.run, result.window_end)
+            if time.monotonic() >= deadline:
+                self._behind.add(target.run)
+                break
         return queued
 
     def save_states(self) -> None:
-        """Save every watcher's detector state now (on a clean stop)."""
-        for watcher in self.watchers.values():
-            self.ledger.record([], state=watcher.state())
+        """Save every watcher's detector state now (on a clean stop), of the runs still held."""
+        for target, watcher in self.watchers.items():
+            try:
+                self.ledger.record([], state=watcher.state(), fence=self._fence(target.run))
+            except LeaseLost as exc:
+                log.info("%s", exc)
+
+    def release(self) -> None:
+        """Give back this worker's leases (a clean stop): other workers take its runs at once."""
+        try:
+            self.store.leases.release(self.worker)
+        except DatabaseError as exc:
+            log.warning("could not give back the watch leases on stop (%s); they expire in %.0f s",
+                        describe_db_error(exc), self.config.lease_s)
 
     # --- the delivery loop ---------------------------------------------------------------------
     def deliver(self) -> DeliveryPass:
@@ -182,7 +252,10 @@ class WatchService:
         pass with `once` (which then makes one delivery pass; failures stay queued for next time)."""
         if once:
             self.poll()
+            while self._behind and not self.stop_event.is_set():  # once means every run caught up
+                self.poll()
             self.save_states()
+            self.release()
             self._drain_once()
             return
         deliverer = threading.Thread(target=self._delivery_loop, name="gapwatch-delivery", daemon=True)
@@ -204,7 +277,18 @@ class WatchService:
                 self.save_states()
             except DatabaseError as exc:
                 log.warning("could not save watch state on stop (%s)", describe_db_error(exc))
+            self.release()
 
     def stop(self) -> None:
         self.stop_event.set()
         self._wake_delivery.set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

@@ -26,8 +26,7 @@ class TargetSpec:
 
     def resolve(self, store) -> list[Target]:
         if self.all_runs:
-            runs = store.list_runs()
-            return [Target(name, _none(ref)) for name, ref in zip(runs["name"], runs["reference"])]
+            return [Target(name, _none(ref)) for name, ref in store.run_references()]
         targets = []
         for run in self.runs:
             info = store.get_run(run)

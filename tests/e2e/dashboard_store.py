@@ -97,9 +97,10 @@ def build(url: str, *, steps: int = 3000, run: str = "olmo-repro", reference: st
         dense = {TRAIN_LOSS: run_loss, TRAIN_GRAD_NORM: grad, PERF_STEP_TIME_S: step_time,
                  PERF_TOKENS_PER_S: tokens_per_s, PERF_MFU: mfu, DATA_CURSOR: cursor.astype(float),
                  DATA_EPOCH: epoch.astype(float), DATA_UNIQUE_FRACTION: unique, DATA_SEEN_ONCE_FRACTION: once,
-                 DATA_SEEN_2PLUS_FRACTION: unique - once, DATA_EXPECTED_UNIQUE_FRACTION: np.minimum(seen, 1.0),
-                 SPIKE_SCORE_GRAD_NORM: spike_score}
+                 DATA_SEEN_2PLUS_FRACTION: unique - once, DATA_EXPECTED_UNIQUE_FRACTION: np.minimum(seen, 1.0)}
         _write(store, run, s, dense, wall)
+        # A detector's series, stored where the watch service stores it: apart from the logged rows.
+        store.write_derived(run, pd.DataFrame({"step": s, "key": SPIKE_SCORE_GRAD_NORM, "value": spike_score}))
         # A restart from the checkpoint 20 steps back: those steps are logged again by attempt 2.
         again = s[restart - 20:restart]
         _write(store, run, again, {TRAIN_LOSS: run_loss[again] + rng.normal(0, 0.002, len(again))},

@@ -1,7 +1,7 @@
 """CUDA tensors through `Monitor.log`: no device sync and no `.item()` on the training thread, the
 tensor (and its autograd graph) not kept, and the writer waiting on the copy's event.
 
-This machine has no GPU, so the two CUDA runtime calls of monitor/device_copy.py (a pinned host
+This machine has no GPU, so the two CUDA runtime calls of monitor/client/device_copy.py (a pinned host
 buffer, an event recorded on the current stream) are replaced by a fake that records the thread it
 runs on, and the tensors say `is_cuda`. What runs for real: log()'s routing, the detach, stacking
 per device and dtype, the `non_blocking` copy call, the writer's wait on the event and its read of
@@ -18,8 +18,7 @@ import weakref
 import pytest
 import torch
 
-from monitor import device_copy
-from monitor.client import Monitor, MonitorSettings
+from monitor.client import Monitor, MonitorSettings, device_copy
 from monitor.store import open_store
 
 

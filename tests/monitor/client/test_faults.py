@@ -201,7 +201,7 @@ def test_sigkill_loses_at_most_one_flush_interval(backend, request, tmp_path):
 
 
 def test_the_writer_carries_on_after_an_unexpected_error(sqlite_url, tmp_path, monkeypatch, caplog):
-    import monitor.client as client
+    import monitor.client.monitor as client
 
     real = client._to_rows
     failures = iter([RuntimeError("a bug in the writer")])
@@ -239,7 +239,7 @@ def test_a_value_whose_fetch_fails_is_stored_as_nan(sqlite_url, tmp_path):
 def test_flush_returns_in_time_while_a_write_is_stuck(sqlite_url, tmp_path, monkeypatch):
     """A store call that never returns (SQLite behind a lock held by a stuck process): flush()
     spools instead of waiting, and the rows reach the store once it answers again."""
-    import monitor.store_jobs as jobs
+    import monitor.client.store_jobs as jobs
 
     gate = threading.Event()
     real = jobs.write_batch
@@ -268,7 +268,7 @@ def test_flush_returns_in_time_while_a_write_is_stuck(sqlite_url, tmp_path, monk
 def test_a_flushed_batch_survives_a_write_that_fails(sqlite_url, tmp_path, monkeypatch):
     """flush() spools a batch and hands it to a store job; the job's replay meets that batch in the
     spool. If the write then fails, the batch must still be in the spool for the next try."""
-    import monitor.store_jobs as jobs
+    import monitor.client.store_jobs as jobs
 
     real = jobs.write_batch
     failures = iter([OSError("connection reset")])

@@ -56,8 +56,9 @@ def test_detect_stores_detections_and_spike_scores(store_url):
         stored = store.read_detections("run")
         assert {(d.detector, d.metric, d.start_step) for d in stored} == {
             (d.detector, d.metric, d.start_step) for d in result.detections}
-        score = store.read_scalars(["run"], [SPIKE_SCORE_LOSS])
+        score = store.read_derived("run", [SPIKE_SCORE_LOSS])
         assert len(score) > 0 and score["value"].max() > 0
+        assert SPIKE_SCORE_LOSS not in store.list_keys("run"), "derived series stay apart from the logged ones"
         # judging again upserts: nothing doubles
         detect_stored(store, "run")
         assert len(store.read_detections("run")) == len(stored)

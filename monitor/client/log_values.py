@@ -59,7 +59,7 @@ def snapshot(metrics: dict[str, Any], refuse) -> dict[str, Any]:
         else:
             out[key] = taken
     if cuda:
-        from monitor.device_copy import start_copies
+        from monitor.client.device_copy import start_copies
 
         out.update(start_copies(cuda))
     return out

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitor.client.metric_columns import MetricColumns
+from monitor.client.spool import Spool
 from monitor.errors import GapwatchError
-from monitor.metric_columns import MetricColumns
-from monitor.spool import Spool
 from monitor.store import Store, open_store
 from monitor.store.errors import describe_db_error, is_unreachable
 

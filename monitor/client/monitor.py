@@ -1,4 +1,4 @@
-"""The logging client: `Monitor(run).log(step, metrics)` from any trainer, in microseconds.
+"""The Monitor: `Monitor(run).log(step, metrics)` from any trainer, in microseconds.
 
 The calling thread checks the key and step (log_checks.py) and appends to a queue; nothing else.
 A writer thread turns queued calls into columns (metric_columns.py) several times an interval,
@@ -32,12 +32,12 @@ from typing import Any
 
 import platformdirs
 
-from monitor.log_checks import InvalidLogError, LogChecks
-from monitor.log_values import snapshot
-from monitor.metric_columns import MetricColumns
-from monitor.outage import Outage
+from monitor.client.log_checks import InvalidLogError, LogChecks
+from monitor.client.log_values import snapshot
+from monitor.client.metric_columns import MetricColumns
+from monitor.client.outage import Outage
+from monitor.client.spool import Spool
 from monitor.schema import EventKind, RunStatus
-from monitor.spool import Spool
 
 log = logging.getLogger("gapwatch.client")
 
@@ -133,7 +133,7 @@ class Monitor:
         """`store` is a URL (None: $GAPWATCH_STORE or the default SQLite file) or an open Store.
         `attempt` is normally left to the store (one more than the run's last); pass it when several
         hosts log into one run, so they agree. Waits at most `write_timeout_s` for the store."""
-        from monitor.store_jobs import Target
+        from monitor.client.store_jobs import Target
 
         self.run = run
         self.settings = settings or MonitorSettings()
@@ -488,7 +488,7 @@ class Monitor:
             self._outage.caught_up()
 
     def _start_job(self, batch: dict | None, entries: int, status: Any = None, final: bool = False):
-        from monitor.store_jobs import StoreJob
+        from monitor.client.store_jobs import StoreJob
 
         rows = self._batch_rows()
         job = StoreJob(target=self._target, spool=self._spool, wake=self._wake, store=self._store,
@@ -558,7 +558,7 @@ class Monitor:
         """Into the spool, fsynced; if the disk refuses, keep it in memory and try again later."""
         if batch is None:
             return
-        from monitor.store_jobs import spool_form
+        from monitor.client.store_jobs import spool_form
 
         try:
             self._spool.append(spool_form(batch))
