@@ -281,7 +281,7 @@ class Demo:
 
     def memorization_verdict(self, run: str) -> str:
         """Whether the reference-based memorization detector fired on `run`, and why (or why not)."""
-        from monitor.align import align_pair
+        from monitor.judging.align import align_pair
         from monitor.store import open_store
 
         with open_store(self.config.store_url) as store:
@@ -308,7 +308,7 @@ class Demo:
         reference at the last judged checkpoint, and the last block of the in-batch comparison."""
         import pandas as pd
 
-        from monitor.align import align_pair
+        from monitor.judging.align import align_pair
         from monitor.detectors.memorization import Memorization
         from monitor.detectors.memorization_reread import MemorizationReread
         from monitor.store import open_store

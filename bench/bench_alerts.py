@@ -98,7 +98,7 @@ def wait(predicate, what: str) -> None:
 
 
 def naive_pass(store, registry) -> None:
-    from monitor.align import align_pair
+    from monitor.judging.align import align_pair
 
     run, ref = store.load_run("bench"), store.load_run("ref")
     _, aligned = align_pair(run, ref)
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from monitor import detectors as registry
     from monitor.store import open_store
-    from monitor.engine import DetectionEngine
+    from monitor.judging.engine import DetectionEngine
     from monitor.watch.run_watcher import RunWatcher
 
     n_steps, trials, idle_s = (20_000, 5, 5.0) if args.quick else (50_000, 12, 10.0)

@@ -24,7 +24,7 @@ import pandas as pd
 from scipy.signal import lfilter
 
 from bench.results import record, table
-from monitor.align import align_pair
+from monitor.judging.align import align_pair
 from monitor.detectors import build, make_run, state_from_dict, state_to_dict
 from monitor.detectors.rundata import slice_rows
 from monitor.detectors.spike import SpikeDetector
@@ -124,11 +124,11 @@ def timed(fn):
 
 
 def bench_full(run, ref) -> tuple[list[dict], float, float]:
-    """The whole suite as `gapwatch detect` runs it (monitor.detection.judge), step by step."""
+    """The whole suite as `gapwatch detect` runs it (monitor.judging.judge.judge), step by step."""
     rows = []
     (_, aligned), wall, cpu = timed(lambda: align_pair(run, ref))
     total_wall, total_cpu = wall, cpu
-    rows.append({"step": "alignment (monitor.align.align_pair)", "wall s": f"{wall:.2f}", "CPU s": f"{cpu:.2f}",
+    rows.append({"step": "alignment (monitor.judging.align.align_pair)", "wall s": f"{wall:.2f}", "CPU s": f"{cpu:.2f}",
                  "detections": ""})
     for det in build():
         if isinstance(det, SpikeDetector):

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from bench.quality import cases, corpus, faults
 from bench.results import record, table
-from monitor.detection import DetectConfig, judge
+from monitor.judging.judge import DetectConfig, judge
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "detectors.md"
 # Latency is measured in pieces on this many pairs per fault and cadence (feeding every piece costs

@@ -5,7 +5,7 @@ Two synthetic runs (one diverging below the other late in training, as the refer
 did) with 10 dense metrics a step (train loss, grad norm, tokens, step time, tokens/s, MFU, data
 cursor and epoch, ...), held-out loss on two sets every 1,000 steps and three downstream tasks.
 The phases are timed as `gapwatch report` runs them after loading: alignment for the tables,
-detection (monitor.detection.judge, run against reference and reference alone), tables and
+detection (monitor.judging.judge.judge, run against reference and reference alone), tables and
 verdict, charts, rendering. Side by side: the same report with each chart series thinned to
 2,000 points (ours) and with every point (naive), compared by HTML size, build time, and the
 time headless Chromium takes to load and draw it. Loading from the store is measured apart, on

@@ -26,7 +26,7 @@ from bench.quality import stories
 from bench.results import record, table
 from monitor.alerting.config import AlertingConfig, SinkConfig
 from monitor.alerting.grouping import group, marks_of, progress_from_marks
-from monitor.engine import DetectionEngine
+from monitor.judging.engine import DetectionEngine
 from monitor.schema import RunData, Severity
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig

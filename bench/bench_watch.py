@@ -23,8 +23,8 @@ from tqdm import tqdm
 
 from bench.bench_report import synthetic_run
 from bench.results import record, table
-from monitor.detection import detect_stored
-from monitor.engine import DetectionEngine
+from monitor.judging.judge import detect_stored
+from monitor.judging.engine import DetectionEngine
 from monitor.store import open_store
 from monitor.watch.run_watcher import RunWatcher
 

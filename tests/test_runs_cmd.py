@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from app.cli import main
-from monitor.detection import detect_stored, load_not_judged
+from monitor.judging.judge import detect_stored, load_not_judged
 from monitor.errors import GapwatchError
 from monitor.schema import Detection, Severity
 from monitor.store import open_store

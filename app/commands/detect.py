@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
-    from monitor.detection import DetectConfig, detect_stored, severity_counts
+    from monitor.judging.judge import DetectConfig, detect_stored, severity_counts
     from monitor.store import open_store
 
     from app.output import phases

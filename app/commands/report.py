@@ -61,7 +61,7 @@ def choose_format(fmt: str | None, output: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from monitor.detection import DetectConfig
+    from monitor.judging.judge import DetectConfig
     from monitor.store import open_store
 
     from app.report import ReportConfig, build_report, load_pair, render

@@ -120,7 +120,7 @@ def remove_runs(args: argparse.Namespace) -> int:
 
 
 def _states_of(run: str) -> list[str]:
-    from monitor.detection import not_judged_state
+    from monitor.judging.judge import not_judged_state
     from monitor.watch.run_watcher import state_name
 
     return [state_name(run), not_judged_state(run)]

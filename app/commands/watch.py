@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     import threading
 
     from monitor.alerting.ledger import AlertLedger
-    from monitor.engine import DetectionEngine
+    from monitor.judging.engine import DetectionEngine
     from monitor.errors import GapwatchError
     from monitor.store import open_store
     from monitor.watch.config import load_config

@@ -22,8 +22,8 @@ from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
 from monitor.alerting.ledger import stored_alerts
-from monitor.align import align_pair
-from monitor.detection import load_cleans
+from monitor.judging.align import align_pair
+from monitor.judging.judge import load_cleans
 from monitor.errors import GapwatchError
 from monitor.schema import (
     DOWNSTREAM_PREFIX,

@@ -3,7 +3,7 @@
 This is how a reproduction reports its result ("−0.004 at 1M steps, +0.003 at the end of
 stage 1"): a few checkpoints spread over the run, the last one always, and for each set how often
 the two runs were within `z_tied` standard errors of each other over every shared checkpoint.
-Checkpoints are paired by monitor.align (same step, or same tokens), never interpolated.
+Checkpoints are paired by monitor.judging.align (same step, or same tokens), never interpolated.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """From two stored runs to a ComparedPair: load, align, judge.
 
 The report reads each run whole at full resolution (`store.load_run`): windows, checkpoints and
-spike scores need every point. Detection is monitor.detection's, as `gapwatch detect` runs it:
+spike scores need every point. Detection is monitor.judging.judge's, as `gapwatch detect` runs it:
 the run against its reference (on the pair aligned for the tables, `judge_aligned`), and the
 reference on its own (the detectors that need no reference), so both runs' spikes, resumes and
 data can be set side by side. The report writes nothing to the store.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from monitor.align import align_pair
-from monitor.detection import DetectConfig, ProgressCallback, judge, judge_aligned, quiet
+from monitor.judging.align import align_pair
+from monitor.judging.judge import DetectConfig, ProgressCallback, judge, judge_aligned, quiet
 from monitor.errors import GapwatchError
 from monitor.schema import RunData
 

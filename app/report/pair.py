@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from monitor.detection import DetectConfig
+from monitor.judging.judge import DetectConfig
 from monitor.detectors import in_section
 from monitor.schema import Clean, Detection, RunData, Section
 
@@ -17,7 +17,7 @@ class ComparedPair:
 
     run: RunData  # as stored, full resolution
     reference: RunData
-    aligned_run: RunData  # both on the run's steps, only fairly comparable values (monitor.align)
+    aligned_run: RunData  # both on the run's steps, only fairly comparable values (monitor.judging.align)
     aligned_reference: RunData
     axis: str  # "step" or "tokens"
     axis_reason: str

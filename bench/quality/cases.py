@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from monitor.align import align_pair
-from monitor.detection import DetectConfig, judge
-from monitor.engine import DetectionEngine
+from monitor.judging.align import align_pair
+from monitor.judging.judge import DetectConfig, judge
+from monitor.judging.engine import DetectionEngine
 from monitor.detectors.rundata import slice_rows
 from monitor.schema import RunData
 

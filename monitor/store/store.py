@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
 from monitor.schema import Detection, RunData, RunInfo, RunStatus, Severity, is_valid_key
-from monitor.store import engine as engines
+from monitor.store import sql
 from monitor.store import derived, increments, metric_rows, metrics_writer, migrations, reader, tables, tail_cache
 from monitor.store.alert_rows import AlertRows, OutboxRows
 from monitor.store.database import Database
@@ -40,12 +40,12 @@ def open_store(url: str | None = None, read_only: bool = False, create: bool = T
     """Open (and, unless read-only, upgrade) the store at `url`; a store that does not exist yet is
     created only for writing with `create` (a command that changes existing runs passes False, so
     a mistyped path is an error, not a new empty store). `statement_timeout_s` bounds each
-    statement (see engine.create); None keeps the backend's defaults."""
+    statement (see sql.create); None keeps the backend's defaults."""
     store_url = resolve(url)
     path = store_url.sqlite_path
     if not read_only and not create and path is not None and not path.exists():
         raise GapwatchError(f"no gapwatch store at {path}")
-    engine = engines.create(store_url, read_only=read_only, statement_timeout_s=statement_timeout_s)
+    engine = sql.create(store_url, read_only=read_only, statement_timeout_s=statement_timeout_s)
     try:
         with engine.begin() as conn:
             if read_only:

@@ -45,7 +45,7 @@ from monitor.alerting.config import (
     SinkConfig,
 )
 from monitor.alerting.secrets import Secret
-from monitor.engine import DetectConfig, DetectionEngine
+from monitor.judging.engine import DetectConfig, DetectionEngine
 from monitor.errors import GapwatchError
 from monitor.schema import Severity
 

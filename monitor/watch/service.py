@@ -29,7 +29,7 @@ from monitor.alerting.incidents import ChangeKind, IncidentTracker
 from monitor.alerting.ledger import AlertLedger
 from monitor.alerting.outbox import DeliveryPass, Outbox
 from monitor.alerting.sinks import Sink, build_sinks
-from monitor.engine import DetectionEngine
+from monitor.judging.engine import DetectionEngine
 from monitor.errors import GapwatchError
 from monitor.store import DatabaseError, LeaseLost, describe_db_error
 from monitor.watch.config import WatchConfig

@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from monitor.align import align_pair
-from monitor.detection import DetectConfig, detect_stored, judge
+from monitor.judging.align import align_pair
+from monitor.judging.judge import DetectConfig, detect_stored, judge
 from monitor.importers import load
 from monitor.schema import RunData
 from monitor.store import open_store

@@ -9,7 +9,7 @@ import pytest
 from monitor.alerting.sinks import build_sinks
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
-from monitor.engine import DetectConfig
+from monitor.judging.engine import DetectConfig
 from monitor.watch.service import TARGET_REFRESH_POLLS, WatchService
 from monitor.watch.targets import TargetSpec
 

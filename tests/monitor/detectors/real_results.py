@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.signal import lfilter
 
-from monitor.detection import DetectConfig, judge
+from monitor.judging.judge import DetectConfig, judge
 from monitor.detectors import build
 from monitor.detectors.spike import SpikeDetector
 from monitor.importers import load

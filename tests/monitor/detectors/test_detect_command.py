@@ -1,4 +1,4 @@
-"""`gapwatch detect` and monitor.detection on real stores: table, JSON, stored detections and
+"""`gapwatch detect` and monitor.judging.judge on real stores: table, JSON, stored detections and
 spike-score series, clear one-line errors."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from app.cli import main
-from monitor.detection import DetectConfig, detect_stored, load_not_judged
+from monitor.judging.judge import DetectConfig, detect_stored, load_not_judged
 from monitor.detectors.spike import change_points
 from monitor.schema import SPIKE_SCORE_LOSS, TRAIN_LOSS, EventKind
 from monitor.store import open_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from monitor.align import align_pair
+from monitor.judging.align import align_pair
 from monitor.detectors.heldout_divergence import ALL_SETS, HeldoutDivergence
 from monitor.schema import Severity, heldout_key
 

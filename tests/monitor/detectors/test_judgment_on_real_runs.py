@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from bench.quality import corpus, faults
-from monitor.detection import DetectConfig, judge
+from monitor.judging.judge import DetectConfig, judge
 from monitor.detectors.reference_divergence import ReferenceDivergence
 from monitor.schema import HELDOUT_PREFIX, TRAIN_LOSS
 from tests.monitor.detectors.synth import loss_curve, run

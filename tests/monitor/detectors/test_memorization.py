@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from monitor.align import align_pair
+from monitor.judging.align import align_pair
 from monitor.detectors.memorization import Memorization
 from monitor.schema import DATA_SEEN_2PLUS_FRACTION, TRAIN_LOSS, Severity, heldout_key
 

@@ -18,7 +18,7 @@ import pytest
 from app.cli import main
 from app.dashboard.queries import findings
 from monitor.alerting.config import AlertingConfig, SinkConfig
-from monitor.engine import DetectConfig
+from monitor.judging.engine import DetectConfig
 from monitor.detectors import REGISTRY, Detector, ReferenceUse
 from monitor.schema import TRAIN_LOSS, Detection, RunData, Section, Severity, Story, VerdictRole
 from monitor.store import open_store

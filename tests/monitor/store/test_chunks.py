@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, insert, select
 
 from monitor.store import KeyRange, chunks, migrations, open_store, tables
-from monitor.store import engine as engines
+from monitor.store import sql
 from monitor.store.url import resolve
 
 KEY = "train/loss"
@@ -119,7 +119,7 @@ def test_any_order_of_batches_matches_one_row_table(sqlite_url, writes):
 def test_a_store_written_before_chunks_is_sealed_on_upgrade(sqlite_url):
     """Version 1 kept every row in the row table; opening it seals them without losing any."""
     store_url = resolve(sqlite_url)
-    engine = engines.create(store_url)
+    engine = sql.create(store_url)
     steps = np.arange(300)
     with engine.begin() as conn:
         migrations.upgrade(conn, migrations.MIGRATIONS[:1])

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.engine import DetectionEngine
+from monitor.judging.engine import DetectionEngine
 from monitor.schema import SPARSE_MIN_STEPS, TRAIN_LOSS, RunData, downstream_key, heldout_key
 from monitor.store import open_store
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.alerting.config import AlertingConfig
-from monitor.engine import DetectConfig
+from monitor.judging.engine import DetectConfig
 from monitor.importers.run_export import export_run
 from monitor.schema import SPIKE_SCORE_LOSS, TRAIN_LOSS
 from monitor.store import derived, open_store

@@ -17,7 +17,7 @@ from bench.quality import corpus
 from monitor.alerting.config import AlertingConfig, IncidentConfig, SinkConfig
 from monitor.alerting.grouping import group, marks_of, progress_from_marks
 from monitor.alerting.ledger import AlertLedger
-from monitor.engine import DetectConfig, DetectionEngine
+from monitor.judging.engine import DetectConfig, DetectionEngine
 from monitor.schema import (
     DATA_BATCH_REREAD_FRACTION,
     DATA_CURSOR,

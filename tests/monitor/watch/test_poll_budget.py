@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.alerting.config import AlertingConfig
-from monitor.engine import DetectConfig
+from monitor.judging.engine import DetectConfig
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
 from monitor.watch.service import WatchService

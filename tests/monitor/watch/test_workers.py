@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from monitor.alerting.sinks import build_sinks
-from monitor.engine import DetectConfig
+from monitor.judging.engine import DetectConfig
 from monitor.store import LeaseLost, open_store
 from monitor.watch.config import WatchConfig
 from monitor.watch.service import WatchService

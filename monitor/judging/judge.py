@@ -1,5 +1,5 @@
 """Judging stored runs: load a run and its reference, judge them with the detection engine
-(monitor/engine.py), store what it finds. Detectors themselves never touch a store or the
+(monitor/judging/engine.py), store what it finds. Detectors themselves never touch a store or the
 alignment; the engine composes them, this module adds the store.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from monitor.detectors import REGISTRY
-from monitor.engine import DetectConfig, DetectionEngine, DetectResult, empty_series
+from monitor.judging.engine import DetectConfig, DetectionEngine, DetectResult, empty_series
 from monitor.errors import GapwatchError
 from monitor.schema import Clean, Detection, NotJudged, RunData, Severity
 

@@ -2,7 +2,7 @@
 incrementally, producing detections, the series detectors emit (spike scores) and what they could
 not judge. `gapwatch detect`, the watch service, the report and the demo all judge through it.
 
-Whole (`judge`): the reference is aligned onto the run's steps (monitor.align) and every detector
+Whole (`judge`): the reference is aligned onto the run's steps (monitor.judging.align) and every detector
 judges the run. Incrementally (`update`): each detector judges the rows that arrived since the last
 call with what its state remembers (monitor/detectors/base.py); detectors judge only units that later
 rows cannot change and their severities only grow, so fed in any pieces the engine reaches the
@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from monitor.align import AXES, align_pair
+from monitor.judging.align import AXES, align_pair
 from monitor.detectors import Detector, build
 from monitor.detectors.state import DetectorState, state_from_dict, state_to_dict
 from monitor.errors import GapwatchError
@@ -108,7 +108,7 @@ class DetectionEngine:
         return self.judge_aligned(run, aligned, progress)
 
     def align(self, run: RunData, reference: RunData) -> tuple[RunData, RunData]:
-        """The run and its reference on the run's steps, on this engine's axis (monitor.align)."""
+        """The run and its reference on the run's steps, on this engine's axis (monitor.judging.align)."""
         return align_pair(run, reference, axis=self.config.axis)
 
     def judge_aligned(self, run: RunData, aligned: RunData | None, progress=lambda _msg: None) -> DetectResult:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from monitor import schema
-from monitor.align import EVAL_PREFIX, AlignConfig, align_pair
+from monitor.judging.align import EVAL_PREFIX, AlignConfig, align_pair
 from monitor.detectors.eval_keys import matching_steps
 from monitor.errors import GapwatchError
 from monitor.schema import RunData, RunInfo
