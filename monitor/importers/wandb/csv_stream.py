@@ -306,24 +306,29 @@ class WandbCsvStream:
     def _numbers(self, column: pa.Array, name: str, first_line: int, strict: bool,
                  required: bool = False):
         """(values, logged) of a text column: empty is not logged, NaN and infinities are values,
-        a number no double holds is an error (true/false are text, as in `csv_export`). A column whose first logged
-        cells are text is text (None); strict: a text cell after numbers is an error; else it is
-        not logged."""
-        cells = _cells(column)
+        a number no double holds is an error (true/false are text, as in `csv_export`). A column
+        whose first logged cells are text is text (None); strict: a text cell after numbers is an
+        error; else it is not logged."""
+        cells, values = column, None
+        try:
+            values = pc.cast(column, pa.float64())
+        except pa.ArrowInvalid:
+            cells = _cells(column)  # spaces around a number, or a blank cell, fail the cast
         logged = pc.is_valid(cells).to_numpy(zero_copy_only=False)
         if required and not logged.all():
             i = int(np.flatnonzero(~logged)[0])
             raise GapwatchError(f"{self.path}: line {first_line + i}: no step in column "
                                 f"{shown(name)}")
-        try:
-            values = pc.fill_null(pc.cast(cells, pa.float64()), 0.0).to_numpy(
-                zero_copy_only=False)
-        except pa.ArrowInvalid:
-            values = self._cell_by_cell(cells.to_pylist(), logged, name, first_line, strict,
-                                        required)
-            if values is None:
-                return None
-        else:
+        if values is None:
+            try:
+                values = pc.cast(cells, pa.float64())
+            except pa.ArrowInvalid:
+                values = self._cell_by_cell(cells.to_pylist(), logged, name, first_line, strict,
+                                            required)
+                if values is None:
+                    return None
+        if not isinstance(values, np.ndarray):
+            values = pc.fill_null(values, 0.0).to_numpy(zero_copy_only=False)
             if logged.any():
                 self._numeric.add(name)
         # A double cast reads `1e309` and 400 digits as infinity: only `inf` written so is one.
@@ -337,8 +342,8 @@ class WandbCsvStream:
     def _cell_by_cell(self, text: list, logged: np.ndarray, name: str, first_line: int,
                       strict: bool, required: bool) -> np.ndarray | None:
         """The values of a block's column that holds something a cast does not read (text, or
-        Python's float spellings): each cell on its own, as `_numbers` says; `logged` loses the text cells of a
-        column that is not strict."""
+        Python's float spellings): each cell on its own, as `_numbers` says; `logged` loses the
+        text cells of a column that is not strict."""
         values = np.full(len(text), np.nan)
         for i in np.flatnonzero(logged).tolist():
             cell = text[i]
