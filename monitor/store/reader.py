@@ -11,7 +11,6 @@ it keeps the extremes by hand.
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterable
 
@@ -79,7 +78,6 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                     )
                 )
             }
-            plans = []
             for key, key_id in key_ids.items():
                 if key_id not in marks:
                     continue
@@ -94,11 +92,9 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                     continue
                 density = n / max(1, last - first + 1)
                 level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE, RAW_READ_FACTOR)
-                plans.append((key, key_id, lo, hi, level, level is None and n * LEVEL_WIDTHS[0] <= hi - lo + 1))
-            sparse = _sparse_from_rollups(conn, run_id, {p[1]: (p[2], p[3]) for p in plans if p[5]})
-            for key, key_id, lo, hi, level, _ in plans:
                 if level is None:
-                    exact = sparse.get(key_id)
+                    exact = _sparse_from_rollups(conn, run_id, key_id, lo, hi) if n * LEVEL_WIDTHS[0] <= \
+                        hi - lo + 1 else None
                     steps, values = exact or metric_rows.series_rows(conn, run_id, key_id, lo, hi).latest()
                     width = 1
                     tail = _last_finite(steps, values)
@@ -167,39 +163,19 @@ def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | N
     return (int(steps[finite[-1]]), float(values[finite[-1]])) if len(finite) else None
 
 
-def _sparse_from_rollups(conn, run_id: int, ranges: dict[int, tuple[int, int]]) -> dict:
-    """{key id: (steps, values)}: every logged point of each sparse series (evals every few
-    thousand steps) in its range [lo, hi], from its finest rollups, where they hold them all:
-    each bucket has one point, or two at different steps (its minimum and its maximum), and no
-    NaN/Inf (rollups keep finite values only); a series they do not hold is left out. A raw read
-    decodes every chunk the range spans, for a handful of rows each; one query serves every
-    series (a page reads a hundred of them)."""
-    if not ranges:
-        return {}
+def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
+    """Every logged point of a sparse series (evals every few thousand steps) in [lo, hi], from
+    its finest rollups, when they hold them all: each bucket has one point, or two at different
+    steps (its minimum and its maximum), and no NaN/Inf (rollups keep finite values only). None
+    otherwise. A raw read decodes every chunk the range spans, for a handful of rows each."""
     width = LEVEL_WIDTHS[0]
     r = tables.rollups.c
     rows = conn.execute(
-        select(r.key_id, r.bucket, r.n, r.nonfinite, r.min_step, r.min_value, r.max_step, r.max_value)
-        .where(and_(r.run_id == run_id, r.key_id.in_(list(ranges)), r.level == 0,
-                    r.bucket >= min(lo for lo, _ in ranges.values()) // width,
-                    r.bucket <= max(hi for _, hi in ranges.values()) // width))
-        .order_by(r.key_id, r.bucket)
+        select(r.n, r.nonfinite, r.min_step, r.min_value, r.max_step, r.max_value)
+        .where(and_(r.run_id == run_id, r.key_id == key_id, r.level == 0,
+                    r.bucket >= lo // width, r.bucket <= hi // width))
+        .order_by(r.bucket)
     ).all()
-    found = {key_id: (np.empty(0, np.int64), np.empty(0, float)) for key_id in ranges}
-    for key_id, group in itertools.groupby(rows, key=lambda row: row[0]):
-        lo, hi = ranges[key_id]
-        mine = [row[2:] for row in group if lo // width <= row[1] <= hi // width]
-        points = _sparse_points(mine, lo, hi)
-        if points is None:
-            del found[key_id]
-        else:
-            found[key_id] = points
-    return found
-
-
-def _sparse_points(rows: list, lo: int, hi: int):
-    """The points of one series' level-0 rollup rows (n, nonfinite, min step and value, max step
-    and value) in [lo, hi], or None where the rollups do not hold them all."""
     if not rows:
         return np.empty(0, np.int64), np.empty(0, float)
     n, nonfinite = metric_rows.columns([r[:2] for r in rows], [np.int64, np.int64])
