@@ -17,7 +17,8 @@ Each code version runs in its own processes (PYTHONPATH = that version's tree; t
 
 `--wide` measures this tree alone on a pair as wide as real runs (bench/wide_pair.py: 10 dense
 series, 11 held-out sets, 40 downstream tasks with stderr, 101 series): `pandas.read_csv` of the
-same data, then `gapwatch import` of each run's JSONL and of one run's `step`-header CSV, `detect`,
+same data, then `gapwatch import` of each run's JSONL, of one run's `step`-header CSV and of that
+CSV as a W&B `_step` history export, `detect`,
 `report`, and the run page's server work (ordering the tasks, reading the view, drawing the
 panels), each in fresh processes in the same run, so every figure stands beside read_csv's.
 """
@@ -237,6 +238,10 @@ def measure_wide(steps: int) -> dict:
         print("import cand.csv", flush=True)
         out["import csv"] = cli(ROOT, "import", files["cand"][1], "--store", f"sqlite:///{work}/csv.db",
                                 "--run", "cand")[1:]
+        export = wandb_export(files["cand"][1], work / "cand-wandb.csv")
+        print("import cand-wandb.csv", flush=True)
+        out["import wandb csv"] = cli(ROOT, "import", export, "--store", f"sqlite:///{work}/wandb.db",
+                                      "--run", "cand")[1:]
         print("detect", flush=True)
         out["detect"] = cli(ROOT, "detect", "--store", url, "--run", "cand", "--reference", "ref", "--no-write")[1:]
         print("report", flush=True)
@@ -245,6 +250,16 @@ def measure_wide(steps: int) -> dict:
         print("run page", flush=True)
         out["run page"] = json.loads(python(ROOT, RUN_PAGE, url)[0].strip().splitlines()[-1])
     out["load"].append(os.getloadavg()[0])
+    return out
+
+
+def wandb_export(csv: Path, out: Path) -> Path:
+    """The run's CSV as a W&B history export: the same columns under a `_step` header."""
+    with open(csv) as src, open(out, "w") as dst:
+        header = src.readline()
+        dst.write("_step" + header[len("step"):])
+        while block := src.read(1 << 24):
+            dst.write(block)
     return out
 
 
@@ -257,6 +272,8 @@ def write_wide_results(r: dict, steps: int) -> None:
             ("import cand", f"`gapwatch import` of the other run's JSONL ({r['jsonl MB']:.0f} MB)", one_s, one_mb,
              "one run"),
             ("import csv", f"`gapwatch import` of a run's `step` CSV ({r['csv MB']:.0f} MB)", one_s, one_mb, "one run"),
+            ("import wandb csv", "`gapwatch import` of the same CSV as a W&B `_step` history export", one_s,
+             one_mb, "one run"),
             ("detect", "`gapwatch detect` (the pair)", pair_s, pair_mb, "the pair"),
             ("report", "`gapwatch report` (the pair)", pair_s, pair_mb, "the pair")):
         wall, peak = r[what]
@@ -269,8 +286,8 @@ def write_wide_results(r: dict, steps: int) -> None:
         f"End to end at realistic width: two {steps:,}-step runs of 101 series",
         "This tree only. `bench/wide_pair.py`: 10 series every step, 11 held-out sets every 1,000 "
         "steps, 40 downstream tasks with their stderr every 2,500 (101 series), a token count growing "
-        "by 3,000-4,096 a step; written as JSONL and as a CSV with a `step` header (the W&B `_step` "
-        "export is not measured here). Each command one fresh process, wall clock and peak RSS from "
+        "by 3,000-4,096 a step; written as JSONL, as a CSV with a `step` header and as the same CSV "
+        "under W&B's `_step` header (a history export). Each command one fresh process, wall clock and peak RSS from "
         "`/usr/bin/time`, beside `pandas.read_csv` of the same CSV data measured in the same run "
         "(a fresh process each). Goals: detect and report < 10 s and < 1 GB; import <= 400 MB. "
         f"Load average at the start and the end: {r['load'][0]:.1f} and {r['load'][-1]:.1f} on "

@@ -33,9 +33,6 @@ from .step_axis import (ROW_COUNTER_FORMATS, WANDB_ROW_KEY, choose_step_key,
                         is_wandb_history_jsonl, on_trainer_step)
 from .table_import import STREAMED_FORMATS
 
-# The streamed W&B export reader (wandb/csv_stream.py) is off until it checks cells as text.
-STREAM_WANDB_EXPORTS = False
-
 FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
            "csv", "llmc-log", "gapwatch-export")
 WANDB_URL_SCHEME = "wandb://"
@@ -204,10 +201,9 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
 
 
 def is_streamed_export(fmt: str, source, wandb_run: str | None = None) -> bool:
-    """A W&B history export, which could be imported chunk by chunk like a generic log. Not yet:
-    the streamed reader parses cells as doubles, so it cannot refuse a number no float holds or
-    keep a step beyond 2**53 exactly, as the whole-file reader does (test_hostile_inputs)."""
-    if fmt != "wandb-csv" or wandb_run is not None or not STREAM_WANDB_EXPORTS:
+    """A W&B history export (`_step`, no run-name prefixes): imported chunk by chunk, as a generic
+    log is (`wandb.csv_stream`)."""
+    if fmt != "wandb-csv" or wandb_run is not None:
         return False
     from .wandb.csv_stream import streamable
 

@@ -31,6 +31,10 @@ from .imported_run import ImportedRun
 STATE_PREFIX = "import/"
 # Rows per write_metrics call: bounds memory per call and paces the progress bar.
 WRITE_CHUNK_ROWS = 200_000
+# Rows of an incomplete chunk of steps an import may hold back for the next write (a few tens of
+# MB): a wider run's incomplete chunk is written at once, and sealed by the next write.
+HELD_ROWS = 1_000_000
+_NO_ROWS = pd.DataFrame({"step": np.empty(0, np.int64)})
 
 
 @dataclass
@@ -77,7 +81,7 @@ def write_run(store, name: str, run: ImportedRun, *, project: str | None = None,
                               crashed=run.crashed)
         writer.start(project=project, profile=run.profile, config=config,
                      tokens_per_step=run.tokens_per_step)
-        writer.add(run.scalars, progress=progress)
+        writer.add(run.scalars, progress=progress, last=True)
         return writer.finish(events=run.events, reference_of=reference_of)
 
 
@@ -129,6 +133,7 @@ class ImportWriter:
         self._stored = 0
         self._attempts = 0
         self._last_step: int | None = None
+        self._held: pd.DataFrame | None = None  # rows of a chunk of steps not yet complete
 
     def start(self, *, project: str | None, profile: str | None, config: dict,
               tokens_per_step: float | None) -> None:
@@ -140,8 +145,10 @@ class ImportWriter:
             config=config, tokens_per_step=tokens_per_step, status=status,
         )
 
-    def add(self, scalars: pd.DataFrame, progress=None) -> None:
-        """The source's next rows; progress: called with (rows_written, rows_to_write) of these."""
+    def add(self, scalars: pd.DataFrame, progress=None, last: bool = False) -> None:
+        """The source's next rows; progress: called with (rows_written, rows_to_write) of these.
+        last: no rows follow (else the rows of a chunk of steps not yet complete may wait for
+        the next call, and `finish` writes what still waits)."""
         n = len(scalars)
         skip = min(max(self.done - self._seen, 0), n)
         if skip:
@@ -158,11 +165,7 @@ class ImportWriter:
             self._last_step = top if self._last_step is None else max(self._last_step, top)
         new = scalars.iloc[skip:]
         total = len(new)
-        for lo in range(0, total, WRITE_CHUNK_ROWS):
-            # Slices of a whole run: a categorical key column becomes strings a slice at a time.
-            self.store.write_metrics(self.name, _store_frame(new.iloc[lo:lo + WRITE_CHUNK_ROWS]))
-            if progress is not None:
-                progress(min(lo + WRITE_CHUNK_ROWS, total), total)
+        self._write(new, last, progress)
         if progress is not None and total == 0:
             progress(0, 0)
         self.fingerprint = (self.fingerprint + row_fingerprint(new)) % (1 << 64)
@@ -175,6 +178,7 @@ class ImportWriter:
                tokens_per_step: float | None = None) -> WriteResult:
         """Events, the import's bookkeeping and the reference link, once every row was added.
         tokens_per_step: known only now (a streamed source), or None to leave it as it is."""
+        self._write(_NO_ROWS, last=True)
         if self.previous_rows is None and self.done > self._seen:
             raise GapwatchError(
                 f"{self.source}: has {self._seen} rows but {self.done} were imported into "
@@ -200,6 +204,35 @@ class ImportWriter:
                 )
             store.update_run(reference_of, reference=name)
         return WriteResult(name, self._stored, rows_total, written, self.existing is None)
+    def _write(self, rows: pd.DataFrame, last: bool, progress=None) -> None:
+        """Write rows, in slices that end just past a multiple of the store's chunk width, so
+        that the store seals them straight into chunks instead of storing rows it moves into a
+        chunk on the next write; unless `last`, the rows past the last such multiple wait."""
+        if self._held is not None:
+            rows = _joined(self._held, rows) if len(rows) else self._held
+            self._held = None
+        total = len(rows)
+        if not total:
+            return
+        width = self.store.chunk_steps
+        steps = rows["step"].to_numpy()
+        ordered = bool(np.all(steps[1:] >= steps[:-1]))  # not so across a rewind
+        if ordered and not last:
+            keep = int(np.searchsorted(steps, width * (int(steps[-1]) // width), side="right"))
+            if total - keep <= HELD_ROWS:
+                rows, self._held, total = rows.iloc[:keep], rows.iloc[keep:], keep
+        lo = 0
+        while lo < total:
+            hi = min(lo + WRITE_CHUNK_ROWS, total)
+            if ordered and hi < total:
+                edge = int(np.searchsorted(steps, width * (int(steps[hi - 1]) // width), side="right"))
+                hi = edge if edge > lo else hi
+            # Slices of a whole run: a categorical key column becomes strings a slice at a time.
+            self.store.write_metrics(self.name, _store_frame(rows.iloc[lo:hi]))
+            lo = hi
+            if progress is not None:
+                progress(hi, total)
+
     def _ensure_attempts(self, attempts: int) -> None:
         """The runs table counts attempts; an import with restarts has as many as its source."""
         if attempts <= self._attempts:
@@ -213,6 +246,17 @@ class ImportWriter:
 def import_state(store, name: str) -> dict | None:
     """What earlier imports into run `name` recorded (source, rows, last_step...), or None."""
     return store.load_state(STATE_PREFIX + name)
+
+
+def _joined(first: pd.DataFrame, then: pd.DataFrame) -> pd.DataFrame:
+    """Two frames of rows, one after the other; categorical keys stay categorical (pd.concat
+    would make strings of them when their categories differ)."""
+    a, b = first["key"], then["key"]
+    if isinstance(a.dtype, pd.CategoricalDtype) and isinstance(b.dtype, pd.CategoricalDtype):
+        names = b.cat.categories.union(a.cat.categories, sort=False)
+        first = first.assign(key=a.cat.set_categories(names))
+        then = then.assign(key=b.cat.set_categories(names))
+    return pd.concat([first, then], ignore_index=True)
 
 
 def _store_frame(scalars: pd.DataFrame) -> pd.DataFrame:

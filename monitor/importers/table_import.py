@@ -21,6 +21,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
+from . import freed_memory
 from .imported_run import ImportedRun
 from .meaning import CadenceTally, contradictions, mapping_rows, with_evidence
 from .normalize import NameMapper, TokensPerStep
@@ -131,6 +132,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
             mapped = mapper.apply(raw)
             tokens.add(mapped)
             writer.add(mapped)
+            del raw, mapped
+            freed_memory.release()
         if fixed is None:
             chosen = _detect(names, profiles_file, tally.cadences())
             if chosen != base:

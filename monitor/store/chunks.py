@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Connection, and_, delete, func, select
+from sqlalchemy import Connection, and_, bindparam, delete, func, select
 
 from monitor.store import tables
 
@@ -157,9 +157,21 @@ def keys(conn: Connection, run_id: int) -> list[int]:
 
 def write(conn: Connection, run_id: int, key_id: int, chunk: int, rows: ChunkRows) -> None:
     """Store (or replace) one chunk."""
-    conn.execute(delete(tables.metric_chunks).where(
-        and_(_c.run_id == run_id, _c.key_id == key_id, _c.chunk == chunk)))
-    conn.execute(tables.metric_chunks.insert().values(run_id=run_id, key_id=key_id, **encode(chunk, width(conn), rows)))
+    write_many(conn, run_id, [(key_id, chunk, rows)], replacing=[(key_id, chunk)])
+
+
+def write_many(conn: Connection, run_id: int, written: list[tuple[int, int, ChunkRows]],
+               replacing: Iterable[tuple[int, int]] = ()) -> None:
+    """Store chunks (key id, chunk, rows), after deleting the stored (key id, chunk) pairs they
+    replace; one statement each, however many chunks."""
+    gone = [{"r": run_id, "k": k, "c": c} for k, c in replacing]
+    if gone:
+        conn.execute(delete(tables.metric_chunks).where(and_(
+            _c.run_id == bindparam("r"), _c.key_id == bindparam("k"), _c.chunk == bindparam("c"))), gone)
+    steps = width(conn)
+    rows = [{"run_id": run_id, "key_id": k, **encode(c, steps, r)} for k, c, r in written]
+    if rows:
+        conn.execute(tables.metric_chunks.insert(), rows)
 
 
 def summary(conn: Connection, run_id: int, key_id: int) -> tuple:

@@ -16,6 +16,7 @@ stored row of a (step, attempt) over a new one, as ON CONFLICT DO NOTHING does i
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,8 +36,7 @@ _SQLITE_INSERT = (
 # Rows given to one executemany or COPY.
 _INSERT_SLICE_ROWS = 20_000
 
-_ROLLUP_MERGE = text(
-    """
+_ROLLUP_MERGE = """
     INSERT INTO rollups (run_id, key_id, level, bucket, n, nonfinite, total, min_step, min_value,
                          max_step, max_value, last_step, last_value)
     VALUES (:run_id, :key_id, :level, :bucket, :n, :nonfinite, :total, :min_step, :min_value,
@@ -59,8 +59,7 @@ _ROLLUP_MERGE = text(
                          THEN excluded.last_step ELSE rollups.last_step END,
         last_value = CASE WHEN excluded.last_step >= rollups.last_step
                           THEN excluded.last_value ELSE rollups.last_value END
-    """
-)
+"""
 
 _SERIES_MERGE = text(
     """
@@ -141,6 +140,7 @@ def _seal(conn: Connection, run_id: int, batch: _Batch, marks: dict[int, int]) -
     in_tail = np.ones(len(batch.steps), dtype=bool)
     starts = np.flatnonzero(np.r_[True, batch.key_ids[1:] != batch.key_ids[:-1]])
     ends = np.r_[starts[1:], len(batch.steps)]
+    plans = []
     for lo, hi in zip(starts.tolist(), ends.tolist()):
         key_id = int(batch.key_ids[lo])
         old_mark = marks.get(key_id, -1)
@@ -151,7 +151,8 @@ def _seal(conn: Connection, run_id: int, batch: _Batch, marks: dict[int, int]) -
         if not sealed.any() and closing is None:
             continue
         in_tail[lo:hi] = ~sealed
-        _merge_chunks(conn, run_id, key_id, batch.select(np.flatnonzero(sealed) + lo), closing)
+        plans.append(_SealPlan(key_id, batch.select(np.flatnonzero(sealed) + lo), closing))
+    _merge_chunks(conn, run_id, plans)
     return in_tail
 
 
@@ -168,32 +169,63 @@ def seal_all(conn: Connection) -> None:
         conn.execute(delete(tables.metrics).where(and_(m.run_id == run_id, m.key_id == key_id, m.step < boundary)))
         moved = _Batch(np.full(len(rows), key_id, dtype=np.int64), rows.steps, rows.attempts, rows.values,
                        rows.wall_times)
-        _merge_chunks(conn, run_id, key_id, moved, None)
+        _merge_chunks(conn, run_id, [_SealPlan(key_id, moved, None)])
 
 
-def _merge_chunks(conn: Connection, run_id: int, key_id: int, new: _Batch, closing: int | None) -> None:
-    """Write every chunk that `new` rows fall in, and chunk `closing` from the row table's rows."""
+@dataclass
+class _SealPlan:
+    """One series' part of a seal: its rows that fall in sealed ranges, and the chunk whose rows
+    move from the row table, if the write closes one."""
+
+    key_id: int
+    new: _Batch
+    closing: int | None
+
+
+def _merge_chunks(conn: Connection, run_id: int, plans: list[_SealPlan]) -> None:
+    """Write every chunk that the plans' rows fall in, and chunk each closing range from the row
+    table's rows. A few statements for the whole write, whatever its number of series: per
+    series, the four statements of reading, deleting and writing took most of a wide import."""
+    if not plans:
+        return
     width = chunks.width(conn)
-    new_chunks = new.steps // width
-    targets = set(np.unique(new_chunks).tolist()) | ({closing} if closing is not None else set())
-    stored = {c: rows for _, c, rows in chunks.read(conn, run_id, [key_id], chunks=targets, with_wall_times=True)}
-    if closing is not None:
+    targets = {p.key_id: set(np.unique(p.new.steps // width).tolist())
+               | ({p.closing} if p.closing is not None else set()) for p in plans}
+    wanted = set().union(*targets.values())
+    stored = {(k, c): rows for k, c, rows in chunks.read(conn, run_id, list(targets), chunks=wanted,
+                                                          with_wall_times=True)
+              if c in targets[k]}
+    replaced = list(stored)
+    by_range: dict[int, list[int]] = {}
+    for p in plans:
+        if p.closing is not None:
+            by_range.setdefault(p.closing, []).append(p.key_id)
+    m = tables.metrics.c
+    for closing, key_ids in by_range.items():
         lo, hi = closing * width, (closing + 1) * width - 1
-        moved = tail_cache.take(conn, run_id, key_id, lo, hi)
-        if moved is None:
-            moved = metric_rows.tail_rows(conn, run_id, key_id, lo, hi)
-        if len(moved):
-            stored[closing] = chunks.merge_first_wins([stored[closing], moved]) if closing in stored else moved
-            m = tables.metrics.c
+        remembered = tail_cache.take_many(conn, run_id, key_ids, lo, hi)
+        emptied = []
+        for key_id in key_ids:
+            moved = remembered.get(key_id)
+            if moved is None:
+                moved = metric_rows.tail_rows(conn, run_id, key_id, lo, hi)
+            if len(moved):
+                have = stored.get((key_id, closing))
+                stored[(key_id, closing)] = moved if have is None else chunks.merge_first_wins([have, moved])
+                emptied.append(key_id)
+        if emptied:
             conn.execute(delete(tables.metrics).where(and_(
-                m.run_id == run_id, m.key_id == key_id, m.step >= closing * width, m.step < (closing + 1) * width)))
-    for chunk in sorted(targets):
-        a, b = np.searchsorted(new.steps, [chunk * width, (chunk + 1) * width])  # new rows are sorted
-        fresh = ChunkRows(new.steps[a:b], new.attempts[a:b], new.values[a:b], new.wall_times[a:b])
-        parts = [stored[chunk], fresh] if chunk in stored else [fresh]
-        merged = chunks.merge_first_wins(parts)
-        if len(merged):
-            chunks.write(conn, run_id, key_id, chunk, merged)
+                m.run_id == run_id, m.key_id.in_(emptied), m.step >= lo, m.step <= hi)))
+    written = []
+    for p in plans:
+        for chunk in sorted(targets[p.key_id]):
+            a, b = np.searchsorted(p.new.steps, [chunk * width, (chunk + 1) * width])  # sorted
+            fresh = ChunkRows(p.new.steps[a:b], p.new.attempts[a:b], p.new.values[a:b], p.new.wall_times[a:b])
+            have = stored.get((p.key_id, chunk))
+            merged = chunks.merge_first_wins([have, fresh] if have is not None else [fresh])
+            if len(merged):
+                written.append((p.key_id, chunk, merged))
+    chunks.write_many(conn, run_id, written, replacing=replaced)
 
 
 def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, int]:
@@ -296,7 +328,20 @@ def _copy_rows(conn: Connection, table: str, tuples: list[tuple]) -> None:
                 copy.write_row(row)
 
 
-def _rollup_params(run_id: int, level: int, agg: dict[str, np.ndarray]) -> list[dict]:
+# The merge's parameters in the order the statement names them.
+_ROLLUP_FIELDS = tuple(re.findall(r":(\w+)", _ROLLUP_MERGE))
+
+
+def _merge_rollup_rows(conn: Connection, rows: list[tuple]) -> None:
+    """Run the rollup merge for rows of _ROLLUP_FIELDS through the driver's executemany:
+    SQLAlchemy's per-row parameter handling cost more than the merge for a wide write."""
+    if not rows:
+        return
+    mark = "?" if conn.dialect.name == "sqlite" else "%s"
+    conn.exec_driver_sql(re.sub(r":\w+", mark, _ROLLUP_MERGE), rows)
+
+
+def _rollup_params(run_id: int, level: int, agg: dict[str, np.ndarray]) -> list[tuple]:
     def ints(col):
         return agg[col].astype(np.int64).tolist()
 
@@ -319,17 +364,16 @@ def _rollup_params(run_id: int, level: int, agg: dict[str, np.ndarray]) -> list[
         "last_step": ints("last_step"),
         "last_value": floats_or_none("last_value"),
     }
-    names = list(columns)
-    return [
-        dict(zip(names, values), run_id=run_id, level=level) for values in zip(*columns.values())
-    ]
+    columns["run_id"] = [run_id] * len(columns["key_id"])
+    columns["level"] = [level] * len(columns["key_id"])
+    return list(zip(*(columns[f] for f in _ROLLUP_FIELDS)))
 
 
 def _merge_rollups(conn: Connection, run_id: int, latest: _Batch) -> None:
     params = []
     for level, width in enumerate(LEVEL_WIDTHS):
         params += _rollup_params(run_id, level, aggregate(latest.key_ids, latest.steps, latest.values, width))
-    conn.execute(_ROLLUP_MERGE, params)
+    _merge_rollup_rows(conn, params)
 
 
 def _merge_series(conn: Connection, run_id: int, latest: _Batch) -> None:
@@ -367,8 +411,7 @@ def _rebuild_tail(conn: Connection, run_id: int, key_id: int, from_step: int) ->
         )
         keep = steps >= first_bucket * width
         params += _rollup_params(run_id, level, aggregate(key_ids[keep], steps[keep], values[keep], width))
-    if params:
-        conn.execute(_ROLLUP_MERGE, params)
+    _merge_rollup_rows(conn, params)
     _recount_series(conn, run_id, key_id)
 
 

@@ -25,7 +25,17 @@ from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
 from monitor.schema import Detection, RunData, RunInfo, RunStatus, Severity, is_valid_key
 from monitor.store import sql
-from monitor.store import derived, increments, metric_rows, metrics_writer, migrations, reader, tables, tail_cache
+from monitor.store import (
+    chunks,
+    derived,
+    increments,
+    metric_rows,
+    metrics_writer,
+    migrations,
+    reader,
+    tables,
+    tail_cache,
+)
 from monitor.store.alert_rows import AlertRows, OutboxRows
 from monitor.store.database import Database
 from monitor.store.errors import describe_db_error
@@ -305,6 +315,13 @@ class Store:
                 names = {i: n for i, n in names.items() if n in wanted}
             return derived.read(conn, run_id, names, step_range, max_points)
 
+    @property
+    def chunk_steps(self) -> int:
+        """Steps one sealed chunk of a series spans (chunks.py): a write whose series reach just
+        past a multiple of it goes straight into chunks, not through the row table."""
+        with self._db.read() as conn:
+            return chunks.width(conn)
+
     def count_rows(self, name: str) -> int:
         """Metric rows stored for a run, every attempt counted (for tests and progress lines)."""
         with self._db.read() as conn:
@@ -428,7 +445,14 @@ def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:
     missing = {"step", "key", "value"} - set(frame.columns)
     if missing:
         raise GapwatchError(f"metrics for run {run!r} lack column(s) {sorted(missing)}")
-    rows = pd.DataFrame({"key": frame["key"].astype(str)})
+    keys = frame["key"]
+    if isinstance(keys.dtype, pd.CategoricalDtype):
+        # An importer's names as codes: a string per row would cost more than the write.
+        keys = keys.cat.remove_unused_categories()
+        keys = keys.cat.rename_categories(keys.cat.categories.astype(str))
+    else:
+        keys = keys.astype(str)
+    rows = pd.DataFrame({"key": keys})
     steps = pd.to_numeric(frame["step"], errors="coerce")
     bad = steps.isna() | (steps < 0) | (steps != np.floor(steps))
     if bad.any():

@@ -38,9 +38,41 @@ def forget(conn: Connection, run_id: int, key_id: int | None = None) -> None:
         del cache[k]
 
 
-def take(conn: Connection, run_id: int, key_id: int, lo: int, hi: int) -> ChunkRows | None:
-    """The cached rows with lo <= step <= hi if they are exactly the table's; they leave the
-    cache either way (the caller seals the range)."""
+def take_many(conn: Connection, run_id: int, key_ids: list[int], lo: int,
+              hi: int) -> dict[int, ChunkRows]:
+    """The cached rows with lo <= step <= hi of each series whose rows there are exactly the
+    table's (one query for them all); the rows leave the cache either way (the caller seals the
+    range). A series missing from the answer is read from the table."""
+    cached = {}
+    for key_id in key_ids:
+        rows = _pop(conn, run_id, key_id, lo, hi)
+        if rows is not None:
+            cached[key_id] = rows
+    if not cached:
+        return {}
+    m = tables.metrics.c
+    found = conn.execute(
+        select(m.key_id, func.count(), func.sum(m.step), func.sum(m.attempt), func.max(m.wall_time))
+        .where(and_(m.run_id == run_id, m.key_id.in_(list(cached)), m.step >= lo, m.step <= hi))
+        .group_by(m.key_id)
+    ).all()
+    exact = {}
+    for key_id, n, step_sum, attempt_sum, last_wall in found:
+        rows = cached[int(key_id)]
+        if n != len(rows) or n == 0:
+            continue
+        duplicate = (rows.steps[1:] == rows.steps[:-1]) & (rows.attempts[1:] == rows.attempts[:-1])
+        if duplicate.any() or int(step_sum) != int(rows.steps.sum()) \
+                or int(attempt_sum) != int(rows.attempts.sum()) \
+                or float(last_wall) != float(rows.wall_times.max()):
+            continue
+        exact[int(key_id)] = rows
+    return exact
+
+
+def _pop(conn: Connection, run_id: int, key_id: int, lo: int, hi: int) -> ChunkRows | None:
+    """The cached rows of one series with lo <= step <= hi, in (step, attempt) order; later rows
+    stay cached."""
     parts = _cache(conn).pop((run_id, key_id), None)
     if not parts:
         return None
@@ -53,16 +85,4 @@ def take(conn: Connection, run_id: int, key_id: int, lo: int, hi: int) -> ChunkR
     if later.any():
         add(conn, run_id, key_id, ChunkRows(rows.steps[later], rows.attempts[later], rows.values[later],
                                             rows.wall_times[later]))
-    rows = ChunkRows(rows.steps[inside], rows.attempts[inside], rows.values[inside], rows.wall_times[inside])
-    m = tables.metrics.c
-    n, step_sum, attempt_sum, last_wall = conn.execute(
-        select(func.count(), func.sum(m.step), func.sum(m.attempt), func.max(m.wall_time))
-        .where(and_(m.run_id == run_id, m.key_id == key_id, m.step >= lo, m.step <= hi))
-    ).one()
-    if n == 0 or n != len(rows):
-        return None
-    duplicate = (rows.steps[1:] == rows.steps[:-1]) & (rows.attempts[1:] == rows.attempts[:-1])
-    if duplicate.any() or int(step_sum) != int(rows.steps.sum()) or int(attempt_sum) != int(rows.attempts.sum()) \
-            or float(last_wall) != float(rows.wall_times.max()):
-        return None
-    return rows
+    return ChunkRows(rows.steps[inside], rows.attempts[inside], rows.values[inside], rows.wall_times[inside])

@@ -10,12 +10,19 @@ The rules are `csv_export`'s (this reads the same files the same way, see its te
 difference a stream cannot avoid: a column is text (W&B media, tables) when its first logged cells
 are text; it is left out and noted, and a text cell in a column that held numbers is an error
 naming the line. Steps are the trainer's when the export has its step column (`step_axis`).
+
+Cells are read as text and checked as text where a double would change them: a cell that casts
+to an infinity but is no spelling of one (`1e309`, 400 digits) is refused, naming the line and
+column, as `csv_export` refuses it; steps are cast to 64-bit integers, so a step beyond 2**53 is
+kept exactly, and a step written so that a double would round it (`9007199254740993.0`) or beyond
+2**63 - 1 is refused in one line.
 """
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +35,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
 from ..imported_run import scalars_frame
+from ..input_checks import cut, shown, unfit_literal
 from ..name_codes import NameCodes
 from ..step_axis import choose_step_key
 from ..table_stream import CHUNK_ROWS, _last_step_start, _Rows
@@ -38,6 +46,8 @@ WALL_TIME = "_timestamp"
 # CSV bytes parsed at once (a few thousand rows of a 100-column export): each block's text
 # columns, casts and row arrays are copies of it, so the peak grows with it (bench/RESULTS.md).
 BLOCK_BYTES = 1 << 20
+# A step cell a double holds exactly (at most 15 digits, below 2**53): `5`, `+5`, `5.0`.
+_PLAIN_STEP = r"^\+?[0-9]{1,15}(\.0*)?$"
 
 
 def header(path: str | Path) -> list[str]:
@@ -79,7 +89,7 @@ class WandbCsvStream:
         self._text: set[str] = set()
         self._numeric: set[str] = set()
         self._last_row_step: int | None = None
-        self._step: float | None = None  # the trainer's step carried from the rows before
+        self._step: int | None = None  # the trainer's step carried from the rows before
         self._attempt = 1
         self._rewinds = 0
         self._range: list[int] = []  # first and last row step
@@ -161,7 +171,7 @@ class WandbCsvStream:
                                     f"{' '.join(str(exc).split())}") from None
             self.bytes_read = min(total, self.bytes_read + BLOCK_BYTES)
             if self.step_key is not None and self._step is None and \
-                    batch.column(self.step_key).null_count == batch.num_rows:
+                    _cells(batch.column(self.step_key)).null_count == batch.num_rows:
                 held.append(batch)  # no trainer step yet: these rows take the first one
                 continue
             if held:
@@ -205,15 +215,7 @@ class WandbCsvStream:
                      walls[line])
 
     def _row_steps(self, column: pa.Array, first_line: int) -> np.ndarray:
-        got = self._numbers(column, ROW_STEP, first_line, strict=True, required=True)
-        values = got[0]
-        bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)) | (values < 0)
-                             | (values > MAX_STEP))
-        if len(bad):
-            i = int(bad[0])
-            raise GapwatchError(f"{self.path}: line {first_line + i}: step {values[i]!r} is not "
-                                "a whole number >= 0")
-        steps = values.astype(np.int64)
+        steps, _ = self._steps(column, ROW_STEP, first_line, required=True)
         previous = np.concatenate(([-1 if self._last_row_step is None else self._last_row_step],
                                    steps[:-1]))
         back = np.flatnonzero(steps <= previous)
@@ -230,55 +232,121 @@ class WandbCsvStream:
     def _trainer_steps(self, column: pa.Array, first_line: int) -> tuple[np.ndarray, np.ndarray]:
         """The trainer's step of each row (a row without one takes the one before it; the first
         rows take the first one) and the attempt, which grows at each rewind."""
-        got = self._numbers(column, self.step_key, first_line, strict=True)
-        if got is None:
-            raise GapwatchError(f"{self.path}: line {first_line}: step key {self.step_key!r} "
-                                "holds text, not steps")
-        values, logged = got
-        bad = np.flatnonzero(logged & ~(np.isfinite(values) & (values >= 0)
-                                        & (values == np.round(values))))
-        if len(bad):
-            i = int(bad[0])
-            raise GapwatchError(f"{self.path}: line {first_line + i}: {self.step_key} is "
-                                f"{values[i]!r}: not a whole number >= 0, so it cannot be the "
-                                "step axis")
-        filled = pd.Series(np.where(logged, values, np.nan))
-        if self._step is not None:
-            filled.iloc[0] = filled.iloc[0] if logged[0] else self._step
-        steps = filled.ffill().bfill().to_numpy().astype(np.int64)
-        previous = np.concatenate(([steps[0] if self._step is None else int(self._step)],
-                                   steps[:-1]))
+        values, logged = self._steps(column, self.step_key, first_line, required=False)
+        # Carried forward as integers (a float would round steps beyond 2**53).
+        at = np.maximum.accumulate(np.where(logged, np.arange(len(values)), -1))
+        before = (self._step if self._step is not None
+                  else int(values[np.flatnonzero(logged)[0]]))
+        steps = np.where(at >= 0, values[np.maximum(at, 0)], before).astype(np.int64)
+        previous = np.concatenate(([steps[0] if self._step is None else self._step], steps[:-1]))
         back = steps < previous
         attempts = self._attempt + np.cumsum(back)
         self._rewinds += int(back.sum())
         self._attempt = int(attempts[-1])
-        self._step = float(steps[-1])
+        self._step = int(steps[-1])
         return steps, attempts.astype(np.int64)
+
+    def _steps(self, column: pa.Array, name: str, first_line: int,
+               required: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(steps as int64, logged) of a step column, exactly as written: integers are cast as
+        integers, a step written otherwise (`5.0`, `1e17`) is read as a decimal, never rounded."""
+        cells = _cells(column)
+        try:
+            ints = pc.cast(cells, pa.int64())
+        except pa.ArrowInvalid:
+            ints = None
+        if ints is not None:
+            logged = pc.is_valid(ints).to_numpy(zero_copy_only=False)
+            steps = pc.fill_null(ints, 0).to_numpy(zero_copy_only=False)
+            self._check_logged(logged, name, first_line, required)
+            self._check_range(steps < 0, steps, name, first_line)
+            return steps, logged
+        got = self._numbers(column, name, first_line, strict=True, required=required)
+        if got is None:
+            raise GapwatchError(f"{self.path}: line {first_line}: step column {shown(name)} holds "
+                                "text, not steps")
+        values, logged = got
+        if required:
+            self._check_logged(logged & np.isfinite(values), name, first_line, required)
+        steps = np.zeros(len(values), dtype=np.int64)
+        plain = pc.fill_null(pc.match_substring_regex(cells, _PLAIN_STEP), False).to_numpy(
+            zero_copy_only=False)
+        steps[plain] = values[plain]
+        # Any other cell (an exponent, digits a double rounds) is read exactly, as a decimal.
+        for i in np.flatnonzero(logged & ~plain).tolist():
+            text = cells[i].as_py()
+            try:
+                exact = Decimal(text)
+            except InvalidOperation:
+                exact = Decimal("nan")
+            if not exact.is_finite() or exact != exact.to_integral_value():
+                raise GapwatchError(f"{self.path}: line {first_line + i}: {_said(name)} "
+                                    f"{cut(text)} is not a whole number")
+            if not 0 <= exact <= MAX_STEP:
+                raise GapwatchError(f"{self.path}: line {first_line + i}: {_said(name)} "
+                                    f"{cut(text)} is outside the steps a store keeps (0 to "
+                                    f"{MAX_STEP})")
+            steps[i] = int(exact)
+        return steps, logged
+
+    def _check_logged(self, logged: np.ndarray, name: str, first_line: int,
+                      required: bool) -> None:
+        if required and not logged.all():
+            i = int(np.flatnonzero(~logged)[0])
+            raise GapwatchError(f"{self.path}: line {first_line + i}: no step in column "
+                                f"{shown(name)}")
+
+    def _check_range(self, out: np.ndarray, steps: np.ndarray, name: str,
+                     first_line: int) -> None:
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            raise GapwatchError(f"{self.path}: line {first_line + i}: {_said(name)} {steps[i]:.0f} is "
+                                f"outside the steps a store keeps (0 to {MAX_STEP})")
 
     def _numbers(self, column: pa.Array, name: str, first_line: int, strict: bool,
                  required: bool = False):
         """(values, logged) of a text column: empty is not logged, NaN and infinities are values,
-        true/false are 1/0. A column whose first logged cells are text is text (None); strict: a
-        text cell after numbers is an error; else it is not logged."""
-        logged = pc.is_valid(column).to_numpy(zero_copy_only=False)
+        a number no double holds is an error (true/false are text, as in `csv_export`). A column
+        whose first logged cells are text is text (None); strict: a text cell after numbers is an
+        error; else it is not logged."""
+        cells, values = column, None
+        try:
+            values = pc.cast(column, pa.float64())
+        except pa.ArrowInvalid:
+            cells = _cells(column)  # spaces around a number, or a blank cell, fail the cast
+        logged = pc.is_valid(cells).to_numpy(zero_copy_only=False)
         if required and not logged.all():
             i = int(np.flatnonzero(~logged)[0])
-            raise GapwatchError(f"{self.path}: line {first_line + i}: no step in column {name!r}")
-        try:
-            values = pc.fill_null(pc.cast(column, pa.float64()), 0.0).to_numpy(
-                zero_copy_only=False)
+            raise GapwatchError(f"{self.path}: line {first_line + i}: no step in column "
+                                f"{shown(name)}")
+        if values is None:
+            try:
+                values = pc.cast(cells, pa.float64())
+            except pa.ArrowInvalid:
+                values = self._cell_by_cell(cells.to_pylist(), logged, name, first_line, strict,
+                                            required)
+                if values is None:
+                    return None
+        if not isinstance(values, np.ndarray):
+            values = pc.fill_null(values, 0.0).to_numpy(zero_copy_only=False)
             if logged.any():
                 self._numeric.add(name)
-            return values, logged
-        except pa.ArrowInvalid:
-            pass
-        text = column.to_pylist()
+        # A double cast reads `1e309` and 400 digits as infinity: only `inf` written so is one.
+        for i in np.flatnonzero(logged & np.isinf(values)).tolist():
+            text = cells[i].as_py()
+            if unfit_literal(text):
+                raise GapwatchError(f"{self.path}: line {first_line + i}: column {shown(name)}: "
+                                    f"the number {shown(text)} does not fit a 64-bit float")
+        return values, logged
+
+    def _cell_by_cell(self, text: list, logged: np.ndarray, name: str, first_line: int,
+                      strict: bool, required: bool) -> np.ndarray | None:
+        """The values of a block's column that holds something a cast does not read (text, or
+        Python's float spellings): each cell on its own, as `_numbers` says; `logged` loses the
+        text cells of a column that is not strict."""
         values = np.full(len(text), np.nan)
         for i in np.flatnonzero(logged).tolist():
-            cell = text[i].strip()
-            if cell.lower() in ("true", "false"):
-                values[i] = 1.0 if cell.lower() == "true" else 0.0
-                continue
+            cell = text[i]
             try:
                 values[i] = float(cell)
                 self._numeric.add(name)
@@ -289,12 +357,24 @@ class WandbCsvStream:
                 logged[i] = False
             elif name in self._numeric or required:
                 raise GapwatchError(
-                    f"{self.path}: line {first_line + i}: column {name!r}: {text[i]!r} is not a "
-                    "number")
+                    f"{self.path}: line {first_line + i}: column {shown(name)}: {shown(cell)} is "
+                    "not a number")
             else:
                 self._text.add(name)
                 return None
-        return values, logged
+        return values
+
+
+def _said(name: str) -> str:
+    """A step column as a message names it: W&B's row counter is the step."""
+    return "step" if name == ROW_STEP else name
+
+
+def _cells(column: pa.Array) -> pa.Array:
+    """A text column's cells trimmed, with blank cells null (not logged), as `csv_export` reads
+    them."""
+    cells = pc.utf8_trim_whitespace(column)
+    return pc.if_else(pc.equal(cells, ""), pa.scalar(None, pa.string()), cells)
 
 
 __all__ = ["WandbCsvStream", "streamable"]

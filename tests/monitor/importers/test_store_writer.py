@@ -107,3 +107,33 @@ def test_wandb_run_keeps_wall_time(sqlite_url, rich_run):
     assert store.run_info("rich").tokens_per_step == 4096
     assert store.get_run("rich")["config"]["summary"]["final/best_loss"] == 1.25
     store.close()
+
+
+def test_a_streamed_import_writes_straight_into_chunks(sqlite_url, tmp_path, monkeypatch):
+    """Chunks of a log smaller than a chunk of steps are written once the chunk is complete, just
+    past its end: the row table takes only the rows of each chunk's first step and of the last
+    chunk, not every row, to move them again on the next write."""
+    import json
+
+    from monitor.importers import import_source, table_stream
+    from monitor.store import chunks, metrics_writer
+
+    monkeypatch.setattr(table_stream, "BLOCK_BYTES", 1 << 10)
+    monkeypatch.setattr(table_stream, "CHUNK_ROWS", 30)
+    width = chunks.CHUNK_STEPS
+    steps = 4 * width + 36
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "train/loss": 1.0 + s, "train/grad_norm": 0.5})
+                            + "\n" for s in range(steps)))
+    raw = []
+    insert_raw = metrics_writer._insert_raw
+    monkeypatch.setattr(metrics_writer, "_insert_raw",
+                        lambda conn, run_id, batch, **kw: (raw.append(len(batch.steps)),
+                                                           insert_raw(conn, run_id, batch, **kw)))
+    with open_store(sqlite_url) as store:
+        import_source(store, "r", path)
+        loss = store.load_run("r").series(schema.TRAIN_LOSS)
+    assert loss.index.tolist() == list(range(steps)) and loss.iloc[-1] == steps
+    # Two series, each: the first step of each of the five chunks, then the last chunk's 35 more
+    # (one row table row a value: 500 before imports cut their writes at chunk ends).
+    assert sum(raw) == 2 * (5 + 35)

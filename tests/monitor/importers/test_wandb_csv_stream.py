@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
 
 from monitor import schema
 from monitor.errors import GapwatchError
@@ -17,12 +18,7 @@ from monitor.importers.store_writer import write_run
 from monitor.importers.wandb import csv_stream
 from monitor.store import open_store
 
-
-@pytest.fixture(autouse=True)
-def _streaming_on(monkeypatch):
-    """The streamed reader is off in gapwatch import until it checks cells as text; these tests
-    hold it to the whole-file reader's results where it is exact."""
-    monkeypatch.setattr("monitor.importers.STREAM_WANDB_EXPORTS", True)
+from .test_parser_properties import SETTINGS, csv_cell, logs, same
 
 
 def _same_run(store, path, name):
@@ -96,3 +92,52 @@ def test_text_after_numbers_is_an_error_naming_the_line(tmp_path, sqlite_url, mo
             import_source(store, "bad", path)
     finally:
         store.close()
+
+
+def _stream_rows(path) -> dict[tuple[int, str], float]:
+    frames = list(csv_stream.WandbCsvStream(path).chunks())
+    return {(int(s), str(k)): float(v) for f in frames
+            for s, k, v in zip(f["step"], f["key"], f["value"])}
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("1,1.5\n2,1e309\n", "line 3: column 'train/loss': the number '1e309' does not fit a 64-bit float"),
+    ("1,1.5\n2," + "9" * 400 + "\n", "line 3: column 'train/loss': the number '" + "9" * 79),
+    ("9007199254740993.5,1.5\n", "line 2: step 9007199254740993.5 is not a whole number"),
+    ("1e400,1.5\n", "line 2: column '_step': the number '1e400' does not fit a 64-bit float"),
+    ("18446744073709551616,1.5\n", "line 2: step 18446744073709551616 is outside the steps a store keeps"),
+    ("-1,1.5\n", "line 2: step -1 is outside the steps a store keeps"),
+    ("1.5,1.5\n", "line 2: step 1.5 is not a whole number"),
+    ("1,1.5\n,2.5\n", "line 3: no step in column '_step'"),
+])
+def test_numbers_a_double_would_change_are_refused_in_one_line(tmp_path, rows, message):
+    path = tmp_path / "export.csv"
+    path.write_text("_step,train/loss\n" + rows)
+    with pytest.raises(GapwatchError) as err:
+        _stream_rows(path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_steps_beyond_2_53_are_kept_exactly_as_row_steps_and_trainer_steps(tmp_path):
+    big = 2**53 + 1
+    path = tmp_path / "export.csv"
+    path.write_text(f"_step,train/loss,eval/loss\n{big},1.0,\n{big + 2},inf,\n{big + 4}, ,2.5\n"
+                    f"{2**62 + 1},-Infinity,\n")
+    assert _stream_rows(path) == {(big, "train/loss"): 1.0, (big + 2, "train/loss"): math.inf,
+                                  (big + 4, "eval/loss"): 2.5,
+                                  (2**62 + 1, "train/loss"): -math.inf}
+    trainer = tmp_path / "trainer.csv"
+    trainer.write_text(f"_step,train/global_step,train/loss\n0,{big},1.0\n1,,2.0\n"
+                       f"2,{big + 2}.0,3.0\n3,1.8e16,4.0\n")
+    assert _stream_rows(trainer) == {(big, "train/loss"): 2.0, (big + 2, "train/loss"): 3.0,
+                                     (18 * 10**15, "train/loss"): 4.0}
+
+
+@SETTINGS
+@given(rows=logs())
+def test_a_streamed_export_is_read_back_exactly(tmp_path, rows):
+    names = sorted({k for _, v in rows for k in v})
+    path = tmp_path / "export.csv"
+    path.write_text("_step," + ",".join(names) + "\n" + "".join(
+        f"{s}," + ",".join(csv_cell(v[n]) if n in v else "" for n in names) + "\n" for s, v in rows))
+    assert same(_stream_rows(path), {(s, k): v for s, vals in rows for k, v in vals.items()})

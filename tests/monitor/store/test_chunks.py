@@ -172,3 +172,46 @@ def test_sealing_from_remembered_rows_notices_other_writers_and_rollbacks(store_
                     raise RuntimeError("the import failed")
         check_against(a, "r", model)
         check_against(b, "r", model)
+
+
+def _statements_of_a_write(store, frame) -> int:
+    """SQL statements one write_metrics call sends (an executemany counts once)."""
+    from sqlalchemy import event
+
+    seen = []
+
+    def count(*_):
+        seen.append(1)
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        store.write_metrics("r", frame)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+    return len(seen)
+
+
+def _wide(steps, width: int) -> pd.DataFrame:
+    steps = np.asarray(list(steps))
+    return pd.DataFrame({"step": np.repeat(steps, width),
+                         "key": np.tile([f"m/k{i}" for i in range(width)], len(steps)),
+                         "value": np.arange(len(steps) * width, dtype=float)})
+
+
+@pytest.mark.parametrize("width", [4, 64])
+def test_sealing_a_write_takes_as_many_statements_whatever_its_width(sqlite_url, width):
+    """A write that closes chunks of many series seals them together: its statements do not
+    grow with the number of series (a statement per series per write took most of a wide
+    import's time)."""
+    per_width = {}
+    for n in (width, 2 * width):
+        with open_store(sqlite_url.replace(".db", f"-{n}.db")) as store:
+            store.ensure_run("r")
+            store.write_metrics("r", _wide(range(0, chunks.CHUNK_STEPS + 10, 7), n))
+            # Moves each series' tail into its chunk and seals the next chunk straight away.
+            per_width[n] = _statements_of_a_write(
+                store, _wide(range(chunks.CHUNK_STEPS + 17, 2 * chunks.CHUNK_STEPS + 10, 7), n))
+            rows = store.load_run("r").scalars
+            assert rows.shape == (len(range(0, 2 * chunks.CHUNK_STEPS + 10, 7)), n)
+            assert all(s >= 2 * chunks.CHUNK_STEPS for s in tail_steps(store, "r"))
+    assert per_width[2 * width] == per_width[width]
