@@ -20,7 +20,7 @@ from . import corpus, faults
 from .told import Told, replay
 
 COMPARING = ("reference_divergence", "heldout_divergence", "memorization", "memorization_trend")
-SINGLE = ("spike", "nonfinite", "throughput", "grad_norm_growth")
+SINGLE = ("spike", "nonfinite", "throughput", "grad_norm_growth", "data_invariants", "resume")
 # Pieces the latency is measured with: the watch service reads what arrived every poll; 50 steps
 # a poll is under a minute of a fast run.
 PIECE_STEPS = 50
@@ -57,7 +57,9 @@ def single_faults() -> list[Fault]:
     return [Fault("loss spike 2x", faults.spike, ("spike",), (), "instability", persists=False),
             Fault("NaN loss", faults.nan, ("nonfinite",), (), "instability", persists=False),
             Fault("stall 20x", faults.stall, ("throughput",), (), "throughput", persists=False),
-            Fault("grad norm grows 3x", faults.grad_growth, ("grad_norm_growth",), (), "instability")]
+            Fault("grad norm grows 3x", faults.grad_growth, ("grad_norm_growth",), (), "instability"),
+            Fault("loader skips a batch", faults.data_skip, ("data_invariants",), (), "data"),
+            Fault("resume off by one", faults.resume_off_by_one, ("resume",), (), "data")]
 
 
 @dataclass

@@ -16,10 +16,12 @@ import numpy as np
 import pandas as pd
 
 from monitor.schema import (
+    DATA_CURSOR,
     HELDOUT_PREFIX,
     PERF_STEP_TIME_S,
     TRAIN_GRAD_NORM,
     TRAIN_LOSS,
+    EventKind,
     RunData,
 )
 
@@ -99,6 +101,39 @@ def stall(run: RunData) -> RunData:
     out = _copy(run, run.name)
     at = _point(run, PERF_STEP_TIME_S)
     out.scalars.loc[at, PERF_STEP_TIME_S] *= 20.0
+    return out
+
+
+# Records per step of the data-loader faults' cursor (the corpus runs log no data-loader state).
+DATA_BATCH = 8
+
+
+def _with_cursor(run: RunData) -> tuple[RunData, int]:
+    """The run with a healthy data cursor at every step (the records consumed before it), and the
+    step a point fault is injected at."""
+    out = _copy(run, run.name)
+    out.info.global_batch_size = DATA_BATCH
+    steps = out.scalars.index.to_numpy()
+    out.scalars[DATA_CURSOR] = (steps * DATA_BATCH).astype(float)
+    return out, _point(run, TRAIN_LOSS)
+
+
+def data_skip(run: RunData) -> RunData:
+    """From the point on, the loader is one batch ahead of where the steps say it should be (it
+    skipped a batch), and stays so."""
+    out, at = _with_cursor(run)
+    out.scalars.loc[out.scalars.index >= at, DATA_CURSOR] += DATA_BATCH
+    return out
+
+
+def resume_off_by_one(run: RunData) -> RunData:
+    """A resume at the point restores the model at step N+1 and the loader at batch N (the OLMo 3
+    reproduction's bug): a resume event says so, and the cursor is one batch behind from then on."""
+    out, at = _with_cursor(run)
+    out.scalars.loc[out.scalars.index > at, DATA_CURSOR] -= DATA_BATCH
+    out.events = pd.DataFrame({"step": [at], "kind": [EventKind.RESUME.value], "attempt": [1],
+                               "payload": [{"restored_step": at + 1, "restored_data_position": at * DATA_BATCH,
+                                            "global_batch_size": DATA_BATCH}]})
     return out
 
 

@@ -1,14 +1,16 @@
 """What a person on call is told about one injected fault: the incidents the watch service's tracker
 makes of a run's detections and clean verdicts, fed in the order it learns of them.
 
-Each distinct last step of a finding or a clean verdict is one poll of its own (the finest the
-watch service can poll), so every escalation and rename counts as a notification of its own: the
-count is an upper bound on what a coarser poll sends. Polls every `grid` steps between them time a
-resolution; the run's last step closes the replay.
+A finding is fed as the incremental engine reports one that goes on: from its first step, an
+interval that grows poll by poll (every `grid` steps) to its last. Each step at which a finding or
+a clean verdict ends is a poll of its own, so every escalation and rename counts as a notification
+of its own: the count is an upper bound on what a coarser poll sends. The run's last step closes
+the replay.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -66,7 +68,12 @@ def replay(detections: list[Detection], cleans: list[Clean], run: str, last_step
     tracker = IncidentTracker(config or IncidentConfig())
     polls: dict[int, tuple[list, list]] = {step: ([], []) for step in range(0, last_step, grid)}
     for d in detections:
-        polls.setdefault(int(d.end_step), ([], []))[0].append(d)
+        # As the incremental engine reports a finding that goes on: from its first step, an
+        # interval that grows poll by poll to its end.
+        for step in [*range(int(d.start_step) // grid * grid + grid, int(d.end_step), grid), int(d.end_step)]:
+            upto = max(step, int(d.start_step))
+            polls.setdefault(upto, ([], []))[0].append(
+                dataclasses.replace(d, end_step=upto, peak_step=min(int(d.peak_step), upto)))
     for c in cleans:
         polls.setdefault(int(c.end_step), ([], []))[1].append(c)
     open_alerts: dict = {}
