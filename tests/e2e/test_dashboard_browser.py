@@ -174,7 +174,7 @@ def test_findings_stored_by_detect_show_on_the_overview_and_the_run_view(server,
     assert row.locator(".alerts-count").inner_text() == "0"
     row.locator("a.run-link").click()
     wait_for_panel(page, "loss")
-    item = page.locator("li.alert", has_text="nonfinite")
+    item = page.locator("li.alert", has_text="NaN or Inf in the run")
     item.wait_for(timeout=30_000)
     assert item.locator(".sev").inner_text() == "critical"
     assert item.locator(".state").inner_text() == "found"

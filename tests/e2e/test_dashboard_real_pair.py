@@ -116,7 +116,7 @@ def test_an_alert_link_opens_its_range_in_the_same_view(server, page):
     # Grouped as the watch service would alert: a few dozen rows, not the ~260 detections, and the
     # periodic evaluation pauses one row that counts them.
     assert page.locator("li.alert").count() <= 40
-    stalls = page.locator("li.alert", has_text="throughput")
+    stalls = page.locator("li.alert", has_text="steps slowed down or stalled")
     assert stalls.count() == 1 and int(stalls.locator(".count").inner_text().rstrip("×")) > 100
     link.click()
     page.wait_for_function("location.search.includes('start=')", timeout=30_000)

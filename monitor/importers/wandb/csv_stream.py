@@ -125,8 +125,17 @@ class WandbCsvStream:
             rows += len(whole)
             yield self._frame(whole)
         if not rows:
-            raise GapwatchError(f"{self.source}: no metric columns besides the step")
+            raise GapwatchError(f"{self.source}: {self._why_empty()}")
         self.notes = self._final_notes()
+
+    def _why_empty(self) -> str:
+        """Why a whole file gave no value, in the words of the whole-file reader (csv_export)."""
+        if not self.metrics:
+            return "no metric columns besides the step"
+        with open(self.path, "rb") as f:
+            data_lines = sum(1 for line in f if line.strip()) - 1
+        return ("a header and no rows: no history to import" if data_lines <= 0
+                else "every metric cell is empty: no history to import")
 
     def _frame(self, rows: _Rows) -> pd.DataFrame:
         keys = pd.Categorical.from_codes(rows.codes, categories=list(self._names.all))

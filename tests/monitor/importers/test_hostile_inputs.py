@@ -153,7 +153,7 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path, sqlite_url):
     ("step64.jsonl", b'{"step": 18446744073709551616, "train/loss": 1.0}\n',
      "line 1: step 18446744073709551616 is beyond the largest step a store keeps"),
     ("true.jsonl", b'{"step": true, "train/loss": 1.0}\n', "line 1: step True is not a whole number >= 0"),
-    ("true_wandb.csv", b"_step,train/loss\ntrue,1.0\n", "step column '_step' holds text, not numbers"),
+    ("true_wandb.csv", b"_step,train/loss\ntrue,1.0\n", "line 2: column '_step': 'true' is not a number"),
     ("header_generic.csv", b"step,train/loss\n", "no metric values found"),
     ("empty_generic.csv", b"step,train/loss\n1,\n2,\n", "no metric values found"),
     ("header_wandb.csv", b"_step,train/loss\n", "a header and no rows: no history to import"),
