@@ -194,8 +194,8 @@ def markdown(pair_rows, cadence_rows, divergence_rows, single_rows, real_rows, s
         "reference\" (the memorization detector did not confirm the held-out tie). In a single run only the "
         "incidents about the fault count (those holding its detector's findings or its step): the real runs "
         "have spikes of their own (an injected spike inside the cool-down after one of them joins that "
-        "incident and is told nothing new: 0 opened). The counts come from the whole-run detections, replayed in knowledge "
-        "order; the property test tests/monitor/watch/test_live_equals_offline.py holds the watch service's "
+        "incident and is told nothing new: 0 opened). The counts come from the whole-run detections, replayed as the "
+        "incremental engine reports them (a finding grows poll by poll from its first step); the property test tests/monitor/watch/test_live_equals_offline.py holds the watch service's "
         "incidents to the same.",
         table(story_rows),
         "Story goal met, by cadence:",
