@@ -30,6 +30,10 @@ class IncidentConfig:
     cooldown_steps: int = 1000
     """After a resolution, a recurrence that ends within this many steps opens no new alert. 1,000 is
     the window of the OLMo 2 paper's spike score: at most one new alert per window and incident key."""
+    escalate_after_steps: int = 10_000
+    """An incident still growing this many steps after its first flagged step escalates once: ten
+    evaluations at the every-1,000-steps cadence of OLMo's in-loop evals. A policy, not a threshold:
+    it says when a persistent fault is worth telling again, within max_growth_escalations."""
     max_growth_escalations: int = 2
     """Times one incident may escalate because it grew (its size doubled, or it reached downstream
     evals); a severity that rises always escalates. The person is told when it opens and at most

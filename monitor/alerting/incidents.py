@@ -116,6 +116,8 @@ class Alert:
     told_score: float | None = None
     """The naming finding's score when the person was last told (growth escalations double it)."""
     growth_escalations: int = 0
+    lasted_told: bool = False
+    """The person was told once that this incident goes on (IncidentConfig.escalate_after_steps)."""
     episode: int | None = None
     """1 for the first incident of its story on its run, 2 for the next one after that resolved...
     Part of `incident_id`; None for an alert stored before incidents were numbered."""
@@ -140,11 +142,13 @@ class Alert:
 
     def members_to_dict(self) -> dict[str, Any]:
         return {"told_score": self.told_score, "growth_escalations": self.growth_escalations,
+                "lasted_told": self.lasted_told,
                 "episode": self.episode, "members": {k: asdict(m) for k, m in self.members.items()}}
 
     def members_from_dict(self, data: dict[str, Any]) -> None:
         self.told_score = data.get("told_score")
         self.growth_escalations = int(data.get("growth_escalations", 0))
+        self.lasted_told = bool(data.get("lasted_told", False))
         episode = data.get("episode")
         self.episode = int(episode) if episode is not None else None
         self.members = {k: Member(**m) for k, m in data.get("members", {}).items()}
@@ -364,12 +368,21 @@ class IncidentTracker:
             return [AlertChange(ChangeKind.UPDATED, alert, reason=f"now explained as {alert.name} (was {before_name})")]
         told = alert.told_score
         grew = told is not None and told > 0 and score_rank(alert.score) >= 2 * told
-        if (grew or reached) and alert.growth_escalations < self.config.max_growth_escalations:
+        lasted = self._lasted(alert)
+        if (grew or reached or lasted) and alert.growth_escalations < self.config.max_growth_escalations:
             alert.growth_escalations += 1
-            reason = reached or f"grew to {alert.score:.3g} times its band (was {told:.3g})"
+            reason = reached or lasted or f"grew to {alert.score:.3g} times its band (was {told:.3g})"
+            alert.lasted_told = alert.lasted_told or reason == lasted
             alert.told_score = alert.score
             return [AlertChange(ChangeKind.ESCALATED, alert, alert.severity, reason)]
         return [AlertChange(ChangeKind.EXTENDED, alert)]
+
+    def _lasted(self, alert: Alert) -> str | None:
+        """Why `alert` escalates for its duration, once: it has gone on escalate_after_steps."""
+        steps = alert.end_step - alert.start_step
+        if alert.lasted_told or steps < self.config.escalate_after_steps:
+            return None
+        return f"has lasted {steps:,} steps (since step {alert.start_step:,})"
 
     @staticmethod
     def _name(alert: Alert) -> None:

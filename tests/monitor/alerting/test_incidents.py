@@ -171,3 +171,14 @@ def test_an_incident_that_reaches_downstream_evals_escalates_once():
     assert told[-1] == (ChangeKind.ESCALATED, f"reached downstream evals ({evals})")
     assert [k for k, _ in told].count(ChangeKind.ESCALATED) == 1
     assert list(open_alerts) == [("r", "divergence")]
+
+
+def test_an_incident_that_goes_on_escalates_once_for_its_duration():
+    tracker = IncidentTracker(IncidentConfig(escalate_after_steps=5000))
+    # One finding that grows poll by poll for 12,000 steps, its score unchanged.
+    batches = [([det(1000, end)], end) for end in range(1000, 13_000, 500)]
+    changes, open_alerts, _ = run_tracker(tracker, batches)
+    told = [(c.kind, c.reason) for c in changes if c.kind != ChangeKind.EXTENDED]
+    assert told == [(ChangeKind.OPENED, ""), (ChangeKind.ESCALATED, "has lasted 5,000 steps (since step 1,000)")]
+    (alert,) = open_alerts.values()
+    assert alert.lasted_told and alert.growth_escalations == 1
