@@ -154,8 +154,8 @@ def _budget_indices(steps: np.ndarray, values: np.ndarray, room: int) -> np.ndar
         extremes = np.unique([int(np.argmin(values)), int(np.argmax(values))]) if room > 0 else []
         return np.asarray(extremes, dtype=np.int64)[:room]
     # Buckets of equal counts (positions as x), not of equal step spans: tsdownsample's binning of
-    # a step axis with gaps of 10**10 put a bucket's maximum in no bucket (a point 0.5 above the
-    # one kept, at 5.9e12, was lost). The extremes of every bucket are kept either way.
+    # a step axis with huge gaps can leave a point in no bucket and lose a series' maximum (the
+    # reader's property test found one). The extremes of every bucket are kept either way.
     idx = MinMaxDownsampler().downsample(np.arange(len(steps)), values, n_out=room - room % 2)
     # A bucket of one point gives it as its minimum and its maximum.
     return np.unique(idx)
