@@ -43,12 +43,11 @@ class AlertLedger:
         """The open alert and the latest resolved one of every incident key of these runs."""
         open_alerts: dict[IncidentKey, Alert] = {}
         resolved: dict[IncidentKey, Alert] = {}
-        for run in runs:
-            for alert in self.alerts(run):
-                if alert.state == OPEN:
-                    open_alerts[alert.key] = alert
-                elif alert.key not in resolved or _latest_first(alert) >= _latest_first(resolved[alert.key]):
-                    resolved[alert.key] = alert
+        for alert in (_alert_from_row(row) for row in self.store.alerts.list(runs=list(runs))):
+            if alert.state == OPEN:
+                open_alerts[alert.key] = alert
+            elif alert.key not in resolved or _latest_first(alert) >= _latest_first(resolved[alert.key]):
+                resolved[alert.key] = alert
         return open_alerts, resolved
 
     # --- writing -------------------------------------------------------------------------------

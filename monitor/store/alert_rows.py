@@ -22,11 +22,14 @@ class AlertRows:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def list(self, run: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
-        """Alert rows with their run's name as `run_name`, oldest first."""
+    def list(self, run: str | None = None, state: str | None = None,
+             runs: list[str] | None = None) -> list[dict[str, Any]]:
+        """Alert rows with their run's name as `run_name`, oldest first (of one run, or of `runs`)."""
         query = select(tables.alerts, _r.name.label("run_name")).join(tables.runs, _r.id == _a.run_id)
         if run is not None:
             query = query.where(_r.name == run)
+        if runs is not None:
+            query = query.where(_r.name.in_(list(runs)))
         if state is not None:
             query = query.where(_a.state == state)
         with self._db.tx() as conn:

@@ -46,14 +46,32 @@ class KeyRange:
 
 
 def marks(db: Database, run: str) -> RunMarks:
-    s, e, r = tables.series.c, tables.events.c, tables.runs.c
     with db.read() as conn:
-        run_id = db.run_id(conn, run)
-        rows = conn.execute(select(s.key_id, s.first_step, s.last_step, s.n).where(s.run_id == run_id)).all()
-        names = db.key_names(conn, [row[0] for row in rows])
-        last_event = conn.execute(select(func.max(e.id)).where(e.run_id == run_id)).scalar() or 0
-        attempts = conn.execute(select(r.attempts).where(r.id == run_id)).scalar() or 0
-    return RunMarks({names[k]: (int(a), int(b), int(n)) for k, a, b, n in rows}, int(last_event), int(attempts))
+        db.run_id(conn, run)  # an unknown run is the user's error, in one line
+    return marks_of(db, [run])[run]
+
+
+def marks_of(db: Database, runs: list[str]) -> dict[str, RunMarks]:
+    """The marks of several runs in three queries, whatever their number (the watch service reads
+    them once a poll for every run it holds); runs the store does not know are left out."""
+    s, e, r = tables.series.c, tables.events.c, tables.runs.c
+    if not runs:
+        return {}
+    with db.read() as conn:
+        found = conn.execute(select(r.id, r.name, r.attempts).where(r.name.in_(list(runs)))).all()
+        names = {run_id: name for run_id, name, _ in found}
+        for run_id, name in names.items():
+            db.remember_run(name, run_id)
+        series = conn.execute(select(s.run_id, s.key_id, s.first_step, s.last_step, s.n)
+                              .where(s.run_id.in_(list(names)))).all()
+        last_events = dict(conn.execute(select(e.run_id, func.max(e.id)).where(e.run_id.in_(list(names)))
+                                        .group_by(e.run_id)).all())
+        key_names = db.key_names(conn, {row[1] for row in series})
+    per_run: dict[int, dict[str, tuple[int, int, int]]] = {run_id: {} for run_id in names}
+    for run_id, key_id, first, last, n in series:
+        per_run[run_id][key_names[key_id]] = (int(first), int(last), int(n))
+    return {name: RunMarks(per_run[run_id], int(last_events.get(run_id) or 0), int(attempts or 0))
+            for run_id, name, attempts in found}
 
 
 def key_rows(db: Database, run: str, ranges: list[KeyRange]) -> dict[str, KeyRows]:

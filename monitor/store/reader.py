@@ -337,6 +337,17 @@ def run_info(db: Database, name: str) -> RunInfo:
     run = get_run(db, name)
     if run is None:
         raise GapwatchError(f"no run named {name!r} in {db.url.redacted()}")
+    return _info(name, run)
+
+
+def run_infos(db: Database, names: Iterable[str]) -> dict[str, RunInfo]:
+    """The RunInfo of several runs in one query (the runs the store does not know are left out)."""
+    with db.read() as conn:
+        rows = conn.execute(select(tables.runs).where(tables.runs.c.name.in_(list(names)))).mappings().all()
+    return {row["name"]: _info(row["name"], {**row, "config": json.loads(row["config"])}) for row in rows}
+
+
+def _info(name: str, run: dict) -> RunInfo:
     config = run["config"]
     tokens = run["tokens_per_step"] or config.get(CONFIG_TOKENS_PER_STEP)
     batch = config.get(CONFIG_GLOBAL_BATCH_SIZE)

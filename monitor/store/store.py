@@ -374,6 +374,14 @@ class Store:
         """Per key first step, last step and rows, the last event id and the attempts started."""
         return increments.marks(self._db, name)
 
+    def runs_marks(self, names: list[str]) -> dict[str, RunMarks]:
+        """`run_marks` of several runs in one snapshot of a few queries; unknown runs left out."""
+        return increments.marks_of(self._db, names)
+
+    def run_infos(self, names: Iterable[str]) -> dict[str, RunInfo]:
+        """`run_info` of several runs in one query; unknown runs left out."""
+        return reader.run_infos(self._db, names)
+
     def read_key_rows(self, name: str, ranges: list[KeyRange]) -> dict[str, KeyRows]:
         return increments.key_rows(self._db, name, ranges)
 
