@@ -5,7 +5,8 @@ lands after training reached 1,010), and a per-run step cursor would skip them. 
 trainer logs again (attempt 2 replaying steps attempt 1 already logged) are new too: the cursor
 remembers the latest attempt and how far it has logged, and while that attempt is behind a key's
 cursor (replaying) the key is read from there. Every read is a range of one series (run, key) in
-step order, and a poll with nothing new costs one read of the store's high-water marks.
+step order, and a run with nothing new costs no read beyond its high-water marks (which the service
+reads for all its runs at once).
 """
 
 from __future__ import annotations
@@ -70,11 +71,15 @@ class Batch:
 
 
 def marks(store, run: str) -> Marks:
-    """The run's high-water marks, without the series detectors write (spike scores): the watch
-    service's own output is not news to judge."""
-    m = store.run_marks(run)
-    ours = {k: v for k, v in m.series.items() if not k.startswith(DETECTOR_SERIES_PREFIX)}
-    return dataclasses.replace(m, series=ours) if len(ours) != len(m.series) else m
+    """The run's high-water marks, without the series detectors write (`ours`)."""
+    return ours(store.run_marks(run))
+
+
+def ours(m: Marks) -> Marks:
+    """Marks without the series detectors write (spike scores, in a store older than their own
+    table): the watch service's own output is not news to judge."""
+    kept = {k: v for k, v in m.series.items() if not k.startswith(DETECTOR_SERIES_PREFIX)}
+    return dataclasses.replace(m, series=kept) if len(kept) != len(m.series) else m
 
 
 def has_news(cursor: Cursor, m: Marks) -> bool:
@@ -117,7 +122,7 @@ def read_batch(store, run: str, info: RunInfo, cursor: Cursor, m: Marks, window_
         seen = np.array([cursor.key_last.get(k, -1) for k in frame["key"]], dtype="int64")
         replay = frame[frame["step"].to_numpy() <= seen]
         earlier = _earlier_attempts(store, run, replay)
-        events = _events(store, run, cursor, hi if more else None)
+        events = _events(store, run, cursor, m, hi if more else None)
     rows = run_data(info, new, events, earlier)
     _advance(cursor, frame, m, hi)
     latest = frame.drop_duplicates(["key", "step"], keep="last")[["key", "step", "attempt"]]
@@ -169,16 +174,19 @@ def _earlier_attempts(store, run: str, replay: pd.DataFrame) -> dict[str, KeyRow
     return out
 
 
-def _events(store, run: str, cursor: Cursor, hi: int | None) -> pd.DataFrame:
+def _events(store, run: str, cursor: Cursor, m: Marks, hi: int | None) -> pd.DataFrame:
     """New events up to step `hi` (all when None); later ones wait in the cursor for their rows, so
-    a detector never sees an event far ahead of the rows it judges."""
-    raw = store.read_events_after(run, cursor.event_id)
-    if len(raw):
-        cursor.event_id = int(raw["id"].max())
-    waiting = cursor.pending_events + [
-        {"step": int(step), "kind": kind, "attempt": int(attempt), "payload": payload}
-        for step, kind, attempt, payload in zip(raw["step"], raw["kind"], raw["attempt"], raw["payload"])
-    ]
+    a detector never sees an event far ahead of the rows it judges. Read only when the marks show
+    new ones (events are rare; most polls have none)."""
+    waiting = list(cursor.pending_events)
+    if m.last_event_id > cursor.event_id:
+        raw = store.read_events_after(run, cursor.event_id)
+        if len(raw):
+            cursor.event_id = int(raw["id"].max())
+        waiting += [
+            {"step": int(step), "kind": kind, "attempt": int(attempt), "payload": payload}
+            for step, kind, attempt, payload in zip(raw["step"], raw["kind"], raw["attempt"], raw["payload"])
+        ]
     due = [ev for ev in waiting if hi is None or ev["step"] <= hi]
     cursor.pending_events = [ev for ev in waiting if not (hi is None or ev["step"] <= hi)]
     if not due:

@@ -4,6 +4,7 @@ that lets a restarted service carry on where it stopped."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from monitor.detectors.base import EVAL_PREFIX
 from monitor.detectors.rundata import concat_rows
 from monitor.detectors.state import DetectorState
 from monitor.judging.engine import DetectionEngine
-from monitor.schema import Clean, Detection, RunData
+from monitor.schema import Clean, Detection, RunData, RunInfo
 from monitor.watch import rows
 
 log = logging.getLogger("gapwatch.watch")
@@ -57,6 +58,8 @@ class RunWatcher:
         self._reference_data: RunData | None = None
         self._reference_marks: tuple | None = None
         self._ref_cache: RunData | None = None
+        self._read_for: frozenset[str] = frozenset()
+        self._read: set[str] = set()
         self.restore()
 
     # --- state ---------------------------------------------------------------------------------
@@ -94,28 +97,49 @@ class RunWatcher:
         }
 
     # --- polling -------------------------------------------------------------------------------
-    def poll(self) -> JudgedBatch | None:
-        """Judge what arrived since the last poll; None when nothing did."""
-        m = rows.marks(self.store, self.run)
+    def poll(self, marks: rows.Marks | None = None, info: RunInfo | None = None,
+             reference_marks: rows.Marks | None = None) -> JudgedBatch | None:
+        """Judge what arrived since the last poll; None when nothing did. The run's marks and info
+        and the reference's marks are read here unless given (the service reads them for all its
+        runs at once)."""
+        m = self._judged_series(rows.ours(marks) if marks is not None else rows.marks(self.store, self.run))
         if not rows.has_news(self.cursor, m):
             return None
-        info = self.store.run_info(self.run)
+        info = info or self.store.run_info(self.run)
         batch = rows.read_batch(self.store, self.run, info, self.cursor, m, self.window_steps)
-        reference = self._aligned_reference(batch.rows)
+        reference = self._aligned_reference(batch.rows, reference_marks)
         update = self.engine.update(self.states, batch.rows, reference)
         self._trim_reference()
         self._fill_attempts(update.detections)
         return JudgedBatch(update.detections, update.series, rows.progress(self.run, self.cursor, m), batch.more,
                           batch.window_end, update.cleans)
 
+    def has_news(self, marks: rows.Marks) -> bool:
+        """Whether a series some detector reads, or the events, grew since the last poll."""
+        return rows.has_news(self.cursor, self._judged_series(rows.ours(marks)))
+
+    def _judged_series(self, m: rows.Marks) -> rows.Marks:
+        """The marks of the series some detector reads: the others are never read. With a
+        reference every series is read, since aligning the reference on the run's steps (tokens,
+        the steps logged) looks at all of them."""
+        if self.reference is not None:
+            return m
+        names = frozenset(m.series)
+        if names != self._read_for:
+            self._read_for = names
+            self._read = columns_read(self.engine, sorted(names))
+        if len(self._read) == len(m.series):
+            return m
+        return dataclasses.replace(m, series={k: v for k, v in m.series.items() if k in self._read})
+
     # --- the reference, aligned onto the run's steps -------------------------------------------
-    def _aligned_reference(self, new: RunData) -> RunData | None:
+    def _aligned_reference(self, new: RunData, reference_marks: rows.Marks | None) -> RunData | None:
         """The reference on every step the detectors will judge: their tails and the new rows.
 
         Aligned values of steps judged before are kept between polls, so a poll aligns only its new
         rows; when the reference itself changed (a live reference), everything is aligned again.
         """
-        reference = self._load_reference()
+        reference = self._load_reference(reference_marks)
         if reference is None:
             return None
         if self._ref_cache is None:
@@ -181,11 +205,11 @@ class RunWatcher:
         self._ref_cache = RunData(info=cache.info, scalars=scalars, events=cache.events, repeats=cache.repeats,
                                   logged_nonfinite=nf.reset_index(drop=True))
 
-    def _load_reference(self) -> RunData | None:
+    def _load_reference(self, marks: rows.Marks | None) -> RunData | None:
         """The reference at full resolution, read again only when it grew (a live reference)."""
         if self.reference is None:
             return None
-        m = rows.marks(self.store, self.reference)
+        m = rows.ours(marks) if marks is not None else rows.marks(self.store, self.reference)
         seen = (m.last_step, sum(n for _, _, n in m.series.values()), m.last_event_id)
         if self._reference_data is None or seen != self._reference_marks:
             self._reference_data = self.store.load_run(self.reference)
@@ -202,3 +226,12 @@ class RunWatcher:
         attempts = self.store.latest_attempts(self.run, [(d.metric, int(d.start_step)) for d in todo])
         for d in todo:
             d.attempt = attempts.get((d.metric, int(d.start_step)), 0)
+
+
+def columns_read(engine: DetectionEngine, keys: list[str]) -> set[str]:
+    """Of a run logging `keys` and judged without a reference, the keys some detector reads
+    (`Detector.columns`, which looks at the names only); the detectors that need a reference
+    judge nothing without one."""
+    view = RunData(info=RunInfo(name=""), scalars=pd.DataFrame(
+        {k: pd.Series(dtype=float) for k in keys}, index=pd.Index([], dtype="int64", name="step")))
+    return {c for d in engine.detectors if not d.needs_reference for c in d.columns(view)}

@@ -31,7 +31,8 @@ from monitor.alerting.outbox import DeliveryPass, Outbox
 from monitor.alerting.sinks import Sink, build_sinks
 from monitor.judging.engine import DetectionEngine
 from monitor.errors import GapwatchError
-from monitor.store import DatabaseError, LeaseLost, describe_db_error
+from monitor.schema import RunInfo
+from monitor.store import DatabaseError, LeaseLost, RunMarks, describe_db_error
 from monitor.watch.config import WatchConfig
 from monitor.watch.run_watcher import RunWatcher
 from monitor.watch.targets import Target, TargetSpec
@@ -81,6 +82,8 @@ class WatchService:
         self._state_saved_at: dict[str, float] = {}
         self._held: set[str] = set()
         self._behind: set[str] = set()
+        self._failed: set[str] = set()
+        self._incidents: dict[str, tuple[dict, dict]] = {}
         self._told_single_worker = False
 
     # --- the watch loop ------------------------------------------------------------------------
@@ -98,32 +101,62 @@ class WatchService:
         except DatabaseError as exc:
             log.warning("store unavailable (%s); will retry", describe_db_error(exc))
             return 0
+        try:
+            held = [t for t in self._current if t.run in self._held]
+            wanted = {t.run for t in held} | {t.reference for t in held if t.reference is not None}
+            marks = self.store.runs_marks(sorted(wanted))
+            held = [t for t in held if t.run in marks]
+            # The infos of the runs with news, in one query (a new watcher reads its own).
+            infos = self.store.run_infos([t.run for t in held if t in self.watchers
+                                          and self.watchers[t].has_news(marks[t.run])])
+        except DatabaseError as exc:
+            log.warning("store unavailable (%s); will retry", describe_db_error(exc))
+            return 0
+        for target in [t for t in self.watchers if t.run not in marks]:
+            self._forget(target)  # a run deleted since the targets were read
         queued = 0
-        # Runs with a backlog last: a pass over one of them does not delay the others' verdicts.
-        for target in sorted(self._current, key=lambda t: t.run in self._behind):
+        # Runs with a backlog, or whose last pass failed, last: they do not delay the others' verdicts.
+        for target in sorted(held, key=lambda t: t.run in self._behind or t.run in self._failed):
             if self.stop_event.is_set():
                 break
-            if target.run not in self._held:
-                continue
+            self._failed.discard(target.run)
             try:
-                queued += self._poll_target(target)
+                told = self._poll_target(target, marks[target.run], infos.get(target.run),
+                                         marks.get(target.reference) if target.reference is not None else None)
             except LeaseLost as exc:
                 log.info("%s", exc)
                 self._held.discard(target.run)
-                self.watchers.pop(target, None)
+                self._forget(target)
+                continue
             except DatabaseError as exc:
                 # The store went away for a moment: forget in-memory state, resume from what was saved.
                 log.warning("%s: store unavailable (%s); will retry", target.run, describe_db_error(exc))
-                self.watchers.pop(target, None)
             except GapwatchError as exc:
                 log.warning("%s: %s", target.run, exc)
-                self.watchers.pop(target, None)
             except Exception:  # noqa: BLE001 - one run's bad data must not stop the watch of the others
                 log.exception("%s: judging new rows failed; will retry from the saved state", target.run)
-                self.watchers.pop(target, None)
-        if queued:
-            self._wake_delivery.set()
+            else:
+                if told:
+                    # Sent while the poll goes on: the other runs' passes do not delay it.
+                    self._wake_delivery.set()
+                queued += told
+                continue
+            self._failed.add(target.run)
+            self._forget(target)
         return queued
+
+    def _watcher(self, target: Target) -> RunWatcher:
+        watcher = self.watchers.get(target)
+        if watcher is None:
+            watcher = RunWatcher(self.store, target.run, target.reference, self.make_engine(),
+                                 window_steps=self.config.catch_up_steps)
+            self.watchers[target] = watcher
+        return watcher
+
+    def _forget(self, target: Target) -> None:
+        """Drop a run's in-memory state (its watcher and incidents): read from the store again."""
+        self.watchers.pop(target, None)
+        self._incidents.pop(target.run, None)
 
     def _balance(self) -> None:
         """Renew this worker's leases and take its share of the runs; forget the watchers of runs
@@ -138,7 +171,7 @@ class WatchService:
         self._told_single_worker = other is not None
         self._held = held
         for target in [t for t in self.watchers if t.run not in held]:
-            del self.watchers[target]
+            self._forget(target)
 
     def _free_dead_local_workers(self) -> None:
         """Give back the leases of workers of this host whose process is gone (a worker restarted
@@ -153,21 +186,23 @@ class WatchService:
     def _fence(self, run: str) -> Callable[[], None]:
         return lambda: self.store.leases.confirm(run, self.worker, self.config.lease_s)
 
-    def _poll_target(self, target: Target) -> int:
-        watcher = self.watchers.get(target)
-        if watcher is None:
-            watcher = RunWatcher(self.store, target.run, target.reference, self.make_engine(),
-                                 window_steps=self.config.catch_up_steps)
-            self.watchers[target] = watcher
+    def _poll_target(self, target: Target, marks: RunMarks, info: RunInfo | None,
+                     reference_marks: RunMarks | None) -> int:
+        watcher = self._watcher(target)
         queued = 0
         deadline = time.monotonic() + self.config.run_budget_s
         self._behind.discard(target.run)
         while True:
-            result = watcher.poll()
+            result = watcher.poll(marks, info, reference_marks)
             if result is None:
                 break
             now = self.clock()
-            open_alerts, resolved = self.ledger.incidents([target.run])
+            # Only this worker writes the alerts of a run it holds, and `apply` brings them up to
+            # date in place, so they are read once while it holds the run, not every pass.
+            incidents = self._incidents.get(target.run)
+            if incidents is None:
+                incidents = self._incidents[target.run] = self.ledger.incidents([target.run])
+            open_alerts, resolved = incidents
             changes = self.tracker.apply(result.detections, open_alerts, resolved, result.progress, now,
                                          cleans=result.cleans)
             save_state = bool(changes) or result.more or (
