@@ -160,19 +160,30 @@ def trim_columns(run: RunData, keep_from: dict[str, float], keep_first_row: bool
     whole), rows left empty dropped: a sparse eval column can keep its last checkpoints while a dense
     train column keeps only its last few hundred points. With `keep_first_row` the run's very first
     row is kept too."""
-    # A sparse column (a long run's evals) refuses item assignment: the tail is kept dense.
-    scalars = run.scalars.astype({c: "float64" for c, t in run.scalars.dtypes.items() if isinstance(t, pd.SparseDtype)})
+    # A sparse column (a long run's evals) is kept dense in the tail, which later updates cut.
+    scalars = run.scalars
     steps = scalars.index.to_numpy()
-    for col, lo in keep_from.items():
-        if col in scalars.columns and math.isfinite(lo):
-            scalars.loc[steps < lo, col] = np.nan
+    cut = {col: lo for col, lo in keep_from.items() if col in scalars.columns and math.isfinite(lo)}
+    if cut:
+        # The columns as one float block, cut in NumPy and framed once: an assignment through .loc
+        # a column cost more than the rest of a watch service's update of a short tail.
+        values = scalars.to_numpy(dtype=float, copy=True)
+        for i, col in enumerate(scalars.columns):
+            if col in cut:
+                values[steps < cut[col], i] = np.nan
+        scalars = pd.DataFrame(values, index=scalars.index, columns=scalars.columns)
+    else:
+        sparse = {c: "float64" for c, t in scalars.dtypes.items() if isinstance(t, pd.SparseDtype)}
+        if sparse:
+            scalars = scalars.astype(sparse)
     nf, rep = run.logged_nonfinite, run.repeats
     if len(nf):
         nf = nf[nf["step"].to_numpy() >= nf["key"].map(keep_from).fillna(-math.inf).to_numpy()]
     logged = np.isfinite(scalars.to_numpy(dtype=float)).any(axis=1) | scalars.index.isin(nf["step"])
     if keep_first_row and len(logged):
         logged[0] = True
-        scalars.iloc[0] = run.scalars.iloc[0]
+        if cut:
+            scalars.iloc[0] = run.scalars.iloc[0]
     if len(rep):
         rep = rep[rep["step"].to_numpy() >= rep["key"].map(keep_from).fillna(-math.inf).to_numpy()]
     first = float(scalars.index[logged][0]) if logged.any() else math.inf

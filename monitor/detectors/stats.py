@@ -34,8 +34,11 @@ def trailing_median(values: np.ndarray, window: int, min_count: int | None = Non
     origin = window - 1 - window // 2
     hi = ndimage.rank_filter(v, window // 2, size=window, origin=origin)
     out = hi if window % 2 else (ndimage.rank_filter(v, window // 2 - 1, size=window, origin=origin) + hi) / 2.0
-    # The first window - 1 values have a shorter window (the filter padded it): their own medians.
-    out[:window - 1] = [np.median(v[:i + 1]) if i + 1 >= need else np.nan for i in range(window - 1)]
+    # The first window - 1 values have a shorter window (the filter padded it): pandas' own
+    # expanding medians there (one pass, where a median of each prefix cost a Python call a value
+    # in the watch service's every update of a tail this long).
+    head = v[:window - 1]
+    out[:window - 1] = pd.Series(head).rolling(window, min_periods=need).median().to_numpy()
     return out
 
 
