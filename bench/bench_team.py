@@ -10,8 +10,13 @@ take its runs over when its lease ends).
 
 The PostgreSQL is a private cluster (tests/monitor/client/private_postgres.py), so restarting it
 touches nobody else's. Runs have no reference (the detectors that need one are left out).
+`--idle-runs N` adds N finished runs to the store before the workers start (the team's reference
+runs): every worker holds its share of them and looks at them each poll, though nothing arrives.
 
-    python -m bench.bench_team [--quick] [--workers 1 2]
+    python -m bench.bench_team [--quick] [--workers 1 2] [--writers 4] [--runs-per-writer 3] [--rate 20]
+
+The load average of the machine during each scenario is recorded with it: on shared cores a poll
+waits for a core as much as it computes.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from bench.results import record, table
 
@@ -121,8 +127,19 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen:
                                 stdout=out, stderr=subprocess.STDOUT)
 
 
+def idle_runs(store, n: int, steps: int = 2_000) -> None:
+    """`n` finished runs of METRICS, `steps` steps each."""
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        name = f"reference-{i}"
+        store.ensure_run(name)
+        step = np.repeat(np.arange(steps), len(METRICS))
+        store.write_metrics(name, pd.DataFrame({"step": step, "key": METRICS * steps,
+                                                "value": 2.0 + 0.01 * rng.standard_normal(len(step))}))
+
+
 def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: float, seconds: float,
-             tmp: Path) -> dict:
+             tmp: Path, n_idle: int = 0) -> dict:
     from monitor.store import open_store
     from tests.monitor.alerting.receiver import Receiver
     from tests.monitor.client.private_postgres import PrivatePostgres
@@ -133,8 +150,8 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
     procs: list[subprocess.Popen] = []
     try:
         url = pg.url
-        with open_store(url):
-            pass  # the schema, before anyone races to make it
+        with open_store(url) as store:  # the schema, before anyone races to make it
+            idle_runs(store, n_idle)
         config = tmp / "watch.yaml"
         config.write_text(WATCH_CONFIG.replace("{hook}", receiver.url()))
         polls = tmp / "polls.txt"
@@ -148,15 +165,17 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
                           str(tmp / f"writer{w}.json")], tmp / f"writer{w}.log") for w, rs in enumerate(runs)]
         procs += writers
         began = time.time()
+        loads = []
 
         time.sleep(max(0.0, began + KILL_AT_S - time.time()))
+        loads.append(os.getloadavg()[0])
         victim = watchers[0]
         victim.send_signal(signal.SIGKILL)
         victim.wait(30)
         killed = time.time()
         if workers == 1:  # a supervisor's restart
             procs.append(spawn(["worker", url, str(config), str(polls)], tmp / "worker-restarted.log"))
-        takeover = _wait_takeover(url, victim.pid, len(faulty) * runs_per_writer, killed)
+        takeover = _wait_takeover(url, victim.pid, len(faulty) * runs_per_writer + n_idle, killed)
 
         time.sleep(max(0.0, began + PG_RESTART_AT_S - time.time()))
         pg.stop()
@@ -165,6 +184,7 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
 
         for w in writers:
             w.wait(seconds + 120)
+        loads.append(os.getloadavg()[0])
         time.sleep(10.0)  # the last faults' notifications
         for p in procs:
             if p.poll() is None:
@@ -177,7 +197,10 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
         logged = [json.loads((tmp / f"writer{w}.json").read_text()) for w in range(n_writers)]
         with open_store(url) as store:
             stored = {r: store.count_rows(r) for rs in runs for r in rs}
-        return _measure(workers, runs, faulty, logged, stored, receiver, polls, takeover, steps_per_s)
+        result = _measure(workers, runs, faulty, logged, stored, receiver, polls, takeover, steps_per_s)
+        result["load"] = max(loads)
+        result["idle"] = n_idle
+        return result
     finally:
         for p in procs:
             if p.poll() is None:
@@ -223,6 +246,7 @@ def _measure(workers, runs, faulty, logged, stored, receiver, polls: Path, takeo
     timed = np.array([[float(x) for x in line.split()] for line in polls.read_text().splitlines() if line.strip()])
     poll_s, poll_cpu_s = (timed[:, 0], timed[:, 1]) if len(timed) else (np.array([np.nan]), np.array([np.nan]))
     per_fault = {}
+    every: list[float] = []
     for name, _, _, _ in FAULTS:
         latencies, counts = [], []
         for w, run in enumerate(faulty):
@@ -235,22 +259,26 @@ def _measure(workers, runs, faulty, logged, stored, receiver, polls: Path, takeo
             if opened and at is not None:
                 latencies.append(min(t for _, t in opened) - at)
         per_fault[name] = (latencies, counts)
+        every += latencies
     false = [b for b, _ in posts if b["kind"] == "opened" and b["run"] not in faulty]
     return {"workers": workers, "runs": len(all_runs), "rows_per_s": len(all_runs) * steps_per_s * len(METRICS),
             "lost": lost, "extra": extra, "duplicates": duplicates, "polls": poll_s, "poll_cpu": poll_cpu_s, "takeover": takeover,
-            "per_fault": per_fault, "false": len(false)}
+            "per_fault": per_fault, "false": len(false), "latencies": every}
 
 
 # --- the table -----------------------------------------------------------------------------------
 def rows_of(result: dict) -> list[dict]:
     polls = result["polls"]
-    base = {"workers": result["workers"], "runs": result["runs"], "rows/s": f"{result['rows_per_s']:,.0f}",
+    base = {"workers": result["workers"], "runs (logging + idle)": f"{result['runs']} + {result['idle']}", "rows/s": f"{result['rows_per_s']:,.0f}",
             "rows lost": result["lost"], "rows twice": result["extra"], "notifications twice": result["duplicates"],
             "poll p50 / p95 / max s": f"{np.nanmedian(polls):.2f} / {np.nanquantile(polls, 0.95):.2f} / "
                                       f"{np.nanmax(polls):.2f}",
             "poll CPU p50 / p95 s": f"{np.nanmedian(result['poll_cpu']):.2f} / "
                                     f"{np.nanquantile(result['poll_cpu'], 0.95):.2f}",
             "takeover s": "-" if result["takeover"] is None else f"{result['takeover']:.1f}",
+            "alert latency p95, all faults s": (f"{np.quantile(result['latencies'], 0.95):.1f}"
+                                                if result["latencies"] else "-"),
+            "load average (1 min, max)": f"{result['load']:.1f}",
             "alerts on clean runs": result["false"]}
     out = []
     for name, (latencies, counts) in result["per_fault"].items():
@@ -270,16 +298,26 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench_team")
     parser.add_argument("--quick", action="store_true", help="fewer runs")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--writers", type=int, help="writer processes (default 4; --quick 2)")
+    parser.add_argument("--runs-per-writer", type=int, default=3)
+    parser.add_argument("--idle-runs", type=int, default=0, help="finished runs in the store (references)")
+    parser.add_argument("--rate", type=float, help="steps a second of each run (default 20; --quick 10)")
     args = parser.parse_args(argv)
-    n_writers, runs_per_writer, rate = (2, 3, 10.0) if args.quick else (4, 3, 20.0)
+    n_writers, rate = (2, 10.0) if args.quick else (4, 20.0)
+    n_writers, rate = args.writers or n_writers, args.rate or rate
+    runs_per_writer = args.runs_per_writer
     seconds = 50.0
     out = []
     for workers in args.workers:
         with tempfile.TemporaryDirectory(prefix="gapwatch-team-") as tmp:
-            result = scenario(workers, n_writers, runs_per_writer, rate, seconds, Path(tmp))
+            result = scenario(workers, n_writers, runs_per_writer, rate, seconds, Path(tmp), args.idle_runs)
         print(result["workers"], "workers:", rows_of(result)[0], flush=True)
         out += rows_of(result)
-    record("team", f"Team scale, shortened: {n_writers} writer processes x {runs_per_writer} runs, "
+    # The default scale keeps its section; another scale gets one of its own next to it.
+    default = (n_writers, runs_per_writer, rate, args.idle_runs) == (4, 3, 20.0, 0) and not args.quick
+    name = "team" if default else f"team-{n_writers}x{runs_per_writer}-{rate:g}-{args.idle_runs}"
+    idle = f" and {args.idle_runs} finished runs" if args.idle_runs else ""
+    record(name, f"Team scale, shortened: {n_writers} writer processes x {runs_per_writer} runs{idle}, "
            f"{len(METRICS)} metrics a step, kill -9 of a watch worker and a PostgreSQL restart",
            table(out) + "\n\n"
            f"Each writer process logs its runs at {rate:.0f} steps/s through monitor.client for {seconds:.0f} s; one "
