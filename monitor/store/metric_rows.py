@@ -117,6 +117,21 @@ def many_series_rows(conn: Connection, run_id: int, key_ids: list[int], lo: int 
     out: dict[int, list[KeyRows]] = {k: [] for k in key_ids}
     for key_id, _, rows in chunks.read(conn, run_id, key_ids, lo, hi):
         out[key_id].append(_trim(rows, lo, hi))
+    read_tails = _pg_tails if conn.dialect.name == "postgresql" else _tails
+    tails = read_tails(conn, run_id, key_ids, lo, hi, replay)
+    joined = {}
+    for key_id in key_ids:
+        rows = _joined(out[key_id] + [tails.get(key_id, empty_rows())])
+        if replay is not None and len(rows):
+            keep = (rows.steps > replay[0]) | (rows.attempts >= replay[1])
+            rows = KeyRows(rows.steps[keep], rows.attempts[keep], rows.values[keep])
+        joined[key_id] = rows
+    return joined
+
+
+def _tails(conn: Connection, run_id: int, key_ids: list[int], lo: int | None, hi: int | None,
+           replay: tuple[int, int] | None) -> dict[int, KeyRows]:
+    """The row table's rows of these series in one query, per series in (step, attempt) order."""
     cond = and_(_tail_cond(run_id, None, lo, hi), _m.key_id.in_(key_ids))
     if replay is not None:
         cond = and_(cond, or_(_m.step > replay[0], _m.attempt >= replay[1]))
@@ -124,14 +139,33 @@ def many_series_rows(conn: Connection, run_id: int, key_ids: list[int], lo: int 
                        .order_by(_m.key_id, _m.step, _m.attempt)).all()
     keys, steps, attempts, values = columns(got, [np.int64, np.int64, np.int64, float])
     bounds = np.searchsorted(keys, key_ids, "left"), np.searchsorted(keys, key_ids, "right")
-    joined = {}
-    for key_id, a, b in zip(key_ids, *bounds):
-        rows = _joined(out[key_id] + [KeyRows(steps[a:b], attempts[a:b], values[a:b])])
-        if replay is not None and len(rows):
-            keep = (rows.steps > replay[0]) | (rows.attempts >= replay[1])
-            rows = KeyRows(rows.steps[keep], rows.attempts[keep], rows.values[keep])
-        joined[key_id] = rows
-    return joined
+    return {key_id: KeyRows(steps[a:b], attempts[a:b], values[a:b]) for key_id, a, b in zip(key_ids, *bounds)}
+
+
+def _pg_tails(conn: Connection, run_id: int, key_ids: list[int], lo: int | None, hi: int | None,
+              replay: tuple[int, int] | None) -> dict[int, KeyRows]:
+    """`_tails` on PostgreSQL: each series' columns as binary aggregates (_PG_TAIL_QUERY's way), a
+    row a series instead of a row a value, which the watch service's every read of a poll's new
+    rows would otherwise fetch one by one."""
+    where, params = ["run_id = %s", "key_id = ANY(%s)"], [int(run_id), [int(k) for k in key_ids]]
+    for clause, value in (("step >= %s", lo), ("step <= %s", hi)):
+        if value is not None:
+            where.append(clause)
+            params.append(int(value))
+    if replay is not None:
+        where.append("(step > %s OR attempt >= %s)")
+        params += [int(x) for x in replay]
+    query = ("SELECT key_id, " + ", ".join(
+        f"string_agg({send}({col}), ''::bytea ORDER BY step, attempt)"
+        for send, col in (("int8send", "step"), ("int4send", "attempt"),
+                          ("float8send", "coalesce(value, 'NaN'::float8)"))
+    ) + " FROM metrics WHERE " + " AND ".join(where) + " GROUP BY key_id")
+    with conn.connection.driver_connection.cursor() as cur:
+        found = cur.execute(query, params).fetchall()
+    return {int(key_id): KeyRows(np.frombuffer(steps, ">i8").astype(np.int64),
+                                 np.frombuffer(attempts, ">i4").astype(np.int64),
+                                 np.frombuffer(values, ">f8").astype(float))
+            for key_id, steps, attempts, values in found}
 
 
 def series_parts(conn: Connection, run_id: int, key_id: int) -> Iterator[KeyRows]:

@@ -119,7 +119,9 @@ def read_batch(store, run: str, info: RunInfo, cursor: Cursor, m: Marks, window_
     with store.atomic():
         new = store.read_key_rows(run, requests)
         frame = _frame(new)
-        seen = np.array([cursor.key_last.get(k, -1) for k in frame["key"]], dtype="int64")
+        # The cursor of each row's key, a key at a time (the frame holds the keys in sorted order).
+        seen = np.repeat(np.array([cursor.key_last.get(k, -1) for k in sorted(new)], dtype="int64"),
+                         [len(new[k]) for k in sorted(new)])
         replay = frame[frame["step"].to_numpy() <= seen]
         earlier = _earlier_attempts(store, run, replay)
         events = _events(store, run, cursor, m, hi if more else None)
