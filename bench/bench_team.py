@@ -84,7 +84,7 @@ def worker_main(store_url: str, config_path: str, polls_path: str) -> None:
     def timed() -> int:
         began, cpu = time.perf_counter(), time.process_time()
         queued = poll()
-        out.write(f"{time.perf_counter() - began:.4f} {time.process_time() - cpu:.4f}\n")
+        out.write(f"{time.perf_counter() - began:.4f} {time.process_time() - cpu:.4f} {time.time():.3f}\n")
         return queued
 
     svc.poll = timed
@@ -189,6 +189,7 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
 
         for w in writers:
             w.wait(seconds + 120)
+        ended = time.time()
         loads.append(os.getloadavg()[0])
         time.sleep(10.0)  # the last faults' notifications
         for p in procs:
@@ -204,7 +205,8 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
             stored = {r: store.count_rows(r) for rs in runs for r in rs}
             with store.engine.connect() as conn:
                 queued_at = dict(conn.execute(text("SELECT dedup_key, created_at FROM alert_outbox")).all())
-        result = _measure(workers, runs, faulty, logged, stored, receiver, polls, takeover, steps_per_s)
+        result = _measure(workers, runs, faulty, logged, stored, receiver, polls, (began, ended), takeover,
+                          steps_per_s)
         result["queued"] = _queued_latencies(faulty, logged, receiver, queued_at)
         result["load"] = max(loads)
         result["idle"] = n_idle
@@ -259,7 +261,7 @@ def _queued_latencies(faulty, logged, receiver, queued_at: dict[str, float]) -> 
     return out
 
 
-def _measure(workers, runs, faulty, logged, stored, receiver, polls: Path, takeover, steps_per_s) -> dict:
+def _measure(workers, runs, faulty, logged, stored, receiver, polls: Path, window, takeover, steps_per_s) -> dict:
     all_runs = [r for rs in runs for r in rs]
     expected = {r: logged[w]["rows_per_run"] for w, rs in enumerate(runs) for r in rs}
     lost = sum(max(0, expected[r] - stored[r]) for r in all_runs)
@@ -268,6 +270,8 @@ def _measure(workers, runs, faulty, logged, stored, receiver, polls: Path, takeo
     keys = [b["idempotency_key"] for b, _ in posts]
     duplicates = len(keys) - len(set(keys))
     timed = np.array([[float(x) for x in line.split()] for line in polls.read_text().splitlines() if line.strip()])
+    if len(timed):  # the polls that ended while the writers logged (not the idle ones before)
+        timed = timed[(timed[:, 2] >= window[0]) & (timed[:, 2] <= window[1])]
     poll_s, poll_cpu_s = (timed[:, 0], timed[:, 1]) if len(timed) else (np.array([np.nan]), np.array([np.nan]))
     per_fault = {}
     every: list[float] = []
@@ -350,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
            f"workers poll every {POLL_S:.0f} s with {LEASE_S:.0f} s leases (detectors: nonfinite, spike; the runs have "
            f"no reference). At {KILL_AT_S:.0f} s worker 0 is killed with SIGKILL (with one worker a supervisor "
            f"restarts it at once); at {PG_RESTART_AT_S:.0f} s the private PostgreSQL is stopped for {PG_DOWN_S:.0f} s "
-           "and started again. Writers start once every worker polls. Poll CPU is the worker process's (its delivery thread included). Alert latency: from the log() call of the faulty step to the webhook's POST. "
+           "and started again. Writers start once every worker polls; poll figures are of the polls that ended while the writers logged. Poll CPU is the worker process's (its delivery thread included). Alert latency: from the log() call of the faulty step to the webhook's POST. "
            "Queued: from the log() call of the faulty step until the watch queued the notification in the outbox "
            f"(the watch's share; the webhook's rate limit is {HOOK_RATE} a minute in bursts of {HOOK_BURST}, a "
            "team's ops receiver rather than a Slack channel). "
