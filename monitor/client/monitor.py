@@ -155,8 +155,7 @@ class Monitor:
         self._rate = START_RATE  # rows a second the store takes, measured
         self._spool_progress: dict = {}  # how far the replay got in each spool file
         self._replay_left = False  # the last job stopped its replay at its budget
-        self._left_in_spool = False  # closing left a slow job's batch in the spool
-        self._last_progress = 0.0  # when a batch of the backlog was last written
+        self._last_progress = 0.0  # when the store last answered a write of logged rows
         self._spool_refused = False
         self._cv = threading.Condition()  # guards the counts flush() waits on
         self._wake = threading.Event()
@@ -252,8 +251,9 @@ class Monitor:
         if self._thread is not threading.current_thread():
             while self._thread.is_alive() and (left := self._close_by() - time.monotonic()) > 0:
                 self._thread.join(timeout=min(left, 0.1))
-        if self._thread.is_alive() or self._left_in_spool:
+        if self._thread.is_alive():
             self._save_rest()
+        if self._thread.is_alive() or self._spool.holds_own():
             log.warning("gapwatch: run %r closed after %.1f s with the store still busy; what it had "
                         "not taken is in the spool %s", self.run, time.monotonic() - self._close_started,
                         self._spool.dir)
@@ -262,11 +262,11 @@ class Monitor:
         atexit.unregister(self.close)
 
     def _close_by(self) -> float:
-        """close() waits close_timeout_s past the later of its call and the last batch of the
-        backlog written, and at most close_drain_s in all: a backlog the store is taking is
+        """close() waits close_timeout_s past the later of its call and the store's last answer to
+        a write of logged rows, and at most close_drain_s in all: a backlog the store is taking is
         written, a spool that waited out an outage is left to the next process."""
         job = self._job
-        progressed = _writes_backlog(job) and job.progress_at > job.started  # a write, not just a start
+        progressed = _writes_rows(job) and job.progress_at > job.started  # a write, not just a start
         progress = max(self._last_progress, job.progress_at if progressed else 0.0)
         return min(self._close_started + self.settings.close_drain_s,
                    max(self._close_started, progress) + self.settings.close_timeout_s)
@@ -290,8 +290,7 @@ class Monitor:
         while True:
             try:
                 if self._cycle():
-                    if not self._left_in_spool:
-                        self._spool.drop_written(self._confirmed)
+                    self._spool.drop_written(self._confirmed)
                     self._spool.release()
                     return
             except Exception:  # noqa: BLE001 - the writer must outlive any bug; nothing queued is lost
@@ -387,9 +386,8 @@ class Monitor:
             job.abandoned = True
             self._job = None
             self._left_behind.append(job)
-            if self._closing:  # slow, not necessarily gone: close() says what stays in the spool
+            if self._closing:  # slow, not necessarily gone: reconnect and replay it before the rest
                 self._store = None
-                self._left_in_spool = True
             else:
                 self._drop_store(f"no answer in {now - job.progress_at:.1f} s")
 
@@ -404,7 +402,7 @@ class Monitor:
             self._rate = min(job.rows_written / job.write_s, 2 * self._rate)
         self._replay_left = job.spool_left
         if job.error is None:
-            if _writes_backlog(job):
+            if _writes_rows(job):
                 self._last_progress = max(self._last_progress, job.progress_at)
             self._store = None if job.final else job.store
             if not job.spooled:
@@ -445,6 +443,11 @@ class Monitor:
                 # bounded write like the others.
                 batch, entries = (None, 0) if pending else self._drain(self._batch_rows())
                 self._job = self._start_job(batch, entries)
+                return
+            if not reachable and may_retry and pending:
+                # A write left while closing (no answer for write_timeout_s): a new connection
+                # replays its batch, and the backlog follows as above once the store answers.
+                self._job = self._start_job(None, 0)
                 return
             self._final_sent = True
             batch, entries = self._drain()
@@ -587,8 +590,9 @@ class Monitor:
                 self._cv.notify_all()
 
 
-def _writes_backlog(job) -> bool:
-    return job is not None and job.batch is not None and not job.final
+def _writes_rows(job) -> bool:
+    """The job writes rows this process logged (a replay writes what an earlier outage left)."""
+    return job is not None and job.batch is not None
 
 
 def _to_rows(calls: list[tuple]) -> tuple[MetricColumns, list[dict]]:

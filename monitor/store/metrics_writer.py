@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,13 +78,21 @@ _SERIES_MERGE = text(
 )
 
 
-def write(conn: Connection, run_id: int, rows: pd.DataFrame) -> int:
+def _nothing() -> None:
+    pass
+
+
+def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[[], None] | None = None) -> int:
     """Insert rows (key_id, step, attempt, value, wall_time) of one run; return rows given.
 
     Rows must be validated already: integer steps >= 0, one row per (key_id, step, attempt).
+    `progress()` is called each time the database has answered a part of the write (a phase, a
+    slice of the insert): a caller that bounds a write by the database's silence can tell a
+    large write that is moving from one that gets no answer.
     """
     if rows.empty:
         return 0
+    progress = progress or _nothing
     key_ids = rows["key_id"].to_numpy(np.int64)
     steps = rows["step"].to_numpy(np.int64)
     attempts = rows["attempt"].to_numpy(np.int64)
@@ -93,18 +102,23 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame) -> int:
 
     distinct = np.unique(batch.key_ids)
     marks = _lock_marks(conn, run_id, distinct.tolist())
+    progress()
     # Per row through the distinct keys: a dict lookup per row cost ~0.3 us a row.
     mark = np.array([marks.get(k, -1) for k in distinct.tolist()], dtype=np.int64)[
         np.searchsorted(distinct, batch.key_ids)]
     appends = batch.steps > mark
     in_tail = _seal(conn, run_id, batch, marks)
+    progress()
     if in_tail.any():
-        _insert_raw(conn, run_id, batch.select(in_tail), only_appends=bool(appends[in_tail].all()))
+        _insert_raw(conn, run_id, batch.select(in_tail), only_appends=bool(appends[in_tail].all()),
+                    progress=progress)
 
     if appends.any():
         fresh = batch.select(appends).latest_per_step()
         _merge_rollups(conn, run_id, fresh)
+        progress()
         _merge_series(conn, run_id, fresh)
+        progress()
     # A key whose batch reaches back to or before its mark is rebuilt from the raw rows.
     back_keys = batch.key_ids[~appends]
     for key_id in np.unique(back_keys).tolist():
@@ -246,7 +260,8 @@ def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, 
     return {int(k): int(s) for k, s in conn.execute(query)}
 
 
-def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool) -> None:
+def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool,
+                progress: Callable[[], None] = _nothing) -> None:
     complete = True
     # In slices: a row as a tuple of Python objects takes ~200 bytes, so a whole batch of them
     # was the largest thing an import held.
@@ -270,6 +285,7 @@ def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool
             # Straight to sqlite3's executemany: SQLAlchemy's per-row parameter handling would
             # cost several times the insert itself.
             complete &= conn.exec_driver_sql(_SQLITE_INSERT, tuples).rowcount == len(tuples)
+        progress()
     _remember_tail(conn, run_id, batch, complete)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -273,12 +273,13 @@ class Store:
         return sorted(names[i] for i in ids)
 
     # --- metrics -------------------------------------------------------------------------------
-    def write_metrics(self, name: str, frame: pd.DataFrame) -> int:
+    def write_metrics(self, name: str, frame: pd.DataFrame, progress: Callable[[], None] | None = None) -> int:
         """Store long rows (step, key, value [, wall_time, attempt]) of one run; return rows given.
 
         Steps must be integers >= 0 and keys valid metric keys; a bad row rejects the whole batch
         with one error naming it. Within a batch, a repeated (key, step, attempt) keeps its last
-        value. NaN and +/-Inf are stored as such.
+        value. NaN and +/-Inf are stored as such. `progress()`, if given, is called as parts of
+        the write are answered (the logging client tells a slow store from a silent one by it).
         """
         rows = _validated(name, frame)
         if rows.empty:
@@ -289,7 +290,7 @@ class Store:
             # Each distinct name looked up once, not once a row (a map over the string column).
             codes, names = pd.factorize(rows["key"])
             rows["key_id"] = np.array([ids[n] for n in names], dtype=np.int64)[codes]
-            return metrics_writer.write(conn, run_id, rows.drop(columns="key"))
+            return metrics_writer.write(conn, run_id, rows.drop(columns="key"), progress)
 
     def write_derived(self, name: str, frame: pd.DataFrame) -> int:
         """Store a detector's series of one run (step, key, value: spike scores) apart from its
