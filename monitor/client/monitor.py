@@ -43,12 +43,15 @@ log = logging.getLogger("gapwatch.client")
 
 __all__ = ["InvalidLogError", "Monitor", "MonitorSettings", "NullMonitor"]
 
-# Rows of one batch: at least enough that a write's fixed cost is small, at most what a writer
-# behind a fast trainer should hold in one transaction; between, what the store writes in
-# `_batch_s()` at its measured speed (START_RATE before the first write).
+# Rows of one batch: at least enough that a write's fixed cost is small, at most what one write's
+# whole-batch steps (validating, sorting, marks) may hold the interpreter lock for, which a
+# training thread that logs meanwhile waits out; between, what the store writes in `_batch_s()`
+# at its measured speed (START_RATE before the first write).
 MIN_BATCH_ROWS = 10_000
-MAX_BATCH_ROWS = 500_000
+MAX_BATCH_ROWS = 100_000
 START_RATE = 20_000.0
+# Rows the writer turns into columns in one conversion (see _take_queue).
+TAKE_ROWS = 20_000
 
 # Store jobs left behind (stuck on a frozen connection) before the writer stops starting new
 # ones: each holds a thread and a connection until the path thaws or a TCP timeout ends it.
@@ -147,11 +150,17 @@ class Monitor:
                                                tokens_per_step=tokens_per_step, source=source),
                               self.settings.statement_timeout_s)
         self._outage = Outage(run, _store_name(store), str(self._spool.dir))
+        # Each metric call is three items here (step, values, wall time), not a tuple: ints, floats
+        # and a dict of numbers are objects the garbage collector does not follow, so a queue of
+        # many thousand calls adds nothing to a collection on the training thread.
         self._queue: collections.deque = collections.deque()
+        self._events: collections.deque = collections.deque()  # (step, kind and payload, wall time)
+        self._dropping = threading.Lock()  # a full queue's drop and the writer's take, one at a time
         self._held: list[tuple[dict, int]] = []  # batches the spool's disk refused, kept in memory
         # Calls taken from the queue, as (columns, events, entries): held here until written.
         self._backlog: collections.deque = collections.deque()
         self._backlog_rows = 0
+        self._row_width = 1  # metrics per call in the last part taken, to size the next
         self._rate = START_RATE  # rows a second the store takes, measured
         self._spool_progress: dict = {}  # how far the replay got in each spool file
         self._replay_left = False  # the last job stopped its replay at its budget
@@ -199,7 +208,10 @@ class Monitor:
             return
         metrics = self._checks.metrics(checked, snapshot(metrics, self._checks.refuse_value))
         if metrics:
-            self._enqueue(("m", checked, metrics, time.time()))
+            if len(self._queue) >= 3 * self.settings.max_queue:
+                self._drop_oldest()
+            self._queue.extend((checked, metrics, time.time()))  # one C call: never half a call queued
+            self._enqueued += 1
 
     def event(self, kind: str | EventKind, step: int, **payload: Any) -> None:
         if self._closed:
@@ -208,15 +220,15 @@ class Monitor:
         if checked is None:
             return
         kind = kind.value if isinstance(kind, EventKind) else str(kind)
-        self._enqueue(("e", checked, {"kind": kind, "payload": payload}, time.time()))
-
-    def _enqueue(self, entry: tuple) -> None:
-        if len(self._queue) >= self.settings.max_queue:
-            self._queue.popleft()
-            self._count(1)  # given up, so flush() does not wait for it
-            log.warning("gapwatch queue full: dropped the oldest entry")
-        self._queue.append(entry)
+        self._events.append({"step": checked, "kind": kind, "payload": payload, "wall_time": time.time()})
         self._enqueued += 1
+
+    def _drop_oldest(self) -> None:
+        with self._dropping:
+            for _ in range(3):
+                self._queue.popleft()
+        self._count(1)  # given up, so flush() does not wait for it
+        log.warning("gapwatch queue full: dropped the oldest entry")
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -304,7 +316,7 @@ class Monitor:
         busy = job is not None and not job.spooled  # a fresh job: wait for it before writing more
         now = time.monotonic()
         until = self._next_tick
-        if self._queue:
+        if self._queue or self._events:
             until = min(until, now + self._take_every())
         if job is not None:
             until = min(until, self._give_up_at(job))
@@ -314,23 +326,24 @@ class Monitor:
             self._wake.wait(max(0.0, until - now))
         self._wake.clear()
         now = time.monotonic()
-        self._take_queue()
         if self._job is not None:
             self._watch(self._job, now)
         if self._flush_wanted and not self._closing:
             self._flush_wanted = False
             self._flush_to_spool()
-        if self._job is not None and not self._job.spooled:
-            return False
-        tick = now >= self._next_tick
-        if tick:
-            # A fixed grid from the start: a slow write never pushes the next one later.
-            self._next_tick += interval * (math.floor((now - self._next_tick) / interval) + 1)
-        catching_up = self._job is None and self._store is not None and (
-            self._replay_left or self._backlog_rows >= self._batch_rows())
-        if tick or self._closing or catching_up:
-            self._dispatch(now, tick)
-        return (self._closing and self._final_sent and self._job is None and not self._queue
+        if self._job is None or self._job.spooled:
+            tick = now >= self._next_tick
+            if tick:
+                # A fixed grid from the start: a slow write never pushes the next one later.
+                self._next_tick += interval * (math.floor((now - self._next_tick) / interval) + 1)
+            catching_up = self._job is None and self._store is not None and (
+                self._replay_left or self._held_rows() >= self._batch_rows())
+            if tick or self._closing or catching_up:
+                self._dispatch(now, tick)
+        # After the dispatch, which takes only what its batch needs: the store writes the next
+        # batch while the rest of the queue is turned into columns.
+        self._take_queue()
+        return (self._closing and self._final_sent and self._job is None and not self._queue and not self._events
                 and not self._backlog)
 
     def _take_every(self) -> float:
@@ -375,7 +388,7 @@ class Monitor:
         if job.done.is_set():
             self._settle(job)
             return
-        if not job.spooled and now >= job.started + self._patience() and not self._behind():
+        if not job.spooled and not job.backlog and now >= job.started + self._patience() and not self._behind():
             job.spooled = True
             self._save(job.batch, job.entries)
         if now >= self._give_up_at(job):
@@ -441,8 +454,9 @@ class Monitor:
             if reachable and (pending or self._behind()):
                 # Older rows first, then the backlog, a batch at a time: the final job is one
                 # bounded write like the others.
+                behind = self._behind()
                 batch, entries = (None, 0) if pending else self._drain(self._batch_rows())
-                self._job = self._start_job(batch, entries)
+                self._job = self._start_job(batch, entries, backlog=behind)
                 return
             if not reachable and may_retry and pending:
                 # A write left while closing (no answer for write_timeout_s): a new connection
@@ -473,30 +487,37 @@ class Monitor:
             self._job = self._start_job(None, 0)
             return
         self._note_backlog()
+        behind = self._behind()
         batch, entries = self._drain(self._batch_rows())
         if batch is not None:
-            self._job = self._start_job(batch, entries)
+            self._job = self._start_job(batch, entries, backlog=behind)
 
     def _behind(self) -> bool:
-        """The trainer outpaces the store: the backlog behind a job is in memory anyway, so the
-        job's batch is not spooled for being slow (that would only slow the writer further)."""
-        return self._backlog_rows > self._batch_rows()
+        """The trainer outpaces the store: the backlog behind a job (taken into columns or still
+        queued) is in memory anyway, so the job's batch is not spooled for being slow (that would
+        only slow the writer further)."""
+        return self._held_rows() > self._batch_rows()
+
+    def _held_rows(self) -> int:
+        """Metric rows waiting in memory: in columns, and (estimated) still queued."""
+        return self._backlog_rows + len(self._queue) // 3 * self._row_width
 
     def _note_backlog(self) -> None:
         """Backpressure, said once while it lasts: a backlog of more than a few intervals' rows."""
-        behind_s = self._backlog_rows / self._rate
+        behind_s = self._held_rows() / self._rate
         if behind_s > 4 * self.settings.flush_interval_s:
-            self._outage.behind(self._backlog_rows, self._rate)
-        elif not self._backlog:
+            self._outage.behind(self._held_rows(), self._rate)
+        elif self._held_rows() <= self._batch_rows():  # what waits fits in the next batch
             self._outage.caught_up()
 
-    def _start_job(self, batch: dict | None, entries: int, status: Any = None, final: bool = False):
+    def _start_job(self, batch: dict | None, entries: int, status: Any = None, final: bool = False,
+                   backlog: bool = False):
         from monitor.client.store_jobs import StoreJob
 
         rows = self._batch_rows()
         job = StoreJob(target=self._target, spool=self._spool, wake=self._wake, store=self._store,
                        attempt=self.attempt, batch=batch, entries=entries, status=status, final=final,
-                       confirmed=self._confirmed, budget_rows=rows, piece_rows=rows,
+                       confirmed=self._confirmed, budget_rows=rows, piece_rows=rows, backlog=backlog,
                        spool_progress=self._spool_progress)
         job.start()
         return job
@@ -514,23 +535,36 @@ class Monitor:
         self._next_retry = time.monotonic() + self.settings.retry_interval_s
         self._outage.begin(reason)
 
-    def _take_queue(self) -> None:
-        """Move the queued calls into the backlog as columns."""
-        taken = [self._queue.popleft() for _ in range(len(self._queue))]
-        if not taken:
-            return
-        try:
-            metrics, events = _to_rows(taken)
-        except Exception:
-            # Back to the front of the queue, in order: a failure here must not lose them.
-            self._queue.extendleft(reversed(taken))
-            raise
-        self._backlog.append((metrics, events, len(taken)))
-        self._backlog_rows += len(metrics)
+    def _take_queue(self, rows: int | None = None) -> None:
+        """Move the queued calls (all, or about `rows` rows' worth) into the backlog as columns,
+        a bounded part at a time: each conversion holds the interpreter lock for its whole
+        length, and a training thread that logs meanwhile waits that long."""
+        events = [self._events.popleft() for _ in range(len(self._events))]
+        # What is queued now: a trainer that keeps logging must not keep the writer here.
+        left = len(self._queue) // 3
+        if rows is not None:
+            left = min(left, -(-rows // self._row_width))
+        while events or left:
+            with self._dropping:
+                calls = min(left, len(self._queue) // 3, max(1, TAKE_ROWS // self._row_width))
+                left = 0 if calls == 0 else left - calls
+                taken = [self._queue.popleft() for _ in range(3 * calls)]
+            try:
+                metrics = MetricColumns.from_queue(taken, _to_float)
+            except Exception:
+                # Back to the front of the queue, in order: a failure here must not lose them.
+                self._queue.extendleft(reversed(taken))
+                self._events.extendleft(reversed(events))
+                raise
+            if calls:
+                self._row_width = max(1, len(metrics) // calls)
+            self._backlog.append((metrics, events, calls + len(events)))
+            self._backlog_rows += len(metrics)
+            events = []
 
     def _drain(self, limit: int | None = None) -> tuple[dict | None, int]:
         """A batch of the oldest rows held (all, or up to `limit` metric rows) and its entries."""
-        self._take_queue()
+        self._take_queue(None if limit is None else max(0, limit - self._backlog_rows))
         held, self._held = self._held, []
         parts, events, entries = [], [], 0
         for batch, n in held:
@@ -595,17 +629,9 @@ def _writes_rows(job) -> bool:
     return job is not None and job.batch is not None
 
 
-def _to_rows(calls: list[tuple]) -> tuple[MetricColumns, list[dict]]:
-    """Turn queued calls into metric columns and events. Converting a JAX array here is the
-    device fetch."""
-    metrics = [(step, body, wall) for kind, step, body, wall in calls if kind == "m"]
-    events = [{"step": step, "kind": body["kind"], "payload": body["payload"], "wall_time": wall}
-              for kind, step, body, wall in calls if kind != "m"]
-    return MetricColumns.from_calls(metrics, _to_float), events
-
-
 def _to_float(value: Any) -> float:
-    """A value that is not a number is stored as NaN (and said), never dropped silently; a value
+    """The writer's conversion of a value that is not a plain number: a JAX array is fetched from
+    the device here. A value that is not a number is stored as NaN (and said), never dropped silently; a value
     whose conversion fails in any other way (a device error) too, so the writer carries on."""
     try:
         return float(value)

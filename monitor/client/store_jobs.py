@@ -73,6 +73,9 @@ class StoreJob:
     """Close the store after the job (the Monitor is closing)."""
     started: float = field(default_factory=time.monotonic)
     progress_at: float = field(default_factory=time.monotonic)
+    backlog: bool = False
+    """`batch` is part of a backlog (the trainer outpaced the store): held in memory like the rest
+    of it, never spooled for being slow."""
     spooled: bool = False
     """The writer already spooled `batch` (the job was slow): a success then counts nothing new."""
     confirmed: set = field(default_factory=set)
