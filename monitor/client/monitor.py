@@ -340,9 +340,9 @@ class Monitor:
                 self._replay_left or self._held_rows() >= self._batch_rows())
             if tick or self._closing or catching_up:
                 self._dispatch(now, tick)
-        # After the dispatch, which takes only what its batch needs: the store writes the next
-        # batch while the rest of the queue is turned into columns.
-        self._take_queue()
+        # After the dispatch, which takes only what its batch needs: the store writes that batch
+        # while the rest of the queue becomes columns, until the job ends and the next one is due.
+        self._take_queue(until=lambda: self._job is not None and self._job.done.is_set())
         return (self._closing and self._final_sent and self._job is None and not self._queue and not self._events
                 and not self._backlog)
 
@@ -535,10 +535,10 @@ class Monitor:
         self._next_retry = time.monotonic() + self.settings.retry_interval_s
         self._outage.begin(reason)
 
-    def _take_queue(self, rows: int | None = None) -> None:
-        """Move the queued calls (all, or about `rows` rows' worth) into the backlog as columns,
-        a bounded part at a time: each conversion holds the interpreter lock for its whole
-        length, and a training thread that logs meanwhile waits that long."""
+    def _take_queue(self, rows: int | None = None, until=None) -> None:
+        """Move the queued calls (all, or about `rows` rows' worth, or until `until()`) into the
+        backlog as columns, a bounded part at a time: each conversion holds the interpreter lock
+        for its whole length, and a training thread that logs meanwhile waits that long."""
         events = [self._events.popleft() for _ in range(len(self._events))]
         # What is queued now: a trainer that keeps logging must not keep the writer here.
         left = len(self._queue) // 3
@@ -561,6 +561,8 @@ class Monitor:
             self._backlog.append((metrics, events, calls + len(events)))
             self._backlog_rows += len(metrics)
             events = []
+            if until is not None and until():
+                return
 
     def _drain(self, limit: int | None = None) -> tuple[dict | None, int]:
         """A batch of the oldest rows held (all, or up to `limit` metric rows) and its entries."""
