@@ -1,20 +1,23 @@
 """The Monitor: `Monitor(run).log(step, metrics)` from any trainer, in microseconds.
 
-The calling thread checks the key and step (log_checks.py) and appends to a queue; nothing else.
-A writer thread turns queued calls into columns (metric_columns.py) several times an interval,
-turning values into floats there (so a JAX array is fetched from the device there, never on the
-training thread), and on a fixed cadence (every `flush_interval_s` from the start, not from the
-end of the last write) hands a batch to a store job (store_jobs.py) that it waits on only while
-the store answers. A batch holds what the store writes in a fraction of an interval at its
-measured speed; a backlog beyond that is written batch after batch without waiting for the next
-tick, and said once as backpressure (a store slower than the trainer is not an outage). A batch
-the store has not taken within half an interval goes to an append-only, fsynced spool (spool.py),
-and stays there while the store is unreachable; the spool is replayed, in order and in bounded
-parts, once it answers again. Writes are idempotent, so a batch both written late and replayed is
-stored once. So: SIGKILL loses at most about one flush interval (plus, while the trainer logs
-faster than the store writes, the backlog in memory), SIGTERM and exit lose nothing, and no call
-of the trainer's waits on the store: `flush()` and `close()` return within their bounds, leaving
-in the spool what the store would not take.
+The calling thread checks the key and step (log_checks.py) and appends to a queue; nothing else,
+and nothing per call that the garbage collector must follow. A writer thread turns queued calls
+into columns (metric_columns.py) several times an interval, in bounded parts (each part holds the
+interpreter lock, and so the training thread, for its length), turning values into floats there
+(so a JAX array is fetched from the device there, never on the training thread), and on a fixed
+cadence (every `flush_interval_s` from the start, not from the end of the last write) hands a
+batch to a store job (store_jobs.py) that it waits on only while the store answers: each part of
+a write the store answers counts, so a long write that keeps answering is a slow store, not a
+gone one. A batch holds what the store writes in a fraction of an interval at its measured speed;
+a backlog beyond that is written batch after batch without waiting for the next tick, and said
+once as backpressure (a store slower than the trainer is not an outage). A batch of a trainer's
+usual pace that the store has not taken within half an interval goes to an append-only, fsynced
+spool (spool.py), and stays there while the store is unreachable; the spool is replayed, in
+order and in bounded parts, once it answers again. Writes are idempotent, so a batch both
+written late and replayed is stored once. So: SIGKILL loses at most about one flush interval
+(plus, while the trainer logs faster than the store writes, the backlog in memory), SIGTERM and
+exit lose nothing, and no call of the trainer's waits on the store: `flush()` and `close()`
+return within their bounds, leaving in the spool what the store would not take.
 """
 
 from __future__ import annotations
@@ -70,8 +73,8 @@ class MonitorSettings:
     retry_interval_s: float = 2.0
     """Seconds between attempts to reach an unreachable store."""
     write_timeout_s: float = 5.0
-    """How long the writer waits on a store that makes no progress before it declares it
-    unreachable and leaves the operation behind (its batch is in the spool by then)."""
+    """How long the writer waits on a store that answers no part of a write before it declares
+    it unreachable and leaves the operation behind (its batch is in the spool by then)."""
     flush_timeout_s: float = 5.0
     """The longest `flush()` waits when given no timeout."""
     close_timeout_s: float = 5.0
