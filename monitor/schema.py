@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import enum
-import math
 import re
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -17,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from monitor.jsonutil import readable
 
 # --- training ---------------------------------------------------------------------------------
 TRAIN_LOSS = "train/loss"
@@ -318,8 +319,8 @@ class Detection:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["severity"] = self.severity.value
-        d["evidence"] = {k: _plain(v) for k, v in self.evidence.items()}
-        d["score"] = _plain(self.score)
+        d["evidence"] = readable(self.evidence)
+        d["score"] = readable(self.score)
         return d
 
     @classmethod
@@ -402,7 +403,7 @@ class Clean:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "evidence": {k: _plain(v) for k, v in self.evidence.items()}}
+        return {**asdict(self), "evidence": readable(self.evidence)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Clean":
@@ -432,16 +433,3 @@ class NotJudged:
     def describe(self) -> str:
         what = f"{self.detector} on {self.metric}" if self.metric else self.detector
         return f"{what}: not judged, {self.reason}" + (f" (needs {self.needs})" if self.needs else "")
-
-
-def _plain(v: Any) -> Any:
-    """NumPy scalars and non-finite floats made JSON-safe (NaN/Inf become strings, not nulls)."""
-    if hasattr(v, "item") and not isinstance(v, (list, dict)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
