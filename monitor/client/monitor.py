@@ -318,12 +318,14 @@ class Monitor:
         job = self._job
         busy = job is not None and not job.spooled  # a fresh job: wait for it before writing more
         now = time.monotonic()
-        until = self._next_tick
+        # A busy job holds the next write back (its end wakes the writer), so a tick passed
+        # meanwhile is no reason to wake.
+        until = math.inf if busy else self._next_tick
         if self._queue or self._events:
             until = min(until, now + self._take_every())
         if job is not None:
             until = min(until, self._give_up_at(job))
-            if busy and not self._behind():
+            if busy and not job.backlog and not self._behind():  # when _watch may spool it
                 until = min(until, job.started + self._patience())
         if not (self._flush_wanted or (self._closing and job is None)):
             self._wake.wait(max(0.0, until - now))
@@ -344,8 +346,9 @@ class Monitor:
             if tick or self._closing or catching_up:
                 self._dispatch(now, tick)
         # After the dispatch, which takes only what its batch needs: the store writes that batch
-        # while the rest of the queue becomes columns, until the job ends and the next one is due.
-        self._take_queue(until=lambda: self._job is not None and self._job.done.is_set())
+        # while the rest of the queue becomes columns, until the job ends and the next is due (with
+        # no job out, a part a turn).
+        self._take_queue(until=lambda: self._job is None or self._job.done.is_set())
         return (self._closing and self._final_sent and self._job is None and not self._queue and not self._events
                 and not self._backlog)
 
