@@ -127,15 +127,21 @@ def read(conn: Connection, run_id: int, key_ids: Iterable[int] | None = None, lo
         yield int(key_id), int(chunk), _decode(int(chunk), steps, *blobs)
 
 
-def read_series(conn: Connection, run_id: int, key_id: int) -> Iterator[ChunkRows]:
-    """Every sealed row of one series in (step, attempt) order, in parts of whole chunks. A rarely
+def read_series(conn: Connection, run_id: int, key_id: int, lo: int | None = None,
+                hi: int | None = None) -> Iterator[ChunkRows]:
+    """The sealed rows of one series in the chunks that may hold steps in [lo, hi] (either open;
+    the caller trims), in (step, attempt) order, in parts of whole chunks. A rarely
     logged series (evals every few thousand steps) has a handful of rows in each of ~170 chunks:
     consecutive chunks are decoded together until a part holds a chunk's width of rows, so such a
     series costs a few array operations, not a few per chunk; a series logged every step still
     comes a chunk at a time."""
     steps = width(conn)
-    query = (select(_c.chunk, _c.step_data, _c.attempt_data, _c.value_data)
-             .where(and_(_c.run_id == run_id, _c.key_id == key_id)).order_by(_c.chunk))
+    cond = and_(_c.run_id == run_id, _c.key_id == key_id)
+    if lo is not None:
+        cond = and_(cond, _c.chunk >= lo // steps)
+    if hi is not None:
+        cond = and_(cond, _c.chunk <= hi // steps)
+    query = select(_c.chunk, _c.step_data, _c.attempt_data, _c.value_data).where(cond).order_by(_c.chunk)
     got = conn.execute(query).all()
     batch: list[tuple[int, bytes, bytes, bytes]] = []
     rows = 0
@@ -178,19 +184,24 @@ def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarra
     columns are read (two bytes a step), and a chunk's steps are marked in one mask per chunk
     whichever series holds them, so a run of many metrics costs a mask, not a copy of its steps
     per metric. A chunk logged at every step of its range says so in its counts, and is marked
-    without decompressing anything."""
+    without decompressing anything; so is one whose range such a chunk of another series already
+    covers (the evals of a run that logs its loss every step), marked first."""
     steps = width(conn)
     marked: dict[int, np.ndarray] = {}
-    query = (select(_c.chunk, _c.n_steps, _c.first_step, _c.last_step, _c.step_data)
+    whole = _c.n_steps == _c.last_step - _c.first_step + 1
+    query = (select(_c.chunk, whole, _c.first_step, _c.last_step, _c.step_data)
              .where(and_(_c.run_id == run_id, _c.key_id.in_(list(key_ids)))))
-    for chunk, n_steps, first, last, step_data in conn.execute(query).all():
+    got = conn.execute(query).all()
+    got.sort(key=lambda row: not row[1])
+    for chunk, is_whole, first, last, step_data in got:
         mask = marked.get(chunk)
         if mask is None:
             mask = marked[chunk] = np.zeros(steps, dtype=bool)
         start = chunk * steps
-        if n_steps == last - first + 1:
-            mask[first - start:last - start + 1] = True
-        else:
+        span = mask[first - start:last - start + 1]
+        if is_whole:
+            span[:] = True
+        elif not span.all():
             mask[np.frombuffer(zlib.decompress(step_data), dtype="<u2")] = True
     parts = [np.flatnonzero(marked[c]).astype(np.int64) + c * steps for c in sorted(marked)]
     return np.concatenate(parts) if parts else np.empty(0, np.int64)

@@ -96,7 +96,7 @@ def series_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = Non
     """Rows of one series with lo <= step <= hi (either open). `replay` = (seen, attempt) keeps,
     at steps up to `seen`, only rows of that attempt or later: what a replaying attempt logged
     again, not what was read before."""
-    parts = [_trim(rows, lo, hi) for _, _, rows in chunks.read(conn, run_id, [key_id], lo, hi)]
+    parts = [_trim(rows, lo, hi) for rows in chunks.read_series(conn, run_id, key_id, lo, hi)]
     cond = _tail_cond(run_id, key_id, lo, hi)
     if replay is not None:
         cond = and_(cond, or_(_m.step > replay[0], _m.attempt >= replay[1]))
