@@ -185,15 +185,16 @@ def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarra
     whichever series holds them, so a run of many metrics costs a mask, not a copy of its steps
     per metric. A chunk logged at every step of its range says so in its counts, and is marked
     without decompressing anything; so is one whose range such a chunk of another series already
-    covers (the evals of a run that logs its loss every step), marked first."""
+    covers (the evals of a run that logs its loss every step), marked first: only the other
+    chunks' steps are fetched and read."""
     steps = width(conn)
     marked: dict[int, np.ndarray] = {}
+    mine = and_(_c.run_id == run_id, _c.key_id.in_(list(key_ids)))
     whole = _c.n_steps == _c.last_step - _c.first_step + 1
-    query = (select(_c.chunk, whole, _c.first_step, _c.last_step, _c.step_data)
-             .where(and_(_c.run_id == run_id, _c.key_id.in_(list(key_ids)))))
-    got = conn.execute(query).all()
-    got.sort(key=lambda row: not row[1])
-    for chunk, is_whole, first, last, step_data in got:
+    got = conn.execute(select(_c.key_id, _c.chunk, whole, _c.first_step, _c.last_step).where(mine)).all()
+    got.sort(key=lambda row: not row[2])
+    uncovered: list[tuple[int, int]] = []
+    for key_id, chunk, is_whole, first, last in got:
         mask = marked.get(chunk)
         if mask is None:
             mask = marked[chunk] = np.zeros(steps, dtype=bool)
@@ -202,7 +203,14 @@ def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarra
         if is_whole:
             span[:] = True
         elif not span.all():
-            mask[np.frombuffer(zlib.decompress(step_data), dtype="<u2")] = True
+            uncovered.append((key_id, chunk))
+    if uncovered:
+        wanted = set(uncovered)
+        query = select(_c.key_id, _c.chunk, _c.step_data).where(
+            and_(mine, _c.chunk.in_(sorted({c for _, c in uncovered}))))
+        for key_id, chunk, step_data in conn.execute(query).all():
+            if (key_id, chunk) in wanted:
+                marked[chunk][np.frombuffer(zlib.decompress(step_data), dtype="<u2")] = True
     parts = [np.flatnonzero(marked[c]).astype(np.int64) + c * steps for c in sorted(marked)]
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
