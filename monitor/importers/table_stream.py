@@ -310,8 +310,9 @@ class TableStream:
 
     def _arrow_batches(self, header: list[str]) -> Iterator[pa.RecordBatch | None]:
         """Blocks of the file as columns of text, parsed by pyarrow; None where it refuses the
-        rest (a row of another width, a blank line, a line break inside quotes, bad UTF-8), so
-        that every row handed on before is one line of the file."""
+        rest (a row of another width, a line break inside quotes, bad UTF-8) or reaches a block
+        with a blank line (a row of empty cells to pyarrow, none to pandas), so that every row
+        handed on before is one line of the file."""
         try:
             reader = pa_csv.open_csv(
                 self.path, read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
@@ -331,6 +332,9 @@ class TableStream:
                 self.bytes_read = total
                 return
             except pa.ArrowInvalid:
+                yield None
+                return
+            if _blank_line(batch):
                 yield None
                 return
             self.bytes_read = min(total, self.bytes_read + CSV_BLOCK_BYTES)
@@ -540,6 +544,16 @@ def _csv_header(path: Path) -> list[str]:
     if repeated is not None:
         raise GapwatchError(f"{path}: column {shown(repeated)} appears twice in the header")
     return header
+
+
+def _blank_line(batch: pa.RecordBatch) -> bool:
+    """Whether a row of the block has every cell empty (a blank line, or one of delimiters only)."""
+    empty = pc.equal(batch.column(0), "")
+    if not pc.any(empty).as_py():
+        return False
+    for i in range(1, batch.num_columns):
+        empty = pc.and_(empty, pc.equal(batch.column(i), ""))
+    return bool(pc.any(empty).as_py())
 
 
 def _arrow_reads(path: Path, header: list[str]) -> bool:
