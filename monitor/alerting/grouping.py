@@ -181,7 +181,9 @@ def marks_of(run: RunData) -> dict[str, tuple[int, int, int]]:
     steps = run.scalars.index.to_numpy()
     for column in run.scalars.columns:
         at, values = non_nan_cells(run.scalars[column])
-        logged = steps[at[np.isfinite(values)]]
-        if logged.size:
-            out[column] = (int(logged[0]), int(logged[-1]), int(logged.size))
+        finite = np.isfinite(values)
+        if not finite.all():
+            at = at[finite]
+        if at.size:
+            out[column] = (int(steps[at[0]]), int(steps[at[-1]]), int(at.size))
     return out
