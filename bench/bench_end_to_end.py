@@ -230,7 +230,7 @@ def measure_wide(steps: int, pair_dir: Path | None = None) -> dict:
         where = pair_dir or work
         files = {name: (where / f"{name}.jsonl", where / f"{name}.csv") for name, _, _ in RUNS}
         stamp = where / "steps"
-        if pair_dir is None or not stamp.exists() or stamp.read_text() != str(steps) or \
+        if pair_dir is None or not stamp.exists() or stamp.read_text().strip() != str(steps) or \
                 not all(f.exists() for pair in files.values() for f in pair):
             print(f"writing a {steps:,}-step wide pair", flush=True)
             files = write_pair(where, steps)
