@@ -3,9 +3,9 @@
 Judging a 1.4M-step run makes thousands of column-sized NumPy temporaries (11 MB each), freed as
 soon as they are used. glibc's malloc hands each one to the kernel when it is freed (it maps an
 allocation that large on its own, and trims the top of its heap past 128 KB free), so the next
-one comes back as fresh pages that fault in and are zeroed again: a few seconds of system time
-per `gapwatch report` of a pair that size (bench/RESULTS.md). Keeping freed memory in the process
-for reuse costs a few tens of MB more at the peak. Not for long-lived servers (the dashboard, the
+one comes back as fresh pages that fault in and are zeroed again: most of the system time of a
+`gapwatch report` of a pair that size (bench/RESULTS.md has the figures). Keeping freed memory in
+the process for reuse raises the peak a little. Not for long-lived servers (the dashboard, the
 watch service), which should give memory back after a burst.
 """
 
