@@ -200,6 +200,21 @@ def with_sparse_columns(frame: pd.DataFrame, sparse: dict[str, pd.arrays.SparseA
     return frame
 
 
+def non_nan_cells(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and values of a frame column's cells that are not NaN; a sparse column's from its
+    stored values, without writing out a value for every step of the run."""
+    if isinstance(column.dtype, pd.SparseDtype):
+        array = column.array
+        at = array.sp_index.to_int_index().indices.astype(np.int64)
+        values = np.asarray(array.sp_values, dtype=float)
+        if np.isnan(array.fill_value):
+            keep = ~np.isnan(values)
+            return (at, values) if keep.all() else (at[keep], values[keep])
+    values = column.to_numpy(dtype=float)
+    at = np.flatnonzero(~np.isnan(values))
+    return at, values[at]
+
+
 @dataclass
 class RunData:
     """One run as detectors and the report see it, at full resolution.
@@ -248,6 +263,11 @@ class RunData:
         # A metric logged at every step is the column itself (copy-on-write keeps it apart from
         # the frame), not a 1.4M-value copy per call.
         return col if logged.all() else col[logged]
+
+    def values_at(self, key: str, steps) -> np.ndarray:
+        """`key`'s values at `steps` (NaN where it logged none), as `scalars[key].reindex(steps)`
+        gives them, without writing out every step of a sparse column."""
+        return self.series(key).reindex(steps).to_numpy(dtype=float)
 
     def _sparse_series(self, key: str, col: pd.Series) -> pd.Series:
         """series() of a sparse column, from its stored values: masking it as a dense column would
