@@ -12,7 +12,8 @@ it keeps the extremes by hand.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -51,14 +52,28 @@ def _as_list(x) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
+@dataclass(frozen=True)
+class ChartRead:
+    """What a point-budgeted read gives a chart: the rows, and how coarse each series came back."""
+
+    rows: pd.DataFrame
+    """Long frame (run, key, step, value)."""
+    bucket_width: Mapping[tuple[str, str], int]
+    """Steps one returned point stands for, per (run, key): 1 at full resolution. A downsampled
+    series (width > 1) holds only finite values and ends at the range's last finite value."""
+
+
 def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DEFAULT_MAX_POINTS,
                  since_step: int | None = None) -> pd.DataFrame:
-    """Long frame (run, key, step, value): the latest attempt of each step, at most `max_points`
-    rows per series. Unknown keys give no rows; an unknown run is an error.
+    """The rows of `read_series`, for callers that need no bucket widths."""
+    return read_series(db, runs, keys, step_range, max_points, since_step).rows
 
-    Downsampled series (attrs["bucket_width"][(run, key)] > 1) hold only finite values and end
-    at the range's last finite value; at full resolution NaN and Inf come back as logged.
-    """
+
+def read_series(db: Database, runs, keys, step_range=None, max_points: int = DEFAULT_MAX_POINTS,
+                since_step: int | None = None) -> ChartRead:
+    """The latest attempt of each step, at most `max_points` rows per series, with each series'
+    bucket width. Unknown keys give no rows; an unknown run is an error. At full resolution NaN
+    and Inf come back as logged."""
     if max_points < 1:
         raise ValueError("max_points must be at least 1")
     parts = []
@@ -108,8 +123,7 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                 widths[(run, key)] = width
                 parts.append((run, key, steps, values))
     out = _long_frame(parts) if parts else empty_long("run", "key", "step", "value")
-    out.attrs["bucket_width"] = widths
-    return out[_SCALAR_COLUMNS]
+    return ChartRead(out[_SCALAR_COLUMNS], widths)
 
 
 def _long_frame(parts: list[tuple[str, str, np.ndarray, np.ndarray]]) -> pd.DataFrame:

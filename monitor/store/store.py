@@ -559,10 +559,23 @@ class Store:
         Returns:
             A long frame (run, key, step, value), the latest attempt of each step. A downsampled
             series holds finite values only; at full resolution NaN and Inf come back as logged.
-            `attrs["bucket_width"][(run, key)]` gives each series' bucket width in steps.
+            `read_series` gives each series' bucket width too.
         """
         return reader.read_scalars(self._db, runs, keys, step_range=step_range, max_points=max_points,
                                    since_step=since_step)
+
+    def read_series(self, runs, keys, step_range=None, max_points: int = reader.DEFAULT_MAX_POINTS,
+                    since_step: int | None = None) -> reader.ChartRead:
+        """`read_scalars` with how coarse each series came back, for a chart that says so.
+
+        Args:
+            runs, keys, step_range, max_points, since_step: as for `read_scalars`.
+
+        Returns:
+            A ChartRead: the rows, and the steps one point stands for per (run, key).
+        """
+        return reader.read_series(self._db, runs, keys, step_range=step_range, max_points=max_points,
+                                  since_step=since_step)
 
     def load_run(self, name: str, keys: Iterable[str] | None = None) -> RunData:
         """Every logged value of a run at full resolution, for the detectors.
