@@ -294,7 +294,7 @@ class Demo:
         missing = detector.not_judged(aligned_run, aligned_ref)
         if missing:
             return f"{head} not judged: " + "; ".join(m.describe() for m in missing)
-        table = detector.explain(aligned_run, aligned_ref)
+        table = detector.table(aligned_run, aligned_ref)
         table = table[table["judged"].astype(bool)]
         legs = {"train below": "below", "held-out not better": "not_better",
                 "held-out did not follow": "not_followed", "downstream not better": "downstream_ok"}
@@ -317,7 +317,7 @@ class Demo:
         with open_store(self.config.store_url) as store:
             data = store.load_run(run)
             aligned_run, aligned_ref = align_pair(data, store.load_run(REFERENCE))
-        table = detector.explain(aligned_run, aligned_ref)
+        table = detector.table(aligned_run, aligned_ref)
         table = table[table["judged"].astype(bool)]
         if table.empty:
             text = f"{run}: no checkpoint with both train and held-out losses to judge against the reference"

@@ -4,7 +4,9 @@ binary COPY of the same rows into a table of the same key), measured in the same
 
 Sustained throughput is rows stored over the time from the first log() to close()'s return, so
 a backlog the writer still has to write at close counts against it. Also: rows lost, rows left in
-the spool, "unreachable" warnings, the slowest log() and its 99.9th percentile.
+the spool, "unreachable" warnings, the slowest log() and its 99.9th percentile, beside the
+slowest turn of the same loop without a client (what the machine's scheduler alone costs), and
+the load average while it ran.
 
     python -m bench.bench_client_throughput [--quick] [--pg postgresql://postgres@127.0.0.1:5432/postgres]
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sqlite3
 import tempfile
 import time
@@ -105,6 +108,20 @@ def flat_out(url: str, seconds: float, spool: Path) -> dict:
             "max_ms": calls_us.max() / 1000, "p999_us": float(np.quantile(calls_us, 0.999))}
 
 
+def loop_alone(seconds: float) -> float:
+    """The slowest turn (ms) of the trainer's loop with the log() call left out."""
+    slowest = 0.0
+    step = 0
+    began = time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        metrics = {k: step * 0.5 for k in KEYS}
+        t = time.perf_counter()
+        metrics = dict(metrics)
+        slowest = max(slowest, time.perf_counter() - t)
+        step += 1
+    return slowest * 1000
+
+
 def fresh_pg(admin_url: str) -> str:
     import psycopg
 
@@ -129,32 +146,43 @@ def main(argv: list[str] | None = None) -> None:
     seconds, n_raw = (2.0, 300_000) if args.quick else (10.0, 1_000_000)
     rows = raw_rows(n_raw)
     out = []
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for backend in ("sqlite", "postgresql"):
+            # The raw driver runs before and after the client and the two are averaged: on a
+            # shared machine the load moves within a minute.
             if backend == "sqlite":
-                raw = raw_sqlite(tmp / "raw.db", rows)
+                before = raw_sqlite(tmp / "raw-before.db", rows)
                 ours = flat_out(f"sqlite:///{tmp / 'store.db'}", seconds, tmp / "spool-sqlite")
+                after = raw_sqlite(tmp / "raw-after.db", rows)
             else:
-                raw_url, url = fresh_pg(args.pg), fresh_pg(args.pg)
+                raw_urls, url = [fresh_pg(args.pg), fresh_pg(args.pg)], fresh_pg(args.pg)
                 try:
-                    raw = raw_postgres(raw_url, rows)
+                    before = raw_postgres(raw_urls[0], rows)
                     ours = flat_out(url, seconds, tmp / "spool-pg")
+                    after = raw_postgres(raw_urls[1], rows)
                 finally:
-                    drop_pg(args.pg, raw_url)
-                    drop_pg(args.pg, url)
+                    for u in [*raw_urls, url]:
+                        drop_pg(args.pg, u)
+            raw = (before + after) / 2
+            loads.append(os.getloadavg()[0])
             out.append({
-                "store": backend, "raw driver rows/s": f"{raw:,.0f}", "client rows/s": f"{ours['rate']:,.0f}",
+                "store": backend, "raw driver rows/s (before / after)": f"{before:,.0f} / {after:,.0f}",
+                "client rows/s": f"{ours['rate']:,.0f}",
                 "client / raw": f"{ours['rate'] / raw:.2f}", "logged": f"{ours['logged']:,}",
                 "lost": f"{ours['logged'] - ours['stored']:,}", "spool left (B)": ours["spool_bytes"],
                 "close s": f"{ours['close_s']:.1f}", "unreachable": ours["unreachable"],
                 "backpressure": ours["backpressure"], "slowest log ms": f"{ours['max_ms']:.1f}",
-                "p99.9 log us": f"{ours['p999_us']:.0f}"})
+                "p99.9 log us": f"{ours['p999_us']:.0f}", "slowest loop turn without client ms":
+                f"{loop_alone(min(seconds, 2.0)):.1f}"})
     record("client_throughput", f"Client: a flat-out writer ({seconds:.0f} s, 10 metrics a step) against the raw driver",
            table(out) + "\n\nSustained client rate = rows stored / (first log() to close() returning); the raw "
            "driver writes the same rows (executemany / binary COPY, 50k-row transactions) into a table of the "
-           "same primary key, in the same run. Goals: client / raw >= 0.5, nothing lost or left in the spool, "
-           "no \"unreachable\", slowest log() <= 50 ms.")
+           "same primary key, in the same run, just before and just after the client; client / raw is against "
+           "their mean. Goals: client / raw >= 0.5, nothing lost or left in the spool, "
+           "no \"unreachable\", slowest log() <= 50 ms. Load average (1 min) over the run: "
+           f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores.")
 
 
 if __name__ == "__main__":

@@ -21,36 +21,18 @@ import time
 
 import numpy as np
 import pandas as pd
-from scipy.signal import lfilter
 
 from bench.results import record, table
+from bench.synthetic import ar1, dense_metrics, run_info
 from monitor.judging.align import align_pair
 from monitor.detectors import build, make_run, state_from_dict, state_to_dict
 from monitor.detectors.rundata import slice_rows
 from monitor.detectors.spike import SpikeDetector
 from monitor.schema import (
-    DATA_CURSOR,
-    DATA_EPOCH,
-    DATA_UNIQUE_FRACTION,
-    OPTIM_LR,
-    PERF_MFU,
-    PERF_STEP_TIME_S,
-    PERF_TOKENS_PER_S,
-    TRAIN_GRAD_NORM,
     TRAIN_LOSS,
-    TRAIN_TOKENS,
-    RunInfo,
     downstream_key,
     heldout_key,
 )
-
-BATCH, RECORDS, TOKENS = 512, 2_000_000_000, 512 * 4096
-
-
-def ar1(n: int, sigma: float, rho: float, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return lfilter([1.0], [1.0, -rho], rng.normal(0, sigma * math.sqrt(1 - rho * rho), n))
-
 
 def synthetic_run(name: str, n: int, seed: int, memorize_from: int | None = None):
     """A long run: 10 dense metrics every step, held-out loss every 1,000 steps and four
@@ -61,20 +43,7 @@ def synthetic_run(name: str, n: int, seed: int, memorize_from: int | None = None
         loss -= 0.25 * np.clip((steps - memorize_from) / 50_000, 0, 1)
     spikes = np.random.default_rng(seed).choice(n, 40, replace=False)
     loss[spikes] += 0.8
-    t = 0.5 * (1 + np.abs(ar1(n, 0.01, 0.0, seed + 1)))
-    t[::1000] *= 1.3  # a pause every 1,000 steps
-    frame = pd.DataFrame({
-        TRAIN_LOSS: loss,
-        TRAIN_GRAD_NORM: 0.3 * np.exp(ar1(n, 0.1, 0.5, seed + 2)),
-        OPTIM_LR: 3e-4 * np.minimum(steps / 2000, 1.0),
-        TRAIN_TOKENS: steps * float(TOKENS),
-        PERF_STEP_TIME_S: t,
-        PERF_TOKENS_PER_S: TOKENS / t,
-        PERF_MFU: 0.45 * 0.5 / t,
-        DATA_CURSOR: steps * float(BATCH),
-        DATA_EPOCH: steps * BATCH / RECORDS,
-        DATA_UNIQUE_FRACTION: np.minimum(steps * BATCH / RECORDS, 1.0),
-    }, index=steps)
+    frame = dense_metrics(steps, loss, seed, pause_every=1000)
     ck = steps[steps % 1000 == 0]
     held = pd.DataFrame({heldout_key("c4", "loss"): 2.25 + 9.0 * (ck + 50.0) ** -0.3 + ar1(ck.size, 0.003, 0, seed + 3),
                          heldout_key("c4", "stderr"): 0.003}, index=ck)
@@ -84,8 +53,7 @@ def synthetic_run(name: str, n: int, seed: int, memorize_from: int | None = None
         down[downstream_key(task, "acc")] = 0.4 + 0.1 * i + 0.2 * (1 - np.exp(-ck5 / 2e5)) + ar1(ck5.size, 0.005, 0, seed + 4 + i)
         down[downstream_key(task, "acc", "n")] = 2000.0
     frame = frame.join(held, how="outer").join(pd.DataFrame(down, index=ck5), how="outer")
-    info = RunInfo(name=name, tokens_per_step=float(TOKENS), global_batch_size=BATCH, records_per_epoch=RECORDS)
-    return make_run(info, frame)
+    return make_run(run_info(name), frame)
 
 
 def callback_spikes(values: list[float], window: int = 128, threshold: float = 6.0) -> list[bool]:

@@ -21,6 +21,7 @@ same data, then `gapwatch import` of each run's JSONL, of one run's `step`-heade
 CSV as a W&B `_step` history export, `detect`,
 `report`, and the run page's server work (ordering the tasks, reading the view, drawing the
 panels), each in fresh processes in the same run, so every figure stands beside read_csv's.
+`--pair-dir DIR` keeps the pair's files in DIR and reuses them (writing them takes minutes).
 """
 
 from __future__ import annotations
@@ -218,14 +219,22 @@ def measure_import(label: str, tree: Path, work: Path, logs: tuple[Path, Path]) 
     return out
 
 
-def measure_wide(steps: int) -> dict:
-    """The wide pair (module docstring), this tree only: (wall s, peak MB) of each command."""
-    from bench.wide_pair import write_pair
+def measure_wide(steps: int, pair_dir: Path | None = None) -> dict:
+    """The wide pair (module docstring), this tree only: (wall s, peak MB) of each command. With
+    `pair_dir`, the pair's files are kept there and reused when a run of as many steps left them
+    (writing them takes minutes); the stores are made afresh either way."""
+    from bench.wide_pair import RUNS, write_pair
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        print(f"writing a {steps:,}-step wide pair", flush=True)
-        files = write_pair(work, steps)
+        where = pair_dir or work
+        files = {name: (where / f"{name}.jsonl", where / f"{name}.csv") for name, _, _ in RUNS}
+        stamp = where / "steps"
+        if pair_dir is None or not stamp.exists() or stamp.read_text().strip() != str(steps) or \
+                not all(f.exists() for pair in files.values() for f in pair):
+            print(f"writing a {steps:,}-step wide pair", flush=True)
+            files = write_pair(where, steps)
+            stamp.write_text(str(steps))
         out: dict = {"csv MB": files["cand"][1].stat().st_size / 1e6,
                      "jsonl MB": files["cand"][0].stat().st_size / 1e6, "load": [os.getloadavg()[0]]}
         print("read_csv", flush=True)
@@ -312,10 +321,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="only `gapwatch import` of the JSONL and CSV logs; print, record nothing")
     parser.add_argument("--wide", action="store_true",
                         help="this tree on a pair of 101 series (bench/wide_pair.py), beside read_csv")
+    parser.add_argument("--pair-dir", type=Path, default=None,
+                        help="--wide: keep the pair's files here and reuse them on the next run")
     args = parser.parse_args(argv)
     if args.wide:
         steps = 100_000 if args.quick else args.steps
-        wide = measure_wide(steps)
+        wide = measure_wide(steps, args.pair_dir)
         print(json.dumps(wide, indent=1))
         if not args.no_record:
             write_wide_results(wide, steps)

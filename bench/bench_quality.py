@@ -193,8 +193,8 @@ def markdown(pair_rows, cadence_rows, divergence_rows, single_rows, real_rows, s
         "clean case tells nothing. `named right` fails a memorization named only \"train loss below the "
         "reference\" (the memorization detector did not confirm the held-out tie). In a single run only the "
         "incidents about the fault count (those holding its detector's findings or its step): the real runs "
-        "have spikes of their own (an injected spike inside the cool-down after one of them joins that "
-        "incident and is told nothing new: 0 opened). The counts come from the whole-run detections, replayed as the "
+        "have spikes of their own (an injected spike inside the cool-down after one of them opens an "
+        "incident of its own when it is news: twice the size told, or more severe). The counts come from the whole-run detections, replayed as the "
         "incremental engine reports them (a finding grows poll by poll from its first step); the property test tests/monitor/watch/test_live_equals_offline.py holds the watch service's "
         "incidents to the same.",
         table(story_rows),

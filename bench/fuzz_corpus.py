@@ -60,7 +60,8 @@ class Case:
 
 
 # --- what text inputs hold -------------------------------------------------------------------------
-def _numbers_in_json(value, out: set[float]) -> None:
+def numbers_in_json(value, out: set[float]) -> None:
+    """Add every number a parsed JSON document holds (booleans as 0 and 1) to `out`."""
     if isinstance(value, bool):
         out.add(float(value))
     elif isinstance(value, (int, float)):
@@ -70,10 +71,10 @@ def _numbers_in_json(value, out: set[float]) -> None:
             pass
     elif isinstance(value, dict):
         for v in value.values():
-            _numbers_in_json(v, out)
+            numbers_in_json(v, out)
     elif isinstance(value, list):
         for v in value:
-            _numbers_in_json(v, out)
+            numbers_in_json(v, out)
 
 
 def _float_literal(text: str) -> float | None:
@@ -107,7 +108,7 @@ def text_oracle(data: bytes, fmt: str) -> Oracle:
                     numbers.add(value)
     for chunk in chunks:
         try:
-            _numbers_in_json(json.loads(chunk, parse_float=_float_literal), numbers)
+            numbers_in_json(json.loads(chunk, parse_float=_float_literal), numbers)
         except (ValueError, RecursionError):
             pass
     # Whole numbers as written (not the digits of a decimal): in a field, a string or a name.

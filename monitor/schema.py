@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import enum
-import math
 import re
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -17,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from monitor.jsonutil import readable
 
 # --- training ---------------------------------------------------------------------------------
 TRAIN_LOSS = "train/loss"
@@ -199,6 +200,21 @@ def with_sparse_columns(frame: pd.DataFrame, sparse: dict[str, pd.arrays.SparseA
     return frame
 
 
+def non_nan_cells(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and values of a frame column's cells that are not NaN; a sparse column's from its
+    stored values, without writing out a value for every step of the run."""
+    if isinstance(column.dtype, pd.SparseDtype):
+        array = column.array
+        at = array.sp_index.to_int_index().indices.astype(np.int64)
+        values = np.asarray(array.sp_values, dtype=float)
+        if np.isnan(array.fill_value):
+            keep = ~np.isnan(values)
+            return (at, values) if keep.all() else (at[keep], values[keep])
+    values = column.to_numpy(dtype=float)
+    at = np.flatnonzero(~np.isnan(values))
+    return at, values[at]
+
+
 @dataclass
 class RunData:
     """One run as detectors and the report see it, at full resolution.
@@ -247,6 +263,11 @@ class RunData:
         # A metric logged at every step is the column itself (copy-on-write keeps it apart from
         # the frame), not a 1.4M-value copy per call.
         return col if logged.all() else col[logged]
+
+    def values_at(self, key: str, steps) -> np.ndarray:
+        """`key`'s values at `steps` (NaN where it logged none), as `scalars[key].reindex(steps)`
+        gives them, without writing out every step of a sparse column."""
+        return self.series(key).reindex(steps).to_numpy(dtype=float)
 
     def _sparse_series(self, key: str, col: pd.Series) -> pd.Series:
         """series() of a sparse column, from its stored values: masking it as a dense column would
@@ -318,8 +339,8 @@ class Detection:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["severity"] = self.severity.value
-        d["evidence"] = {k: _plain(v) for k, v in self.evidence.items()}
-        d["score"] = _plain(self.score)
+        d["evidence"] = readable(self.evidence)
+        d["score"] = readable(self.score)
         return d
 
     @classmethod
@@ -402,7 +423,7 @@ class Clean:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "evidence": {k: _plain(v) for k, v in self.evidence.items()}}
+        return {**asdict(self), "evidence": readable(self.evidence)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Clean":
@@ -432,16 +453,3 @@ class NotJudged:
     def describe(self) -> str:
         what = f"{self.detector} on {self.metric}" if self.metric else self.detector
         return f"{what}: not judged, {self.reason}" + (f" (needs {self.needs})" if self.needs else "")
-
-
-def _plain(v: Any) -> Any:
-    """NumPy scalars and non-finite floats made JSON-safe (NaN/Inf become strings, not nulls)."""
-    if hasattr(v, "item") and not isinstance(v, (list, dict)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v

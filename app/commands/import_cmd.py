@@ -123,7 +123,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from monitor.errors import GapwatchError
-    from monitor.importers import STREAMED_FORMATS, import_source, is_streamed_export
+    from monitor.importers import get_format, import_source, is_streamed_export
     from monitor.importers.follow import FollowConfig, follow
     from monitor.importers.meaning import format_table
     from monitor.store import open_store
@@ -174,8 +174,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                         phase(f"writing {total:,} rows as {args.run}")
 
                 # read and written chunk by chunk
-                streamed = fmt in STREAMED_FORMATS or is_streamed_export(fmt, args.source,
-                                                                         wandb_run)
+                streamed = (get_format(fmt).streamed
+                            or is_streamed_export(fmt, args.source, wandb_run))
                 phase(f"importing {args.source} ({fmt}) as {args.run}" if streamed
                       else f"reading {args.source} ({fmt})")
                 result, imported = import_source(store, args.run, args.source, args.profile,

@@ -7,6 +7,7 @@ new figure's range is applied rather than the browser's previous zoom.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import pandas as pd
@@ -71,14 +72,20 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
         return figures.delta_figure(windows, points, run_name=name, reference_name=ref_name,
                                     x_title=x_title, empty_reason=why.delta())
 
+    @functools.cache
+    def held(of_reference: bool) -> pd.DataFrame:
+        # Both held-out panels draw from these: built once, inside the first panel that asks (a
+        # failure still costs only the panels that need them).
+        return figures.heldout_frame(ref_long if of_reference else long)
+
     def heldout() -> go.Figure:
-        return figures.heldout_figure(figures.heldout_frame(long), figures.heldout_frame(ref_long), run_name=name,
+        return figures.heldout_figure(held(False), held(True), run_name=name,
                                       reference_name=ref_name, x_title=x_title, full_y=view.spec.full_y,
                                       empty_reason=why.heldout())
 
     def gap() -> go.Figure:
-        return figures.gap_figure(figures.train_heldout_gap(train, figures.heldout_frame(long)),
-                                  figures.train_heldout_gap(ref_train, figures.heldout_frame(ref_long)),
+        return figures.gap_figure(figures.train_heldout_gap(train, held(False)),
+                                  figures.train_heldout_gap(ref_train, held(True)),
                                   run_name=name, reference_name=ref_name, x_title=x_title, empty_reason=why.gap())
 
     def data() -> go.Figure:

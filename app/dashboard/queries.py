@@ -99,7 +99,6 @@ def _budgeted_run(store: Store, name: str, keys: list[str], max_points: int) -> 
     come back whole; a downsampled cumulative token count is still close to linear between its
     points, which is all the token axis asks of it."""
     long = store.read_scalars(name, [*keys, TRAIN_TOKENS], max_points=max_points)
-    long.attrs = {}  # the widths are not needed, and pandas would copy them into every group
     rows = {str(key): KeyRows(g["step"].to_numpy(np.int64), np.zeros(len(g), np.int64), g["value"].to_numpy(float))
             for key, g in long.groupby("key", sort=False)}
     return run_data(store.run_info(name), rows, empty_events())
@@ -253,12 +252,9 @@ def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str,
                 step_range: tuple[int, int] | None, max_points: int) -> RunSlice:
     keys = wanted_keys(store.list_keys(info.name), prefixes)
     if keys:
-        long = store.read_scalars(info.name, keys, step_range=step_range, max_points=max_points)
-        widths = {k: w for (_, k), w in long.attrs.get("bucket_width", {}).items()}
-        # pandas deep-copies attrs into every frame derived from this one: with a width per series
-        # that is most of the time a page of a hundred series takes to draw.
-        long.attrs = {}
-        long = long.drop(columns="run")
+        read = store.read_series(info.name, keys, step_range=step_range, max_points=max_points)
+        widths = {k: w for (_, k), w in read.bucket_width.items()}
+        long = read.rows.drop(columns="run")
     else:
         long = empty_long()
         widths = {}

@@ -99,11 +99,11 @@ def _at_last(pair: ComparedPair, m, steps: np.ndarray) -> tuple[Estimate, Estima
     binomial from n) where each run has them, else each run's share of the difference's scatter
     across all shared checkpoints (uncertainty.py), assuming both runs are equally noisy."""
     run, ref = pair.aligned_run, pair.aligned_reference
-    values = [float(d.scalars[m.key].reindex(steps[-1:]).to_numpy(dtype=float)[0]) for d in (run, ref)]
+    values = [float(d.values_at(m.key, steps[-1:])[0]) for d in (run, ref)]
     errors = [float(stderr_of(d, m, steps[-1:])[0]) for d in (run, ref)]
     if all(math.isfinite(e) for e in errors):
         return Estimate(values[0], errors[0]), Estimate(values[1], errors[1]), False
-    delta = run.scalars[m.key].reindex(steps).to_numpy(dtype=float) - ref.scalars[m.key].reindex(steps).to_numpy(dtype=float)
+    delta = run.values_at(m.key, steps) - ref.values_at(m.key, steps)
     share = scatter_sigma(delta) / math.sqrt(2)
     share = share if math.isfinite(share) else None
     return Estimate(values[0], share, estimated=True), Estimate(values[1], share, estimated=True), True

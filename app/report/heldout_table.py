@@ -92,8 +92,7 @@ def _spread(steps: np.ndarray, k: int) -> list[int]:
 
 def _deltas(pair: ComparedPair, keys: dict[str, str], key: str, steps: np.ndarray) -> dict[int, Estimate]:
     run, ref = pair.aligned_run, pair.aligned_reference
-    delta = (run.scalars[key].reindex(steps).to_numpy(dtype=float)
-             - ref.scalars[key].reindex(steps).to_numpy(dtype=float))
+    delta = run.values_at(key, steps) - ref.values_at(key, steps)
     se_r, se_f = _logged_stderr(run, keys, key, steps), _logged_stderr(ref, keys, key, steps)
     if se_r is not None and se_f is not None:
         se, estimated = np.sqrt(se_r ** 2 + se_f ** 2), False
@@ -112,7 +111,7 @@ def _logged_stderr(aligned, keys: dict[str, str], key: str, steps: np.ndarray) -
     # A logged stderr belongs to the loss; it says nothing about bits per byte.
     if se_key is None or not key.endswith("/loss") or se_key not in aligned.scalars.columns:
         return None
-    se = aligned.scalars[se_key].reindex(steps).to_numpy(dtype=float)
+    se = aligned.values_at(se_key, steps)
     return se if np.isfinite(se).all() else None
 
 

@@ -60,9 +60,10 @@ def train_delta_table(pair: ComparedPair, config: TrainTableConfig | None = None
     lo, hi = int(steps[0]), int(steps[-1])
     width = max(1, math.ceil((hi - lo + 1) / config.windows))
     offset = steps - lo
-    d = window_summaries(offset, r.loc[common].to_numpy() - f.loc[common].to_numpy(), width)
-    rw = window_summaries(offset, r.loc[common].to_numpy(), width)
-    fw = window_summaries(offset, f.loc[common].to_numpy(), width)
+    rv, fv = _at(r, common), _at(f, common)
+    d = window_summaries(offset, rv - fv, width)
+    rw = window_summaries(offset, rv, width)
+    fw = window_summaries(offset, fv, width)
     flagged = pair.findings(Section.TRAIN, config.metric)
     se = d.median_se
     for i in range(len(d)):
@@ -88,6 +89,12 @@ def _covers(d, first: int, last: int) -> bool:
     half of the finding: an interval that merely touches a window's edge does not mark it."""
     overlap = min(d.end_step, last) - max(d.start_step, first) + 1
     return overlap > 0 and (2 * overlap >= last - first + 1 or 2 * overlap >= d.end_step - d.start_step + 1)
+
+
+def _at(s, steps):
+    """Values of `s` at `steps` (all among its own): the run's steps themselves in the common case,
+    where a label lookup would hash every one of a million steps."""
+    return s.to_numpy() if s.index.equals(steps) else s.loc[steps].to_numpy()
 
 
 def _finite(s):

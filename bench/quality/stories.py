@@ -8,31 +8,18 @@ persistent offset of 0.2% of the loss, the between-run spread of the 13 repeats 
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
-from scipy.signal import lfilter
 
+from bench.synthetic import ar1, dense_metrics, run_info
 from monitor.detectors import make_run
 from monitor.schema import (
-    DATA_CURSOR,
-    DATA_EPOCH,
-    DATA_UNIQUE_FRACTION,
-    OPTIM_LR,
-    PERF_MFU,
-    PERF_STEP_TIME_S,
-    PERF_TOKENS_PER_S,
-    TRAIN_GRAD_NORM,
-    TRAIN_LOSS,
-    TRAIN_TOKENS,
     RunData,
-    RunInfo,
     downstream_key,
     heldout_key,
 )
 
-BATCH, RECORDS, TOKENS = 512, 2_000_000_000, 512 * 4096
 EVAL_EVERY = 1_000
 TASKS = tuple(f"task{i:02d}" for i in range(20))
 TASK_N = 2_000
@@ -41,11 +28,6 @@ FAULT_FROM = 0.64
 ONSET_SHARE = 0.01
 """A persistent fault sets in over 1% of the run (a loader bug takes effect as its epoch turns)."""
 BURST_STEPS = 200
-
-
-def _ar1(n: int, sigma: float, rho: float, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return lfilter([1.0], [1.0, -rho], rng.normal(0, sigma * math.sqrt(1 - rho * rho), n))
 
 
 def _onset(steps: np.ndarray, n: int) -> np.ndarray:
@@ -60,27 +42,15 @@ def story_run(name: str, n: int, seed: int, train_gap: float = 0.0, heldout_gap:
     steps = np.arange(1, n + 1)
     curve = 2.2 + 9.0 * (steps + 50.0) ** -0.3
     fault = _onset(steps, n)
-    loss = curve * (1 + offset) + _ar1(n, 0.03, 0.3, seed) + train_gap * fault
+    loss = curve * (1 + offset) + ar1(n, 0.03, 0.3, seed) + train_gap * fault
     if burst_at is not None:
         burst = steps[(steps >= burst_at) & (steps < burst_at + BURST_STEPS)]
         loss[burst[::10] - 1] += 1.5
-    t = 0.5 * (1 + np.abs(_ar1(n, 0.01, 0.0, seed + 1)))
-    frame = pd.DataFrame({
-        TRAIN_LOSS: loss,
-        TRAIN_GRAD_NORM: 0.3 * np.exp(_ar1(n, 0.1, 0.5, seed + 2)),
-        OPTIM_LR: 3e-4 * np.minimum(steps / 2000, 1.0),
-        TRAIN_TOKENS: steps * float(TOKENS),
-        PERF_STEP_TIME_S: t,
-        PERF_TOKENS_PER_S: TOKENS / t,
-        PERF_MFU: 0.45 * 0.5 / t,
-        DATA_CURSOR: steps * float(BATCH),
-        DATA_EPOCH: steps * BATCH / RECORDS,
-        DATA_UNIQUE_FRACTION: np.minimum(steps * BATCH / RECORDS, 1.0),
-    }, index=steps)
+    frame = dense_metrics(steps, loss, seed)
     ck = steps[steps % EVAL_EVERY == 0]
     ck_fault = _onset(ck, n)
     evals = {heldout_key("c4", "loss"): 2.25 + 9.0 * (ck + 50.0) ** -0.3 * (1 + offset)
-             + _ar1(ck.size, 0.003, 0, seed + 3) + heldout_gap * ck_fault,
+             + ar1(ck.size, 0.003, 0, seed + 3) + heldout_gap * ck_fault,
              heldout_key("c4", "stderr"): np.full(ck.size, 0.003)}
     rng = np.random.default_rng(seed + 4)
     for i, task in enumerate(TASKS):
@@ -90,8 +60,7 @@ def story_run(name: str, n: int, seed: int, train_gap: float = 0.0, heldout_gap:
         evals[downstream_key(task, "acc", "stderr")] = np.sqrt(acc * (1 - acc) / TASK_N)
     frame = frame.join(pd.DataFrame(evals, index=ck), how="outer")
     frame.index.name = "step"
-    info = RunInfo(name=name, tokens_per_step=float(TOKENS), global_batch_size=BATCH, records_per_epoch=RECORDS)
-    return make_run(info, frame)
+    return make_run(run_info(name), frame)
 
 
 def reference(n: int) -> RunData:

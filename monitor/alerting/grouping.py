@@ -32,7 +32,7 @@ from monitor.alerting.incidents import (
     score_rank,
     spacing_of,
 )
-from monitor.schema import Clean, Detection, RunData, Severity
+from monitor.schema import Clean, Detection, RunData, Severity, non_nan_cells
 
 # Episodes of one key are one periodic incident when at least this many recur with every spacing
 # within PERIOD_TOLERANCE of their median: the throughput detector's test for periodic pauses
@@ -180,7 +180,10 @@ def marks_of(run: RunData) -> dict[str, tuple[int, int, int]]:
     out = {}
     steps = run.scalars.index.to_numpy()
     for column in run.scalars.columns:
-        logged = steps[np.isfinite(run.scalars[column].to_numpy(dtype=float))]
-        if logged.size:
-            out[column] = (int(logged[0]), int(logged[-1]), int(logged.size))
+        at, values = non_nan_cells(run.scalars[column])
+        finite = np.isfinite(values)
+        if not finite.all():
+            at = at[finite]
+        if at.size:
+            out[column] = (int(steps[at[0]]), int(steps[at[-1]]), int(at.size))
     return out

@@ -17,7 +17,8 @@ A member whose detector never says clean keeps its incident open: silence is not
 The person is told when an incident opens, when it escalates (its severity rises, or its size, the
 naming finding's score, doubles since they were last told: at most `max_growth_escalations` times),
 when a more specific explanation renames it (`updated`), and when it resolves. A recurrence within
-`cooldown_steps` of a resolution opens nothing. Feeding the same detections twice changes nothing,
+`cooldown_steps` of a resolution opens nothing, unless it is larger than what the person was told
+(it would have escalated the incident). Feeding the same detections twice changes nothing,
 so a restarted service that sees detections again sends nothing new.
 """
 
@@ -309,10 +310,17 @@ class IncidentTracker:
 
     def within_cooldown(self, previous: Alert, d: Detection) -> bool:
         """`d` recurs inside the cool-down after `previous` was resolved: the same finding (detector
-        and metric) again, so it opens nothing. Another detector's finding of the same story is news
-        (a NaN shortly after a spike resolved) and opens an incident."""
-        recurs = f"{d.detector}|{d.metric}" in previous.members
-        return recurs and d.end_step <= previous.end_step + self.config.cooldown_steps
+        and metric) again, no larger than what the person was told of it, so it opens nothing.
+        Another detector's finding of the same story is news (a NaN shortly after a spike resolved),
+        and so is a recurrence that would have escalated the incident had it still been open (a
+        higher severity, or twice the size told), and either opens an incident."""
+        if f"{d.detector}|{d.metric}" not in previous.members:
+            return False
+        if d.end_step > previous.end_step + self.config.cooldown_steps:
+            return False
+        told = previous.told_score
+        larger = told is not None and told > 0 and score_rank(_score(d)) >= 2 * told
+        return not larger and Severity(d.severity).rank <= previous.severity.rank
 
     @staticmethod
     def progress_of(progress: dict, run: str, metric: str) -> Progress | None:

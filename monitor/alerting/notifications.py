@@ -8,11 +8,11 @@ notification is written, so every retry of it, in any process, carries the same 
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from monitor.alerting.incidents import Alert, AlertChange
+from monitor.jsonutil import readable
 
 
 def dashboard_link(base_url: str, run: str, start_step: int, end_step: int, reference: str | None = None) -> str:
@@ -38,7 +38,9 @@ def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | N
     """`first_message`: the first notification of this incident to this sink (its idempotency key
     and when it was queued), for a later one that cannot edit it and so must name it."""
     alert = change.alert
-    return {
+    # Strict JSON whatever the sink: a score or evidence that is not finite is its text, as in the
+    # detection it came from, so Slack, the console and a webhook all say "nan".
+    return readable({
         "idempotency_key": idempotency_key(alert, change.kind, sink),
         "kind": change.kind,
         "alert_id": alert.id,
@@ -57,12 +59,11 @@ def build(change: AlertChange, sink: str, dashboard_url: str, reference: str | N
         "start_step": alert.start_step,
         "end_step": alert.end_step,
         "peak_step": alert.peak_step,
-        # JSON has no NaN or Infinity: a non-finite score travels as text.
-        "score": alert.score if alert.score is None or math.isfinite(alert.score) else str(alert.score),
+        "score": alert.score,
         "message": alert.message,
         "evidence": alert.evidence,
         "opened_at": alert.opened_at,
         "resolved_at": alert.resolved_at,
         "dashboard_url": dashboard_link(dashboard_url, alert.run, alert.start_step, alert.end_step, reference),
         "first_message": first_message,
-    }
+    })

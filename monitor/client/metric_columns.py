@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import pandas as pd
@@ -37,21 +38,20 @@ class MetricColumns:
         return cls(steps, codes.astype(np.int32), list(names), values, walls)
 
     @classmethod
-    def from_calls(cls, calls: list[tuple[int, dict, float]], to_float) -> "MetricColumns":
-        """Rows of queued log() calls (step, {key: value}, wall time); `to_float` turns a value
-        that is not a plain number into one (a device array is fetched there)."""
-        counts = [len(body) for _, body, _ in calls]
-        keys: list[str] = []
-        values: list = []
-        for _, body, _ in calls:
-            keys.extend(body)
-            values.extend(body.values())
+    def from_queue(cls, queued: list, to_float) -> "MetricColumns":
+        """Rows of queued log() calls, each three items (step, {key: value}, wall time); `to_float`
+        turns a value that is not a plain number into one (a device array is fetched there). The
+        per-call work is done by C loops (map, chain), not by the interpreter a call at a time."""
+        bodies = queued[1::3]
+        counts = list(map(len, bodies))
+        keys = list(chain.from_iterable(bodies))
+        values = list(chain.from_iterable(map(dict.values, bodies)))
         if set(map(type, values)) <= _PLAIN_NUMBERS:
             floats = np.array(values, dtype=float)
         else:
             floats = np.fromiter((to_float(v) for v in values), dtype=float, count=len(values))
-        return cls._of(np.repeat(np.array([s for s, _, _ in calls], dtype=np.int64), counts), keys, floats,
-                       np.repeat(np.array([w for _, _, w in calls], dtype=float), counts))
+        return cls._of(np.repeat(np.array(queued[0::3], dtype=np.int64), counts), keys, floats,
+                       np.repeat(np.array(queued[2::3], dtype=float), counts))
 
     @classmethod
     def from_rows(cls, rows: list[list]) -> "MetricColumns":
@@ -95,5 +95,8 @@ class MetricColumns:
                              np.concatenate([p.values for p in parts]), np.concatenate([p.walls for p in parts]))
 
     def frame(self, attempt: int) -> pd.DataFrame:
-        return pd.DataFrame({"step": self.steps, "key": self.keys(), "value": self.values,
+        """The store's rows, keys as a categorical of the codes: a string per row would hold the
+        interpreter lock (and the training thread with it) for as long as the write's own work."""
+        keys = pd.Categorical.from_codes(self.codes, categories=pd.Index(self.names, dtype=object))
+        return pd.DataFrame({"step": self.steps, "key": keys, "value": self.values,
                              "wall_time": self.walls, "attempt": attempt})

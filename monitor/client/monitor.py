@@ -1,20 +1,23 @@
 """The Monitor: `Monitor(run).log(step, metrics)` from any trainer, in microseconds.
 
-The calling thread checks the key and step (log_checks.py) and appends to a queue; nothing else.
-A writer thread turns queued calls into columns (metric_columns.py) several times an interval,
-turning values into floats there (so a JAX array is fetched from the device there, never on the
-training thread), and on a fixed cadence (every `flush_interval_s` from the start, not from the
-end of the last write) hands a batch to a store job (store_jobs.py) that it waits on only while
-the store answers. A batch holds what the store writes in a fraction of an interval at its
-measured speed; a backlog beyond that is written batch after batch without waiting for the next
-tick, and said once as backpressure (a store slower than the trainer is not an outage). A batch
-the store has not taken within half an interval goes to an append-only, fsynced spool (spool.py),
-and stays there while the store is unreachable; the spool is replayed, in order and in bounded
-parts, once it answers again. Writes are idempotent, so a batch both written late and replayed is
-stored once. So: SIGKILL loses at most about one flush interval (plus, while the trainer logs
-faster than the store writes, the backlog in memory), SIGTERM and exit lose nothing, and no call
-of the trainer's waits on the store: `flush()` and `close()` return within their bounds, leaving
-in the spool what the store would not take.
+The calling thread checks the key and step (log_checks.py) and appends to a queue; nothing else,
+and nothing per call that the garbage collector must follow. A writer thread turns queued calls
+into columns (metric_columns.py) several times an interval, in bounded parts (each part holds the
+interpreter lock, and so the training thread, for its length), turning values into floats there
+(so a JAX array is fetched from the device there, never on the training thread), and on a fixed
+cadence (every `flush_interval_s` from the start, not from the end of the last write) hands a
+batch to a store job (store_jobs.py) that it waits on only while the store answers: each part of
+a write the store answers counts, so a long write that keeps answering is a slow store, not a
+gone one. A batch holds what the store writes in a fraction of an interval at its measured speed;
+a backlog beyond that is written batch after batch without waiting for the next tick, and said
+once as backpressure (a store slower than the trainer is not an outage). A batch of a trainer's
+usual pace that the store has not taken within half an interval goes to an append-only, fsynced
+spool (spool.py), and stays there while the store is unreachable; the spool is replayed, in
+order and in bounded parts, once it answers again. Writes are idempotent, so a batch both
+written late and replayed is stored once. So: SIGKILL loses at most about one flush interval
+(plus, while the trainer logs faster than the store writes, the backlog in memory), SIGTERM and
+exit lose nothing, and no call of the trainer's waits on the store: `flush()` and `close()`
+return within their bounds, leaving in the spool what the store would not take.
 """
 
 from __future__ import annotations
@@ -43,12 +46,15 @@ log = logging.getLogger("gapwatch.client")
 
 __all__ = ["InvalidLogError", "Monitor", "MonitorSettings", "NullMonitor"]
 
-# Rows of one batch: at least enough that a write's fixed cost is small, at most what a writer
-# behind a fast trainer should hold in one transaction; between, what the store writes in
-# `_batch_s()` at its measured speed (START_RATE before the first write).
+# Rows of one batch: at least enough that a write's fixed cost is small, at most what one write's
+# whole-batch steps (validating, sorting, marks) may hold the interpreter lock for, which a
+# training thread that logs meanwhile waits out; between, what the store writes in `_batch_s()`
+# at its measured speed (START_RATE before the first write).
 MIN_BATCH_ROWS = 10_000
-MAX_BATCH_ROWS = 500_000
+MAX_BATCH_ROWS = 100_000
 START_RATE = 20_000.0
+# Rows the writer turns into columns in one conversion (see _take_queue).
+TAKE_ROWS = 20_000
 
 # Store jobs left behind (stuck on a frozen connection) before the writer stops starting new
 # ones: each holds a thread and a connection until the path thaws or a TCP timeout ends it.
@@ -67,8 +73,8 @@ class MonitorSettings:
     retry_interval_s: float = 2.0
     """Seconds between attempts to reach an unreachable store."""
     write_timeout_s: float = 5.0
-    """How long the writer waits on a store that makes no progress before it declares it
-    unreachable and leaves the operation behind (its batch is in the spool by then)."""
+    """How long the writer waits on a store that answers no part of a write before it declares
+    it unreachable and leaves the operation behind (its batch is in the spool by then)."""
     flush_timeout_s: float = 5.0
     """The longest `flush()` waits when given no timeout."""
     close_timeout_s: float = 5.0
@@ -147,16 +153,21 @@ class Monitor:
                                                tokens_per_step=tokens_per_step, source=source),
                               self.settings.statement_timeout_s)
         self._outage = Outage(run, _store_name(store), str(self._spool.dir))
+        # Each metric call is three items here (step, values, wall time), not a tuple: ints, floats
+        # and a dict of numbers are objects the garbage collector does not follow, so a queue of
+        # many thousand calls adds nothing to a collection on the training thread.
         self._queue: collections.deque = collections.deque()
+        self._events: collections.deque = collections.deque()  # (step, kind and payload, wall time)
+        self._dropping = threading.Lock()  # a full queue's drop and the writer's take, one at a time
         self._held: list[tuple[dict, int]] = []  # batches the spool's disk refused, kept in memory
         # Calls taken from the queue, as (columns, events, entries): held here until written.
         self._backlog: collections.deque = collections.deque()
         self._backlog_rows = 0
+        self._row_width = 1  # metrics per call in the last part taken, to size the next
         self._rate = START_RATE  # rows a second the store takes, measured
         self._spool_progress: dict = {}  # how far the replay got in each spool file
         self._replay_left = False  # the last job stopped its replay at its budget
-        self._left_in_spool = False  # closing left a slow job's batch in the spool
-        self._last_progress = 0.0  # when a batch of the backlog was last written
+        self._last_progress = 0.0  # when the store last answered a write of logged rows
         self._spool_refused = False
         self._cv = threading.Condition()  # guards the counts flush() waits on
         self._wake = threading.Event()
@@ -200,7 +211,10 @@ class Monitor:
             return
         metrics = self._checks.metrics(checked, snapshot(metrics, self._checks.refuse_value))
         if metrics:
-            self._enqueue(("m", checked, metrics, time.time()))
+            if len(self._queue) >= 3 * self.settings.max_queue:
+                self._drop_oldest()
+            self._queue.extend((checked, metrics, time.time()))  # one C call: never half a call queued
+            self._enqueued += 1
 
     def event(self, kind: str | EventKind, step: int, **payload: Any) -> None:
         if self._closed:
@@ -209,15 +223,15 @@ class Monitor:
         if checked is None:
             return
         kind = kind.value if isinstance(kind, EventKind) else str(kind)
-        self._enqueue(("e", checked, {"kind": kind, "payload": payload}, time.time()))
-
-    def _enqueue(self, entry: tuple) -> None:
-        if len(self._queue) >= self.settings.max_queue:
-            self._queue.popleft()
-            self._count(1)  # given up, so flush() does not wait for it
-            log.warning("gapwatch queue full: dropped the oldest entry")
-        self._queue.append(entry)
+        self._events.append({"step": checked, "kind": kind, "payload": payload, "wall_time": time.time()})
         self._enqueued += 1
+
+    def _drop_oldest(self) -> None:
+        with self._dropping:
+            for _ in range(3):
+                self._queue.popleft()
+        self._count(1)  # given up, so flush() does not wait for it
+        log.warning("gapwatch queue full: dropped the oldest entry")
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -252,8 +266,9 @@ class Monitor:
         if self._thread is not threading.current_thread():
             while self._thread.is_alive() and (left := self._close_by() - time.monotonic()) > 0:
                 self._thread.join(timeout=min(left, 0.1))
-        if self._thread.is_alive() or self._left_in_spool:
+        if self._thread.is_alive():
             self._save_rest()
+        if self._thread.is_alive() or self._spool.holds_own():
             log.warning("gapwatch: run %r closed after %.1f s with the store still busy; what it had "
                         "not taken is in the spool %s", self.run, time.monotonic() - self._close_started,
                         self._spool.dir)
@@ -262,11 +277,11 @@ class Monitor:
         atexit.unregister(self.close)
 
     def _close_by(self) -> float:
-        """close() waits close_timeout_s past the later of its call and the last batch of the
-        backlog written, and at most close_drain_s in all: a backlog the store is taking is
+        """close() waits close_timeout_s past the later of its call and the store's last answer to
+        a write of logged rows, and at most close_drain_s in all: a backlog the store is taking is
         written, a spool that waited out an outage is left to the next process."""
         job = self._job
-        progressed = _writes_backlog(job) and job.progress_at > job.started  # a write, not just a start
+        progressed = _writes_rows(job) and job.progress_at > job.started  # a write, not just a start
         progress = max(self._last_progress, job.progress_at if progressed else 0.0)
         return min(self._close_started + self.settings.close_drain_s,
                    max(self._close_started, progress) + self.settings.close_timeout_s)
@@ -290,8 +305,7 @@ class Monitor:
         while True:
             try:
                 if self._cycle():
-                    if not self._left_in_spool:
-                        self._spool.drop_written(self._confirmed)
+                    self._spool.drop_written(self._confirmed)
                     self._spool.release()
                     return
             except Exception:  # noqa: BLE001 - the writer must outlive any bug; nothing queued is lost
@@ -304,34 +318,38 @@ class Monitor:
         job = self._job
         busy = job is not None and not job.spooled  # a fresh job: wait for it before writing more
         now = time.monotonic()
-        until = self._next_tick
-        if self._queue:
+        # A busy job holds the next write back (its end wakes the writer), so a tick passed
+        # meanwhile is no reason to wake.
+        until = math.inf if busy else self._next_tick
+        if self._queue or self._events:
             until = min(until, now + self._take_every())
         if job is not None:
             until = min(until, self._give_up_at(job))
-            if busy and not self._behind():
+            if busy and not job.backlog and not self._behind():  # when _watch may spool it
                 until = min(until, job.started + self._patience())
         if not (self._flush_wanted or (self._closing and job is None)):
             self._wake.wait(max(0.0, until - now))
         self._wake.clear()
         now = time.monotonic()
-        self._take_queue()
         if self._job is not None:
             self._watch(self._job, now)
         if self._flush_wanted and not self._closing:
             self._flush_wanted = False
             self._flush_to_spool()
-        if self._job is not None and not self._job.spooled:
-            return False
-        tick = now >= self._next_tick
-        if tick:
-            # A fixed grid from the start: a slow write never pushes the next one later.
-            self._next_tick += interval * (math.floor((now - self._next_tick) / interval) + 1)
-        catching_up = self._job is None and self._store is not None and (
-            self._replay_left or self._backlog_rows >= self._batch_rows())
-        if tick or self._closing or catching_up:
-            self._dispatch(now, tick)
-        return (self._closing and self._final_sent and self._job is None and not self._queue
+        if self._job is None or self._job.spooled:
+            tick = now >= self._next_tick
+            if tick:
+                # A fixed grid from the start: a slow write never pushes the next one later.
+                self._next_tick += interval * (math.floor((now - self._next_tick) / interval) + 1)
+            catching_up = self._job is None and self._store is not None and (
+                self._replay_left or self._held_rows() >= self._batch_rows())
+            if tick or self._closing or catching_up:
+                self._dispatch(now, tick)
+        # After the dispatch, which takes only what its batch needs: the store writes that batch
+        # while the rest of the queue becomes columns, until the job ends and the next is due (with
+        # no job out, a part a turn).
+        self._take_queue(until=lambda: self._job is None or self._job.done.is_set())
+        return (self._closing and self._final_sent and self._job is None and not self._queue and not self._events
                 and not self._backlog)
 
     def _take_every(self) -> float:
@@ -376,7 +394,7 @@ class Monitor:
         if job.done.is_set():
             self._settle(job)
             return
-        if not job.spooled and now >= job.started + self._patience() and not self._behind():
+        if not job.spooled and not job.backlog and now >= job.started + self._patience() and not self._behind():
             job.spooled = True
             self._save(job.batch, job.entries)
         if now >= self._give_up_at(job):
@@ -387,9 +405,8 @@ class Monitor:
             job.abandoned = True
             self._job = None
             self._left_behind.append(job)
-            if self._closing:  # slow, not necessarily gone: close() says what stays in the spool
+            if self._closing:  # slow, not necessarily gone: reconnect and replay it before the rest
                 self._store = None
-                self._left_in_spool = True
             else:
                 self._drop_store(f"no answer in {now - job.progress_at:.1f} s")
 
@@ -404,7 +421,7 @@ class Monitor:
             self._rate = min(job.rows_written / job.write_s, 2 * self._rate)
         self._replay_left = job.spool_left
         if job.error is None:
-            if _writes_backlog(job):
+            if _writes_rows(job):
                 self._last_progress = max(self._last_progress, job.progress_at)
             self._store = None if job.final else job.store
             if not job.spooled:
@@ -443,8 +460,14 @@ class Monitor:
             if reachable and (pending or self._behind()):
                 # Older rows first, then the backlog, a batch at a time: the final job is one
                 # bounded write like the others.
+                behind = self._behind()
                 batch, entries = (None, 0) if pending else self._drain(self._batch_rows())
-                self._job = self._start_job(batch, entries)
+                self._job = self._start_job(batch, entries, backlog=behind)
+                return
+            if not reachable and may_retry and pending:
+                # A write left while closing (no answer for write_timeout_s): a new connection
+                # replays its batch, and the backlog follows as above once the store answers.
+                self._job = self._start_job(None, 0)
                 return
             self._final_sent = True
             batch, entries = self._drain()
@@ -470,30 +493,37 @@ class Monitor:
             self._job = self._start_job(None, 0)
             return
         self._note_backlog()
+        behind = self._behind()
         batch, entries = self._drain(self._batch_rows())
         if batch is not None:
-            self._job = self._start_job(batch, entries)
+            self._job = self._start_job(batch, entries, backlog=behind)
 
     def _behind(self) -> bool:
-        """The trainer outpaces the store: the backlog behind a job is in memory anyway, so the
-        job's batch is not spooled for being slow (that would only slow the writer further)."""
-        return self._backlog_rows > self._batch_rows()
+        """The trainer outpaces the store: the backlog behind a job (taken into columns or still
+        queued) is in memory anyway, so the job's batch is not spooled for being slow (that would
+        only slow the writer further)."""
+        return self._held_rows() > self._batch_rows()
+
+    def _held_rows(self) -> int:
+        """Metric rows waiting in memory: in columns, and (estimated) still queued."""
+        return self._backlog_rows + len(self._queue) // 3 * self._row_width
 
     def _note_backlog(self) -> None:
         """Backpressure, said once while it lasts: a backlog of more than a few intervals' rows."""
-        behind_s = self._backlog_rows / self._rate
+        behind_s = self._held_rows() / self._rate
         if behind_s > 4 * self.settings.flush_interval_s:
-            self._outage.behind(self._backlog_rows, self._rate)
-        elif not self._backlog:
+            self._outage.behind(self._held_rows(), self._rate)
+        elif self._held_rows() <= self._batch_rows():  # what waits fits in the next batch
             self._outage.caught_up()
 
-    def _start_job(self, batch: dict | None, entries: int, status: Any = None, final: bool = False):
+    def _start_job(self, batch: dict | None, entries: int, status: Any = None, final: bool = False,
+                   backlog: bool = False):
         from monitor.client.store_jobs import StoreJob
 
         rows = self._batch_rows()
         job = StoreJob(target=self._target, spool=self._spool, wake=self._wake, store=self._store,
                        attempt=self.attempt, batch=batch, entries=entries, status=status, final=final,
-                       confirmed=self._confirmed, budget_rows=rows, piece_rows=rows,
+                       confirmed=self._confirmed, budget_rows=rows, piece_rows=rows, backlog=backlog,
                        spool_progress=self._spool_progress)
         job.start()
         return job
@@ -511,23 +541,38 @@ class Monitor:
         self._next_retry = time.monotonic() + self.settings.retry_interval_s
         self._outage.begin(reason)
 
-    def _take_queue(self) -> None:
-        """Move the queued calls into the backlog as columns."""
-        taken = [self._queue.popleft() for _ in range(len(self._queue))]
-        if not taken:
-            return
-        try:
-            metrics, events = _to_rows(taken)
-        except Exception:
-            # Back to the front of the queue, in order: a failure here must not lose them.
-            self._queue.extendleft(reversed(taken))
-            raise
-        self._backlog.append((metrics, events, len(taken)))
-        self._backlog_rows += len(metrics)
+    def _take_queue(self, rows: int | None = None, until=None) -> None:
+        """Move the queued calls (all, or about `rows` rows' worth, or until `until()`) into the
+        backlog as columns, a bounded part at a time: each conversion holds the interpreter lock
+        for its whole length, and a training thread that logs meanwhile waits that long."""
+        events = [self._events.popleft() for _ in range(len(self._events))]
+        # What is queued now: a trainer that keeps logging must not keep the writer here.
+        left = len(self._queue) // 3
+        if rows is not None:
+            left = min(left, -(-rows // self._row_width))
+        while events or left:
+            with self._dropping:
+                calls = min(left, len(self._queue) // 3, max(1, TAKE_ROWS // self._row_width))
+                left = 0 if calls == 0 else left - calls
+                taken = [self._queue.popleft() for _ in range(3 * calls)]
+            try:
+                metrics = MetricColumns.from_queue(taken, _to_float)
+            except Exception:
+                # Back to the front of the queue, in order: a failure here must not lose them.
+                self._queue.extendleft(reversed(taken))
+                self._events.extendleft(reversed(events))
+                raise
+            if calls:
+                self._row_width = max(1, len(metrics) // calls)
+            self._backlog.append((metrics, events, calls + len(events)))
+            self._backlog_rows += len(metrics)
+            events = []
+            if until is not None and until():
+                return
 
     def _drain(self, limit: int | None = None) -> tuple[dict | None, int]:
         """A batch of the oldest rows held (all, or up to `limit` metric rows) and its entries."""
-        self._take_queue()
+        self._take_queue(None if limit is None else max(0, limit - self._backlog_rows))
         held, self._held = self._held, []
         parts, events, entries = [], [], 0
         for batch, n in held:
@@ -587,21 +632,14 @@ class Monitor:
                 self._cv.notify_all()
 
 
-def _writes_backlog(job) -> bool:
-    return job is not None and job.batch is not None and not job.final
-
-
-def _to_rows(calls: list[tuple]) -> tuple[MetricColumns, list[dict]]:
-    """Turn queued calls into metric columns and events. Converting a JAX array here is the
-    device fetch."""
-    metrics = [(step, body, wall) for kind, step, body, wall in calls if kind == "m"]
-    events = [{"step": step, "kind": body["kind"], "payload": body["payload"], "wall_time": wall}
-              for kind, step, body, wall in calls if kind != "m"]
-    return MetricColumns.from_calls(metrics, _to_float), events
+def _writes_rows(job) -> bool:
+    """The job writes rows this process logged (a replay writes what an earlier outage left)."""
+    return job is not None and job.batch is not None
 
 
 def _to_float(value: Any) -> float:
-    """A value that is not a number is stored as NaN (and said), never dropped silently; a value
+    """The writer's conversion of a value that is not a plain number: a JAX array is fetched from
+    the device here. A value that is not a number is stored as NaN (and said), never dropped silently; a value
     whose conversion fails in any other way (a device error) too, so the writer carries on."""
     try:
         return float(value)

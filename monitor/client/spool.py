@@ -72,6 +72,10 @@ class Spool:
                 if not bad and all(b.get("id") in written for b in batches):
                     path.unlink(missing_ok=True)
 
+    def holds_own(self) -> bool:
+        """Any of this process's batches still waits here (close() says so)."""
+        return self.dir.exists() and any(self.dir.glob(f"{self._prefix}-*.jsonl"))
+
     def is_own(self, path: Path) -> bool:
         return path.name.startswith(self._prefix + "-")
 

@@ -73,6 +73,9 @@ class StoreJob:
     """Close the store after the job (the Monitor is closing)."""
     started: float = field(default_factory=time.monotonic)
     progress_at: float = field(default_factory=time.monotonic)
+    backlog: bool = False
+    """`batch` is part of a backlog (the trainer outpaced the store): held in memory like the rest
+    of it, never spooled for being slow."""
     spooled: bool = False
     """The writer already spooled `batch` (the job was slow): a success then counts nothing new."""
     confirmed: set = field(default_factory=set)
@@ -110,6 +113,13 @@ class StoreJob:
 
     def _progress(self) -> None:
         self.progress_at = time.monotonic()
+
+    def _answered(self) -> None:
+        """The store answered a part of a write: progress, the writer's sign of a slow store rather
+        than a silent one. A job left behind stops here, its transaction undone, so it neither
+        holds the store (SQLite's one writer) nor writes what the spool will replay."""
+        self._progress()
+        self._check()
 
     def _run(self) -> None:
         try:
@@ -241,7 +251,7 @@ class StoreJob:
         try:
             self._timed_write(merged, merged["attempt"])
         except Exception as exc:  # noqa: BLE001 - sorted into "retry later" and "one of them is bad"
-            if is_unreachable(exc):
+            if isinstance(exc, Abandoned) or is_unreachable(exc):
                 raise
             for batch in group:
                 self._check()
@@ -250,7 +260,7 @@ class StoreJob:
     def _timed_write(self, batch: dict, attempt: int) -> None:
         """write_batch, measured: the writer sizes its batches to the store's speed."""
         began = time.monotonic()
-        write_batch(self.store, self.target.run, batch, attempt)
+        write_batch(self.store, self.target.run, batch, attempt, self._answered)
         self.write_s += time.monotonic() - began
         self.rows_written += _rows(batch)
         self._progress()
@@ -259,7 +269,7 @@ class StoreJob:
         try:
             self._timed_write(batch, attempt)
         except Exception as exc:  # noqa: BLE001 - sorted into "retry later" and "never"
-            if is_unreachable(exc):
+            if isinstance(exc, Abandoned) or is_unreachable(exc):
                 raise
             reason = describe_db_error(exc)
             kept = self.spool.quarantine({"run": self.target.run, "error": reason,
@@ -272,13 +282,14 @@ class StoreJob:
         self._progress()
 
 
-def write_batch(store: Store, run: str, batch: dict, attempt: int) -> None:
+def write_batch(store: Store, run: str, batch: dict, attempt: int, progress=None) -> None:
     """One batch, all or nothing: metric rows (MetricColumns, or [step, key, value, wall_time]
-    rows as the spool keeps them) and events."""
+    rows as the spool keeps them) and events. `progress()` is called as the store answers parts
+    of the write."""
     metrics = _columns(batch)
     with store.atomic():
         if len(metrics):
-            store.write_metrics(run, metrics.frame(attempt))
+            store.write_metrics(run, metrics.frame(attempt), progress)
         if batch.get("events"):
             store.write_events(run, [dict(e, attempt=attempt) for e in batch["events"]])
 
@@ -296,21 +307,6 @@ def _columns(batch: dict) -> MetricColumns:
 
 def _rows(batch: dict) -> int:
     return len(batch.get("metrics") or []) + len(batch.get("events") or [])
-
-
-def _groups(batches: list[dict], max_rows: int) -> list[list[dict]]:
-    """Consecutive batches of one attempt, up to `max_rows` rows a group."""
-    groups: list[list[dict]] = []
-    rows = 0
-    for batch in batches:
-        n = _rows(batch)
-        if groups and groups[-1][0]["attempt"] == batch["attempt"] and rows + n <= max_rows:
-            groups[-1].append(batch)
-            rows += n
-        else:
-            groups.append([batch])
-            rows = n
-    return groups
 
 
 def _is_connect_error(exc: BaseException) -> bool:

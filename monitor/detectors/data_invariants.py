@@ -40,6 +40,7 @@ from monitor.schema import (
 )
 
 from .base import Detector, ReferenceUse
+from .incremental import Incremental
 from .rundata import finite
 from .stats import true_runs
 
@@ -55,7 +56,7 @@ def poisson_shares(x: float) -> tuple[float, float, float]:
 
 
 @dataclass
-class DataInvariants(Detector):
+class DataInvariants(Detector, Incremental):
     name: ClassVar[str] = "data_invariants"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.DATA
@@ -98,20 +99,6 @@ class DataInvariants(Detector):
             if batch and len(cursor):
                 out.extend(self._epochs(run, batch, epoch_records, offset))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
-
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        """Per logged cursor: the batches it counts, the step, and its deviation from one global
-        batch a step (with the offset the first logged step fixes)."""
-        batch = self.global_batch_size or run.info.global_batch_size
-        cursor = finite(run, DATA_CURSOR)
-        if not batch or cursor.empty:
-            return pd.DataFrame({c: pd.Series(dtype=float) for c in ("step", "cursor", "expected_cursor", "deviation_batches")})
-        steps = cursor.index.to_numpy().astype(float)
-        first = cursor.iloc[0] / batch - steps[0]
-        offset = float(round(first)) if 0 <= round(first) <= 1 else 0.0
-        return pd.DataFrame({"step": steps, "cursor": cursor.to_numpy(), "expected_cursor": (steps + offset) * batch,
-                             "deviation_batches": cursor.to_numpy() / batch - steps - offset,
-                             "band": self.cursor_tolerance_records / batch})
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         batch = self.global_batch_size or run.info.global_batch_size

@@ -42,6 +42,7 @@ from monitor.schema import (
 )
 
 from .base import Detector
+from .incremental import Incremental
 from .eval_keys import (
     DownstreamMetric,
     downstream_aggregate,
@@ -55,7 +56,7 @@ from .stats import signed_runs, true_runs
 
 
 @dataclass
-class EvalRegression(Detector):
+class EvalRegression(Detector, Incremental):
     name: ClassVar[str] = "eval_regression"
     story: ClassVar[Story] = Story.DIVERGENCE
     explanation: ClassVar[str] = "downstream evals regressed"
@@ -112,16 +113,6 @@ class EvalRegression(Detector):
                 return [NotJudged(self.name, "the run and the reference share no downstream metric; the run is judged "
                                   "against its own best only")]
         return []
-
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        """Per downstream metric and checkpoint: the value against its best so far (within the run)."""
-        frames = []
-        for m in downstream_metrics(run.scalars.columns):
-            frame = self.within_frame(run, m, self._bound(run, m))
-            if frame is not None:
-                frames.append(frame.assign(metric=m.key, band=-self.min_relative_effect))
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-            {c: pd.Series(dtype=float) for c in ("metric", "step", "value", "best", "band")})
 
     # --- per task vs reference -----------------------------------------------------------------------
     def _per_task(self, run, reference, m: DownstreamMetric, bound: float) -> list:

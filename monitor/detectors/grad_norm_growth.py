@@ -21,12 +21,13 @@ import pandas as pd
 from monitor.schema import TRAIN_GRAD_NORM, Clean, CleanRule, NotJudged, RunData, Story
 
 from .base import Detector, ReferenceUse, severity_for
+from .incremental import Incremental
 from .rundata import finite, logging_interval, pinned
 from .stats import true_runs, window_summaries
 
 
 @dataclass
-class GradNormGrowth(Detector):
+class GradNormGrowth(Detector, Incremental):
     name: ClassVar[str] = "grad_norm_growth"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.INSTABILITY
@@ -103,7 +104,7 @@ class GradNormGrowth(Detector):
         first = int(w.ids[0]) if first is None else int(first)
         return np.where(complete & (w.ids >= first + self.warmup_blocks), w.median, np.nan)
 
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
+    def ratios(self, run: RunData) -> pd.DataFrame:
         """Per block: its median, the lowest usable median before it and their ratio."""
         w, complete = self.blocks(run)
         if w is None:
@@ -149,7 +150,7 @@ class GradNormGrowth(Detector):
         """Complete blocks past warmup whose median is under `growth_ratio` times the lowest before
         them: the grad norm is not growing there. The ratio is exact (a median of 500 steps), so the
         persistence of two such blocks (IncidentConfig.resolve_after_points) is the hysteresis."""
-        table = self.explain(run)
+        table = self.ratios(run)
         with np.errstate(invalid="ignore"):
             ok = table["complete"].to_numpy(dtype=bool) & (table["ratio"].to_numpy(dtype=float) < self.growth_ratio)
         return [self._clean(run, self.metric, row.first_step, row.last_step, {"ratio": float(row.ratio),

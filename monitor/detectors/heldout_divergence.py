@@ -40,6 +40,7 @@ from monitor.schema import (
 )
 
 from .base import CLEAN_Z, Detector, ReferenceUse, severity_for
+from .incremental import Incremental
 from .checkpoints import (
     HISTORY_CHECKPOINTS,
     MIN_NOISE_POINTS,
@@ -55,7 +56,7 @@ ALL_SETS = HELDOUT_PREFIX + "all"
 
 
 @dataclass
-class HeldoutDivergence(Detector):
+class HeldoutDivergence(Detector, Incremental):
     name: ClassVar[str] = "heldout_divergence"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
     story: ClassVar[Story] = Story.DIVERGENCE
@@ -110,13 +111,6 @@ class HeldoutDivergence(Detector):
         out["z"] = self.noise.z(out["delta"], out["stderr"], out["level"], out["slope"])
         out["band"] = self.z_threshold * np.hypot(out["stderr"], out["tau"])
         return out
-
-    def explain(self, run: RunData, reference: RunData) -> pd.DataFrame:
-        """Every judged checkpoint of the sets together (or of the one set), with its band."""
-        stat = self.stat(run, reference)
-        if stat is None:
-            return self.judged(over_sets({}))
-        return self.judged(over_sets(heldout_pairs(run, reference, stat)))
 
     # --- judging -------------------------------------------------------------------------------
     def detect(self, run: RunData, reference: RunData | None = None) -> list:

@@ -59,6 +59,7 @@ from monitor.schema import (
 )
 
 from .base import CLEAN_Z, MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
+from .incremental import Incremental
 from .checkpoints import (
     HISTORY_CHECKPOINTS,
     INTERP_ERROR_CORRELATION,
@@ -82,7 +83,7 @@ TABLE_COLUMNS = ("step", "train_delta", "train_stderr", "train_tau", "train_z", 
 
 
 @dataclass
-class Memorization(Detector):
+class Memorization(Detector, Incremental):
     name: ClassVar[str] = "memorization"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
     story: ClassVar[Story] = Story.MEMORIZATION
@@ -215,13 +216,6 @@ class Memorization(Detector):
             warnings.simplefilter("ignore", RuntimeWarning)
             down = downstream_aggregate(run, reference, steps)
         return down.set_index("step")["z"].reindex(steps).to_numpy(dtype=float)
-
-    def explain(self, run: RunData, reference: RunData) -> pd.DataFrame:
-        """The checkpoint table this detector judges (every leg's numbers and verdict), with the band
-        the train gap had to clear."""
-        table = self.table(run, reference)
-        table["band"] = self.z_threshold * np.hypot(table["train_stderr"], table["train_tau"])
-        return table
 
     # --- judging -------------------------------------------------------------------------------
     def detect(self, run: RunData, reference: RunData | None = None) -> list:

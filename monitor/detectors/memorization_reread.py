@@ -33,6 +33,7 @@ from monitor.schema import (
 )
 
 from .base import MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
+from .incremental import Incremental
 from .memorization import SUSPECT
 from .rundata import finite, logging_interval
 from .stats import true_runs, window_summaries
@@ -42,7 +43,7 @@ BLOCK_FIELDS = ("block", "first", "last", "gap", "se", "n", "reread")
 
 
 @dataclass
-class MemorizationReread(Detector):
+class MemorizationReread(Detector, Incremental):
     name: ClassVar[str] = "memorization_reread"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.MEMORIZATION
@@ -96,11 +97,6 @@ class MemorizationReread(Detector):
         still_growing = np.floor(float(gap.index[-1]) / width)
         keep = (table["n"] >= max(5, self.window_points // 2)) & (table["block"] < still_growing)
         return table[keep].reset_index(drop=True)
-
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        table = self.blocks(run)
-        table["band"] = np.fmax(self.min_effect, self.z_threshold * table["se"])
-        return table
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         table = self.blocks(run)

@@ -37,6 +37,7 @@ from monitor.schema import (
 )
 
 from .base import CLEAN_Z, MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
+from .incremental import Incremental
 from .eval_keys import heldout_sets
 from .memorization import SUSPECT
 from .rundata import finite, pinned
@@ -45,7 +46,7 @@ from .train_windows import train_at
 
 
 @dataclass
-class MemorizationTrend(Detector):
+class MemorizationTrend(Detector, Incremental):
     name: ClassVar[str] = "memorization_trend"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.MEMORIZATION
@@ -132,14 +133,6 @@ class MemorizationTrend(Detector):
         train = train_at(run, self.metric, steps, self.window_points, self.window_checkpoints)["train"].to_numpy()
         return pd.DataFrame({"step": steps, "heldout": level.to_numpy(dtype=float), "train": train,
                              "gap": level.to_numpy(dtype=float) - train})
-
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        """The checkpoints, their gap, its trend and the band it had to clear."""
-        table = self.table(run)
-        resid, sigma = self.residuals(run, table, {})
-        table["trend"] = table["gap"] - resid
-        table["band"] = np.fmax(self.min_effect, self.z_threshold * sigma)
-        return table
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         table = self.table(run)

@@ -25,12 +25,13 @@ from monitor.schema import (
 )
 
 from .base import Detector, ReferenceUse
+from .incremental import Incremental
 from .rundata import finite
 from .stats import trailing_median, true_runs
 
 
 @dataclass
-class NonFiniteDetector(Detector):
+class NonFiniteDetector(Detector, Incremental):
     name: ClassVar[str] = "nonfinite"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.INSTABILITY
@@ -64,16 +65,6 @@ class NonFiniteDetector(Detector):
         if self.explode_metric in run.scalars.columns:
             out.extend(self._exploding(run))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
-
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        """The non-finite cells the run logged, and the grad norm over its trailing median."""
-        bad = _nonfinite_cells(run).assign(rule="nonfinite")
-        x = finite(run, self.explode_metric)
-        base = self._trailing_baseline(x)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = pd.DataFrame({"key": self.explode_metric, "step": x.index.to_numpy(), "ratio": (x / base).to_numpy(),
-                                  "band": self.explode_ratio, "rule": "exploding"})
-        return pd.concat([bad, ratio], ignore_index=True)
 
     def _nonfinite(self, run: RunData) -> list:
         bad = _nonfinite_cells(run)

@@ -40,6 +40,7 @@ from monitor.schema import (
 )
 
 from .base import CLEAN_Z, Detector, ReferenceUse, StoryRole, severity_for
+from .incremental import Incremental
 from .checkpoints import heldout_pairs, over_sets
 from .eval_keys import heldout_sets
 from .noise import TRAIN_NOISE, BetweenRunNoise, log_slope
@@ -51,7 +52,7 @@ WINDOW_COLUMNS = ("window", "first_step", "last_step", "mid_step", "n", "delta",
 
 
 @dataclass
-class ReferenceDivergence(Detector):
+class ReferenceDivergence(Detector, Incremental):
     name: ClassVar[str] = "reference_divergence"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
     story: ClassVar[Story] = Story.DIVERGENCE
@@ -137,12 +138,6 @@ class ReferenceDivergence(Detector):
     def band(self, stderr: np.ndarray, level: np.ndarray, slope: np.ndarray) -> np.ndarray:
         """What a window median of d must exceed: z_threshold x sqrt(stderr^2 + tau^2)."""
         return self.z_threshold * np.hypot(np.asarray(stderr, dtype=float), self.noise.tau(level, slope))
-
-    def explain(self, run: RunData, reference: RunData) -> pd.DataFrame:
-        """The windows this detector judged, with the band each window's median had to clear."""
-        w = self.windows(run, reference)
-        w["band"] = self.band(w["stderr"], w["level"], w["slope"])
-        return w
 
     # --- judging -------------------------------------------------------------------------------
     def detect(self, run: RunData, reference: RunData | None = None) -> list:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-import pandas as pd
 
 from monitor.schema import (
     CONFIG_DETERMINISTIC,
@@ -30,12 +29,13 @@ from monitor.schema import (
 )
 
 from .base import Detector, ReferenceUse
+from .incremental import Incremental
 from .rundata import finite
 from .stats import cadence
 
 
 @dataclass
-class ResumeConsistency(Detector):
+class ResumeConsistency(Detector, Incremental):
     name: ClassVar[str] = "resume"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.DATA
@@ -71,21 +71,6 @@ class ResumeConsistency(Detector):
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         out = self._resumes(run) + self._replays(run) + self._gaps(run)
         return sorted(out, key=lambda d: (d.start_step, d.metric))
-
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        """Per resume event: the restored step, the data step its restored position implies, and
-        the shift between them."""
-        rows = []
-        events = run.events[run.events["kind"] == EventKind.RESUME.value] if len(run.events) else run.events
-        for ev in events.itertuples(index=False):
-            payload = ev.payload if isinstance(ev.payload, dict) else {}
-            batch = payload.get("global_batch_size") or run.info.global_batch_size
-            step, position = payload.get("restored_step"), payload.get("restored_data_position")
-            if batch and step is not None and position is not None:
-                data_step = float(position) / float(batch) - _cursor_offset(run, ev.step)
-                rows.append({"step": int(ev.step), "restored_step": int(step), "data_step": data_step,
-                             "shift": data_step - float(step)})
-        return pd.DataFrame(rows, columns=["step", "restored_step", "data_step", "shift"])
 
     # --- restored step vs restored data position ---------------------------------------------------
     def _resumes(self, run: RunData) -> list:

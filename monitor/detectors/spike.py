@@ -22,9 +22,9 @@ Each spike becomes a detection covering its excursion until the value is back wi
 `recover_sigma` of the level before it: INFO when it recovers within `recovery_points`, WARNING
 when it takes longer, CRITICAL when it has not recovered after `unrecovered_points`.
 
-Incremental mode keeps ~1,200 recent values per metric and, for the spike score, the positions
-of the spikes among the last `score_window` values, so an update costs the same at step 10,000
-and at step 1,000,000.
+Incremental mode (`judge_tail`) keeps ~1,200 recent values per metric and, for the spike score,
+the positions of the spikes among the last `score_window` values, so an update costs the same at
+step 10,000 and at step 1,000,000.
 """
 
 from __future__ import annotations
@@ -47,14 +47,9 @@ from monitor.schema import (
     Story,
 )
 
-from .base import Detector, ReferenceUse, reconcile
-from .rundata import (
-    concat_rows,
-    finite,
-    last_points_from,
-    restrict_columns,
-    trim_columns,
-)
+from .base import Detector, ReferenceUse
+from .incremental import Incremental
+from .rundata import finite
 from .state import DetectorState
 from .stats import MAD_TO_SIGMA, row_medians, trailing_median, true_runs
 
@@ -81,13 +76,14 @@ def olmo2_flags(x: pd.Series, window: int = 1000, threshold: float = 7.0) -> np.
 
 
 @dataclass
-class SpikeDetector(Detector):
+class SpikeDetector(Detector, Incremental):
     name: ClassVar[str] = "spike"
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.INSTABILITY
     explanation: ClassVar[str] = "loss spikes"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.GRAD_NORM,)
     caveat: ClassVar[bool] = True
+    reads_events: ClassVar[bool] = False
 
     metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
     """The metrics judged for spikes."""
@@ -211,16 +207,6 @@ class SpikeDetector(Detector):
         until that many have been logged, unlike OLMo-core, which waits for a full window)."""
         return pd.Series(flags.astype(float)).rolling(self.score_window, min_periods=1).mean().to_numpy()
 
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        """Per metric and logged step: the value, its expected level, sigma, z and each rule's flag."""
-        frames = []
-        for metric, x, z, expected, sigma, every in self._judged(run):
-            frames.append(pd.DataFrame({"metric": metric, "step": x.index.to_numpy(), "value": x.to_numpy(),
-                                        "expected": expected, "sigma": sigma, "z": z, "band": self.threshold,
-                                        **{f"flag_{k}": v for k, v in every.items()}}))
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-            {c: pd.Series(dtype=float) for c in ("metric", "step", "value", "expected", "sigma", "z", "band")})
-
     def _judged(self, run: RunData):
         """Per metric with two or more finite values: (metric, values, z, expected, sigma, flags)."""
         for metric in self.columns(run):
@@ -259,14 +245,11 @@ class SpikeDetector(Detector):
         return sorted(out, key=lambda d: (d.start_step, d.metric)), series
 
     # --- incremental ---------------------------------------------------------------------------
-    def update(self, state: DetectorState, new_rows: RunData,
-               reference: RunData | None = None) -> tuple[DetectorState, list]:
+    def judge_tail(self, state: DetectorState, combined: RunData, fresh: RunData,
+                   ref: RunData | None) -> tuple[list, RunData]:
         """Judges the new values with ~1,200 earlier ones; the spike score comes from the
-        positions of earlier spikes kept in the state (`extra["spikes"]`)."""
-        fresh = restrict_columns(new_rows, self.columns(new_rows))
-        if fresh.scalars.empty:
-            return state, []
-        combined = fresh if state.tail is None else concat_rows(state.tail, fresh)
+        positions of earlier spikes kept in the state (`extra["spikes"]`), and blocks are counted
+        from the run's first value, so the tail meets the blocks a whole-run pass does."""
         last_seen = state.last_step if state.last_step is not None else -np.inf
         memory = state.extra.setdefault("spikes", {})
         found, series = [], []
@@ -299,19 +282,11 @@ class SpikeDetector(Detector):
                 series.append(pd.DataFrame({"step": steps[lo:][keep], "key": SCORE_KEYS[metric],
                                             "value": values[keep]}))
         if np.isfinite(last_seen):
-            # As in Detector.update: an excursion that ended before the new values and was not
-            # reported then comes from judging old values again with less history.
+            # An excursion that ended before the new values and was not reported then comes from
+            # judging old values again with less history.
             found = [d for d in found if d.end_step > last_seen or f"{d.metric}@{d.start_step}" in state.reported]
-        emitted = reconcile(state, found, 0.0)
         state.series = pd.concat(series, ignore_index=True) if series else None
-        hi = float(combined.scalars.index[-1])
-        keep = {c: last_points_from(combined, c, self.history_points(c)) for c in combined.scalars.columns}
-        state.tail = trim_columns(combined, keep)
-        state.last_step = int(hi)
-        first_kept = float(state.tail.scalars.index[0]) if len(state.tail.scalars) else hi
-        state.open = {m: d for m, d in state.open.items() if d.end_step >= first_kept}
-        state.reported = {k: fp for k, fp in state.reported.items() if fp[0] >= first_kept}
-        return state, emitted
+        return found, combined
 
     # --- excursions become detections ------------------------------------------------------------
     def _excursions(self, run, metric, x, z, expected, sigma, every, scores) -> list:

@@ -48,12 +48,13 @@ from monitor.schema import (
 )
 
 from .base import Detector
+from .incremental import Incremental
 from .rundata import finite, logging_interval, pinned
 from .stats import cadence, signed_runs, true_runs, window_summaries
 
 
 @dataclass
-class ThroughputDetector(Detector):
+class ThroughputDetector(Detector, Incremental):
     name: ClassVar[str] = "throughput"
     story: ClassVar[Story] = Story.THROUGHPUT
     explanation: ClassVar[str] = "steps slowed down or stalled"
@@ -155,17 +156,6 @@ class ThroughputDetector(Detector):
                 if reference is not None:
                     out.extend(self._vs_reference(run, reference, metric, x))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
-
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        """Per step time: the ideal and bound of the block it is judged by, whether it is anomalous,
-        and whether it continues a periodic pattern."""
-        times = _times(run)
-        if times.empty:
-            return pd.DataFrame({c: pd.Series(dtype=float) for c in ("step", "time", "ideal", "bound", "anomalous")})
-        v = self.step_verdicts(run, times)
-        v["periodic"] = self._periodic(run, v)
-        v["band"] = v["bound"]
-        return v
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         if not set(self.columns(run)) - {SYS_LOAD_PER_CPU}:

@@ -1,6 +1,6 @@
 """Reference runs from anywhere: `load(source)` reads a file, folder or URL into an ImportedRun.
 
-The format is detected from the source (`detect_format`); metric names are mapped onto gapwatch's
+The format is the first of `FORMATS` that recognizes the source (`detect_format`); metric names are mapped onto gapwatch's
 keys by a profile (`monitor.importers.profiles`), detected from the names unless one is named.
 Parsers never touch a store: `monitor.importers.store_writer.write_run` writes an ImportedRun
 atomically and idempotently. `import_source` does both; JSONL and CSV logs it imports chunk by
@@ -15,8 +15,6 @@ a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from pathlib import Path
 
@@ -24,80 +22,44 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
+from . import generic_table, lm_eval_json, run_export, tensorboard_events, text_logs, wandb
+from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
 from .meaning import cadences, mapping_rows, pick_profile
 from .normalize import apply_profile
 from .profiles import Profile, get_profile
-from .step_axis import (ROW_COUNTER_FORMATS, WANDB_ROW_KEY, choose_step_key,
-                        is_wandb_history_jsonl, on_trainer_step)
-from .table_import import STREAMED_FORMATS
+from .step_axis import WANDB_ROW_KEY, choose_step_key, is_wandb_history_jsonl, on_trainer_step
+from .wandb import api, csv_export
 
-FORMATS = ("wandb-file", "wandb-api", "wandb-csv", "lm-eval-json", "tensorboard", "jsonl",
-           "csv", "llmc-log", "gapwatch-export")
-WANDB_URL_SCHEME = "wandb://"
-_SNIFF_BYTES = 64 * 1024
+# Every format, in the order detection asks them (see `formats`): a folder holding a W&B run may
+# hold TensorBoard files too, and a W&B export is a CSV before it is a generic one.
+FORMATS = [api.FORMAT, wandb.RUN_FILE, tensorboard_events.FORMAT, run_export.FORMAT,
+           csv_export.FORMAT, generic_table.CSV, lm_eval_json.FORMAT, text_logs.FORMAT,
+           generic_table.JSONL]
+
+
+def get_format(name: str) -> Format:
+    """The registered format called `name`."""
+    for form in FORMATS:
+        if form.name == name:
+            return form
+    raise GapwatchError(f"unknown import format {name!r}; known: "
+                        f"{', '.join(f.name for f in FORMATS)}")
 
 
 def detect_format(source: str | os.PathLike) -> str:
-    """The importer for a source, from its URL scheme, name, and first bytes."""
-    text = str(source)
-    if text.startswith(WANDB_URL_SCHEME):
-        return "wandb-api"
-    path = Path(source)
-    check_source(path)
-    from . import lm_eval_json, run_export, tensorboard_events, text_logs
-    from .wandb import csv_export
-
-    if path.is_dir():
-        from .wandb import run_file  # imports wandb itself: only where a folder may be a W&B run
-
-        if run_file.is_wandb_source(path):
-            return "wandb-file"
-        if any(tensorboard_events.is_event_file(f) for f in path.rglob("*tfevents*")):
-            return "tensorboard"
-        if any(path.rglob("*.json")):
-            return "lm-eval-json"
-        raise GapwatchError(f"{source}: no importer reads this folder (no .wandb run, "
-                            "TensorBoard event files or lm-eval results in it)")
-    if tensorboard_events.is_event_file(path):
-        return "tensorboard"
-    head = _head(path)
-    if not head.strip():
-        raise GapwatchError(f"{source}: empty file: nothing to import")
-    if run_export.is_export(path, head):
-        return "gapwatch-export"
-    if head.startswith(":W&B"):
-        return "wandb-file"
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv"):
-        try:
-            header = next(csv.reader([head.split("\n", 1)[0]],
-                                     delimiter=csv_export.separator(path)), [])
-        except csv.Error as exc:
-            raise GapwatchError(f"{source}: not a valid CSV file ({exc})") from None
-        header = [h.strip() for h in header]
-        if csv_export.is_runs_table(header):
-            raise csv_export.runs_table_error(source)
-        return "wandb-csv" if csv_export.sniff(header) else "csv"
-    if suffix in (".jsonl", ".ndjson"):
-        return "jsonl"
-    if suffix == ".json":
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            return "jsonl"
-        except RecursionError:
-            raise GapwatchError(f"{source}: JSON nested too deep to be lm-eval results") from None
-        if lm_eval_json.sniff(doc):
-            return "lm-eval-json"
-        raise GapwatchError(f"{source}: a JSON file that is not lm-eval results")
-    if text_logs.sniff(head):
-        return "llmc-log"
-    first = head.lstrip()[:1]
-    if first == "{":
-        return "jsonl"
-    raise GapwatchError(f"{source}: unrecognised format (no importer reads this file)")
+    """The name of the first format that recognizes a source: by URL scheme, else by the file's
+    or folder's name and first bytes."""
+    for form in FORMATS:
+        if form.url_scheme and str(source).startswith(form.url_scheme):
+            return form.name
+    probe = Probe.of(source)
+    for form in FORMATS:
+        if form.recognize(probe):
+            return form.name
+    what = "folder" if probe.is_dir else "file"
+    raise GapwatchError(f"{source}: unrecognised format (no importer reads this {what})")
 
 
 def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
@@ -108,7 +70,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     """Read one source into an ImportedRun with gapwatch metric keys.
 
     profile: a profile name or object; None detects it from the source's metric names.
-    fmt: force an importer (one of FORMATS) instead of detecting it.
+    fmt: force a format (a name in FORMATS) instead of detecting it.
     tokens_per_step: tokens in one optimizer step, when the source does not say.
     step: the step of an lm-eval results file whose model_args name no revision.
     profiles_file: the user's profile YAML (default: $GAPWATCH_PROFILES or the config dir).
@@ -118,33 +80,31 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
         first of `step_axis.STEP_KEYS` the run logs).
     wandb_run: which run of a multi-run W&B panel export (a column prefix).
     """
-    fmt = fmt or detect_format(source)
-    if fmt != "wandb-api":
+    form = get_format(fmt or detect_format(source))
+    if not form.url_scheme:
         check_source(source)
-    if fmt not in FORMATS:
-        raise GapwatchError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
     named = get_profile(profile, profiles_file) if isinstance(profile, str) and profile else profile
-    if fmt == "gapwatch-export" and not named:
-        named = get_profile("gapwatch")  # its keys are gapwatch's already
+    if form.own_keys and not named:
+        named = get_profile(form.profile)
     step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
     # W&B history saved as JSON Lines: read on W&B's row counter, then on the trainer's step.
-    wandb_rows = fmt == "jsonl" and is_wandb_history_jsonl(source)
-    raw, prefer = _parse(fmt, source, tokens_per_step=tokens_per_step, step=step,
-                         step_key=WANDB_ROW_KEY if wandb_rows else step_key, progress=progress,
-                         api_config=api_config, wandb_run=wandb_run)
+    wandb_rows = form is generic_table.JSONL and is_wandb_history_jsonl(source)
+    raw = form.read(source, ReadOptions(
+        tokens_per_step=tokens_per_step, step=step, progress=progress, api_config=api_config,
+        step_key=WANDB_ROW_KEY if wandb_rows else step_key, wandb_run=wandb_run))
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
-    if fmt != "wandb-api":
+    if not form.url_scheme:
         # The source's identity in the store: the same file wherever it is imported from.
         raw.source = str(Path(raw.source or source).resolve())
     band = None
-    if fmt == "wandb-csv":
+    if form is csv_export.FORMAT:
         from .wandb.panel_band import split_band
 
         raw, band = split_band(raw)
     names = [str(n) for n in raw.scalars["key"].unique().tolist()]
     axis = None
-    if fmt in ROW_COUNTER_FORMATS or wandb_rows or (step_key and fmt == "tensorboard"):
+    if form.steps == "rows" or wandb_rows or (step_key and form.steps == "asked"):
         axis = choose_step_key(names, step_key, raw.source)
         if axis is not None:
             logged = raw.scalars.loc[raw.scalars["key"] == axis, "value"]
@@ -154,7 +114,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     cadence = cadences(raw.scalars)
     if axis is not None:
         cadence.update(cadences(axis_rows))  # the step key's own values: the steps it logged
-    chosen, evidence = pick_profile(named, names, cadence, prefer=prefer,
+    chosen, evidence = pick_profile(named, names, cadence, prefer=form.profile,
                                     user_file=profiles_file)
     run = apply_profile(raw, chosen)
     run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis)
@@ -180,7 +140,7 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
     from .table_import import ImportSummary, import_table
 
     fmt = fmt or detect_format(source)
-    if fmt in STREAMED_FORMATS or is_streamed_export(fmt, source, wandb_run):
+    if get_format(fmt).streamed or is_streamed_export(fmt, source, wandb_run):
         check_source(source)
         on_bytes = None if progress is None else (
             lambda done, total: progress("importing", done, total))
@@ -210,54 +170,6 @@ def is_streamed_export(fmt: str, source, wandb_run: str | None = None) -> bool:
     return streamable(source)
 
 
-def _parse(fmt: str, source, *, tokens_per_step, step, step_key, progress, api_config,
-           wandb_run=None):
-    """The raw ImportedRun (source metric names) and the profile the format usually uses."""
-    if fmt == "gapwatch-export":
-        from .run_export import parse_export
-
-        return parse_export(source), "gapwatch"
-    if fmt == "llmc-log":
-        from .text_logs import parse_text_log
-
-        return parse_text_log(source), "llmc"
-    if fmt == "wandb-csv":
-        from .wandb.csv_export import parse_wandb_csv
-
-        return parse_wandb_csv(source, tokens_per_step=tokens_per_step, run=wandb_run), None
-    if fmt == "wandb-file":
-        from .wandb.run_file import parse_wandb_run
-
-        return parse_wandb_run(source, progress=progress), None
-    if fmt == "wandb-api":
-        from .wandb.api import parse_wandb_api
-
-        return parse_wandb_api(str(source), api_config, progress=progress), None
-    if fmt == "lm-eval-json":
-        from .lm_eval_json import parse_lm_eval
-
-        return parse_lm_eval(source, step=step), "gapwatch"
-    if fmt == "tensorboard":
-        from .tensorboard_events import parse_tensorboard
-
-        return parse_tensorboard(source), None
-    if fmt == "jsonl":
-        from .generic_table import parse_jsonl
-
-        return parse_jsonl(source, step_key=step_key), None
-    from .generic_table import parse_generic_csv
-
-    return parse_generic_csv(source, step_key=step_key), None
-
-
-def _head(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
-
-
 def history(run: str, keys=None, *, store=None):
     """A stored run's history as a DataFrame (see `run_export.history`)."""
     from .run_export import history as run_history
@@ -273,8 +185,8 @@ __all__ = [
     "import_source",
     "detect_format",
     "empty_scalars",
+    "get_format",
     "scalars_frame",
+    "Format",
     "FORMATS",
-    "STREAMED_FORMATS",
-    "WANDB_URL_SCHEME",
 ]

@@ -28,7 +28,7 @@ from .meaning import cadences, pick_profile
 from .profiles import Profile, get_profile
 from .step_axis import StepAxisInParts
 from .store_writer import import_state, write_run
-from .table_import import STREAMED_FORMATS, import_table
+from .table_import import import_table
 
 
 @dataclass
@@ -58,7 +58,9 @@ def follow(store, name: str, source: str, fmt: str, *, profile: str | Profile | 
     config = config or FollowConfig()
     load_kwargs = dict(load_kwargs or {})
     write_kwargs = dict(write_kwargs or {})
-    streamed = fmt in STREAMED_FORMATS
+    from . import get_format
+
+    streamed = get_format(fmt).streamed
     poller = None if streamed else _poller(store, name, source, fmt, profile, load_kwargs, api_config)
     poll = 0
     idle_since = time.monotonic()

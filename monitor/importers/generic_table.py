@@ -26,9 +26,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .formats import Format
 from .generic_rows import MAX_COLUMNS, MAX_NESTING, STEP_FIELDS, step_field
 from .imported_run import ImportedRun
 from .table_stream import TableStream
+
+# A .json file that is not one JSON document (not lm-eval results, see `lm_eval_json`) is JSON Lines.
+JSONL_SUFFIXES = (".json", ".jsonl", ".ndjson")
 
 
 def stream_table(path: str | Path, fmt: str, step_key: str | None = None) -> TableStream:
@@ -44,5 +48,13 @@ def parse_generic_csv(path: str | Path, step_key: str | None = None) -> Imported
     return TableStream(path, "csv", step_key=step_key).collect()
 
 
-__all__ = ["MAX_COLUMNS", "MAX_NESTING", "STEP_FIELDS", "parse_generic_csv", "parse_jsonl",
+
+JSONL = Format("jsonl", lambda source, options: parse_jsonl(source, step_key=options.step_key),
+               lambda probe: probe.suffix in JSONL_SUFFIXES or probe.head.lstrip().startswith("{"),
+               streamed=True)
+# After `wandb-csv` in the registry: a CSV that is not a W&B export.
+CSV = Format("csv", lambda source, options: parse_generic_csv(source, step_key=options.step_key),
+             lambda probe: probe.suffix in (".csv", ".tsv"), streamed=True)
+
+__all__ = ["CSV", "JSONL", "JSONL_SUFFIXES", "MAX_COLUMNS", "MAX_NESTING", "STEP_FIELDS", "parse_generic_csv", "parse_jsonl",
            "step_field", "stream_table"]

@@ -24,6 +24,7 @@ from monitor import schema
 from monitor.errors import GapwatchError
 from monitor.schema import EventKind
 
+from .formats import Format, Probe
 from .imported_run import ImportedRun, scalars_frame
 from .input_checks import RepeatedName, UnfitNumber, loads, shown
 
@@ -36,6 +37,24 @@ _NOT_METRICS = {"alias", "name", "sample_len", "sample_count"}
 def sniff(doc) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get("results"), dict) and (
         "config" in doc or "versions" in doc or "configs" in doc)
+
+
+def recognize(probe: Probe) -> bool:
+    """A folder with JSON files in it, or a .json file holding lm-eval results. A .json file
+    that is not one JSON document is left to `jsonl`; one that is but holds no results is refused."""
+    if probe.is_dir:
+        return any(probe.path.rglob("*.json"))
+    if probe.suffix != ".json":
+        return False
+    try:
+        doc = json.loads(probe.path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    except RecursionError:
+        raise GapwatchError(f"{probe.path}: JSON nested too deep to be lm-eval results") from None
+    if sniff(doc):
+        return True
+    raise GapwatchError(f"{probe.path}: a JSON file that is not lm-eval results")
 
 
 def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
@@ -192,3 +211,7 @@ def _same(a: float, b: float) -> bool:
 def _plain(value):
     """JSON-safe copy (lm-eval configs may hold values json cannot write)."""
     return json.loads(json.dumps(value, default=str))
+
+
+FORMAT = Format("lm-eval-json", lambda source, options: parse_lm_eval(source, step=options.step),
+                recognize, profile="gapwatch")

@@ -26,6 +26,7 @@ import pyarrow as pa
 from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
+from .formats import Format
 from .imported_run import ImportedRun, scalars_frame
 
 COLUMNS = ("step", "attempt", "key", "value")
@@ -226,5 +227,9 @@ def history(run: str, keys: str | list[str] | None = None, *, store=None) -> pd.
     frame.index.name = "step"
     return frame.sort_index()
 
+
+FORMAT = Format("gapwatch-export", lambda source, options: parse_export(source),
+                lambda probe: not probe.is_dir and is_export(probe.path, probe.head),
+                profile="gapwatch", own_keys=True)
 
 __all__ = ["COLUMNS", "export_run", "history", "is_export", "parse_export", "chosen_keys"]

@@ -42,8 +42,6 @@ from .imported_run import ImportedRun, scalars_frame
 
 STEP_KEYS = ("train/global_step", "trainer/global_step", "global_step", "iter", "step", "Step",
              "trainer/step")
-# Formats whose own step numbers rows rather than training steps.
-ROW_COUNTER_FORMATS = ("wandb-file", "wandb-api", "wandb-csv")
 
 
 WANDB_ROW_KEY = "_step"
@@ -164,5 +162,5 @@ class StepAxisInParts:
         return on_trainer_step(run, self.key, carry=self.carry)
 
 
-__all__ = ["STEP_KEYS", "ROW_COUNTER_FORMATS", "WANDB_ROW_KEY", "StepAxisInParts", "StepCarry",
+__all__ = ["STEP_KEYS", "WANDB_ROW_KEY", "StepAxisInParts", "StepCarry",
            "choose_step_key", "is_wandb_history_jsonl", "on_trainer_step"]

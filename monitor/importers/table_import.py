@@ -30,9 +30,6 @@ from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history_jsonl
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
 
-# Formats imported chunk by chunk; the others are read whole, then written.
-STREAMED_FORMATS = ("jsonl", "csv")
-
 
 @dataclass
 class ImportSummary:

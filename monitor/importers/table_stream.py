@@ -20,7 +20,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from monitor.errors import GapwatchError
@@ -37,7 +38,8 @@ from .generic_rows import (
     KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, TIME_FIELDS, RowBuilder, step_field,
 )
 from .imported_run import ImportedRun, scalars_frame
-from .input_checks import UnfitNumber, loads, repeated_name, shown, unfit_literal
+from .csv_cells import cell_numbers, leading_spaces_cut, numbers, whole_steps
+from .input_checks import UnfitNumber, loads, repeated_name, shown
 from .name_codes import NameCodes
 from .wandb.csv_export import separator
 
@@ -49,6 +51,9 @@ CHUNK_ROWS = 100_000
 # buffers of several times a block, and threads each take their own: 8 MB blocks on two threads
 # held 90 MB more at their peak than 2 MB on one, for no gain in speed.
 BLOCK_BYTES = 2 << 20
+# CSV bytes parsed at once, as the W&B export's reader does (wandb/csv_stream.py): each block's
+# text columns, casts and row arrays are copies of it.
+CSV_BLOCK_BYTES = 1 << 20
 _NUMERIC = (pa.int64(), pa.float64(), pa.bool_(), pa.null())
 _BOM = b"\xef\xbb\xbf"
 
@@ -116,26 +121,11 @@ class TableStream:
             return 0
 
     def chunks(self) -> Iterator[pd.DataFrame]:
-        pending: list[_Rows] = []
-        waiting = 0
-        rows = 0
         blocks = self._jsonl_blocks() if self.fmt == "jsonl" else self._csv_blocks()
-        for block in blocks:
-            pending.append(block)
-            waiting += len(block)
-            if waiting < self.chunk_rows:
-                continue
-            whole = _Rows.joined(pending)
-            cut = _last_step_start(whole.steps)
-            # The rows of the last step wait for the next block, copied so `whole` can go.
-            pending, waiting = [whole.part(cut, copy=True)], len(whole) - cut
-            if cut:
-                rows += cut
-                yield self._frame(whole.part(0, cut))
-        whole = _Rows.joined(pending) if pending else None
-        if whole is not None and len(whole):
-            rows += len(whole)
-            yield self._frame(whole)
+        rows = 0
+        for frame in step_chunks(blocks, self.chunk_rows, self._frame):
+            rows += len(frame)
+            yield frame
         if not rows:
             raise GapwatchError(f"{self.source}: no metric values found")
         self.notes = self._final_notes()
@@ -306,7 +296,52 @@ class TableStream:
 
     # --- CSV -----------------------------------------------------------------------------------
     def _csv_blocks(self) -> Iterator[_Rows]:
-        width = _header_width(self.path)
+        header = _csv_header(self.path)
+        rows = 0
+        if _arrow_reads(self.path, header):
+            for batch in self._arrow_batches(header):
+                if batch is None:
+                    break  # pyarrow cannot read on from here: pandas does, from the same row
+                yield self._csv_block(batch, 2 + rows)
+                rows += batch.num_rows
+            else:
+                return
+        yield from self._pandas_csv_blocks(len(header), rows)
+
+    def _arrow_batches(self, header: list[str]) -> Iterator[pa.RecordBatch | None]:
+        """Blocks of the file as columns of text, parsed by pyarrow; None where it refuses the
+        rest (a row of another width, a line break inside quotes, bad UTF-8) or reaches a block
+        with a blank line (a row of empty cells to pyarrow, none to pandas), so that every row
+        handed on before is one line of the file."""
+        try:
+            reader = pa_csv.open_csv(
+                self.path, read_options=pa_csv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False),
+                parse_options=pa_csv.ParseOptions(delimiter=separator(self.path), ignore_empty_lines=False),
+                # Every cell as text: cells are checked as text (csv_cells).
+                convert_options=pa_csv.ConvertOptions(column_types={h: pa.string() for h in header},
+                                                      strings_can_be_null=False),
+                memory_pool=pa.system_memory_pool())
+        except (OSError, pa.ArrowInvalid):
+            yield None
+            return
+        total = self.bytes_total
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                self.bytes_read = total
+                return
+            except pa.ArrowInvalid:
+                yield None
+                return
+            if _blank_line(batch):
+                yield None
+                return
+            self.bytes_read = min(total, self.bytes_read + CSV_BLOCK_BYTES)
+            yield batch
+
+    def _pandas_csv_blocks(self, width: int, skip: int) -> Iterator[_Rows]:
+        """The file's rows after the first `skip`, read by pandas in blocks of whole rows."""
         try:
             fh = open(self.path, "rb")
         except OSError as exc:
@@ -315,13 +350,13 @@ class TableStream:
             try:
                 reader = pd.read_csv(fh, dtype=str, keep_default_na=False, na_values=[],
                                      skipinitialspace=True, sep=separator(self.path),
-                                     encoding="utf-8",
+                                     encoding="utf-8", skiprows=range(1, skip + 1),
                                      chunksize=max(1, self.chunk_rows // max(width, 1)))
             except pd.errors.EmptyDataError:
                 raise GapwatchError(f"{self.path}: empty file") from None
             except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
                 raise self._csv_error(exc) from None
-            line = 2
+            line = 2 + skip
             while True:
                 try:
                     table = next(reader, None)
@@ -330,7 +365,7 @@ class TableStream:
                 self.bytes_read = fh.tell()
                 if table is None:
                     break
-                yield self._csv_block(table, line)
+                yield self._frame_block(table, line)
                 line += len(table)
 
     def _csv_error(self, exc: Exception) -> GapwatchError:
@@ -338,8 +373,51 @@ class TableStream:
             return GapwatchError(f"{self.path}: not a valid CSV file: {' '.join(str(exc).split())}")
         return GapwatchError(f"{self.path}: cannot read: {exc}")
 
-    def _csv_block(self, table: pd.DataFrame, first_line: int) -> _Rows:
-        fast = self._plain_csv(table, first_line)
+    def _csv_block(self, batch: pa.RecordBatch, first_line: int) -> _Rows:
+        fast = self._plain_csv(batch, first_line)
+        if fast is not None:
+            return fast
+        names = batch.schema.names
+        cells = [leading_spaces_cut(batch.column(i)) for i in range(batch.num_columns)]
+        for number, row in enumerate(zip(*cells), start=first_line):
+            self.builder.add_object(number, dict(zip(names, row)), self.step_key, from_csv=True)
+        return self._taken()
+
+    def _plain_csv(self, batch: pa.RecordBatch, first_line: int) -> _Rows | None:
+        """A block whose cells are whole steps and numbers (or empty), converted a column at a
+        time (csv_cells); None when any cell needs the line-by-line reading."""
+        names = batch.schema.names
+        field = step_field(names, self.step_key)
+        if field is None or (LONG_VALUE_FIELD in names and any(k in names for k in KEY_FIELDS)):
+            return None
+        steps = whole_steps(batch.column(field))
+        if steps is None or (len(steps) and (steps.min() < 0 or steps.max() > MAX_STEP)):
+            return None
+        walls = np.full(len(steps), math.nan)
+        for f in reversed(TIME_FIELDS):
+            if f in names:
+                try:
+                    got, logged = numbers(batch.column(f), strict=False)
+                except UnfitNumber:
+                    return None
+                ok = logged & np.isfinite(got)
+                walls[ok] = got[ok]
+        metric_names = [n for n in names if n != field and n not in TIME_FIELDS]
+        columns = []
+        for n in metric_names:
+            try:
+                got = numbers(batch.column(n), strict=True)
+            except UnfitNumber:
+                return None  # the exact reading names its line
+            if got is None:
+                return None
+            columns.append(got)
+        if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
+            return None
+        return self._wide(first_line, steps, walls, metric_names, columns)
+
+    def _frame_block(self, table: pd.DataFrame, first_line: int) -> _Rows:
+        fast = self._plain_frame(table, first_line)
         if fast is not None:
             return fast
         columns = list(table.columns)
@@ -347,9 +425,8 @@ class TableStream:
             self.builder.add_object(number, dict(zip(columns, row)), self.step_key, from_csv=True)
         return self._taken()
 
-    def _plain_csv(self, table: pd.DataFrame, first_line: int) -> _Rows | None:
-        """A block whose cells are whole steps and numbers (or empty), converted column by
-        column; None when any cell needs the line-by-line reading."""
+    def _plain_frame(self, table: pd.DataFrame, first_line: int) -> _Rows | None:
+        """`_plain_csv` of a block pandas read."""
         names = [str(c) for c in table.columns]
         field = step_field(names, self.step_key)
         if field is None or (LONG_VALUE_FIELD in names and any(k in names for k in KEY_FIELDS)):
@@ -384,6 +461,29 @@ class TableStream:
         return self._wide(first_line, steps, walls, metric_names, columns)
 
 
+def step_chunks(blocks: Iterable[_Rows], chunk_rows: int,
+                frame: Callable[[_Rows], pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """`frame` of about `chunk_rows` rows at a time of the blocks' rows, each chunk ending where
+    the step changes: every row of a step is in one chunk (the JSONL and CSV logs' streams and
+    the W&B export's share this)."""
+    pending: list[_Rows] = []
+    waiting = 0
+    for block in blocks:
+        pending.append(block)
+        waiting += len(block)
+        if waiting < chunk_rows:
+            continue
+        whole = _Rows.joined(pending)
+        cut = _last_step_start(whole.steps)
+        # The rows of the last step wait for the next block, copied so `whole` can go.
+        pending, waiting = [whole.part(cut, copy=True)], len(whole) - cut
+        if cut:
+            yield frame(whole.part(0, cut))
+    whole = _Rows.joined(pending) if pending else None
+    if whole is not None and len(whole):
+        yield frame(whole)
+
+
 def _one_object_a_line(block: bytes) -> bool:
     """Every line of the block starts an object and holds no other object or list: what pyarrow's
     JSON reader takes safely (a line of `null`, or nesting thousands deep, crash the process).
@@ -415,8 +515,7 @@ def _arrow_values(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _csv_values(cells: pd.Series, strict: bool):
-    """(values, logged) of a CSV column by the cell rules of `generic_rows` (empty is not logged;
-    true/false are 1/0). strict: None when a cell is not a number; else such a cell is unlogged."""
+    """(values, logged) of a CSV column read by pandas, by `csv_cells.numbers`' rules."""
     text = cells.to_numpy(dtype=object)
     logged = cells.str.strip().to_numpy() != ""
     values = np.full(len(text), math.nan)
@@ -426,35 +525,46 @@ def _csv_values(cells: pd.Series, strict: bool):
             return values, logged
     except ValueError:
         pass
-    for i in np.flatnonzero(logged).tolist():
-        word = text[i].strip().lower()
-        if word in ("true", "false"):
-            values[i] = 1.0 if word == "true" else 0.0
-            continue
-        try:
-            values[i] = float(text[i])
-        except ValueError:
-            if strict:
-                return None
-            logged[i] = False
-            continue
-        if math.isinf(values[i]) and unfit_literal(text[i]):
-            raise UnfitNumber(text[i])
-    return values, logged
+    return cell_numbers(list(text), logged, strict)
 
 
-def _header_width(path: Path) -> int:
-    """The CSV's column count from its header, refusing one wider than MAX_COLUMNS before parsing
-    (millions of columns take minutes before anything could be said)."""
+def _csv_header(path: Path) -> list[str]:
+    """The CSV's header, refusing one wider than MAX_COLUMNS before parsing (millions of columns
+    take minutes before anything could be said); empty when it cannot be read (pandas then says
+    what is wrong with the file)."""
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             header = next(csv.reader(fh, delimiter=separator(path)), [])
     except (OSError, UnicodeDecodeError, csv.Error):
-        return 1  # pandas says what is wrong with it
+        return []
     if len(header) > MAX_COLUMNS + 1:
         raise GapwatchError(f"{path}: {len(header):,} columns; at most {MAX_COLUMNS:,} metrics are "
                             "read from one file")
     repeated = repeated_name(header)
     if repeated is not None:
         raise GapwatchError(f"{path}: column {shown(repeated)} appears twice in the header")
-    return len(header)
+    return header
+
+
+def _blank_line(batch: pa.RecordBatch) -> bool:
+    """Whether a row of the block has every cell empty (a blank line, or one of delimiters only)."""
+    empty = pc.equal(batch.column(0), "")
+    if not pc.any(empty).as_py():
+        return False
+    for i in range(1, batch.num_columns):
+        empty = pc.and_(empty, pc.equal(batch.column(i), ""))
+    return bool(pc.any(empty).as_py())
+
+
+def _arrow_reads(path: Path, header: list[str]) -> bool:
+    """Whether pyarrow's reader sees this header as pandas' does: names with no spaces to skip
+    before them, no quotes and no byte-order mark, and at least a step and a metric (a blank line
+    of a one-column file would be a row to pyarrow)."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline()
+    except OSError:
+        return False
+    return (len(header) >= 2 and not first.startswith(_BOM) and b'"' not in first
+            and all(h == h.lstrip(" ") for h in header))
+

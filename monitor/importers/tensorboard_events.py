@@ -25,6 +25,7 @@ from pathlib import Path
 from monitor.errors import GapwatchError
 from monitor.schema import EventKind
 
+from .formats import Format
 from .imported_run import ImportedRun, scalars_frame
 
 _MARKER = "tfevents"
@@ -152,3 +153,8 @@ def _records(file: Path, cut: list[str]):
         record = reader.record()
         consumed += len(record) + 16
         yield record
+
+
+FORMAT = Format("tensorboard", lambda source, options: parse_tensorboard(source),
+                lambda probe: is_event_file(probe.path) or probe.is_dir and any(
+                    is_event_file(f) for f in probe.path.rglob(f"*{_MARKER}*")), steps="asked")

@@ -40,6 +40,8 @@ from pathlib import Path
 from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
+from .formats import Format
+from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import UnfitNumber, cut, shown, unfit_literal
 from .logged_rows import LoggedRows
@@ -257,3 +259,8 @@ def _pow_too_big(base, exponent) -> bool:
     if not (isinstance(base, int) and isinstance(exponent, int)) or exponent <= 0:
         return False
     return max(abs(base), 1).bit_length() * exponent > _MAX_POW_BITS
+
+
+# A JSON file is never a text log, whatever its lines look like.
+FORMAT = Format("llmc-log", lambda source, options: parse_text_log(source),
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="llmc")

@@ -362,9 +362,19 @@ def _unchanged(scalars: pd.DataFrame, cols: dict[str, pd.Series], index: pd.Inde
     if [k for k in scalars.columns if k in cols] != list(cols) or not index.equals(scalars.index):
         return False
     for key, s in cols.items():
-        original = scalars[key].to_numpy()
+        column = scalars[key]
         values = s.to_numpy(dtype="float64")
         where = _positions(index, s)
+        if isinstance(column.dtype, pd.SparseDtype):
+            # Both are NaN but at their non-NaN cells, so those decide, and a sparse column's are
+            # its stored values: no pass over every step per eval series.
+            at, kept = schema.non_nan_cells(column)
+            logged = ~np.isnan(values)
+            mine = (np.arange(len(index)) if isinstance(where, slice) else where)[logged]
+            if not (np.array_equal(at, mine) and np.array_equal(kept, values[logged])):
+                return False
+            continue
+        original = column.to_numpy()
         if isinstance(where, slice) and _same_memory(original, values):
             continue  # the column itself, as a run's dense series are
         if not np.array_equal(original[where], values, equal_nan=True):

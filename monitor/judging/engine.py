@@ -4,10 +4,10 @@ not judge. `gapwatch detect`, the watch service, the report and the demo all jud
 
 Whole (`judge`): the reference is aligned onto the run's steps (monitor.judging.align) and every detector
 judges the run. Incrementally (`update`): each detector judges the rows that arrived since the last
-call with what its state remembers (monitor/detectors/base.py); detectors judge only units that later
-rows cannot change and their severities only grow, so fed in any pieces the engine reaches the
-verdicts of a whole-run pass (tests/monitor/watch/test_live_equals_offline.py proves it through the
-watch service).
+call with what its state remembers (monitor/detectors/incremental.py: opted in, or a bounded tail by
+default); detectors judge only units that later rows cannot change and their severities only grow,
+so fed in any pieces the engine reaches the verdicts of a whole-run pass
+(tests/monitor/watch/test_live_equals_offline.py proves it through the watch service).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pandas as pd
 
 from monitor.judging.align import AXES, align_pair
 from monitor.detectors import Detector, build
+from monitor.detectors.incremental import incremental
 from monitor.detectors.state import DetectorState, state_from_dict, state_to_dict
 from monitor.errors import GapwatchError
 from monitor.schema import Clean, Detection, NotJudged, RunData, empty_long
@@ -89,6 +90,8 @@ class DetectionEngine:
             raise GapwatchError(str(exc.args[0])) from None
         except (TypeError, ValueError) as exc:
             raise GapwatchError(f"detector settings: {exc}") from None
+        # As the watch service runs them: opted in to incremental judging, or on its bounded defaults.
+        self.incremental = [incremental(d) for d in self.detectors]
 
     @property
     def names(self) -> list[str]:
@@ -138,7 +141,7 @@ class DetectionEngine:
 
     # --- incrementally -------------------------------------------------------------------------
     def new_states(self) -> dict[str, DetectorState]:
-        return {d.name: d.new_state() for d in self.detectors}
+        return {d.name: d.new_state() for d in self.incremental}
 
     def update(self, states: dict[str, DetectorState], rows: RunData, reference: RunData | None) -> Update:
         """Judge `rows` (what arrived since the last call) against `reference` (aligned onto the
@@ -146,7 +149,7 @@ class DetectionEngine:
         found: list[Detection] = []
         cleans: list[Clean] = []
         series = [empty_series()]
-        for detector in self.detectors:
+        for detector in self.incremental:
             if detector.needs_reference and reference is None:
                 continue
             state = states.get(detector.name) or detector.new_state()

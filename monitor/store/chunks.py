@@ -127,25 +127,90 @@ def read(conn: Connection, run_id: int, key_ids: Iterable[int] | None = None, lo
         yield int(key_id), int(chunk), _decode(int(chunk), steps, *blobs)
 
 
+def read_series(conn: Connection, run_id: int, key_id: int, lo: int | None = None,
+                hi: int | None = None) -> Iterator[ChunkRows]:
+    """The sealed rows of one series in the chunks that may hold steps in [lo, hi] (either open;
+    the caller trims), in (step, attempt) order, in parts of whole chunks. A rarely
+    logged series (evals every few thousand steps) has a handful of rows in each of ~170 chunks:
+    consecutive chunks are decoded together until a part holds a chunk's width of rows, so such a
+    series costs a few array operations, not a few per chunk; a series logged every step still
+    comes a chunk at a time."""
+    steps = width(conn)
+    cond = and_(_c.run_id == run_id, _c.key_id == key_id)
+    if lo is not None:
+        cond = and_(cond, _c.chunk >= lo // steps)
+    if hi is not None:
+        cond = and_(cond, _c.chunk <= hi // steps)
+    query = select(_c.chunk, _c.step_data, _c.attempt_data, _c.value_data).where(cond).order_by(_c.chunk)
+    got = conn.execute(query).all()
+    batch: list[tuple[int, bytes, bytes, bytes]] = []
+    rows = 0
+    for i in range(len(got)):
+        chunk, step_data, attempt_data, value_data = got[i]
+        got[i] = None  # each compressed chunk freed once decoded
+        offsets = zlib.decompress(step_data)
+        batch.append((int(chunk), offsets, zlib.decompress(attempt_data), zlib.decompress(value_data)))
+        rows += len(offsets) // 2
+        if rows >= steps:
+            yield _decode_batch(batch, steps)
+            batch, rows = [], 0
+    if batch:
+        yield _decode_batch(batch, steps)
+
+
+def _decode_batch(batch: list[tuple[int, bytes, bytes, bytes]], width: int) -> ChunkRows:
+    """Decompressed columns of consecutive chunks as one ChunkRows."""
+    if len(batch) == 1:
+        chunk, offsets, attempts, values = batch[0]
+        return ChunkRows(np.frombuffer(offsets, dtype="<u2").astype(np.int64) + chunk * width,
+                         np.frombuffer(attempts, dtype="<i4").astype(np.int64), _unshuffle(values))
+    sizes = np.array([len(offsets) // 2 for _, offsets, _, _ in batch], dtype=np.int64)
+    starts = np.repeat(np.array([c for c, _, _, _ in batch], dtype=np.int64) * width, sizes)
+    steps = np.frombuffer(b"".join(o for _, o, _, _ in batch), dtype="<u2").astype(np.int64) + starts
+    attempts = np.frombuffer(b"".join(a for _, _, a, _ in batch), dtype="<i4").astype(np.int64)
+    # Each chunk's values are 8 byte planes of its n rows (_shuffle): byte b of its row j sits at
+    # 8 * (rows before the chunk) + b * n + j of the joined bytes.
+    first = np.cumsum(sizes) - sizes
+    row_first, row_size = np.repeat(first, sizes), np.repeat(sizes, sizes)
+    local = np.arange(len(steps), dtype=np.int64) - row_first
+    where = (8 * row_first + local)[:, None] + np.arange(8, dtype=np.int64)[None, :] * row_size[:, None]
+    raw = np.frombuffer(b"".join(v for _, _, _, v in batch), dtype=np.uint8)
+    values = np.ascontiguousarray(raw[where]).view("<f8").reshape(-1).astype(float, copy=False)
+    return ChunkRows(steps, attempts, values)
+
+
 def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarray:
     """Every step that any of these series holds in chunks, sorted and distinct. Only the step
     columns are read (two bytes a step), and a chunk's steps are marked in one mask per chunk
     whichever series holds them, so a run of many metrics costs a mask, not a copy of its steps
     per metric. A chunk logged at every step of its range says so in its counts, and is marked
-    without decompressing anything."""
+    without decompressing anything; so is one whose range such a chunk of another series already
+    covers (the evals of a run that logs its loss every step), marked first: only the other
+    chunks' steps are fetched and read."""
     steps = width(conn)
     marked: dict[int, np.ndarray] = {}
-    query = (select(_c.chunk, _c.n_steps, _c.first_step, _c.last_step, _c.step_data)
-             .where(and_(_c.run_id == run_id, _c.key_id.in_(list(key_ids)))))
-    for chunk, n_steps, first, last, step_data in conn.execute(query).all():
+    mine = and_(_c.run_id == run_id, _c.key_id.in_(list(key_ids)))
+    whole = _c.n_steps == _c.last_step - _c.first_step + 1
+    got = conn.execute(select(_c.key_id, _c.chunk, whole, _c.first_step, _c.last_step).where(mine)).all()
+    got.sort(key=lambda row: not row[2])
+    uncovered: list[tuple[int, int]] = []
+    for key_id, chunk, is_whole, first, last in got:
         mask = marked.get(chunk)
         if mask is None:
             mask = marked[chunk] = np.zeros(steps, dtype=bool)
         start = chunk * steps
-        if n_steps == last - first + 1:
-            mask[first - start:last - start + 1] = True
-        else:
-            mask[np.frombuffer(zlib.decompress(step_data), dtype="<u2")] = True
+        span = mask[first - start:last - start + 1]
+        if is_whole:
+            span[:] = True
+        elif not span.all():
+            uncovered.append((key_id, chunk))
+    if uncovered:
+        wanted = set(uncovered)
+        query = select(_c.key_id, _c.chunk, _c.step_data).where(
+            and_(mine, _c.chunk.in_(sorted({c for _, c in uncovered}))))
+        for key_id, chunk, step_data in conn.execute(query).all():
+            if (key_id, chunk) in wanted:
+                marked[chunk][np.frombuffer(zlib.decompress(step_data), dtype="<u2")] = True
     parts = [np.flatnonzero(marked[c]).astype(np.int64) + c * steps for c in sorted(marked)]
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 

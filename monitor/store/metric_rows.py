@@ -96,7 +96,7 @@ def series_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = Non
     """Rows of one series with lo <= step <= hi (either open). `replay` = (seen, attempt) keeps,
     at steps up to `seen`, only rows of that attempt or later: what a replaying attempt logged
     again, not what was read before."""
-    parts = [_trim(rows, lo, hi) for _, _, rows in chunks.read(conn, run_id, [key_id], lo, hi)]
+    parts = [_trim(rows, lo, hi) for rows in chunks.read_series(conn, run_id, key_id, lo, hi)]
     cond = _tail_cond(run_id, key_id, lo, hi)
     if replay is not None:
         cond = and_(cond, or_(_m.step > replay[0], _m.attempt >= replay[1]))
@@ -172,7 +172,7 @@ def series_parts(conn: Connection, run_id: int, key_id: int) -> Iterator[KeyRows
     """Every row of one series, a sealed chunk at a time and then the write tail, in (step,
     attempt) order; a step's rows all lie in one part. For a full load, which places each part
     in its frame as it comes instead of joining a 1.4M-row series first."""
-    for _, _, rows in chunks.read(conn, run_id, [key_id]):
+    for rows in chunks.read_series(conn, run_id, key_id):
         yield KeyRows(rows.steps, rows.attempts, rows.values)
     got = conn.execute(select(_m.step, _m.attempt, _m.value).where(_tail_cond(run_id, key_id, None, None))
                        .order_by(_m.step, _m.attempt)).all()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,13 +78,21 @@ _SERIES_MERGE = text(
 )
 
 
-def write(conn: Connection, run_id: int, rows: pd.DataFrame) -> int:
+def _nothing() -> None:
+    pass
+
+
+def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[[], None] | None = None) -> int:
     """Insert rows (key_id, step, attempt, value, wall_time) of one run; return rows given.
 
     Rows must be validated already: integer steps >= 0, one row per (key_id, step, attempt).
+    `progress()` is called each time the database has answered a part of the write (a phase, a
+    slice of the insert): a caller that bounds a write by the database's silence can tell a
+    large write that is moving from one that gets no answer.
     """
     if rows.empty:
         return 0
+    progress = progress or _nothing
     key_ids = rows["key_id"].to_numpy(np.int64)
     steps = rows["step"].to_numpy(np.int64)
     attempts = rows["attempt"].to_numpy(np.int64)
@@ -93,18 +102,23 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame) -> int:
 
     distinct = np.unique(batch.key_ids)
     marks = _lock_marks(conn, run_id, distinct.tolist())
+    progress()
     # Per row through the distinct keys: a dict lookup per row cost ~0.3 us a row.
     mark = np.array([marks.get(k, -1) for k in distinct.tolist()], dtype=np.int64)[
         np.searchsorted(distinct, batch.key_ids)]
     appends = batch.steps > mark
     in_tail = _seal(conn, run_id, batch, marks)
+    progress()
     if in_tail.any():
-        _insert_raw(conn, run_id, batch.select(in_tail), only_appends=bool(appends[in_tail].all()))
+        _insert_raw(conn, run_id, batch.select(in_tail), only_appends=bool(appends[in_tail].all()),
+                    progress=progress)
 
     if appends.any():
         fresh = batch.select(appends).latest_per_step()
         _merge_rollups(conn, run_id, fresh)
+        progress()
         _merge_series(conn, run_id, fresh)
+        progress()
     # A key whose batch reaches back to or before its mark is rebuilt from the raw rows.
     back_keys = batch.key_ids[~appends]
     for key_id in np.unique(back_keys).tolist():
@@ -246,31 +260,35 @@ def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, 
     return {int(k): int(s) for k, s in conn.execute(query)}
 
 
-def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool) -> None:
+def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool,
+                progress: Callable[[], None] = _nothing) -> None:
     complete = True
     # In slices: a row as a tuple of Python objects takes ~200 bytes, so a whole batch of them
     # was the largest thing an import held.
     for lo in range(0, len(batch.steps), _INSERT_SLICE_ROWS):
         part = batch.select(slice(lo, lo + _INSERT_SLICE_ROWS))
-        # NaN -> NULL (see tables.py); an object array so None survives.
-        value_col = np.where(np.isnan(part.values), None, part.values).tolist()
-        tuples = list(
-            zip(
-                itertools.repeat(run_id, len(part.steps)),
-                part.key_ids.tolist(),
-                part.steps.tolist(),
-                part.attempts.tolist(),
-                value_col,
-                part.wall_times.tolist(),
-            )
-        )
         if conn.dialect.name == "postgresql":
-            complete &= _copy_postgres(conn, tuples, only_appends)
+            complete &= _copy_postgres(conn, _binary_copy(run_id, part), len(part.steps), only_appends)
         else:
-            # Straight to sqlite3's executemany: SQLAlchemy's per-row parameter handling would
-            # cost several times the insert itself.
-            complete &= conn.exec_driver_sql(_SQLITE_INSERT, tuples).rowcount == len(tuples)
+            complete &= _insert_sqlite(conn, run_id, part)
+        progress()
     _remember_tail(conn, run_id, batch, complete)
+
+
+def _insert_sqlite(conn: Connection, run_id: int, part: _Batch) -> bool:
+    """Straight to sqlite3's executemany (SQLAlchemy's per-row parameter handling would cost
+    several times the insert itself), fed row tuples one at a time from the columns: a list of
+    them would be thousands of objects the garbage collector follows, and promotes into its
+    oldest generation while the insert runs. True if every row was new."""
+    # NaN -> NULL (see tables.py); an object array so None survives.
+    values = np.where(np.isnan(part.values), None, part.values).tolist()
+    rows = zip(itertools.repeat(run_id), part.key_ids.tolist(), part.steps.tolist(), part.attempts.tolist(), values,
+               part.wall_times.tolist())
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        return cursor.executemany(_SQLITE_INSERT, rows).rowcount == len(values)
+    finally:
+        cursor.close()
 
 
 def _remember_tail(conn: Connection, run_id: int, batch: _Batch, complete: bool) -> None:
@@ -287,14 +305,14 @@ def _remember_tail(conn: Connection, run_id: int, batch: _Batch, complete: bool)
             tail_cache.forget(conn, run_id, key_id)
 
 
-def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) -> bool:
+def _copy_postgres(conn: Connection, data: bytes, rows: int, only_appends: bool) -> bool:
     """COPY (binary) straight into the table when every row lies past its series' mark, so no row
     can already exist; otherwise, or if another host raced us to a new series, COPY into a
     temporary table and merge with INSERT ... ON CONFLICT DO NOTHING. True if every row was new."""
     if only_appends:
         try:
             with conn.begin_nested():
-                _copy_rows(conn, "metrics", tuples)
+                _copy_rows(conn, "metrics", data)
             return True
         except IntegrityError:
             pass
@@ -305,27 +323,70 @@ def _copy_postgres(conn: Connection, tuples: list[tuple], only_appends: bool) ->
             "(run_id int4, key_id int4, step int8, attempt int4, value float8, wall_time float8) "
             "ON COMMIT DELETE ROWS"
         )
-    _copy_rows(conn, "metrics_incoming", tuples)
+    _copy_rows(conn, "metrics_incoming", data)
     with raw.cursor() as cur:
         cur.execute(
             "INSERT INTO metrics (run_id, key_id, step, attempt, value, wall_time) "
             "SELECT run_id, key_id, step, attempt, value, wall_time FROM metrics_incoming "
             "ON CONFLICT DO NOTHING"
         )
-        complete = cur.rowcount == len(tuples)
+        complete = cur.rowcount == rows
         cur.execute("TRUNCATE metrics_incoming")
     return complete
 
 
-def _copy_rows(conn: Connection, table: str, tuples: list[tuple]) -> None:
+def _copy_rows(conn: Connection, table: str, data: bytes) -> None:
     raw = conn.connection.driver_connection
     with raw.cursor() as cur:
         with cur.copy(
             f"COPY {table} (run_id, key_id, step, attempt, value, wall_time) FROM STDIN (FORMAT BINARY)"
         ) as copy:
-            copy.set_types(["int4", "int4", "int8", "int4", "float8", "float8"])
-            for row in tuples:
-                copy.write_row(row)
+            copy.write(data)
+
+
+# PostgreSQL's binary COPY: a signature, 32-bit flags and header-extension length (both 0); then per
+# row a 16-bit field count and each field as a 32-bit length (-1: NULL) and its big-endian bytes;
+# a count of -1 ends the data.
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+_COPY_TRAILER = b"\xff\xff"
+
+
+def _copy_layout(with_value: bool) -> np.dtype:
+    fields = [("count", ">i2")]
+    for name, kind in (("run_id", ">i4"), ("key_id", ">i4"), ("step", ">i8"), ("attempt", ">i4"),
+                       ("value", ">f8"), ("wall_time", ">f8")):
+        fields.append((f"{name}_len", ">i4"))
+        if name != "value" or with_value:
+            fields.append((name, kind))
+    return np.dtype(fields)
+
+
+_WITH_VALUE, _NULL_VALUE = _copy_layout(True), _copy_layout(False)
+
+
+def _binary_copy(run_id: int, part: _Batch) -> bytes:
+    """Rows in binary COPY form, laid out by NumPy a column at a time: psycopg's write_row costs a
+    Python call a row, which was most of a write. A NaN value goes as NULL (see tables.py): those
+    rows, without the value's bytes, follow the others (a COPY's row order does not matter)."""
+    null = np.isnan(part.values)
+    blocks = [_COPY_HEADER]
+    for layout, mask in ((_WITH_VALUE, ~null), (_NULL_VALUE, null)):
+        n = int(mask.sum())
+        if not n:
+            continue
+        rows = np.empty(n, dtype=layout)
+        rows["count"] = 6
+        for name, column, size in (("run_id", run_id, 4), ("key_id", part.key_ids[mask], 4),
+                                   ("step", part.steps[mask], 8), ("attempt", part.attempts[mask], 4),
+                                   ("value", part.values[mask], 8), ("wall_time", part.wall_times[mask], 8)):
+            if name in layout.names:
+                rows[f"{name}_len"] = size
+                rows[name] = column
+            else:
+                rows[f"{name}_len"] = -1
+        blocks.append(rows.tobytes())
+    blocks.append(_COPY_TRAILER)
+    return b"".join(blocks)
 
 
 # The merge's parameters in the order the statement names them.

@@ -12,7 +12,8 @@ it keeps the extremes by hand.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -51,14 +52,28 @@ def _as_list(x) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
+@dataclass(frozen=True)
+class ChartRead:
+    """What a point-budgeted read gives a chart: the rows, and how coarse each series came back."""
+
+    rows: pd.DataFrame
+    """Long frame (run, key, step, value)."""
+    bucket_width: Mapping[tuple[str, str], int]
+    """Steps one returned point stands for, per (run, key): 1 at full resolution. A downsampled
+    series (width > 1) holds only finite values and ends at the range's last finite value."""
+
+
 def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DEFAULT_MAX_POINTS,
                  since_step: int | None = None) -> pd.DataFrame:
-    """Long frame (run, key, step, value): the latest attempt of each step, at most `max_points`
-    rows per series. Unknown keys give no rows; an unknown run is an error.
+    """The rows of `read_series`, for callers that need no bucket widths."""
+    return read_series(db, runs, keys, step_range, max_points, since_step).rows
 
-    Downsampled series (attrs["bucket_width"][(run, key)] > 1) hold only finite values and end
-    at the range's last finite value; at full resolution NaN and Inf come back as logged.
-    """
+
+def read_series(db: Database, runs, keys, step_range=None, max_points: int = DEFAULT_MAX_POINTS,
+                since_step: int | None = None) -> ChartRead:
+    """The latest attempt of each step, at most `max_points` rows per series, with each series'
+    bucket width. Unknown keys give no rows; an unknown run is an error. At full resolution NaN
+    and Inf come back as logged."""
     if max_points < 1:
         raise ValueError("max_points must be at least 1")
     parts = []
@@ -108,8 +123,7 @@ def read_scalars(db: Database, runs, keys, step_range=None, max_points: int = DE
                 widths[(run, key)] = width
                 parts.append((run, key, steps, values))
     out = _long_frame(parts) if parts else empty_long("run", "key", "step", "value")
-    out.attrs["bucket_width"] = widths
-    return out[_SCALAR_COLUMNS]
+    return ChartRead(out[_SCALAR_COLUMNS], widths)
 
 
 def _long_frame(parts: list[tuple[str, str, np.ndarray, np.ndarray]]) -> pd.DataFrame:
@@ -166,26 +180,42 @@ def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | N
     return (int(steps[finite[-1]]), float(values[finite[-1]])) if len(finite) else None
 
 
+# Rollup reads go through the driver: a run page reads a couple of hundred series this way, and
+# SQLAlchemy's handling of a statement and its rows cost several times the query itself.
+_SPARSE_ROLLUPS_QUERY = (f"SELECT n, nonfinite, min_step, min_value, max_step, max_value FROM {tables.rollups.name} "
+                         "WHERE run_id = ? AND key_id = ? AND level = 0 AND bucket >= ? AND bucket <= ? "
+                         "ORDER BY bucket")
+_ROLLUPS_QUERY = (f"SELECT min_step, min_value, max_step, max_value FROM {tables.rollups.name} "
+                  "WHERE run_id = ? AND key_id = ? AND level = ? AND bucket >= ? AND bucket <= ? ORDER BY bucket")
+
+
+def _driver_rows(conn, query: str, params: tuple) -> list[tuple]:
+    """Rows of a query written with `?` marks, run on the connection's driver cursor."""
+    if conn.dialect.paramstyle != "qmark":
+        query = query.replace("?", "%s")
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        cursor.execute(query, params)
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
 def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
     """Every logged point of a sparse series (evals every few thousand steps) in [lo, hi], from
     its finest rollups, when they hold them all: each bucket has one point, or two at different
     steps (its minimum and its maximum), and no NaN/Inf (rollups keep finite values only). None
     otherwise. A raw read decodes every chunk the range spans, for a handful of rows each."""
     width = LEVEL_WIDTHS[0]
-    r = tables.rollups.c
-    rows = conn.execute(
-        select(r.n, r.nonfinite, r.min_step, r.min_value, r.max_step, r.max_value)
-        .where(and_(r.run_id == run_id, r.key_id == key_id, r.level == 0,
-                    r.bucket >= lo // width, r.bucket <= hi // width))
-        .order_by(r.bucket)
-    ).all()
+    rows = _driver_rows(conn, _SPARSE_ROLLUPS_QUERY, (run_id, key_id, lo // width, hi // width))
     if not rows:
         return np.empty(0, np.int64), np.empty(0, float)
-    n, nonfinite = metric_rows.columns([r[:2] for r in rows], [np.int64, np.int64])
-    if nonfinite.any() or (n > 2).any():
+    n, nonfinite, *extremes = zip(*rows)
+    if any(nonfinite) or max(n) > 2:
         return None  # (a bucket of NaN only has no minimum step either)
-    min_step, min_value, max_step, max_value = metric_rows.columns(
-        [r[2:] for r in rows], [np.int64, float, np.int64, float])
+    n = np.array(n, dtype=np.int64)
+    min_step, min_value, max_step, max_value = (np.array(c, dtype=d) for c, d in
+                                                zip(extremes, (np.int64, float, np.int64, float)))
     if ((n == 2) & (min_step == max_step)).any():
         return None
     two = n == 2
@@ -199,24 +229,18 @@ def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
 
 def _from_rollups(conn, run_id: int, key_id: int, level: int, lo: int, hi: int):
     width = LEVEL_WIDTHS[level]
-    r = tables.rollups.c
-    rows = conn.execute(
-        select(r.min_step, r.min_value, r.max_step, r.max_value)
-        .where(and_(r.run_id == run_id, r.key_id == key_id, r.level == level,
-                    r.bucket >= lo // width, r.bucket <= hi // width))
-        .order_by(r.bucket)
-    ).all()
-    points: dict[int, float] = {}
-    for min_step, min_value, max_step, max_value in rows:
-        # Edge buckets reach past the range: keep only their extremes that fall inside it.
-        if min_step is not None and lo <= min_step <= hi:
-            points[min_step] = min_value
-        if max_step is not None and lo <= max_step <= hi:
-            points[max_step] = max_value
-    steps = np.fromiter(points.keys(), dtype=np.int64, count=len(points))
-    values = np.fromiter(points.values(), dtype=float, count=len(points))
-    order = np.argsort(steps, kind="stable")
-    return steps[order], values[order]
+    rows = _driver_rows(conn, _ROLLUPS_QUERY, (run_id, key_id, level, lo // width, hi // width))
+    if not rows:
+        return np.empty(0, np.int64), np.empty(0, float)
+    min_step, min_value, max_step, max_value = zip(*rows)
+    # A bucket of NaN only has no extremes (NULL): its step -1 lies before every range.
+    steps = np.array([-1 if v is None else v for v in min_step + max_step], dtype=np.int64)
+    values = np.array(min_value + max_value, dtype=float)
+    # Edge buckets reach past the range: keep only their extremes that fall inside it. A bucket
+    # of one point gives it as its minimum and its maximum: each step is kept once.
+    inside = (steps >= lo) & (steps <= hi)
+    steps, at = np.unique(steps[inside], return_index=True)
+    return steps, values[inside][at]
 
 
 def list_runs(db: Database) -> pd.DataFrame:

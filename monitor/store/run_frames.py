@@ -82,9 +82,10 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
     repeat_parts = []
     nonfinite_parts = []
     for key in keys:
-        if key in sparse_keys:
-            row = np.full(len(index), np.nan)
-        else:
+        # A sparse key's points are gathered as (positions, values), never as a row of every step.
+        at_parts: list[np.ndarray] | None = [] if key in sparse_keys else None
+        value_parts: list[np.ndarray] = []
+        if at_parts is None:
             row = matrix[len(names)]
             row[:] = np.nan
         logged = 0
@@ -99,7 +100,10 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
                 part_steps, values = part.steps, part.values
             at = int(np.searchsorted(index, part_steps[0]))
             end = at + len(part_steps)
-            if index[end - 1] == part_steps[-1]:  # sorted and distinct: the same run of steps
+            if at_parts is not None:
+                at_parts.append(np.searchsorted(index, part_steps))
+                value_parts.append(values)
+            elif index[end - 1] == part_steps[-1]:  # sorted and distinct: the same run of steps
                 row[at:end] = values
             else:
                 row[np.searchsorted(index, part_steps)] = values
@@ -109,8 +113,8 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
                 nonfinite_parts.append((key, part_steps[bad], None, values[bad]))
         if not logged:
             continue
-        if key in sparse_keys:
-            sparse[key] = pd.arrays.SparseArray(row, fill_value=np.nan)
+        if at_parts is not None:
+            sparse[key] = _sparse_column(at_parts, value_parts, len(index))
         else:
             names.append(key)
     for key in sorted(earlier):  # keys with earlier attempts' rows but none of their own
@@ -128,6 +132,17 @@ def stream_run_data(info: RunInfo, steps: np.ndarray, keys: list[str], read: Cal
     return RunData(info=info, scalars=scalars, events=events.reset_index(drop=True),
                    repeats=_long(repeat_parts, with_attempt=True),
                    logged_nonfinite=_long(nonfinite_parts, with_attempt=False))
+
+
+def _sparse_column(at_parts: list[np.ndarray], value_parts: list[np.ndarray], length: int) -> pd.arrays.SparseArray:
+    """The column of these points (positions in step order) as a NaN-filled SparseArray: a logged
+    NaN is the fill, so it is not among the stored values, as in a sparse copy of the dense row."""
+    at = np.concatenate(at_parts)
+    values = np.concatenate(value_parts).astype(float, copy=False)
+    kept = ~np.isnan(values)
+    if not kept.all():
+        at, values = at[kept], values[kept]
+    return pd.arrays.SparseArray.from_indices(values, at, length, fill_value=np.nan)
 
 
 def _collect_repeats(parts: list, key: str, rows: KeyRows, earlier: KeyRows | None) -> None:

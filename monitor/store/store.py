@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -100,9 +100,17 @@ class Store:
     # --- connections and transactions -----------------------------------------------------------
     @property
     def backend(self) -> str:
+        """The backend the store runs on.
+
+        Returns:
+            "sqlite" or "postgresql".
+        """
         return self.url.backend
 
     def close(self) -> None:
+        """Release the store's connections. Idempotent; a store used as a context manager closes
+        itself.
+        """
         self.engine.dispose()
 
     def __enter__(self) -> "Store":
@@ -113,13 +121,22 @@ class Store:
 
     @contextmanager
     def atomic(self) -> Iterator[Connection]:
-        """Every store call inside the block, on this thread, is one transaction."""
+        """Every store call inside the block, on this thread, is one transaction.
+
+        Returns:
+            A context manager yielding the open connection; leaving the block commits, an
+            exception rolls everything in it back.
+        """
         with self._db.atomic() as conn:
             yield conn
 
     def schema_version(self) -> int:
         """The schema version the database holds, read on a plain connection: a health probe on
-        SQLite must not queue behind a writer for a transaction."""
+        SQLite must not queue behind a writer for a transaction.
+
+        Returns:
+            The version (monitor/store/migrations.py), 0 for an empty database.
+        """
         with self.engine.connect() as conn:
             return migrations.current_version(conn)
 
@@ -135,7 +152,19 @@ class Store:
         reference: str | None = None,
         status: str | RunStatus = RunStatus.RUNNING,
     ) -> int:
-        """Create the run if it is new; an existing run keeps its fields except those given here."""
+        """Create the run if it is new; an existing run keeps its fields except those given here.
+
+        Args:
+            name: the run's name, 1 to 255 characters, not blank.
+            project, source, config, tokens_per_step, reference, status: the run's fields; None
+                leaves an existing run's value as it is.
+
+        Returns:
+            The run's id.
+
+        Raises:
+            GapwatchError: the name is empty, blank or too long.
+        """
         if not name or len(name) > 255:
             raise GapwatchError(f"run name {name!r} must be 1 to 255 characters")
         if not name.strip():
@@ -164,6 +193,17 @@ class Store:
         return run_id
 
     def update_run(self, name: str, **fields: Any) -> None:
+        """Change some fields of an existing run.
+
+        Args:
+            name: the run.
+            **fields: project, config, tokens_per_step, reference, status or source; a None value
+                leaves that field as it is.
+
+        Raises:
+            GapwatchError: there is no such run.
+            TypeError: a field the runs table does not have.
+        """
         with self._db.tx() as conn:
             self._db.run_id(conn, name)
             self._update(conn, name, **fields)
@@ -181,25 +221,61 @@ class Store:
         conn.execute(tables.runs.update().where(tables.runs.c.name == name).values(**values))
 
     def get_run(self, name: str) -> dict | None:
+        """The run's row as stored.
+
+        Args:
+            name: the run.
+
+        Returns:
+            A dict of the runs table's columns, `config` parsed into a dict; None when there is no
+            such run.
+        """
         return reader.get_run(self._db, name)
 
     def run_info(self, name: str) -> RunInfo:
+        """What the detectors need to know of a run besides its metrics.
+
+        Args:
+            name: the run.
+
+        Returns:
+            Its RunInfo (tokens per step, global batch size, records per epoch, reference).
+
+        Raises:
+            GapwatchError: there is no such run.
+        """
         return reader.run_info(self._db, name)
 
     def list_runs(self) -> pd.DataFrame:
-        """One row per run, newest first, with its open alerts, the worst open severity and the
-        worst severity ever found (alerts in any state and stored detections)."""
+        """Every run, for the dashboard's overview and `gapwatch runs`.
+
+        Returns:
+            One row per run, newest first, with its open alerts, the worst open severity and the
+            worst severity ever found (alerts in any state and stored detections).
+        """
         return reader.list_runs(self._db)
 
     def run_references(self) -> list[tuple[str, str | None]]:
-        """(name, reference) of every run, oldest first: one small query, for a watch service
-        that looks for new runs at every poll."""
+        """Every run with its reference: one small query, for a watch service that looks
+        for new runs at every poll.
+
+        Returns:
+            (name, reference or None) of every run, oldest first.
+        """
         r = tables.runs.c
         with self._db.read() as conn:
             return [(name, ref or None) for name, ref in conn.execute(select(r.name, r.reference).order_by(r.id))]
 
     def delete_run(self, name: str) -> None:
-        """Delete a run with everything that hangs on it, undelivered notifications of its alerts too."""
+        """Delete a run with everything that hangs on it, undelivered notifications of its
+        alerts too.
+
+        Args:
+            name: the run.
+
+        Raises:
+            GapwatchError: there is no such run.
+        """
         with self._db.tx() as conn:
             run_id = self._db.run_id(conn, name)
             alert_ids = select(tables.alerts.c.id).where(tables.alerts.c.run_id == run_id)
@@ -213,8 +289,16 @@ class Store:
         self._db.forget_run(name)
 
     def rename_run(self, old: str, new: str) -> None:
-        """Rename a run. Its metrics, events, detections and alerts hang on its id and follow; runs
-        and detections that name it as their reference name the new one."""
+        """Rename a run. Its metrics, events, detections and alerts hang on its id and follow;
+        runs and detections that name it as their reference name the new one.
+
+        Args:
+            old: the run's name now.
+            new: its new name, 1 to 255 characters, not taken.
+
+        Raises:
+            GapwatchError: no run `old`, or `new` is invalid or taken.
+        """
         if not new or len(new) > 255:
             raise GapwatchError(f"run name {new!r} must be 1 to 255 characters")
         r, d = tables.runs.c, tables.detections.c
@@ -229,7 +313,15 @@ class Store:
         self._db.remember_run(new, run_id)
 
     def set_reference(self, name: str, reference: str | None) -> None:
-        """Record `reference` (None: none) as the run's reference; it must be another stored run."""
+        """Record the run's reference.
+
+        Args:
+            name: the run.
+            reference: another stored run, or None for none.
+
+        Raises:
+            GapwatchError: either run is missing, or a run would be its own reference.
+        """
         if reference == name:
             raise GapwatchError(f"run {name!r} cannot be its own reference")
         with self._db.tx() as conn:
@@ -240,13 +332,27 @@ class Store:
                          .values(reference=reference, updated_at=time.time()))
 
     def runs_referring_to(self, name: str) -> list[str]:
-        """The runs that name `name` as their reference."""
+        """The runs that compare themselves with `name`.
+
+        Args:
+            name: a run.
+
+        Returns:
+            The names of the runs whose reference is `name`, sorted.
+        """
         r = tables.runs.c
         with self._db.read() as conn:
             return [n for (n,) in conn.execute(select(r.name).where(r.reference == name).order_by(r.name))]
 
     def new_attempt(self, name: str) -> int:
-        """The next attempt number of a run: 1 for its first logging process, 2 after a restart..."""
+        """Count one more attempt of a run: a logging process that starts (or restarts) it.
+
+        Args:
+            name: the run.
+
+        Returns:
+            The new attempt's number: 1 for its first logging process, 2 after a restart...
+        """
         with self._db.tx() as conn:
             self._db.run_id(conn, name)
             return conn.execute(
@@ -257,15 +363,42 @@ class Store:
             ).scalar_one()
 
     def run_id(self, name: str) -> int:
+        """The run's id in the database.
+
+        Args:
+            name: the run.
+
+        Returns:
+            Its id.
+
+        Raises:
+            GapwatchError: there is no such run.
+        """
         with self._db.read() as conn:
             return self._db.run_id(conn, name)
 
     # --- metric keys ---------------------------------------------------------------------------
     def key_ids(self, conn: Connection, names: Iterable[str]) -> dict[str, int]:
-        """Ids of the keys that exist; unknown names are left out."""
+        """Ids of metric keys, on a connection the caller holds (inside `atomic`).
+
+        Args:
+            conn: the open connection.
+            names: metric keys.
+
+        Returns:
+            {key: id} of the keys that exist; unknown names are left out.
+        """
         return self._db.key_ids(conn, names)
 
     def list_keys(self, name: str) -> list[str]:
+        """The metric keys a run has logged.
+
+        Args:
+            name: the run.
+
+        Returns:
+            Its keys, sorted (logged series only, not derived ones).
+        """
         with self._db.read() as conn:
             run_id = self._db.run_id(conn, name)
             ids = [k for (k,) in conn.execute(select(tables.series.c.key_id).where(tables.series.c.run_id == run_id))]
@@ -273,12 +406,25 @@ class Store:
         return sorted(names[i] for i in ids)
 
     # --- metrics -------------------------------------------------------------------------------
-    def write_metrics(self, name: str, frame: pd.DataFrame) -> int:
-        """Store long rows (step, key, value [, wall_time, attempt]) of one run; return rows given.
+    def write_metrics(self, name: str, frame: pd.DataFrame, progress: Callable[[], None] | None = None) -> int:
+        """Store long rows of one run: the write path of the client and the importers.
 
         Steps must be integers >= 0 and keys valid metric keys; a bad row rejects the whole batch
         with one error naming it. Within a batch, a repeated (key, step, attempt) keeps its last
         value. NaN and +/-Inf are stored as such.
+
+        Args:
+            name: the run (it must exist: `ensure_run`).
+            frame: columns step, key, value, and optionally wall_time and attempt (default 1).
+            progress: called each time the database has answered a part of the write (a phase,
+                a slice of the insert); the logging client tells a slow store from a silent one
+                by it, and stops a write it has left by raising there (the write is undone).
+
+        Returns:
+            The number of rows given (after duplicates within the batch are merged).
+
+        Raises:
+            GapwatchError: a bad step, key or value, or no such run.
         """
         rows = _validated(name, frame)
         if rows.empty:
@@ -289,11 +435,18 @@ class Store:
             # Each distinct name looked up once, not once a row (a map over the string column).
             codes, names = pd.factorize(rows["key"])
             rows["key_id"] = np.array([ids[n] for n in names], dtype=np.int64)[codes]
-            return metrics_writer.write(conn, run_id, rows.drop(columns="key"))
+            return metrics_writer.write(conn, run_id, rows.drop(columns="key"), progress)
 
     def write_derived(self, name: str, frame: pd.DataFrame) -> int:
-        """Store a detector's series of one run (step, key, value: spike scores) apart from its
-        logged rows; a step written again takes the new value. Return rows given."""
+        """Store a detector's series of one run (spike scores) apart from its logged rows.
+
+        Args:
+            name: the run.
+            frame: columns step, key, value; a step written again takes the new value.
+
+        Returns:
+            The number of rows given.
+        """
         if frame.empty:
             return 0
         with self._db.tx() as conn:
@@ -303,8 +456,17 @@ class Store:
 
     def read_derived(self, name: str, keys: Iterable[str] | None = None, step_range: tuple[int, int] | None = None,
                      max_points: int = reader.DEFAULT_MAX_POINTS) -> pd.DataFrame:
-        """A run's derived series (all, or `keys`) as a long frame (key, step, value), at most
-        `max_points` rows per key (each bucket's highest value)."""
+        """A run's derived series, point-budgeted like `read_scalars`.
+
+        Args:
+            name: the run.
+            keys: the derived keys to read; None for all.
+            step_range: (first, last) step, inclusive; None for the whole run.
+            max_points: at most this many rows per key (each bucket's highest value); at least 1.
+
+        Returns:
+            A long frame (key, step, value).
+        """
         if max_points < 1:
             raise ValueError("max_points must be at least 1")
         with self._db.read() as conn:
@@ -317,18 +479,40 @@ class Store:
 
     @property
     def chunk_steps(self) -> int:
-        """Steps one sealed chunk of a series spans (chunks.py): a write whose series reach just
-        past a multiple of it goes straight into chunks, not through the row table."""
+        """Steps one sealed chunk of a series spans (chunks.py): a write whose series reach
+        just past a multiple of it goes straight into chunks, not through the row table.
+
+        Returns:
+            The store's chunk width in steps.
+        """
         with self._db.read() as conn:
             return chunks.width(conn)
 
     def count_rows(self, name: str) -> int:
-        """Metric rows stored for a run, every attempt counted (for tests and progress lines)."""
+        """Metric rows stored for a run, every attempt counted (for tests and progress lines).
+
+        Args:
+            name: the run.
+
+        Returns:
+            The number of logged rows (derived series not counted).
+        """
         with self._db.read() as conn:
             return metric_rows.count(conn, self._db.run_id(conn, name))
 
     # --- events --------------------------------------------------------------------------------
     def write_events(self, name: str, events: Iterable[dict]) -> int:
+        """Store a run's events (checkpoints, resumes, restarts...). An event stored twice is
+        kept once (its kind, step, attempt and payload make its identity).
+
+        Args:
+            name: the run.
+            events: dicts with kind (EventKind or its value) and step, and optionally attempt
+                (default 1), payload (a JSON-able dict) and wall_time.
+
+        Returns:
+            The number of events given.
+        """
         now = time.time()
         rows = []
         for ev in events:
@@ -349,29 +533,108 @@ class Store:
         return len(rows)
 
     def read_events(self, name: str, kinds: Iterable[str] | None = None) -> pd.DataFrame:
+        """A run's events.
+
+        Args:
+            name: the run.
+            kinds: only events of these kinds; None for all.
+
+        Returns:
+            A frame (step, kind, attempt, payload as a dict, wall_time) in step order.
+        """
         return reader.read_events(self._db, name, kinds)
 
     # --- the reader ------------------------------------------------------------------------------
     def read_scalars(self, runs, keys, step_range=None, max_points: int = reader.DEFAULT_MAX_POINTS,
                      since_step: int | None = None) -> pd.DataFrame:
+        """Point-budgeted series for charts: what the dashboard and report draw.
+
+        Args:
+            runs: a run or runs (an unknown run is an error).
+            keys: a key or keys (unknown keys give no rows).
+            step_range: (first, last) step, inclusive; None for the whole run.
+            max_points: at most this many rows per series (MinMax buckets), at least 1.
+            since_step: only steps after this one (a live chart's increment).
+
+        Returns:
+            A long frame (run, key, step, value), the latest attempt of each step. A downsampled
+            series holds finite values only; at full resolution NaN and Inf come back as logged.
+            `read_series` gives each series' bucket width too.
+        """
         return reader.read_scalars(self._db, runs, keys, step_range=step_range, max_points=max_points,
                                    since_step=since_step)
 
+    def read_series(self, runs, keys, step_range=None, max_points: int = reader.DEFAULT_MAX_POINTS,
+                    since_step: int | None = None) -> reader.ChartRead:
+        """`read_scalars` with how coarse each series came back, for a chart that says so.
+
+        Args:
+            runs, keys, step_range, max_points, since_step: as for `read_scalars`.
+
+        Returns:
+            A ChartRead: the rows, and the steps one point stands for per (run, key).
+        """
+        return reader.read_series(self._db, runs, keys, step_range=step_range, max_points=max_points,
+                                  since_step=since_step)
+
     def load_run(self, name: str, keys: Iterable[str] | None = None) -> RunData:
+        """Every logged value of a run at full resolution, for the detectors.
+
+        Args:
+            name: the run.
+            keys: only these keys; None for all.
+
+        Returns:
+            Its RunData: dense and sparse columns, events, repeats of resumed steps, non-finite
+            values as logged.
+        """
         return reader.load_run(self._db, name, keys)
 
     def series_marks(self, name: str) -> dict[str, tuple[int, int]]:
+        """First and last logged step of each of a run's series (kept with every write: no scan).
+
+        Args:
+            name: the run.
+
+        Returns:
+            {key: (first step, last step)}.
+        """
         return reader.series_marks(self._db, name)
 
     def read_alerts(self, name: str, limit: int = 500) -> pd.DataFrame:
+        """A run's incidents.
+
+        Args:
+            name: the run.
+            limit: at most this many, most recently updated first.
+
+        Returns:
+            A frame of the alerts table's rows.
+        """
         return reader.read_alerts(self._db, name, limit)
 
     def activity(self, name: str) -> list[list]:
+        """A cheap fingerprint of a run's events, detections and alerts that changes whenever any
+        of them does (one aggregate query per table): the dashboard redraws only then.
+
+        Args:
+            name: the run.
+
+        Returns:
+            [[count, latest change] of events, of detections, of alerts].
+        """
         return reader.activity(self._db, name)
 
     # --- the watch service's incremental reads ---------------------------------------------------
     def run_marks(self, name: str) -> RunMarks:
-        """Per key first step, last step and rows, the last event id and the attempts started."""
+        """The watch service's high-water marks of one run.
+
+        Args:
+            name: the run.
+
+        Returns:
+            Per key first step, last step and rows, the last event id and the attempts started.
+        """
         return increments.marks(self._db, name)
 
     def runs_marks(self, names: list[str]) -> dict[str, RunMarks]:
@@ -383,19 +646,65 @@ class Store:
         return reader.run_infos(self._db, names)
 
     def read_key_rows(self, name: str, ranges: list[KeyRange]) -> dict[str, KeyRows]:
+        """The watch service's read of new rows.
+
+        Args:
+            name: the run.
+            ranges: per key, the steps to read past its cursor (replays included).
+
+        Returns:
+            {key: its rows}; keys the store does not know give none.
+        """
         return increments.key_rows(self._db, name, ranges)
 
     def read_attempt_rows(self, name: str, keys: list[str], lo: int, hi: int) -> dict[str, KeyRows]:
+        """Every attempt's rows of some keys over a stretch of steps (a replayed stretch).
+
+        Args:
+            name: the run.
+            keys: metric keys.
+            lo, hi: the steps, inclusive.
+
+        Returns:
+            {key: its rows, every attempt}.
+        """
         return increments.attempt_rows(self._db, name, keys, lo, hi)
 
     def read_events_after(self, name: str, event_id: int) -> pd.DataFrame:
+        """A run's events newer than the watch service's cursor.
+
+        Args:
+            name: the run.
+            event_id: the last event id already read.
+
+        Returns:
+            A frame (id, step, kind, attempt, payload as a dict) in id order.
+        """
         return increments.events_after(self._db, name, event_id)
 
     def latest_attempts(self, name: str, points: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The highest attempt that logged each of some (key, step) points.
+
+        Args:
+            name: the run.
+            points: (key, step) pairs.
+
+        Returns:
+            {(key, step): attempt}; pairs nobody logged are left out.
+        """
         return increments.latest_attempts(self._db, name, points)
 
     # --- detections ----------------------------------------------------------------------------
     def write_detections(self, detections: Iterable[Detection]) -> int:
+        """Store detections; one found again (same run, detector, metric and first step) is
+        updated in place, so a growing finding stays one row.
+
+        Args:
+            detections: the findings.
+
+        Returns:
+            The number stored.
+        """
         now = time.time()
         rows = []
         with self._db.tx() as conn:
@@ -418,10 +727,24 @@ class Store:
         return len(rows)
 
     def read_detections(self, run: str | None = None, detector: str | None = None) -> list[Detection]:
+        """Stored detections.
+
+        Args:
+            run: only this run's; None for every run.
+            detector: only this detector's; None for all.
+
+        Returns:
+            The detections.
+        """
         return reader.read_detections(self._db, run, detector)
 
     def clear_detections(self, run: str, detectors: Iterable[str] | None = None) -> None:
-        """Forget a run's stored detections (all, or those of some detectors) before a fresh pass."""
+        """Forget a run's stored detections before a fresh pass.
+
+        Args:
+            run: the run.
+            detectors: only these detectors' findings; None for all.
+        """
         d = tables.detections.c
         with self._db.tx() as conn:
             cond = d.run_id == self._db.run_id(conn, run)
@@ -431,17 +754,35 @@ class Store:
 
     # --- service state ---------------------------------------------------------------------------
     def save_state(self, name: str, payload: dict) -> None:
+        """Save a service's state (a watch worker's detector state) under a name.
+
+        Args:
+            name: the state's name.
+            payload: JSON-able; NaN kept.
+        """
         with self._db.tx() as conn:
             self._db.upsert(conn, tables.service_state,
                             [{"name": name, "payload": dumps(payload), "updated_at": time.time()}],
                             index=["name"], update=["payload", "updated_at"])
 
     def delete_states(self, names: Iterable[str]) -> None:
-        """Forget saved service state (rebuilt from the data by whoever saved it)."""
+        """Forget saved service state (rebuilt from the data by whoever saved it).
+
+        Args:
+            names: the states' names.
+        """
         with self._db.tx() as conn:
             conn.execute(delete(tables.service_state).where(tables.service_state.c.name.in_(list(names))))
 
     def load_state(self, name: str) -> dict | None:
+        """A service's saved state.
+
+        Args:
+            name: the state's name.
+
+        Returns:
+            The payload as saved; None when nothing is saved under that name.
+        """
         with self._db.read() as conn:
             raw = conn.execute(
                 select(tables.service_state.c.payload).where(tables.service_state.c.name == name)

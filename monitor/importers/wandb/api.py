@@ -39,6 +39,7 @@ import numpy as np
 from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
+from ..formats import Format
 from ..generic_rows import MAX_NESTING
 from ..imported_run import ImportedRun, scalars_frame
 from ..input_checks import cut, shown
@@ -307,4 +308,8 @@ def _one_line(exc: BaseException) -> str:
     return text[:300]
 
 
-__all__ = ["ApiConfig", "WandbApiReader", "parse_wandb_api", "parse_url", "probe"]
+
+FORMAT = Format("wandb-api", lambda source, options: parse_wandb_api(
+    str(source), options.api_config, progress=options.progress), url_scheme="wandb://", steps="rows")
+
+__all__ = ["FORMAT", "ApiConfig", "WandbApiReader", "parse_wandb_api", "parse_url", "probe"]

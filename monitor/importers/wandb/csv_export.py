@@ -35,6 +35,7 @@ import pandas as pd
 from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
+from ..formats import Format, Probe
 from ..imported_run import ImportedRun, scalars_frame
 from ..input_checks import csv_header, repeated_name, shown, unfit_literal
 
@@ -64,6 +65,20 @@ def sniff(header: list[str]) -> bool:
 
 # Columns of W&B's runs-table export (the project page's table, "Export as CSV").
 RUNS_TABLE_COLUMNS = ("Name", "State", "Notes", "User", "Tags", "Created", "Runtime", "Sweep", "ID")
+
+
+def recognize(probe: Probe) -> bool:
+    """A CSV file with W&B's step or token columns; a W&B runs table is refused."""
+    if probe.suffix not in (".csv", ".tsv"):
+        return False
+    try:
+        header = next(csv.reader([probe.head.split("\n", 1)[0]], delimiter=separator(probe.path)), [])
+    except csv.Error as exc:
+        raise GapwatchError(f"{probe.path}: not a valid CSV file ({exc})") from None
+    header = [h.strip() for h in header]
+    if is_runs_table(header):
+        raise runs_table_error(probe.path)
+    return sniff(header)
 
 
 def is_runs_table(header: list[str]) -> bool:
@@ -285,3 +300,7 @@ def _check_increasing(path: Path, steps: np.ndarray) -> None:
             f"{path}: line {i + 2}: step {steps[i]} after step {steps[i - 1]}: W&B steps only "
             "grow, so the export is damaged or joins several runs"
         )
+
+
+FORMAT = Format("wandb-csv", lambda source, options: parse_wandb_csv(
+    source, tokens_per_step=options.tokens_per_step, run=options.wandb_run), recognize, steps="rows")

@@ -38,7 +38,7 @@ from ..imported_run import scalars_frame
 from ..input_checks import cut, shown, unfit_literal
 from ..name_codes import NameCodes
 from ..step_axis import choose_step_key
-from ..table_stream import CHUNK_ROWS, _last_step_start, _Rows
+from ..table_stream import CHUNK_ROWS, _Rows, step_chunks
 from .csv_export import separator
 
 ROW_STEP = "_step"
@@ -107,23 +107,10 @@ class WandbCsvStream:
             return 0
 
     def chunks(self) -> Iterator[pd.DataFrame]:
-        pending: list[_Rows] = []
-        waiting = rows = 0
-        for block in self._blocks():
-            pending.append(block)
-            waiting += len(block)
-            if waiting < self.chunk_rows:
-                continue
-            whole = _Rows.joined(pending)
-            cut = _last_step_start(whole.steps)
-            pending, waiting = [whole.part(cut, copy=True)], len(whole) - cut
-            if cut:
-                rows += cut
-                yield self._frame(whole.part(0, cut))
-        whole = _Rows.joined(pending) if pending else None
-        if whole is not None and len(whole):
-            rows += len(whole)
-            yield self._frame(whole)
+        rows = 0
+        for frame in step_chunks(self._blocks(), self.chunk_rows, self._frame):
+            rows += len(frame)
+            yield frame
         if not rows:
             raise GapwatchError(f"{self.source}: {self._why_empty()}")
         self.notes = self._final_notes()

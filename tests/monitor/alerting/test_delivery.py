@@ -183,6 +183,24 @@ def test_generic_webhook_gets_the_json_with_an_idempotency_key(store, receiver):
     assert ops[0].key == ops[0].body["idempotency_key"]
 
 
+def test_a_score_or_evidence_that_is_not_finite_is_its_text_in_every_sink(store, receiver):
+    hook = SinkConfig("ops", "webhook", Severity.INFO, url=Secret(receiver.url("/ops")))
+    config = slack_config(receiver.url("/slack"), extra_sinks=[hook])
+    found = detection(score=float("nan"))
+    found.evidence.update(delta=float("inf"), deltas=[1.5, float("nan")])
+    queue_incidents(store, config, [found])
+    outbox = make_outbox(store, config)
+    drain(outbox, lambda: outbox.pending_count() == 0)
+    (ops,) = [r for r in receiver.deliveries() if r.path == "/ops"]
+    # Strict JSON (a NaN literal would have parsed as a float), the same spelling as in Slack.
+    assert ops.body["score"] == "nan" and ops.body["evidence"]["delta"] == "inf"
+    assert ops.body["evidence"]["deltas"] == [1.5, "nan"]
+    (slack,) = [r for r in receiver.deliveries() if r.path == "/slack"]
+    text = json.dumps(slack.body["blocks"])
+    assert "*Size*: nan times its band" in text
+    assert "delta: `inf`" in text and "deltas: `[1.5, nan]`" in text
+
+
 def test_console_sink_prints_one_line_per_notification(store, tmp_path):
     import io
 

@@ -82,6 +82,19 @@ def test_recurrence_inside_cooldown_is_quiet_and_after_it_opens_a_new_alert():
     assert changes[2].alert.start_step == 700
 
 
+def test_a_recurrence_inside_the_cooldown_twice_as_large_or_more_severe_opens_an_incident():
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=500))
+    for recurrence in (det(300, 300, score=2.0), det(300, 300, Severity.CRITICAL, score=1.0)):
+        batches = [([det(0, 50, score=1.0)], 50), ([], 200), ([recurrence], 320)]
+        changes, open_alerts, _ = run_tracker(tracker, batches)
+        assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.RESOLVED, ChangeKind.OPENED]
+        assert open_alerts[("r", "instability")].episode == 2
+    # ...while one a little larger than what was told stays in the resolved incident.
+    batches = [([det(0, 50, score=1.0)], 50), ([], 200), ([det(300, 300, score=1.9)], 320)]
+    changes, open_alerts, _ = run_tracker(tracker, batches)
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.RESOLVED] and not open_alerts
+
+
 def test_another_finding_of_the_story_inside_the_cooldown_opens_an_incident():
     tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=500))
     batches = [([det(0, 50, detector="spike")], 50), ([], 200),  # a spike, resolved

@@ -59,6 +59,26 @@ def test_log_never_fetches_values_on_the_calling_thread(sqlite_url, tmp_path):
         assert store.load_run("r").scalars["train/loss"].tolist() == [float(s) for s in range(20)]
 
 
+def test_queued_calls_give_the_garbage_collector_nothing_to_follow(sqlite_url, tmp_path):
+    """A collection on the training thread walks every tracked object: a queue of thousands of
+    calls must add none (the slowest log() of a flat-out writer was such a collection)."""
+    import gc
+
+    with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path, flush_interval_s=60.0)) as mon:
+        gc.disable()  # no collection may untrack what log() queued
+        try:
+            for step in range(5_000):
+                mon.log(step, {"train/loss": step * 0.5, "train/grad_norm": 1.0})
+            queued = list(mon._queue)
+        finally:
+            gc.enable()
+        assert queued, "the writer took every call before the queue was looked at"
+        assert [type(x) for x in queued[:3]] == [int, dict, float]
+        assert not [x for x in queued if gc.is_tracked(x)]
+    with open_store(sqlite_url) as store:
+        assert store.count_rows("r") == 10_000
+
+
 def test_null_monitor_has_the_same_face():
     public = {n for n, v in inspect.getmembers(Monitor) if callable(v) and not n.startswith("_")}
     assert public <= {n for n in dir(NullMonitor)}

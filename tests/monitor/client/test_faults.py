@@ -201,17 +201,17 @@ def test_sigkill_loses_at_most_one_flush_interval(backend, request, tmp_path):
 
 
 def test_the_writer_carries_on_after_an_unexpected_error(sqlite_url, tmp_path, monkeypatch, caplog):
-    import monitor.client.monitor as client
+    from monitor.client.metric_columns import MetricColumns
 
-    real = client._to_rows
+    real = MetricColumns.from_queue
     failures = iter([RuntimeError("a bug in the writer")])
 
-    def flaky(batch):
+    def flaky(queued, to_float):
         for exc in failures:
             raise exc
-        return real(batch)
+        return real(queued, to_float)
 
-    monkeypatch.setattr(client, "_to_rows", flaky)
+    monkeypatch.setattr(MetricColumns, "from_queue", flaky)
     with Monitor("r", store=sqlite_url, settings=MonitorSettings(spool_dir=tmp_path, flush_interval_s=0.1)) as mon:
         for step in range(50):
             mon.log(step, {"train/loss": 1.0})

@@ -107,14 +107,3 @@ def test_any_logged_values_give_detections_or_nothing_never_an_error(run, ref):
         assert all(d.start_step <= d.end_step for d in first)
         assert [d.to_dict() for d in detector.detect(run, ref)] == [d.to_dict() for d in first]  # deterministic
         detector.update(detector.new_state(), run, ref)
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_every_detector_explains_what_it_judged_as_data(name):
-    from .test_incremental import SMALL, faulty_pair
-
-    run, ref = faulty_pair()
-    (detector,) = build([name], SMALL)
-    table = detector.explain(run, ref)
-    assert isinstance(table, pd.DataFrame) and len(table) > 0, name
-    assert "band" in table.columns or "shift" in table.columns, name  # what the statistic had to clear

@@ -93,7 +93,7 @@ def test_a_missing_stderr_is_estimated_not_zero():
         r.scalars = r.scalars.drop(columns=[STDERR])
     (d,) = Memorization().detect(run_, ref)
     assert d.evidence["heldout_stderr"] > 0.002  # two runs' iid eval noise of 0.004 each, estimated
-    table = Memorization().explain(run_, ref)
+    table = Memorization().table(run_, ref)
     assert not table["judged"].iloc[:3].any()  # before the noise can be estimated: not judged
 
 

@@ -106,7 +106,7 @@ def test_only_complete_windows_are_judged():
     run.scalars.loc[5700:, TRAIN_LOSS] += 0.3
     found = ReferenceDivergence().detect(run, ref)
     assert found and found[0].end_step <= 5999
-    ends = ReferenceDivergence().explain(run, ref)
+    ends = ReferenceDivergence().windows(run, ref)
     assert not ends["complete"].iloc[-1] and ends["complete"].iloc[-2]
 
 

@@ -19,7 +19,8 @@ from app.cli import main
 from app.dashboard.queries import findings
 from monitor.alerting.config import AlertingConfig, SinkConfig
 from monitor.judging.engine import DetectConfig
-from monitor.detectors import REGISTRY, Detector, ReferenceUse
+from monitor.detectors import REGISTRY, Detector, ReferenceUse, make_run
+from monitor.detectors.incremental import DEFAULT_HISTORY_POINTS, incremental
 from monitor.schema import TRAIN_LOSS, Detection, RunData, Section, Severity, Story, VerdictRole
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
@@ -54,11 +55,6 @@ class LossCeiling(Detector):
                           float(high.max() / self.ceiling), Severity.CRITICAL,
                           f"train/loss {high.max():.2f} above the ceiling {self.ceiling}",
                           {"ceiling": self.ceiling, "max": float(high.max())})]
-
-    def explain(self, run: RunData, reference: RunData | None = None) -> pd.DataFrame:
-        loss = run.series(TRAIN_LOSS)
-        return pd.DataFrame({"step": loss.index, "loss": loss.to_numpy(), "ceiling": self.ceiling,
-                             "flagged": (loss > self.ceiling).to_numpy()})
 
 
 @pytest.fixture
@@ -98,6 +94,19 @@ def test_its_parameters_come_from_its_fields(registered):
     detector = LossCeiling(ceiling=9.0)
     assert detector.params() == {"ceiling": 9.0}
     assert LossCeiling().fingerprint() != detector.fingerprint()
+
+
+def test_in_pieces_it_keeps_a_bounded_tail_without_saying_how_much():
+    judge = incremental(LossCeiling())  # it did not opt in: the defaults
+    state, found = judge.new_state(), []
+    loss = np.full(5000, 3.0)
+    loss[4000:4005] = 7.5
+    for lo in range(0, 5000, 500):
+        steps = np.arange(lo, lo + 500)
+        state, new = judge.update(state, make_run("r", pd.DataFrame({TRAIN_LOSS: loss[steps]}, index=steps)))
+        found += new
+    assert len(state.tail.scalars) == DEFAULT_HISTORY_POINTS < 5000
+    assert [(d.start_step, d.end_step) for d in found] == [(4000, 4004)]
 
 
 def test_the_watch_service_opens_one_incident_named_by_it(registered, tmp_path):

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.fuzz_corpus import numbers_in_json
 from monitor.errors import GapwatchError
 from monitor.importers.generic_table import parse_generic_csv, parse_jsonl
 from monitor.importers.lm_eval_json import parse_lm_eval
@@ -83,21 +84,6 @@ def test_a_wandb_csv_export_is_read_back_exactly(tmp_path, rows):
     assert same(rows_of(parse_wandb_csv(path)), {(s, k): v for s, vals in rows for k, v in vals.items()})
 
 
-def numbers_in(value, out: set) -> set:
-    if isinstance(value, (bool, int, float)):
-        try:
-            out.add(float(value))
-        except OverflowError:
-            pass
-    elif isinstance(value, dict):
-        for v in value.values():
-            numbers_in(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            numbers_in(v, out)
-    return out
-
-
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | VALUES | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=20)
@@ -115,7 +101,8 @@ def test_lm_eval_documents_of_any_shape(tmp_path, results, extra):
     except GapwatchError as exc:
         assert "\n" not in str(exc)
         return
-    numbers = numbers_in(doc, set())
+    numbers: set[float] = set()
+    numbers_in_json(doc, numbers)
     assert all(v in numbers or (math.isnan(v) and any(math.isnan(n) for n in numbers))
                for v in run.scalars["value"])
 

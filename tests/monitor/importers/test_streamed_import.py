@@ -145,6 +145,28 @@ def test_the_fast_and_the_line_by_line_reading_agree(tmp_path, monkeypatch):
     assert quick.events == slow.events and quick.notes == slow.notes
 
 
+@pytest.mark.parametrize("blank_first", [True, False])
+def test_a_csv_that_pyarrow_stops_reading_midway_is_read_on_by_pandas_from_the_same_row(tmp_path, monkeypatch,
+                                                                                        blank_first):
+    monkeypatch.setattr(table_stream, "CSV_BLOCK_BYTES", 16 << 10)
+    lines = _csv(tmp_path / "m.csv", _objects()).read_text().splitlines(keepends=True)
+    # A blank line and a row one cell short (either first), well past the first blocks pyarrow reads.
+    blank, short = (2_500, 2_700) if blank_first else (2_700, 2_500)
+    lines[short] = lines[short].rstrip("\n").rsplit(",", 1)[0] + "\n"
+    lines.insert(blank, "\n")
+    path = tmp_path / "odd.csv"
+    path.write_text("".join(lines))
+    used = []
+    monkeypatch.setattr(TableStream, "_pandas_csv_blocks",
+                        lambda self, width, skip, f=TableStream._pandas_csv_blocks: used.append(skip) or f(self, width, skip))
+    both = TableStream(path, "csv").collect()
+    assert used and 0 < used[0] < 2_500  # pyarrow read the first rows, pandas the rest
+    monkeypatch.setattr(table_stream, "_arrow_reads", lambda path, header: False)
+    pandas_only = TableStream(path, "csv").collect()
+    pd.testing.assert_frame_equal(both.scalars, pandas_only.scalars)
+    assert both.events == pandas_only.events and both.notes == pandas_only.notes
+
+
 def test_a_grown_log_adds_only_its_new_rows_and_a_changed_one_is_refused(sqlite_url, tmp_path):
     objects = _objects()
     path = _jsonl(tmp_path / "m.jsonl", objects[:1_800], nested_line=None)

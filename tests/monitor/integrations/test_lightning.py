@@ -3,9 +3,6 @@ logging every 5, validating and checkpointing every 10; then resumed from its st
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from argparse import Namespace
 
 import lightning as L
@@ -17,6 +14,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from monitor.client import MonitorSettings
 from monitor.integrations.lightning import GapwatchLogger
 from monitor.store import open_store
+
+from .pair_checks import checkpoints_and_repeats, detect_needs_no_mapping
 
 
 class Regression(L.LightningModule):
@@ -95,26 +94,13 @@ def test_the_module_s_names_land_at_the_trainer_s_steps(runs):
 
 def test_each_checkpoint_is_an_event_and_a_resumed_fit_a_new_attempt(runs):
     url, root = runs
-    with open_store(url) as store:
-        cand = store.load_run("cand")
-        info = store.get_run("cand")
-    assert info["attempts"] == 2 and info["status"] == "finished"
-    checkpoints = cand.events[cand.events["kind"] == "checkpoint"]
-    assert list(zip(checkpoints["step"], checkpoints["attempt"])) == [(10, 1), (20, 1), (30, 1), (30, 2)]
+    events = checkpoints_and_repeats(url)
+    checkpoints = events[events["kind"] == "checkpoint"]
     assert checkpoints["payload"].iloc[1]["path"] == str(root / "cand" / "epoch=0-step=20.ckpt")
-    again = cand.repeats[cand.repeats["key"] == "train/loss"]
-    assert sorted(set(again["step"])) == [25, 30] and set(again["attempt"]) == {1, 2}
 
 
 def test_detect_judges_the_run_against_its_reference_without_a_mapping(runs):
-    url, _ = runs
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-m", "app", "detect", "--run", "cand", "--store", url, "--no-write"],
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "cand against ref (step axis)" in done.stderr
-    assert "heldout_divergence on eval/heldout/all: not judged, 3 paired checkpoint(s)" in done.stderr
-    assert "reference_divergence on train/loss: not judged, only 6 logged steps" in done.stderr
+    detect_needs_no_mapping(runs[0])
 
 
 def test_a_failed_fit_closes_its_attempt_as_crashed(tmp_path):

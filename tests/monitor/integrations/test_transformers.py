@@ -4,8 +4,6 @@ CPU, 30 steps, logging every 5, evaluating and saving every 10; then resumed fro
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,6 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArgumen
 from monitor.client import MonitorSettings
 from monitor.integrations.transformers import GapwatchCallback
 from monitor.store import open_store
+
+from .pair_checks import checkpoints_and_repeats, detect_needs_no_mapping
 
 VOCAB, LENGTH, BATCH = 32, 16, 4
 
@@ -87,30 +87,13 @@ def test_the_trainer_s_names_land_at_its_global_steps(runs):
 
 def test_each_save_is_a_checkpoint_event_and_a_resume_is_a_new_attempt(runs):
     url, root = runs
-    with open_store(url) as store:
-        cand = store.load_run("cand")
-        assert store.get_run("cand")["attempts"] == 2
-        assert store.get_run("cand")["status"] == "finished"
-    events = cand.events
+    events = checkpoints_and_repeats(url)
     checkpoints = events[events["kind"] == "checkpoint"]
-    assert list(zip(checkpoints["step"], checkpoints["attempt"])) == [(10, 1), (20, 1), (30, 1), (30, 2)]
     assert checkpoints["payload"].iloc[0]["path"] == os.path.join(str(root / "cand"), "checkpoint-10")
     resume = events[events["kind"] == "resume"]
     assert list(zip(resume["step"], resume["attempt"])) == [(20, 2)]
-    # The resumed attempt logged steps 25 and 30 again; the store keeps both attempts' values.
-    again = cand.repeats[cand.repeats["key"] == "train/loss"]
-    assert sorted(set(again["step"])) == [25, 30] and set(again["attempt"]) == {1, 2}
 
 
 def test_detect_judges_the_run_against_its_reference_without_a_mapping(runs):
-    url, _ = runs
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-m", "app", "detect", "--run", "cand", "--store", url, "--no-write"],
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "cand against ref (step axis)" in done.stderr
-    # The held-out and training series of both runs line up by their names: 3 held-out checkpoints
-    # are paired, and the training loss is judged (here: too short to say more).
-    assert "heldout_divergence on eval/heldout/all: not judged, 3 paired checkpoint(s)" in done.stderr
-    assert "reference_divergence on train/loss: not judged, only 6 logged steps" in done.stderr
+    detect_needs_no_mapping(runs[0])
 

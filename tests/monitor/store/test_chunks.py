@@ -85,6 +85,20 @@ def test_rows_move_into_chunks_and_read_back_exactly(store_url):
         assert replayed.steps.min() == 651 and replayed.steps.max() == 1000
 
 
+def test_a_rarely_logged_series_reads_back_exactly_through_restarts(store_url):
+    """A few rows in each of many chunks (an eval every few steps), decoded a run of chunks at a
+    time: the rows, attempts and repeats come back as written."""
+    model: dict = {}
+    with open_store(store_url) as store:
+        store.ensure_run("r")
+        for attempt, steps in ((1, range(0, 2000, 11)), (2, range(990, 3000, 11))):
+            frame = batch(steps, attempt, lambda s, a: s / 3 + a)
+            store.write_metrics("r", frame)
+            model_write(model, frame)
+        check_against(store, "r", model)
+        assert len(store.load_run("r").repeats) == 2 * len(range(990, 2000, 11))
+
+
 def test_point_budget_reads_cross_chunks_and_tail(store_url):
     with open_store(store_url) as store:
         store.ensure_run("r")

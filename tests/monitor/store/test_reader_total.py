@@ -91,7 +91,8 @@ def test_read_scalars_is_total(store, data, max_points, ranged):
         step_range = (int(lo), int(hi))
         logged = logged[(logged.index >= lo) & (logged.index <= hi)]
 
-    got = store.read_scalars(run, [KEY], step_range=step_range, max_points=max_points)
+    read = store.read_series(run, [KEY], step_range=step_range, max_points=max_points)
+    got = read.rows
 
     assert len(got) <= max_points
     if got.empty:
@@ -101,7 +102,7 @@ def test_read_scalars_is_total(store, data, max_points, ranged):
     assert np.all(np.diff(out_steps) > 0)
     # Every point is a logged one: the same step with the same value (NaN as NaN).
     np.testing.assert_array_equal(logged.loc[out_steps].to_numpy(), out_values)
-    width = got.attrs["bucket_width"][(run, KEY)]
+    width = read.bucket_width[(run, KEY)]
     if width == 1:
         assert len(got) == len(logged)  # everything, as logged
         return
@@ -149,10 +150,11 @@ def test_a_sparse_series_is_read_from_its_rollups_exactly(store, monkeypatch):
         raise AssertionError("read raw rows")
 
     monkeypatch.setattr(reader.metric_rows, "series_rows", no_raw)
-    got = store.read_scalars("evals", [KEY], max_points=2000)
+    read = store.read_series("evals", [KEY], max_points=2000)
+    got = read.rows
     np.testing.assert_array_equal(got["step"], steps)
     np.testing.assert_array_equal(got["value"], values)
-    assert got.attrs["bucket_width"][("evals", KEY)] == 1
+    assert read.bucket_width[("evals", KEY)] == 1
     part = store.read_scalars("evals", [KEY], step_range=(2500, 10_000), max_points=2000)
     assert part["step"].tolist() == [2500, 5000, 7500, 10_000]
 

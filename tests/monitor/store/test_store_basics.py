@@ -164,3 +164,24 @@ def test_service_state_round_trip(store_url):
         store.save_state("watch", {"spike": {"window": [1.0, 2.0]}})
         store.save_state("watch", {"spike": {"window": [3.0]}})
         assert store.load_state("watch") == {"spike": {"window": [3.0]}}
+
+
+def test_a_write_reports_its_progress_and_stopping_there_leaves_nothing(store_url):
+    """write_metrics calls progress() as parts of the write are answered (the logging client
+    tells a slow store from a silent one by it); raising there undoes the whole write."""
+    calls = []
+
+    def stop_at_the_third():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("stopped")
+
+    with open_store(store_url) as store:
+        store.ensure_run("r")
+        frame = pd.concat([rows(range(1000), key=f"layers/l{i}_norm") for i in range(3)])
+        with pytest.raises(RuntimeError, match="stopped"):
+            store.write_metrics("r", frame, progress=stop_at_the_third)
+        assert store.count_rows("r") == 0
+        counted = []
+        assert store.write_metrics("r", frame, progress=lambda: counted.append(1)) == 3000
+        assert store.count_rows("r") == 3000 and len(counted) >= 3

@@ -1,0 +1,36 @@
+"""The C allocator's settings for the commands that hold whole runs in memory (detect, report).
+
+Judging a 1.4M-step run makes thousands of column-sized NumPy temporaries (11 MB each), freed as
+soon as they are used. glibc's malloc hands each one to the kernel when it is freed (it maps an
+allocation that large on its own, and trims the top of its heap past 128 KB free), so the next
+one comes back as fresh pages that fault in and are zeroed again: most of the system time of a
+`gapwatch report` of a pair that size (bench/RESULTS.md has the figures). Keeping freed memory in
+the process for reuse raises the peak a little. Not for long-lived servers (the dashboard, the
+watch service), which should give memory back after a burst.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+# Allocations up to this size come from the heap (a run's frame of dense columns included) ...
+MMAP_THRESHOLD_BYTES = 256 << 20
+# ... and free memory at the heap's top is kept until this much of it piles up.
+TRIM_THRESHOLD_BYTES = 1 << 30
+
+
+def keep_freed_memory() -> None:
+    """Have glibc's malloc reuse freed memory rather than return it to the kernel at once; does
+    nothing where the C library is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
