@@ -638,11 +638,26 @@ class Store:
         return increments.marks(self._db, name)
 
     def runs_marks(self, names: list[str]) -> dict[str, RunMarks]:
-        """`run_marks` of several runs in one snapshot of a few queries; unknown runs left out."""
+        """`run_marks` of several runs in one snapshot of three queries, whatever their number
+        (what a watch worker reads once a poll for every run it holds).
+
+        Args:
+            names: the runs.
+
+        Returns:
+            Run name -> its marks; runs the store does not know are left out.
+        """
         return increments.marks_of(self._db, names)
 
     def run_infos(self, names: Iterable[str]) -> dict[str, RunInfo]:
-        """`run_info` of several runs in one query; unknown runs left out."""
+        """`run_info` of several runs in one query.
+
+        Args:
+            names: the runs.
+
+        Returns:
+            Run name -> its RunInfo; runs the store does not know are left out.
+        """
         return reader.run_infos(self._db, names)
 
     def read_key_rows(self, name: str, ranges: list[KeyRange]) -> dict[str, KeyRows]:
