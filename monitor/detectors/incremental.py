@@ -132,11 +132,11 @@ class Incremental:
         found = self.detect(view, ref)
         if state.last_step is not None:
             # Rows judged before were judged with all the history they needed; judged again at the
-            # start of a shorter tail they may not be. A detection that ends before the new rows and
-            # was not reported then is such an artifact, not news.
+            # start of a shorter tail they may not be. A detection that ends before the new rows
+            # could change is such an artifact, not news: a new one, or one reported then whose
+            # score now drifts with the history it lost (a trailing median over fewer rows).
             settled = self.settled_before(view, span(fresh)[0])
-            found = [d for d in found if d.end_step >= settled or _key(d) in state.reported
-                     or _thread(d) in state.open]
+            found = [d for d in found if d.end_step >= settled]
         if self.clean_rule is CleanRule.CLEAN_VERDICTS:
             state.cleans = self._new_cleans(state, view, ref, span(fresh)[0])
         return found, view

@@ -46,3 +46,22 @@ def test_exploding_grad_norm():
     (d,) = NonFiniteDetector().detect(run("r", pd.DataFrame({TRAIN_GRAD_NORM: g}, index=steps)))
     assert d.metric == TRAIN_GRAD_NORM and d.start_step >= 1500 and d.end_step == 1509
     assert d.severity == Severity.CRITICAL and d.evidence["ratio"] > 100
+
+
+def test_an_exploding_grad_norm_fed_in_pieces_is_reported_once_not_again_as_its_history_drops():
+    """Judged in pieces, the finding is told when it happens; as its trailing median's history
+    leaves the tail its ratio would drift a little on each later piece, and that is not news."""
+    from monitor.detectors.rundata import slice_rows
+
+    steps = np.arange(1200)
+    g = grad_norm(steps, 1)
+    g[320:325] *= 20
+    exploding = run("r", pd.DataFrame({TRAIN_GRAD_NORM: g}, index=steps))
+    detector = NonFiniteDetector()
+    for data, told in ((exploding, [(320, 324)]), (run("c", pd.DataFrame({TRAIN_GRAD_NORM: grad_norm(steps, 1)},
+                                                                           index=steps)), [])):
+        state, reported = detector.new_state(), []
+        for lo in range(0, 1200, 20):
+            state, found = detector.update(state, slice_rows(data, lo - 0.5, lo + 19))
+            reported += [(d.start_step, d.end_step) for d in found]
+        assert reported == told
