@@ -3,8 +3,9 @@
 The report reads each run whole at full resolution (`store.load_run`): windows, checkpoints and
 spike scores need every point. Detection is monitor.judging.judge's, as `gapwatch detect` runs it:
 the run against its reference (on the pair aligned for the tables, `judge_aligned`), and the
-reference on its own (the detectors that need no reference), so both runs' spikes, resumes and
-data can be set side by side. The report writes nothing to the store.
+reference on its own (the detectors that need no reference, in a forked second process when a core
+is free: monitor/judging/side_process.py), so both runs' spikes, resumes and data can be set side
+by side. The report writes nothing to the store.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import replace
 
 from monitor.judging.align import align_pair
 from monitor.judging.judge import DetectConfig, ProgressCallback, judge, judge_aligned, quiet
+from monitor.judging.side_process import SidePass
 from monitor.errors import GapwatchError
 from monitor.schema import RunData
 
@@ -50,10 +52,11 @@ def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None
     progress(f"aligning {run.name} with {reference.name}")
     aligned_run, aligned_ref = align_pair(run, reference, axis=detect.axis)
     meta = aligned_run.info.config.get("alignment", {})
+    progress(f"judging {reference.name} on its own (beside the next pass, where a core is free)")
+    alone_pass = SidePass(lambda: judge(reference, None, detect))
     progress(f"judging {run.name} against {reference.name}")
     judged = judge_aligned(run, aligned_ref, detect, lambda m: progress(f"  {m}"))
-    progress(f"judging {reference.name} on its own")
-    alone = judge(reference, None, detect, lambda m: progress(f"  {m}"))
+    alone = alone_pass.result()
     return ComparedPair(
         run=run, reference=reference, aligned_run=aligned_run, aligned_reference=aligned_ref,
         axis=meta.get("axis", "step"), axis_reason=meta.get("reason", ""),
