@@ -55,10 +55,11 @@ def run(args: argparse.Namespace) -> int:
     from monitor.judging.judge import DetectConfig, detect_stored, severity_counts
     from monitor.store import open_store
 
-    from app.heap import keep_freed_memory
+    from app.heap import collect_less, keep_freed_memory
     from app.output import phases
 
     keep_freed_memory()  # whole runs in memory: freed pages are reused (app/heap.py)
+    collect_less()
     names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
     config = DetectConfig(detectors=names, axis=args.axis, replace=args.replace, write_series=not args.no_write)
     # Judging needs a stored run: a mistyped store path is an error, never a new empty store.

@@ -64,11 +64,12 @@ def run(args: argparse.Namespace) -> int:
     from monitor.judging.judge import DetectConfig
     from monitor.store import open_store
 
-    from app.heap import keep_freed_memory
+    from app.heap import collect_less, keep_freed_memory
     from app.report import ReportConfig, build_report, load_pair, render
     from app.report.energy import EnergyParams
 
     keep_freed_memory()  # whole runs in memory: freed pages are reused (app/heap.py)
+    collect_less()
     fmt = choose_format(args.format, args.output)
     output = args.output or (DEFAULT_HTML_PATH if fmt == "html" else "-")
     started = time.perf_counter()

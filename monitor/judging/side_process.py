@@ -19,6 +19,13 @@ _TASK: Callable[[], object] | None = None
 """The pass a forked child runs: set just before the fork, read only by the child."""
 
 
+def _free_cores() -> int:
+    """Cores this process may run on (its affinity, as `taskset` or a container sets it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _run_task() -> object:
     assert _TASK is not None
     return _TASK()
@@ -32,7 +39,7 @@ class SidePass:
         self._task = task
         self._future: Future | None = None
         self._pool: ProcessPoolExecutor | None = None
-        if (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        if _free_cores() < 2 or "fork" not in multiprocessing.get_all_start_methods():
             return
         _TASK = task
         try:

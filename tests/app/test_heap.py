@@ -33,3 +33,22 @@ def test_freed_memory_stays_for_reuse_only_when_asked():
         return float(done.stdout.strip())
 
     assert rss_after_free("keep") > rss_after_free("default") + 150
+
+
+def test_the_collector_runs_less_often_but_still_frees_cycles():
+    script = """
+import gc, weakref
+from app.heap import GC_YOUNG_THRESHOLD, collect_less
+gc.collect()
+collect_less()
+class Node: pass
+a = Node(); a.me = a  # a cycle: only the collector frees it
+alive = weakref.ref(a)
+del a
+junk = [[i] for i in range(GC_YOUNG_THRESHOLD // 2)]  # far past CPython's 700
+after_some = alive() is not None
+junk += [[i] for i in range(2 * GC_YOUNG_THRESHOLD)]
+print(gc.isenabled(), after_some, alive() is None)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "True"], "kept past 700 allocations, freed after the new threshold"
