@@ -386,35 +386,10 @@ class TableStream:
     def _plain_csv(self, batch: pa.RecordBatch, first_line: int) -> _Rows | None:
         """A block whose cells are whole steps and numbers (or empty), converted a column at a
         time (csv_cells); None when any cell needs the line-by-line reading."""
-        names = batch.schema.names
-        field = step_field(names, self.step_key)
-        if field is None or (LONG_VALUE_FIELD in names and any(k in names for k in KEY_FIELDS)):
-            return None
-        steps = whole_steps(batch.column(field))
-        if steps is None or (len(steps) and (steps.min() < 0 or steps.max() > MAX_STEP)):
-            return None
-        walls = np.full(len(steps), math.nan)
-        for f in reversed(TIME_FIELDS):
-            if f in names:
-                try:
-                    got, logged = numbers(batch.column(f), strict=False)
-                except UnfitNumber:
-                    return None
-                ok = logged & np.isfinite(got)
-                walls[ok] = got[ok]
-        metric_names = [n for n in names if n != field and n not in TIME_FIELDS]
-        columns = []
-        for n in metric_names:
-            try:
-                got = numbers(batch.column(n), strict=True)
-            except UnfitNumber:
-                return None  # the exact reading names its line
-            if got is None:
-                return None
-            columns.append(got)
-        if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
-            return None
-        return self._wide(first_line, steps, walls, metric_names, columns)
+        def read(name: str, strict: bool):
+            return numbers(batch.column(name), strict=strict)
+
+        return self._plain(batch.schema.names, whole_steps, lambda name: batch.column(name), read, first_line)
 
     def _frame_block(self, table: pd.DataFrame, first_line: int) -> _Rows:
         fast = self._plain_frame(table, first_line)
@@ -427,21 +402,32 @@ class TableStream:
 
     def _plain_frame(self, table: pd.DataFrame, first_line: int) -> _Rows | None:
         """`_plain_csv` of a block pandas read."""
-        names = [str(c) for c in table.columns]
+        def steps_of(cells) -> np.ndarray | None:
+            try:
+                return np.array([int(s) for s in cells.tolist()], dtype=np.int64)
+            except (ValueError, OverflowError):
+                return None
+
+        def read(name: str, strict: bool):
+            return _csv_values(table[name], strict=strict)
+
+        return self._plain([str(c) for c in table.columns], steps_of, lambda name: table[name], read, first_line)
+
+    def _plain(self, names: list[str], steps_of, column, read, first_line: int) -> _Rows | None:
+        """The column-at-a-time reading both CSV readers share: `steps_of(column(step field))`
+        gives whole steps (None: not all are), `read(name, strict)` a column's numbers and which
+        cells were logged (strict: None or UnfitNumber when a cell is not a number)."""
         field = step_field(names, self.step_key)
         if field is None or (LONG_VALUE_FIELD in names and any(k in names for k in KEY_FIELDS)):
             return None
-        try:
-            steps = np.array([int(s) for s in table[field].tolist()], dtype=np.int64)
-        except (ValueError, OverflowError):
-            return None
-        if len(steps) and (steps.min() < 0 or steps.max() > MAX_STEP):
+        steps = steps_of(column(field))
+        if steps is None or (len(steps) and (steps.min() < 0 or steps.max() > MAX_STEP)):
             return None
         walls = np.full(len(steps), math.nan)
         for f in reversed(TIME_FIELDS):
             if f in names:
                 try:
-                    got, logged = _csv_values(table[f], strict=False)
+                    got, logged = read(f, False)
                 except UnfitNumber:
                     return None
                 ok = logged & np.isfinite(got)
@@ -450,7 +436,7 @@ class TableStream:
         columns = []
         for n in metric_names:
             try:
-                got = _csv_values(table[n], strict=True)
+                got = read(n, True)
             except UnfitNumber:
                 return None  # the exact reading names its line
             if got is None:
@@ -459,7 +445,6 @@ class TableStream:
         if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
             return None
         return self._wide(first_line, steps, walls, metric_names, columns)
-
 
 def step_chunks(blocks: Iterable[_Rows], chunk_rows: int,
                 frame: Callable[[_Rows], pd.DataFrame]) -> Iterator[pd.DataFrame]:
