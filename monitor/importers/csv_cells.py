@@ -26,7 +26,7 @@ def numbers(column: pa.Array, strict: bool) -> tuple[np.ndarray, np.ndarray] | N
     try:
         cast = pc.cast(pc.if_else(empty, pa.scalar(None, pa.string()), trimmed), pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        cast = None
+        cast = None  # a cell arrow cannot read as a number: the exact reading below decides
     if cast is not None:
         values = pc.fill_null(cast, math.nan).to_numpy(zero_copy_only=False)
         if not np.isinf(values).any():
@@ -60,7 +60,7 @@ def whole_steps(column: pa.Array) -> np.ndarray | None:
     try:
         return pc.cast(pc.utf8_trim_whitespace(column), pa.int64()).to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
+        pass  # arrow takes no "+5" or "5_000"; Python's int() is the rule the slow path keeps
     try:
         return np.array([int(s) for s in column.to_pylist()], dtype=np.int64)
     except (ValueError, OverflowError):

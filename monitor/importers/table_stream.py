@@ -258,7 +258,8 @@ class TableStream:
             return None
         options = pa_json.ReadOptions(block_size=len(block) + 1, use_threads=False)
         try:
-            # The system allocator hands freed blocks back; arrow's default pool kept ~10 MB more.
+            # The system allocator hands freed blocks back to the process; arrow's default pool
+            # keeps them, which adds to the import's peak.
             table = pa_json.read_json(io.BytesIO(block), read_options=options,
                                       memory_pool=pa.system_memory_pool())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

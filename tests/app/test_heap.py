@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-# RSS in MB after a 200 MB array is filled and freed: glibc maps an allocation that large on its
-# own and unmaps it on free, unless told to keep it.
+# The script prints its resident memory after a large array is filled and freed: glibc maps an
+# allocation that large on its own and unmaps it on free, unless told to keep it.
 SCRIPT = """
 import sys
 import numpy as np
