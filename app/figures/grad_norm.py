@@ -43,6 +43,9 @@ def grad_norm_figure(grad_norm: pd.DataFrame, *, spikes: pd.DataFrame | None = N
     fig = base_figure("grad norm", x_title, "grad norm")
     if not len(grad_norm):
         return note_empty(fig, "no grad norm logged")
+    if not np.isfinite(grad_norm["value"].to_numpy(dtype=float)).any():
+        # Axes with nothing on them read as a drawing error; say what the run logged.
+        return note_empty(fig, f"grad norm logged at {len(grad_norm):,} steps, every value NaN or Inf")
     fig.add_trace(line_trace(grad_norm, "grad norm", RUN_COLOR, width=1.1, uid=series_uid("run", TRAIN_GRAD_NORM)))
     if spikes is not None and len(spikes):
         fig.add_trace(peak_markers(grad_norm, spikes, f"spikes ({len(spikes)})", x_of_step))

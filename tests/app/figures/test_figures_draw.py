@@ -136,6 +136,13 @@ def test_grad_norm_marks_each_spike_at_its_value():
     assert next(t for t in fig.data if t.name == "spike score").yaxis == "y2"
 
 
+def test_a_grad_norm_of_nan_only_is_named_not_drawn_as_empty_axes():
+    fig = figures.grad_norm_figure(series(np.arange(500), np.full(500, np.nan)))
+    assert not fig.data and fig.layout.annotations[-1].text == "grad norm logged at 500 steps, every value NaN or Inf"
+    drawn = figures.grad_norm_figure(series(np.arange(500), np.r_[np.full(499, np.nan), 0.3]))
+    assert drawn.data and not drawn.layout.annotations
+
+
 def test_throughput_has_three_panels_and_shades_stalls_on_each():
     s = np.arange(200)
     step_time = np.full(200, 0.5)
