@@ -94,8 +94,8 @@ def worker_main(store_url: str, config_path: str, polls_path: str) -> None:
 
 def writer_main(store_url: str, runs: list[str], faulty: list[str], steps_per_s: float, seconds: float,
                 out_path: str) -> None:
-    """Log `runs` at `steps_per_s` for `seconds`; the faulty ones get FAULTS. Writes what was logged
-    and when each fault's step was logged."""
+    """Log `runs` at `steps_per_s` for `seconds` from the scenario's start (see _start_writers);
+    the faulty ones get FAULTS. Writes what was logged and when each fault's step was logged."""
     from monitor.client import Monitor, MonitorSettings
 
     rng = np.random.default_rng(abs(hash(runs[0])) % 2**32)
@@ -103,7 +103,11 @@ def writer_main(store_url: str, runs: list[str], faulty: list[str], steps_per_s:
     monitors = {r: Monitor(r, store=store_url, settings=settings) for r in runs}
     fault_steps = {name: int(at * steps_per_s) for name, at, _, _ in FAULTS}
     logged_at: dict[str, dict[str, float]] = defaultdict(dict)
-    began = time.time()
+    ready, go = Path(out_path + ".ready"), Path(out_path + ".go")
+    ready.touch()
+    while not go.exists():
+        time.sleep(0.01)
+    began = float(go.read_text())
     step = 0
     while time.time() - began < seconds:
         due = began + step / steps_per_s
@@ -169,7 +173,7 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
         writers = [spawn(["writer", url, ",".join(rs), rs[0], str(steps_per_s), str(seconds),
                           str(tmp / f"writer{w}.json")], tmp / f"writer{w}.log") for w, rs in enumerate(runs)]
         procs += writers
-        began = time.time()
+        began = _start_writers([tmp / f"writer{w}.json" for w in range(n_writers)])
         loads = []
 
         time.sleep(max(0.0, began + KILL_AT_S - time.time()))
@@ -221,6 +225,18 @@ def scenario(workers: int, n_writers: int, runs_per_writer: int, steps_per_s: fl
         except subprocess.CalledProcessError:
             pass
         shutil.rmtree(pg.dir, ignore_errors=True)
+
+
+def _start_writers(outs: list[Path], lead_s: float = 0.5) -> float:
+    """Once every writer is ready to log (imports and monitors made), give them one start time,
+    the scenario's clock: the faults' times and the kill's and restart's are of one clock."""
+    _wait_for(lambda: all(Path(f"{o}.ready").exists() for o in outs), 120.0)
+    began = time.time() + lead_s
+    for o in outs:  # written whole, then renamed: a writer never reads half of it
+        Path(f"{o}.go.part").write_text(f"{began:.6f}")
+        os.replace(f"{o}.go.part", f"{o}.go")
+    time.sleep(max(0.0, began - time.time()))
+    return began
 
 
 def _wait_for(predicate, limit_s: float) -> None:
@@ -355,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
            f"workers poll every {POLL_S:.0f} s with {LEASE_S:.0f} s leases (detectors: nonfinite, spike; the runs have "
            f"no reference). At {KILL_AT_S:.0f} s worker 0 is killed with SIGKILL (with one worker a supervisor "
            f"restarts it at once); at {PG_RESTART_AT_S:.0f} s the private PostgreSQL is stopped for {PG_DOWN_S:.0f} s "
-           "and started again. Writers start once every worker polls; poll figures are of the polls that ended while the writers logged. Poll CPU is the worker process's (its delivery thread included). Alert latency: from the log() call of the faulty step to the webhook's POST. "
+           "and started again. Writers start once every worker polls, together and on the scenario's clock (the faults' times and the kill's are of one clock); poll figures are of the polls that ended while the writers logged. Poll CPU is the worker process's (its delivery thread included). Alert latency: from the log() call of the faulty step to the webhook's POST. "
            "Queued: from the log() call of the faulty step until the watch queued the notification in the outbox "
            f"(the watch's share; the webhook's rate limit is {HOOK_RATE} a minute in bursts of {HOOK_BURST}, a "
            "team's ops receiver rather than a Slack channel). "

@@ -18,8 +18,9 @@ The person is told when an incident opens, when it escalates (its severity rises
 naming finding's score, doubles since they were last told: at most `max_growth_escalations` times),
 when a more specific explanation renames it (`updated`), and when it resolves. A recurrence within
 `cooldown_steps` of a resolution opens nothing, unless it is larger than what the person was told
-(it would have escalated the incident). Feeding the same detections twice changes nothing,
-so a restarted service that sees detections again sends nothing new.
+(it would have escalated the incident), nor does a finding of steps a resolved incident covered.
+Feeding the same detections twice changes nothing, so a restarted service that sees detections
+again sends nothing new.
 """
 
 from __future__ import annotations
@@ -309,18 +310,23 @@ class IncidentTracker:
         return False
 
     def within_cooldown(self, previous: Alert, d: Detection) -> bool:
-        """`d` recurs inside the cool-down after `previous` was resolved: the same finding (detector
-        and metric) again, no larger than what the person was told of it, so it opens nothing.
-        Another detector's finding of the same story is news (a NaN shortly after a spike resolved),
-        and so is a recurrence that would have escalated the incident had it still been open (a
-        higher severity, or twice the size told), and either opens an incident."""
-        if f"{d.detector}|{d.metric}" not in previous.members:
+        """`d` adds nothing to tell after `previous` was resolved, so it opens nothing: the same
+        finding (detector and metric) recurring inside the cool-down no larger than its member
+        grew to, or another detector's finding of steps the previous incident already covered (a
+        slower detector confirming the same spike, or a finding judged again after a restart).
+        Another detector's finding past those steps is news (a NaN shortly after a spike
+        resolved), and so is anything that would have escalated the incident had it still been
+        open (a higher severity, or twice the size of its own member: scores of different
+        detectors are on different scales), and either opens an incident."""
+        if Severity(d.severity).rank > previous.severity.rank:
             return False
+        member = previous.members.get(f"{d.detector}|{d.metric}")
+        if member is None:
+            return int(d.end_step) <= previous.end_step
         if d.end_step > previous.end_step + self.config.cooldown_steps:
             return False
-        told = previous.told_score
-        larger = told is not None and told > 0 and score_rank(_score(d)) >= 2 * told
-        return not larger and Severity(d.severity).rank <= previous.severity.rank
+        told = member.score
+        return not (told is not None and told > 0 and score_rank(_score(d)) >= 2 * told)
 
     @staticmethod
     def progress_of(progress: dict, run: str, metric: str) -> Progress | None:

@@ -24,7 +24,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import Detector, ReferenceUse
+from .base import Detector, ReferenceUse, StoryRole
 from .incremental import Incremental
 from .rundata import finite
 from .stats import trailing_median, true_runs
@@ -97,6 +97,13 @@ class NonFiniteDetector(Detector, Incremental):
         """Median of the `baseline_points` values before each (from 32 of them on)."""
         med = trailing_median(x.to_numpy(dtype=float), self.baseline_points, min(32, self.baseline_points))
         return pd.Series(np.r_[np.nan, med[:-1]], index=x.index)
+
+    def role(self, detection) -> StoryRole:
+        """A grad norm that stays up is named for what it is, not as the NaN it often precedes."""
+        base = super().role(detection)
+        if detection.evidence.get("rule") == "exploding":
+            return StoryRole(base.story, base.specificity, f"{detection.metric} exploding", base.clean_rule)
+        return base
 
     def _exploding(self, run: RunData) -> list:
         x = finite(run, self.explode_metric)

@@ -104,6 +104,26 @@ def test_another_finding_of_the_story_inside_the_cooldown_opens_an_incident():
     assert open_alerts[("r", "instability")].detector == "nonfinite"
 
 
+def test_another_finding_of_steps_a_resolved_incident_covered_opens_nothing():
+    """A slower detector confirming a spike told and resolved already, or a finding judged again
+    after a restart from an older state, is late evidence of a story told, not a new one; scores
+    of two detectors are on different scales, so a spike's larger number is no news either."""
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=500))
+    batches = [([det(0, 50, detector="nonfinite", score=20.0)], 50), ([], 200),
+               ([det(0, 50, detector="spike", score=60.0, severity=Severity.INFO)], 320),
+               ([det(900, 905)], 905), ([], 1100),                   # a later NaN, told and resolved
+               ([det(0, 50, detector="spike", score=60.0, severity=Severity.INFO)], 1200)]
+    changes, open_alerts, _ = run_tracker(tracker, batches)
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.RESOLVED, ChangeKind.OPENED, ChangeKind.RESOLVED]
+    assert not open_alerts
+    # ...but the same late finding at a higher severity than the incident was told is news.
+    batches = [([det(0, 50, detector="nonfinite", score=20.0)], 50), ([], 200),
+               ([det(0, 50, detector="spike", severity=Severity.CRITICAL)], 320)]
+    changes, _, _ = run_tracker(tracker, batches)
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.RESOLVED] * 2  # its steps are long judged clean
+    assert changes[2].alert.detector == "spike" and changes[2].alert.severity == Severity.CRITICAL
+
+
 def test_gap_longer_than_the_quiet_window_ends_the_incident():
     tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100, cooldown_steps=0))
     changes, _, _ = run_tracker(tracker, [([det(0, 50), det(400, 450)], 450)])

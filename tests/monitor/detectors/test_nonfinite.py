@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from monitor.detectors import role_of
 from monitor.detectors.nonfinite import NonFiniteDetector
 from monitor.schema import PERF_MFU, TRAIN_GRAD_NORM, TRAIN_LOSS, Severity
 
@@ -46,6 +47,10 @@ def test_exploding_grad_norm():
     (d,) = NonFiniteDetector().detect(run("r", pd.DataFrame({TRAIN_GRAD_NORM: g}, index=steps)))
     assert d.metric == TRAIN_GRAD_NORM and d.start_step >= 1500 and d.end_step == 1509
     assert d.severity == Severity.CRITICAL and d.evidence["ratio"] > 100
+    # Its incident is named for the grad norm, a NaN for the NaN.
+    assert role_of(d).explanation == f"{TRAIN_GRAD_NORM} exploding"
+    (nan,) = NonFiniteDetector().detect(with_nan(full_run(), TRAIN_LOSS, [100]))
+    assert role_of(nan).explanation == "NaN or Inf in the run"
 
 
 def test_an_exploding_grad_norm_fed_in_pieces_is_reported_once_not_again_as_its_history_drops():
