@@ -14,6 +14,8 @@ the load average while it ran.
 from __future__ import annotations
 
 import argparse
+import array
+import gc
 import logging
 import os
 import sqlite3
@@ -44,12 +46,15 @@ class Counted(logging.Handler):
 
 
 def raw_rows(n: int) -> list[tuple]:
+    """Made by each raw run and let go after it: a million tuples kept alive beside the client would
+    lengthen every full collection of the collector while it logs."""
     steps = np.arange(n) // len(KEYS)
     keys = np.arange(n) % len(KEYS)
     return list(zip([1] * n, keys.tolist(), steps.tolist(), [1] * n, (steps * 0.5).tolist(), [time.time()] * n))
 
 
-def raw_sqlite(path: Path, rows: list[tuple]) -> float:
+def raw_sqlite(path: Path, n: int) -> float:
+    rows = raw_rows(n)
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(RAW_TABLE)
@@ -63,9 +68,10 @@ def raw_sqlite(path: Path, rows: list[tuple]) -> float:
     return len(rows) / took
 
 
-def raw_postgres(url: str, rows: list[tuple]) -> float:
+def raw_postgres(url: str, n: int) -> float:
     import psycopg
 
+    rows = raw_rows(n)
     with psycopg.connect(url) as conn:
         conn.execute(RAW_TABLE)
         conn.commit()
@@ -79,13 +85,39 @@ def raw_postgres(url: str, rows: list[tuple]) -> float:
         return len(rows) / (time.perf_counter() - began)
 
 
-def flat_out(url: str, seconds: float, spool: Path) -> dict:
+class Collections:
+    """The garbage collector's passes while logging, by generation: the longest, in ms."""
+
+    def __init__(self) -> None:
+        self.longest = {0: 0.0, 1: 0.0, 2: 0.0}
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            gen = info["generation"]
+            self.longest[gen] = max(self.longest[gen], (time.perf_counter() - self._began) * 1000)
+
+
+def flat_out(url: str, seconds: float, spool: Path, freeze: bool = False) -> dict:
+    """Log flat out for `seconds`; with `freeze`, as a trainer that calls gc.freeze() once its
+    setup is done, so that collections skip every object made before training."""
     handler = Counted()
     logging.getLogger("gapwatch.client").addHandler(handler)
+    collections = Collections()
     try:
         mon = Monitor("flat", store=url, settings=MonitorSettings(spool_dir=spool, handle_sigterm=False))
-        calls = []
+        t = time.perf_counter()
+        gc.collect()
+        full_ms = (time.perf_counter() - t) * 1000  # what one full collection of this process costs
+        if freeze:
+            gc.freeze()
+        # Durations as C doubles, not a list of float objects: a list of millions of them is
+        # what a full collection would walk, and would lengthen the very calls measured.
+        calls = array.array("d")
         step = 0
+        gc.callbacks.append(collections)
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
             metrics = {k: step * 0.5 for k in KEYS}
@@ -93,19 +125,23 @@ def flat_out(url: str, seconds: float, spool: Path) -> dict:
             mon.log(step, metrics)
             calls.append(time.perf_counter() - t)
             step += 1
+        gc.callbacks.remove(collections)
         t = time.perf_counter()
         mon.close()
         done = time.perf_counter()
     finally:
+        gc.unfreeze()
         logging.getLogger("gapwatch.client").removeHandler(handler)
+        if collections in gc.callbacks:
+            gc.callbacks.remove(collections)
     with open_store(url) as store:
         stored = store.count_rows("flat")
-    calls_us = np.array(calls) * 1e6
+    calls_us = np.frombuffer(calls, dtype=float) * 1e6
     return {"logged": step * len(KEYS), "stored": stored, "rate": stored / (done - began), "close_s": done - t,
             "spool_bytes": sum(p.stat().st_size for p in spool.rglob("*.jsonl")),
             "unreachable": sum("unreachable" in m for m in handler.messages),
             "backpressure": sum("backpressure" in m for m in handler.messages),
-            "max_ms": calls_us.max() / 1000, "p999_us": float(np.quantile(calls_us, 0.999))}
+            "max_ms": calls_us.max() / 1000, "collections_ms": collections.longest, "full_ms": full_ms, "p999_us": float(np.quantile(calls_us, 0.999))}
 
 
 def loop_alone(seconds: float) -> float:
@@ -144,44 +180,53 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args(argv)
     seconds, n_raw = (2.0, 300_000) if args.quick else (10.0, 1_000_000)
-    rows = raw_rows(n_raw)
     out = []
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for backend in ("sqlite", "postgresql"):
+        for backend, freeze in (("sqlite", False), ("postgresql", False), ("postgresql", True)):
             # The raw driver runs before and after the client and the two are averaged: on a
             # shared machine the load moves within a minute.
             if backend == "sqlite":
-                before = raw_sqlite(tmp / "raw-before.db", rows)
+                before = raw_sqlite(tmp / "raw-before.db", n_raw)
                 ours = flat_out(f"sqlite:///{tmp / 'store.db'}", seconds, tmp / "spool-sqlite")
-                after = raw_sqlite(tmp / "raw-after.db", rows)
+                after = raw_sqlite(tmp / "raw-after.db", n_raw)
             else:
                 raw_urls, url = [fresh_pg(args.pg), fresh_pg(args.pg)], fresh_pg(args.pg)
                 try:
-                    before = raw_postgres(raw_urls[0], rows)
-                    ours = flat_out(url, seconds, tmp / "spool-pg")
-                    after = raw_postgres(raw_urls[1], rows)
+                    before = raw_postgres(raw_urls[0], n_raw)
+                    ours = flat_out(url, seconds, tmp / f"spool-pg-{freeze}", freeze)
+                    after = raw_postgres(raw_urls[1], n_raw)
                 finally:
                     for u in [*raw_urls, url]:
                         drop_pg(args.pg, u)
             raw = (before + after) / 2
             loads.append(os.getloadavg()[0])
             out.append({
-                "store": backend, "raw driver rows/s (before / after)": f"{before:,.0f} / {after:,.0f}",
+                "store": backend + (", the trainer's setup frozen (gc.freeze())" if freeze else ""),
+                "raw driver rows/s (before / after)": f"{before:,.0f} / {after:,.0f}",
                 "client rows/s": f"{ours['rate']:,.0f}",
                 "client / raw": f"{ours['rate'] / raw:.2f}", "logged": f"{ours['logged']:,}",
                 "lost": f"{ours['logged'] - ours['stored']:,}", "spool left (B)": ours["spool_bytes"],
                 "close s": f"{ours['close_s']:.1f}", "unreachable": ours["unreachable"],
                 "backpressure": ours["backpressure"], "slowest log ms": f"{ours['max_ms']:.1f}",
-                "p99.9 log us": f"{ours['p999_us']:.0f}", "slowest loop turn without client ms":
+                "p99.9 log us": f"{ours['p999_us']:.0f}",
+                "one full collection before logging ms": f"{ours['full_ms']:.1f}",
+                "longest collection while logging ms (gen 0 / 1 / 2)":
+                " / ".join(f"{ours['collections_ms'][g]:.1f}" for g in (0, 1, 2)),
+                "slowest loop turn without client ms":
                 f"{loop_alone(min(seconds, 2.0)):.1f}"})
     record("client_throughput", f"Client: a flat-out writer ({seconds:.0f} s, 10 metrics a step) against the raw driver",
            table(out) + "\n\nSustained client rate = rows stored / (first log() to close() returning); the raw "
            "driver writes the same rows (executemany / binary COPY, 50k-row transactions) into a table of the "
            "same primary key, in the same run, just before and just after the client; client / raw is against "
            "their mean. Goals: client / raw >= 0.5, nothing lost or left in the spool, "
-           "no \"unreachable\", slowest log() <= 50 ms. Load average (1 min) over the run: "
+           "no \"unreachable\", slowest log() <= 50 ms. A full collection of the garbage collector walks every "
+           "object the process holds (this benchmark's imports: about 100,000) and holds the interpreter lock, "
+           "and so any call of the training thread, while it runs: one is timed just before logging, and the "
+           "longest of each generation while logging is given. The last row is a trainer that calls gc.freeze() "
+           "once its setup is done, so that collections skip what it made before training. Load average (1 min) "
+           "over the run: "
            f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores.")
 
 

@@ -34,8 +34,12 @@ class MetricColumns:
 
     @classmethod
     def _of(cls, steps, keys: list[str], values, walls) -> "MetricColumns":
-        codes, names = pd.factorize(np.array(keys, dtype=object))
-        return cls(steps, codes.astype(np.int32), list(names), values, walls)
+        # Codes by a dict, in C loops that keep the interpreter lock: pandas' factorize lets go of
+        # it, and a writer that let go waits a switch interval to get it back from a busy trainer.
+        names = list(dict.fromkeys(keys))
+        code = {name: i for i, name in enumerate(names)}
+        codes = np.fromiter(map(code.__getitem__, keys), dtype=np.int32, count=len(keys))
+        return cls(steps, codes, names, values, walls)
 
     @classmethod
     def from_queue(cls, queued: list, to_float) -> "MetricColumns":

@@ -53,8 +53,12 @@ __all__ = ["InvalidLogError", "Monitor", "MonitorSettings", "NullMonitor"]
 MIN_BATCH_ROWS = 10_000
 MAX_BATCH_ROWS = 100_000
 START_RATE = 20_000.0
-# Rows the writer turns into columns in one conversion (see _take_queue).
-TAKE_ROWS = 20_000
+# Rows the writer turns into columns in one conversion (see _take_queue). A conversion's NumPy and
+# pandas steps let go of the interpreter lock, and a writer that let go waits out the interpreter's
+# switch interval (5 ms) to get it back from a training thread that logs flat out: parts must be
+# large enough that those waits are small against the work (or the queue outgrows the writer), and
+# small enough that one part's hold on the lock stays well under what a log() call may wait.
+TAKE_ROWS = 100_000
 
 # Store jobs left behind (stuck on a frozen connection) before the writer stops starting new
 # ones: each holds a thread and a connection until the path thaws or a TCP timeout ends it.
