@@ -85,6 +85,8 @@ def test_overview_lists_runs_and_run_view_draws_run_and_reference(server, page):
     row = page.locator("tr.run-row", has_text=RUN).first
     assert row.locator(".health").inner_text() == "critical"  # its open critical alert
     assert row.locator(".alerts-count").inner_text() == "1"
+    # plotly.js is loaded while the overview shows, so a run page's panels need not wait for it.
+    page.wait_for_function("typeof window.Plotly !== 'undefined'", timeout=30_000)
     screenshot(page, "overview")
 
     page.locator("a.run-link", has_text=RUN).click()
