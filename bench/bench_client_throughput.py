@@ -85,7 +85,7 @@ def raw_postgres(url: str, n: int) -> float:
         return len(rows) / (time.perf_counter() - began)
 
 
-class Collections:
+class CollectorPasses:
     """The garbage collector's passes while logging, by generation: the longest, in ms."""
 
     def __init__(self) -> None:
@@ -105,7 +105,7 @@ def flat_out(url: str, seconds: float, spool: Path, freeze: bool = False) -> dic
     setup is done, so that collections skip every object made before training."""
     handler = Counted()
     logging.getLogger("gapwatch.client").addHandler(handler)
-    collections = Collections()
+    passes = CollectorPasses()
     try:
         mon = Monitor("flat", store=url, settings=MonitorSettings(spool_dir=spool, handle_sigterm=False))
         t = time.perf_counter()
@@ -117,7 +117,7 @@ def flat_out(url: str, seconds: float, spool: Path, freeze: bool = False) -> dic
         # what a full collection would walk, and would lengthen the very calls measured.
         calls = array.array("d")
         step = 0
-        gc.callbacks.append(collections)
+        gc.callbacks.append(passes)
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
             metrics = {k: step * 0.5 for k in KEYS}
@@ -125,15 +125,15 @@ def flat_out(url: str, seconds: float, spool: Path, freeze: bool = False) -> dic
             mon.log(step, metrics)
             calls.append(time.perf_counter() - t)
             step += 1
-        gc.callbacks.remove(collections)
+        gc.callbacks.remove(passes)
         t = time.perf_counter()
         mon.close()
         done = time.perf_counter()
     finally:
         gc.unfreeze()
         logging.getLogger("gapwatch.client").removeHandler(handler)
-        if collections in gc.callbacks:
-            gc.callbacks.remove(collections)
+        if passes in gc.callbacks:
+            gc.callbacks.remove(passes)
     with open_store(url) as store:
         stored = store.count_rows("flat")
     calls_us = np.frombuffer(calls, dtype=float) * 1e6
@@ -141,7 +141,7 @@ def flat_out(url: str, seconds: float, spool: Path, freeze: bool = False) -> dic
             "spool_bytes": sum(p.stat().st_size for p in spool.rglob("*.jsonl")),
             "unreachable": sum("unreachable" in m for m in handler.messages),
             "backpressure": sum("backpressure" in m for m in handler.messages),
-            "max_ms": calls_us.max() / 1000, "collections_ms": collections.longest, "full_ms": full_ms, "p999_us": float(np.quantile(calls_us, 0.999))}
+            "max_ms": calls_us.max() / 1000, "collections_ms": passes.longest, "full_ms": full_ms, "p999_us": float(np.quantile(calls_us, 0.999))}
 
 
 def loop_alone(seconds: float) -> float:

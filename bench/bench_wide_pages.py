@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from app.dashboard.panels import PANELS
 from bench.bench_end_to_end import cli, wandb_export
 from bench.results import record, table
 from bench.wide_pair import write_pair
@@ -25,7 +26,6 @@ from tests.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.e2e.dashboard_browser import dashboard_process, panel_js
 
 REPO = Path(__file__).resolve().parents[1]
-PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
 PAGE_TIMEOUT_MS = 120_000
 
 

@@ -31,8 +31,9 @@ def shell(poll_interval_ms: int) -> html.Div:
                      html.Span("runs against their reference", className="tagline")], className="top"),
         html.Main(id="page"),
         dcc.Interval(id="poll", interval=poll_interval_ms),
-        # An empty graph, never shown: the browser fetches and compiles plotly.js (several MB) while
-        # the runs overview is read, not after a click on a run, whose panels would wait for it.
+        # An empty graph, never shown: the browser fetches and compiles plotly.js, the largest script
+        # of the pages, while the runs overview is read, not after a click on a run, whose panels
+        # would wait for it.
         dcc.Graph(id="plotly-preload", style={"display": "none"}),
     ])
 

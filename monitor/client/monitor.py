@@ -55,7 +55,7 @@ MAX_BATCH_ROWS = 100_000
 START_RATE = 20_000.0
 # Rows the writer turns into columns in one conversion (see _take_queue). A conversion's NumPy and
 # pandas steps let go of the interpreter lock, and a writer that let go waits out the interpreter's
-# switch interval (5 ms) to get it back from a training thread that logs flat out: parts must be
+# whole switch interval to get it back from a training thread that logs flat out: parts must be
 # large enough that those waits are small against the work (or the queue outgrows the writer), and
 # small enough that one part's hold on the lock stays well under what a log() call may wait.
 TAKE_ROWS = 100_000
