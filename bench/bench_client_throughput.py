@@ -17,9 +17,11 @@ import argparse
 import array
 import gc
 import logging
+import multiprocessing
 import os
 import sqlite3
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -90,6 +92,7 @@ class CollectorPasses:
 
     def __init__(self) -> None:
         self.longest = {0: 0.0, 1: 0.0, 2: 0.0}
+        self.full = 0
         self._began = 0.0
 
     def __call__(self, phase: str, info: dict) -> None:
@@ -97,51 +100,55 @@ class CollectorPasses:
             self._began = time.perf_counter()
         else:
             gen = info["generation"]
+            self.full += gen == 2
             self.longest[gen] = max(self.longest[gen], (time.perf_counter() - self._began) * 1000)
 
 
-def flat_out(url: str, seconds: float, spool: Path, freeze: bool = False) -> dict:
-    """Log flat out for `seconds`; with `freeze`, as a trainer that calls gc.freeze() once its
-    setup is done, so that collections skip every object made before training."""
+def flat_out(url: str, seconds: float, spool: str, freeze_gc: bool = True) -> dict:
+    """Log flat out for `seconds`, in a process of its own as a trainer is (the client's collector
+    freeze happens once a process); halfway through, one full collection of the garbage collector
+    runs, as one would sooner or later in a long run, so the slowest log() includes one."""
     handler = Counted()
     logging.getLogger("gapwatch.client").addHandler(handler)
     passes = CollectorPasses()
-    try:
-        mon = Monitor("flat", store=url, settings=MonitorSettings(spool_dir=spool, handle_sigterm=False))
+    gc.collect()
+    walked = len(gc.get_objects())
+    mon = Monitor("flat", store=url, settings=MonitorSettings(spool_dir=Path(spool), handle_sigterm=False,
+                                                             freeze_gc=freeze_gc))
+    # Durations as C doubles, not a list of float objects: a list of millions of them is
+    # what a full collection would walk, and would lengthen the very calls measured.
+    calls = array.array("d")
+    step = 0
+    midway = threading.Timer(seconds / 2, gc.collect)
+    gc.callbacks.append(passes)
+    began = time.perf_counter()
+    midway.start()
+    while time.perf_counter() - began < seconds:
+        metrics = {k: step * 0.5 for k in KEYS}
         t = time.perf_counter()
-        gc.collect()
-        full_ms = (time.perf_counter() - t) * 1000  # what one full collection of this process costs
-        if freeze:
-            gc.freeze()
-        # Durations as C doubles, not a list of float objects: a list of millions of them is
-        # what a full collection would walk, and would lengthen the very calls measured.
-        calls = array.array("d")
-        step = 0
-        gc.callbacks.append(passes)
-        began = time.perf_counter()
-        while time.perf_counter() - began < seconds:
-            metrics = {k: step * 0.5 for k in KEYS}
-            t = time.perf_counter()
-            mon.log(step, metrics)
-            calls.append(time.perf_counter() - t)
-            step += 1
-        gc.callbacks.remove(passes)
-        t = time.perf_counter()
-        mon.close()
-        done = time.perf_counter()
-    finally:
-        gc.unfreeze()
-        logging.getLogger("gapwatch.client").removeHandler(handler)
-        if passes in gc.callbacks:
-            gc.callbacks.remove(passes)
+        mon.log(step, metrics)
+        calls.append(time.perf_counter() - t)
+        step += 1
+    gc.callbacks.remove(passes)
+    walked_after = len(gc.get_objects())
+    t = time.perf_counter()
+    mon.close()
+    done = time.perf_counter()
+    logging.getLogger("gapwatch.client").removeHandler(handler)
     with open_store(url) as store:
         stored = store.count_rows("flat")
     calls_us = np.frombuffer(calls, dtype=float) * 1e6
     return {"logged": step * len(KEYS), "stored": stored, "rate": stored / (done - began), "close_s": done - t,
-            "spool_bytes": sum(p.stat().st_size for p in spool.rglob("*.jsonl")),
+            "spool_bytes": sum(p.stat().st_size for p in Path(spool).rglob("*.jsonl")),
             "unreachable": sum("unreachable" in m for m in handler.messages),
             "backpressure": sum("backpressure" in m for m in handler.messages),
-            "max_ms": calls_us.max() / 1000, "collections_ms": passes.longest, "full_ms": full_ms, "p999_us": float(np.quantile(calls_us, 0.999))}
+            "max_ms": calls_us.max() / 1000, "collections_ms": passes.longest, "full_passes": passes.full,
+            "walked": (walked, walked_after), "p999_us": float(np.quantile(calls_us, 0.999))}
+
+
+def flat_out_process(url: str, seconds: float, spool: Path, freeze_gc: bool = True) -> dict:
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(flat_out, (url, seconds, str(spool), freeze_gc))
 
 
 def loop_alone(seconds: float) -> float:
@@ -184,18 +191,18 @@ def main(argv: list[str] | None = None) -> None:
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for backend, freeze in (("sqlite", False), ("postgresql", False), ("postgresql", True)):
+        for backend, freeze in (("sqlite", True), ("postgresql", True), ("postgresql", False)):
             # The raw driver runs before and after the client and the two are averaged: on a
             # shared machine the load moves within a minute.
             if backend == "sqlite":
                 before = raw_sqlite(tmp / "raw-before.db", n_raw)
-                ours = flat_out(f"sqlite:///{tmp / 'store.db'}", seconds, tmp / "spool-sqlite")
+                ours = flat_out_process(f"sqlite:///{tmp / 'store.db'}", seconds, tmp / "spool-sqlite")
                 after = raw_sqlite(tmp / "raw-after.db", n_raw)
             else:
                 raw_urls, url = [fresh_pg(args.pg), fresh_pg(args.pg)], fresh_pg(args.pg)
                 try:
                     before = raw_postgres(raw_urls[0], n_raw)
-                    ours = flat_out(url, seconds, tmp / f"spool-pg-{freeze}", freeze)
+                    ours = flat_out_process(url, seconds, tmp / f"spool-pg-{freeze}", freeze)
                     after = raw_postgres(raw_urls[1], n_raw)
                 finally:
                     for u in [*raw_urls, url]:
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
             raw = (before + after) / 2
             loads.append(os.getloadavg()[0])
             out.append({
-                "store": backend + (", the trainer's setup frozen (gc.freeze())" if freeze else ""),
+                "store": backend + ("" if freeze else ", freeze_gc=False"),
                 "raw driver rows/s (before / after)": f"{before:,.0f} / {after:,.0f}",
                 "client rows/s": f"{ours['rate']:,.0f}",
                 "client / raw": f"{ours['rate'] / raw:.2f}", "logged": f"{ours['logged']:,}",
@@ -211,7 +218,9 @@ def main(argv: list[str] | None = None) -> None:
                 "close s": f"{ours['close_s']:.1f}", "unreachable": ours["unreachable"],
                 "backpressure": ours["backpressure"], "slowest log ms": f"{ours['max_ms']:.1f}",
                 "p99.9 log us": f"{ours['p999_us']:.0f}",
-                "one full collection before logging ms": f"{ours['full_ms']:.1f}",
+                "objects a full collection walks (before / while logging)":
+                " / ".join(f"{n:,}" for n in ours["walked"]),
+                "full collections while logging": ours["full_passes"],
                 "longest collection while logging ms (gen 0 / 1 / 2)":
                 " / ".join(f"{ours['collections_ms'][g]:.1f}" for g in (0, 1, 2)),
                 "slowest loop turn without client ms":
@@ -221,11 +230,12 @@ def main(argv: list[str] | None = None) -> None:
            "driver writes the same rows (executemany / binary COPY, 50k-row transactions) into a table of the "
            "same primary key, in the same run, just before and just after the client; client / raw is against "
            "their mean. Goals: client / raw >= 0.5, nothing lost or left in the spool, "
-           "no \"unreachable\", slowest log() <= 50 ms. A full collection of the garbage collector walks every "
-           "object the process holds (this benchmark's imports: about 100,000) and holds the interpreter lock, "
-           "and so any call of the training thread, while it runs: one is timed just before logging, and the "
-           "longest of each generation while logging is given. The last row is a trainer that calls gc.freeze() "
-           "once its setup is done, so that collections skip what it made before training. Load average (1 min) "
+           "no \"unreachable\", slowest log() <= 50 ms. Each client run is a process of its own, as a trainer "
+           "is. A full collection of the garbage collector walks every object the collector tracks and holds "
+           "the interpreter lock while it does, so it stalls whatever call is running: one is forced halfway "
+           "through each run, and the longest pass of each generation is given. The first Monitor of a process "
+           "freezes what it finds (gc.freeze()), so that walk leaves out the imports; the last row turns that "
+           "off (MonitorSettings(freeze_gc=False)). Load average (1 min) "
            "over the run: "
            f"{min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores.")
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import gc
 import logging
 import math
 import signal
@@ -98,6 +99,26 @@ class MonitorSettings:
     """Flush on SIGTERM before the previous handler runs (only when created on the main thread)."""
     max_queue: int = 1_000_000
     """Entries held in memory before `log` starts dropping the oldest (a writer that cannot keep up)."""
+    freeze_gc: bool = True
+    """At the first Monitor of a process, collect garbage once and freeze what survives (gc.freeze()).
+    A full collection walks every object the collector tracks and holds the interpreter lock while
+    it does, so with the imports of a trainer it stalls whatever call is running, `log()` included;
+    frozen objects are left out of that walk. They are still freed when their last reference goes;
+    only a reference cycle among them outlives its use. False leaves the collector as it is."""
+
+
+_setup_frozen = False
+
+
+def _freeze_setup_once() -> None:
+    """What exists when the first Monitor starts is the trainer's setup (modules, model, data
+    pipeline), alive for the whole run: collecting it again on every full collection only costs
+    the training thread. Later Monitors of the process leave the collector alone."""
+    global _setup_frozen
+    if not _setup_frozen:
+        _setup_frozen = True
+        gc.collect()
+        gc.freeze()
 
 
 class NullMonitor:
@@ -194,6 +215,8 @@ class Monitor:
         self._job = self._start_job(None, 0)
         if self._job.done.wait(self.settings.write_timeout_s):
             self._settle(self._job)
+        if self.settings.freeze_gc:
+            _freeze_setup_once()
         self._thread = threading.Thread(target=self._loop, name=f"gapwatch-writer-{run}", daemon=True)
         self._thread.start()
         atexit.register(self.close)
