@@ -169,10 +169,6 @@ class ImportWriter:
         if progress is not None and total == 0:
             progress(0, 0)
         self.fingerprint = (self.fingerprint + row_fingerprint(new)) % (1 << 64)
-        # A source that repeats a (key, step) within one attempt stores it once (the last value
-        # wins, as the importer's note says): count what the store gained, not the lines read.
-        if total:
-            self._stored += total - int(new.duplicated(["key", "step", "attempt"]).sum())
 
     def finish(self, *, events: list[dict], reference_of: str | None = None,
                tokens_per_step: float | None = None) -> WriteResult:
@@ -228,7 +224,9 @@ class ImportWriter:
                 edge = int(np.searchsorted(steps, width * (int(steps[hi - 1]) // width), side="right"))
                 hi = edge if edge > lo else hi
             # Slices of a whole run: a categorical key column becomes strings a slice at a time.
-            self.store.write_metrics(self.name, _store_frame(rows.iloc[lo:hi]))
+            # A source that repeats a (key, step) within one attempt stores it once (the last
+            # value wins, as the importer's note says): what counts is what the store took.
+            self._stored += self.store.write_metrics(self.name, _store_frame(rows.iloc[lo:hi]))
             lo = hi
             if progress is not None:
                 progress(hi, total)

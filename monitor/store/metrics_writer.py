@@ -83,10 +83,11 @@ def _nothing() -> None:
 
 
 def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[[], None] | None = None) -> int:
-    """Insert rows (key_id, step, attempt, value, wall_time) of one run; return rows given.
+    """Insert rows (key_id, step, attempt, value, wall_time) of one run; return rows given, a
+    repeated (key_id, step, attempt) counted once.
 
-    Rows must be validated already: integer steps >= 0, one row per (key_id, step, attempt).
-    `progress()` is called each time the database has answered a part of the write (a phase, a
+    Rows must be validated already: integer steps >= 0. A (key_id, step, attempt) given more than
+    once keeps its last row. `progress()` is called each time the database has answered a part of the write (a phase, a
     slice of the insert): a caller that bounds a write by the database's silence can tell a
     large write that is moving from one that gets no answer.
     """
@@ -96,9 +97,10 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[
     key_ids = rows["key_id"].to_numpy(np.int64)
     steps = rows["step"].to_numpy(np.int64)
     attempts = rows["attempt"].to_numpy(np.int64)
-    order = np.lexsort((attempts, steps, key_ids))
+    order = np.lexsort((attempts, steps, key_ids))  # stable: repeats stay in the order given
     batch = _Batch(key_ids[order], steps[order], attempts[order],
                    rows["value"].to_numpy(float)[order], rows["wall_time"].to_numpy(float)[order])
+    batch = batch.last_of_repeats()
 
     distinct = np.unique(batch.key_ids)
     marks = _lock_marks(conn, run_id, distinct.tolist())
@@ -123,7 +125,7 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[
     back_keys = batch.key_ids[~appends]
     for key_id in np.unique(back_keys).tolist():
         _rebuild_tail(conn, run_id, key_id, int(batch.steps[~appends][back_keys == key_id].min()))
-    return len(rows)
+    return len(batch.steps)
 
 
 @dataclass
@@ -139,6 +141,18 @@ class _Batch:
     def select(self, mask: np.ndarray) -> "_Batch":
         return _Batch(self.key_ids[mask], self.steps[mask], self.attempts[mask], self.values[mask],
                       self.wall_times[mask])
+
+    def part(self, lo: int, hi: int) -> "_Batch":
+        """Rows lo..hi-1, as views of this batch's arrays."""
+        return _Batch(self.key_ids[lo:hi], self.steps[lo:hi], self.attempts[lo:hi], self.values[lo:hi],
+                      self.wall_times[lo:hi])
+
+    def last_of_repeats(self) -> "_Batch":
+        """One row per (key, step, attempt): the last given of each run of equal triples."""
+        last = np.ones(len(self.steps), dtype=bool)
+        last[:-1] = ((self.key_ids[1:] != self.key_ids[:-1]) | (self.steps[1:] != self.steps[:-1])
+                     | (self.attempts[1:] != self.attempts[:-1]))
+        return self if last.all() else self.select(last)
 
     def latest_per_step(self) -> "_Batch":
         """The highest attempt of each (key, step): the last row of each run of equal pairs."""
@@ -159,13 +173,14 @@ def _seal(conn: Connection, run_id: int, batch: _Batch, marks: dict[int, int]) -
         key_id = int(batch.key_ids[lo])
         old_mark = marks.get(key_id, -1)
         boundary = width * (max(old_mark, int(batch.steps[hi - 1])) // width)
-        sealed = batch.steps[lo:hi] < boundary
+        # A series' rows are sorted by step: those in sealed ranges come first.
+        sealed = lo + int(np.searchsorted(batch.steps[lo:hi], boundary))
         # The chunk that held the old tail, if this batch moves the tail past it.
         closing = old_mark // width if 0 <= old_mark < boundary else None
-        if not sealed.any() and closing is None:
+        if sealed == lo and closing is None:
             continue
-        in_tail[lo:hi] = ~sealed
-        plans.append(_SealPlan(key_id, batch.select(np.flatnonzero(sealed) + lo), closing))
+        in_tail[lo:sealed] = False
+        plans.append(_SealPlan(key_id, batch.part(lo, sealed), closing))
     _merge_chunks(conn, run_id, plans)
     return in_tail
 

@@ -843,7 +843,7 @@ def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:
         raise GapwatchError(
             f"run {run!r}: metric key {bad_keys[0]!r} is not of the form namespace/name in lower snake case"
         )
-    return rows.drop_duplicates(["key", "step", "attempt"], keep="last").reset_index(drop=True)
+    return rows  # a repeated (key, step, attempt) keeps its last value in metrics_writer.write
 
 
 def _is_nan_like(v: Any) -> bool:
