@@ -20,18 +20,26 @@ from .input_checks import UnfitNumber, unfit_literal
 def numbers(column: pa.Array, strict: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """(values, logged) of a text column: an empty cell is not logged. strict: None when a cell
     is not a number; else such a cell is not logged. UnfitNumber for a number no double holds."""
+    got = plain_numbers(column)
+    if got is not None:
+        return got
+    logged = pc.invert(pc.equal(pc.utf8_trim_whitespace(column), "")).to_numpy(zero_copy_only=False)
+    return cell_numbers(column.to_pylist(), logged, strict)
+
+
+def plain_numbers(column: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+    """`numbers` of a column whose cells are all plain numbers or empty, in one cast; None when a
+    cell is anything else (arrow cannot read it, or reads it as an infinity)."""
     trimmed = pc.utf8_trim_whitespace(column)
     empty = pc.equal(trimmed, "")
-    logged = pc.invert(empty).to_numpy(zero_copy_only=False)
     try:
         cast = pc.cast(pc.if_else(empty, pa.scalar(None, pa.string()), trimmed), pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        cast = None  # a cell arrow cannot read as a number: the exact reading below decides
-    if cast is not None:
-        values = pc.fill_null(cast, math.nan).to_numpy(zero_copy_only=False)
-        if not np.isinf(values).any():
-            return values, logged
-    return cell_numbers(column.to_pylist(), logged, strict)
+        return None
+    values = pc.fill_null(cast, math.nan).to_numpy(zero_copy_only=False)
+    if np.isinf(values).any():
+        return None
+    return values, pc.invert(empty).to_numpy(zero_copy_only=False)
 
 
 def cell_numbers(text: list, logged: np.ndarray, strict: bool) -> tuple[np.ndarray, np.ndarray] | None:

@@ -38,7 +38,7 @@ from .generic_rows import (
     KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, TIME_FIELDS, RowBuilder, step_field,
 )
 from .imported_run import ImportedRun, scalars_frame
-from .csv_cells import cell_numbers, leading_spaces_cut, numbers, whole_steps
+from .csv_cells import cell_numbers, leading_spaces_cut, numbers, plain_numbers, whole_steps
 from .input_checks import UnfitNumber, loads, repeated_name, shown
 from .name_codes import NameCodes
 from .wandb.csv_export import separator
@@ -172,19 +172,17 @@ class TableStream:
                      frame["attempt"].to_numpy(), frame["wall_time"].to_numpy())
 
     def _wide(self, first_line: int, steps: np.ndarray, walls: np.ndarray, names: list[str],
-              columns: list[tuple[np.ndarray, np.ndarray]]) -> _Rows:
-        """Rows of a block read as columns (values, logged-mask per name), in file order; the
-        block's checks have passed, so the stream's state moves on here."""
-        self.builder.names.update(n for n, (_, logged) in zip(names, columns) if logged.any())
+              values: np.ndarray, logged: np.ndarray) -> _Rows:
+        """Rows of a block read as columns (values and logged mask, a row a name), in file order;
+        the block's checks have passed, so the stream's state moves on here."""
+        self.builder.names.update(n for n, any_logged in zip(names, logged.any(axis=1)) if any_logged)
         attempts = self.builder.rows.at_steps(first_line, steps)
         if np.isfinite(walls).any():
             self.builder.any_time = True
         if not names:
             return self._taken()
-        values = np.column_stack([v for v, _ in columns])
-        logged = np.column_stack([m for _, m in columns])
-        line, col = np.nonzero(logged)  # row-major: line by line, columns in order
-        return _Rows(steps[line], self._names.codes(names)[col], values[line, col], attempts[line],
+        line, col = np.nonzero(logged.T)  # row-major: line by line, columns in order
+        return _Rows(steps[line], self._names.codes(names)[col], values.T[line, col], attempts[line],
                      walls[line])
 
     def _fits_columns(self, names: list[str]) -> bool:
@@ -291,9 +289,10 @@ class TableStream:
         columns = [_arrow_values(table.column(n)) for n in metric_names]
         if any(np.isinf(values).any() for values, _ in columns):
             return None  # pyarrow reads 1e309 as infinity: the exact reading refuses it
-        if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
+        values, logged = _stacked(columns)
+        if not self._fits_columns([n for n, m in zip(metric_names, logged.any(axis=1)) if m]):
             return None
-        return self._wide(first_line, steps, walls, metric_names, columns)
+        return self._wide(first_line, steps, walls, metric_names, values, logged)
 
     # --- CSV -----------------------------------------------------------------------------------
     def _csv_blocks(self) -> Iterator[_Rows]:
@@ -390,7 +389,17 @@ class TableStream:
         def read(name: str, strict: bool):
             return numbers(batch.column(name), strict=strict)
 
-        return self._plain(batch.schema.names, whole_steps, lambda name: batch.column(name), read, first_line)
+        def read_metrics(names: list[str]):
+            """Every metric column in one cast: a 100-column log costs a few calls a block, not a
+            few a column; the rules are a column's, and so is the answer where a cell breaks them."""
+            got = plain_numbers(pa.concat_arrays([batch.column(n) for n in names]))
+            if got is None:
+                return _stacked([read(n, True) for n in names])
+            shape = (len(names), batch.num_rows)
+            return got[0].reshape(shape), got[1].reshape(shape)
+
+        return self._plain(batch.schema.names, whole_steps, lambda name: batch.column(name), read, first_line,
+                           read_metrics)
 
     def _frame_block(self, table: pd.DataFrame, first_line: int) -> _Rows:
         fast = self._plain_frame(table, first_line)
@@ -414,10 +423,12 @@ class TableStream:
 
         return self._plain([str(c) for c in table.columns], steps_of, lambda name: table[name], read, first_line)
 
-    def _plain(self, names: list[str], steps_of, column, read, first_line: int) -> _Rows | None:
+    def _plain(self, names: list[str], steps_of, column, read, first_line: int,
+               read_metrics=None) -> _Rows | None:
         """The column-at-a-time reading both CSV readers share: `steps_of(column(step field))`
         gives whole steps (None: not all are), `read(name, strict)` a column's numbers and which
-        cells were logged (strict: None or UnfitNumber when a cell is not a number)."""
+        cells were logged (strict: None or UnfitNumber when a cell is not a number);
+        `read_metrics(names)`, where given, all the metric columns' at once, a row a column."""
         field = step_field(names, self.step_key)
         if field is None or (LONG_VALUE_FIELD in names and any(k in names for k in KEY_FIELDS)):
             return None
@@ -434,18 +445,17 @@ class TableStream:
                 ok = logged & np.isfinite(got)
                 walls[ok] = got[ok]
         metric_names = [n for n in names if n != field and n not in TIME_FIELDS]
-        columns = []
-        for n in metric_names:
-            try:
-                got = read(n, True)
-            except UnfitNumber:
-                return None  # the exact reading names its line
-            if got is None:
-                return None
-            columns.append(got)
-        if not self._fits_columns([n for n, (_, m) in zip(metric_names, columns) if m.any()]):
+        try:
+            got = (read_metrics(metric_names) if read_metrics is not None and metric_names
+                   else _stacked([read(n, True) for n in metric_names]))
+        except UnfitNumber:
+            return None  # the exact reading names its line
+        if got is None:
             return None
-        return self._wide(first_line, steps, walls, metric_names, columns)
+        values, logged = got
+        if not self._fits_columns([n for n, m in zip(metric_names, logged.any(axis=1)) if m]):
+            return None
+        return self._wide(first_line, steps, walls, metric_names, values, logged)
 
 def step_chunks(blocks: Iterable[_Rows], chunk_rows: int,
                 frame: Callable[[_Rows], pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -498,6 +508,15 @@ def _arrow_values(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     # Unchecked: an integer beyond 2**53 rounds to the nearest float, as float() rounds it.
     values = pc.fill_null(col.cast(pa.float64(), safe=False), 0.0).to_numpy(zero_copy_only=False)
     return values, logged
+
+
+def _stacked(columns: list[tuple[np.ndarray, np.ndarray] | None]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values, logged) of columns read one at a time, a row a column; None when one is None."""
+    if any(c is None for c in columns):
+        return None
+    if not columns:
+        return np.empty((0, 0)), np.empty((0, 0), dtype=bool)
+    return np.array([v for v, _ in columns]), np.array([m for _, m in columns])
 
 
 def _csv_values(cells: pd.Series, strict: bool):
