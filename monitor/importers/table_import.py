@@ -14,6 +14,7 @@ with the profile all its names choose.
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from .imported_run import ImportedRun
 from .meaning import CadenceTally, contradictions, mapping_rows, with_evidence
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
+from .read_ahead import read_ahead
 from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history_jsonl
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
@@ -98,9 +100,10 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
     tokens = TokensPerStep()
     tally = CadenceTally()
     collision: GapwatchError | None = None
-    with store.atomic():
+    # closing(): an error here stops the reader at once, not when the traceback lets go of it.
+    with store.atomic(), closing(read_ahead(stream.chunks())) as chunks:
         writer = ImportWriter(store, name, source_id)
-        for raw in stream.chunks():
+        for raw in chunks:
             if progress is not None:
                 progress(stream.bytes_read, stream.bytes_total)
             if axis is not None:

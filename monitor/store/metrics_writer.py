@@ -139,6 +139,8 @@ class _Batch:
     wall_times: np.ndarray
 
     def select(self, mask: np.ndarray) -> "_Batch":
+        if isinstance(mask, np.ndarray) and mask.dtype == bool and mask.all():
+            return self  # an import's batch is all appends: no copy of it
         return _Batch(self.key_ids[mask], self.steps[mask], self.attempts[mask], self.values[mask],
                       self.wall_times[mask])
 
