@@ -213,8 +213,9 @@ class TableStream:
                 end = data.rfind(b"\n") + 1
                 block, carry = data[:end], data[end:] + held
                 if block:
-                    yield self._jsonl_block(block, line)
-                    line += block.count(b"\n")
+                    lines = block.count(b"\n")
+                    yield self._jsonl_block(block, line, lines)
+                    line += lines
                 if not more:
                     break
         if carry:
@@ -228,9 +229,9 @@ class TableStream:
         except UnicodeDecodeError:
             raise GapwatchError(f"{self.path}: not a UTF-8 text file") from None
 
-    def _jsonl_block(self, block: bytes, first_line: int) -> _Rows:
+    def _jsonl_block(self, block: bytes, first_line: int, lines: int) -> _Rows:
         text = self._utf8(block)
-        fast = self._flat_jsonl(block, first_line)
+        fast = self._flat_jsonl(block, first_line, lines)
         if fast is not None:
             return fast
         for number, line in enumerate(text.split("\n")[:-1], start=first_line):
@@ -250,9 +251,9 @@ class TableStream:
             self.builder.add_object(number, obj, self.step_key)
         return self._taken()
 
-    def _flat_jsonl(self, block: bytes, first_line: int) -> _Rows | None:
+    def _flat_jsonl(self, block: bytes, first_line: int, lines: int) -> _Rows | None:
         """A block of flat objects of numbers, read by pyarrow; None when it is anything else."""
-        if not _one_object_a_line(block):
+        if not _one_object_a_line(block, lines):
             return None
         options = pa_json.ReadOptions(block_size=len(block) + 1, use_threads=False)
         try:
@@ -262,7 +263,7 @@ class TableStream:
                                       memory_pool=pa.system_memory_pool())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None  # duplicate names in an object, a line that is not an object, ...
-        if table.num_rows != block.count(b"\n"):
+        if table.num_rows != lines:
             return None  # blank lines: line numbers would not match
         names = table.column_names
         field = step_field(names, self.step_key)
@@ -480,11 +481,10 @@ def step_chunks(blocks: Iterable[_Rows], chunk_rows: int,
         yield frame(whole)
 
 
-def _one_object_a_line(block: bytes) -> bool:
+def _one_object_a_line(block: bytes, lines: int) -> bool:
     """Every line of the block starts an object and holds no other object or list: what pyarrow's
     JSON reader takes safely (a line of `null`, or nesting thousands deep, crash the process).
     A block that fails this is read line by line, which says what is wrong with it."""
-    lines = block.count(b"\n")
     return (block.startswith(b"{") and block.count(b"\n{") == lines - 1
             and block.count(b"{") == lines and b"[" not in block)
 

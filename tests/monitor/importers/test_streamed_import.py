@@ -124,15 +124,15 @@ def test_the_fast_and_the_line_by_line_reading_agree(tmp_path, monkeypatch):
     used = {"fast": 0, "exact": 0}
     fast = TableStream._flat_jsonl
 
-    def counting(self, block, first_line):
-        got = fast(self, block, first_line)
+    def counting(self, block, first_line, lines):
+        got = fast(self, block, first_line, lines)
         used["fast" if got is not None else "exact"] += 1
         return got
 
     monkeypatch.setattr(TableStream, "_flat_jsonl", counting)
     mixed = TableStream(path, "jsonl").collect()
     assert used["fast"] > 10 and used["exact"] >= 1  # both paths ran
-    monkeypatch.setattr(TableStream, "_flat_jsonl", lambda self, block, first_line: None)
+    monkeypatch.setattr(TableStream, "_flat_jsonl", lambda self, block, first_line, lines: None)
     exact = TableStream(path, "jsonl").collect()
     pd.testing.assert_frame_equal(mixed.scalars, exact.scalars)
     assert mixed.events == exact.events and mixed.notes == exact.notes
