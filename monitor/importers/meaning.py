@@ -69,13 +69,24 @@ class CadenceTally:
         self._stats: dict[str, list[int]] = {}  # key -> [count, steps, first, last]
 
     def add(self, scalars: pd.DataFrame) -> None:
-        grouped = scalars.groupby("key", observed=True, sort=False)["step"]
-        stats = grouped.agg(["count", "nunique", "min", "max"])
-        for key, (count, steps, lo, hi) in zip(stats.index, stats.to_numpy().tolist()):
-            have = self._stats.setdefault(str(key), [0, 0, int(lo), int(hi)])
-            have[0] += int(count)
-            have[1] += int(steps)
-            have[2], have[3] = min(have[2], int(lo)), max(have[3], int(hi))
+        codes, names = pd.factorize(scalars["key"])
+        steps = scalars["step"].to_numpy()
+        if not len(steps):
+            return
+        order = np.lexsort((steps, codes))  # by key, then step: a key's first row is its lowest step
+        codes, steps = codes[order], steps[order]
+        first = np.r_[True, codes[1:] != codes[:-1]]
+        last = np.r_[first[1:], True]
+        new_step = first | np.r_[True, steps[1:] != steps[:-1]]
+        count = np.bincount(codes, minlength=len(names))
+        distinct = np.bincount(codes[new_step], minlength=len(names))
+        lows = dict(zip(codes[first].tolist(), steps[first].tolist()))
+        highs = dict(zip(codes[last].tolist(), steps[last].tolist()))
+        for code, key in enumerate(names):
+            have = self._stats.setdefault(str(key), [0, 0, lows[code], highs[code]])
+            have[0] += int(count[code])
+            have[1] += int(distinct[code])
+            have[2], have[3] = min(have[2], lows[code]), max(have[3], highs[code])
 
     def cadences(self) -> dict[str, Cadence]:
         return {k: Cadence(n, s, (hi - lo) / (s - 1) if s > 1 else 0.0, lo, hi)

@@ -65,15 +65,21 @@ class NameMapper:
 
     def apply(self, raw: pd.DataFrame) -> pd.DataFrame:
         """Rows of names added before, renamed and rescaled; dropped names' rows left out."""
-        frame = raw[raw["key"].isin(list(self._mapping))]
-        keys = frame["key"]
+        keys = raw["key"]
         if isinstance(keys.dtype, pd.CategoricalDtype):
-            # Rename the few categories instead of millions of strings.
-            keys = keys.cat.remove_unused_categories()
-            cats = keys.cat.categories
-            new_keys = keys.cat.rename_categories([self._mapping[c][0] for c in cats])
-            scales = np.array([self._mapping[c][1] for c in cats])[keys.cat.codes.to_numpy()]
+            # The few categories renamed instead of millions of strings; a category of no
+            # mapped name (dropped, or not logged yet) loses its rows.
+            targets = [self._mapping.get(c) for c in keys.cat.categories]
+            mapped = np.array([t is not None for t in targets])
+            codes = keys.cat.codes.to_numpy()
+            kept = mapped[codes]
+            frame = raw if kept.all() else raw[kept]
+            codes = (np.cumsum(mapped) - 1)[codes[kept] if not kept.all() else codes]
+            new_keys = pd.Categorical.from_codes(codes, categories=[t[0] for t in targets if t is not None])
+            scales = np.array([t[1] for t in targets if t is not None])[codes]
         else:
+            frame = raw[raw["key"].isin(list(self._mapping))]
+            keys = frame["key"]
             new_keys = keys.map(self.key_map).to_numpy()
             scales = keys.map({src: scale for src, (_, scale) in self._mapping.items()}).to_numpy(
                 dtype="float64")

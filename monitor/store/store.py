@@ -811,8 +811,8 @@ def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:
         raise GapwatchError(f"metrics for run {run!r} lack column(s) {sorted(missing)}")
     keys = frame["key"]
     if isinstance(keys.dtype, pd.CategoricalDtype):
-        # An importer's names as codes: a string per row would cost more than the write.
-        keys = keys.cat.remove_unused_categories()
+        # An importer's names as codes: a string per row would cost more than the write. Only
+        # the names of rows count from here on (unique() and factorize() leave unused ones out).
         keys = keys.cat.rename_categories(keys.cat.categories.astype(str))
     else:
         keys = keys.astype(str)
