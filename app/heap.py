@@ -30,17 +30,23 @@ MMAP_THRESHOLD_BYTES = 256 << 20
 TRIM_THRESHOLD_BYTES = 1 << 30
 
 
-def keep_freed_memory() -> None:
-    """Have glibc's malloc reuse freed memory rather than return it to the kernel at once; does
-    nothing where the C library is not glibc."""
+# An import's: a chunk's arrays (a few MB each) come from the heap and go back to it; the import
+# bounds how far the heap grows (monitor/importers/freed_memory.py).
+IMPORT_HEAP_BYTES = 16 << 20
+
+
+def keep_freed_memory(mmap_threshold: int = MMAP_THRESHOLD_BYTES, trim_threshold: int = TRIM_THRESHOLD_BYTES) -> None:
+    """Have glibc's malloc reuse freed memory rather than return it to the kernel at once: blocks
+    up to `mmap_threshold` come from the heap, and its top is trimmed past `trim_threshold` free.
+    Does nothing where the C library is not glibc."""
     if not sys.platform.startswith("linux"):
         return
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
-    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+    mallopt(_M_TRIM_THRESHOLD, trim_threshold)
 
 
 def collect_less() -> None:

@@ -68,7 +68,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from app.heap import collect_less
+    from app.heap import IMPORT_HEAP_BYTES, collect_less, keep_freed_memory
     from monitor.errors import GapwatchError
     from monitor.importers import detect_format, load
     from monitor.importers.meaning import format_table
@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens_per_step is not None and not 0 < args.tokens_per_step < math.inf:
         raise GapwatchError(f"--tokens-per-step must be a positive number, not {args.tokens_per_step}")
     collect_less()  # an import makes many short-lived containers and no cycles worth a pass
+    keep_freed_memory(IMPORT_HEAP_BYTES, IMPORT_HEAP_BYTES)  # within the import's bound on growth
     console = Console(stderr=True)
     api_config = ApiConfig(base_url=args.wandb_base_url)
     fmt = args.fmt or detect_format(args.source)

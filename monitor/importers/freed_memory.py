@@ -1,17 +1,24 @@
-"""Handing back to the system the memory a chunk of an import freed, so that the import's peak
-stays that of a chunk.
+"""Bounding what a streamed import keeps of the memory its chunks freed.
 
-glibc's malloc keeps freed blocks in its heap for reuse, and a streamed import frees a block of
-parsed text, its columns and a chunk's row arrays at every chunk, in sizes that rarely fit the
-next ones: a 100-column W&B export's import grew to about 100 MB more than with `malloc_trim`
-after each chunk (bench/RESULTS.md). Where the C library has no `malloc_trim` (macOS, musl) this
-does nothing.
+glibc's malloc hands a large block back to the system when it is freed and trims its heap, so
+each chunk's arrays come back as fresh pages that the kernel faults in and zeroes again: with
+malloc told to keep such blocks (`app.heap.keep_freed_memory`), a 1.41M-step import spends a
+quarter of the system time. Kept blocks rarely fit the next chunk's sizes, though, so the heap
+grows with the file; past a bound on that growth the free memory goes back to the system
+(`malloc_trim`) and the heap starts again. Where the C library has no `malloc_trim` (macOS, musl)
+this does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+
+# How far an import's resident memory may grow over where it began before freed memory is handed
+# back: its budget is 400 MB with about 150 MB of modules, and one chunk's work must fit above it.
+GROWTH_BYTES = 160 << 20
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _malloc_trim():
@@ -25,7 +32,27 @@ def _malloc_trim():
 _TRIM = _malloc_trim()
 
 
-def release() -> None:
-    """Return the heap's free memory to the system (a few milliseconds at most)."""
-    if _TRIM is not None:
-        _TRIM(0)
+def _resident() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class HeldMemory:
+    """Freed memory of one import, kept while the process stays within GROWTH_BYTES of the
+    resident size it had when the import began."""
+
+    def __init__(self, growth: int = GROWTH_BYTES) -> None:
+        start = _resident()
+        self._limit = None if start is None else start + growth
+
+    def settle(self) -> None:
+        """After a chunk: hand free memory back if the process grew past its bound (or if its
+        size cannot be read)."""
+        if _TRIM is None:
+            return
+        now = _resident()
+        if self._limit is None or now is None or now > self._limit:
+            _TRIM(0)

@@ -101,6 +101,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
     tally = CadenceTally()
     collision: GapwatchError | None = None
     # closing(): an error here stops the reader at once, not when the traceback lets go of it.
+    held = freed_memory.HeldMemory()
     with store.atomic(), closing(read_ahead(stream.chunks())) as chunks:
         writer = ImportWriter(store, name, source_id)
         for raw in chunks:
@@ -133,7 +134,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
             tokens.add(mapped)
             writer.add(mapped)
             del raw, mapped
-            freed_memory.release()
+            held.settle()
         if fixed is None:
             chosen = _detect(names, profiles_file, tally.cadences())
             if chosen != base:
