@@ -152,6 +152,23 @@ class RunStatus(str, enum.Enum):
     IMPORTED = "imported"
 
 
+@dataclass(frozen=True)
+class Alignment:
+    """How `monitor.judging.align` put a pair of runs on one axis; both aligned runs carry it."""
+
+    axis: str
+    """"step" or "tokens"."""
+    reason: str
+    """Why that axis, in words."""
+    run: str
+    reference: str
+    metrics: dict[str, dict[str, Any]]
+    """Per metric key: the points aligned and the method ("exact", "interp ...")."""
+    run_tokens_per_step: float | None = None
+    reference_tokens_per_step: float | None = None
+    """Set on the token axis."""
+
+
 @dataclass
 class RunInfo:
     """What detectors need to know about a run beyond its series. Filled from the runs table."""
@@ -162,6 +179,13 @@ class RunInfo:
     records_per_epoch: int | None = None  # records in one pass over the training split
     reference: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    """The run's own configuration (hyperparameters), as logged."""
+    alignment: Alignment | None = None
+    """Set on a run `align` put on its pair's axis."""
+    pinned: dict[str, Any] = field(default_factory=dict)
+    """Facts the incremental mode pinned from rows its tail no longer holds (each column's
+    logging interval, a baseline so far), keyed by the detector's own names; empty when a whole
+    run is judged."""
 
 
 # Keys under which a run's config carries the numbers of RunInfo.

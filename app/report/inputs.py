@@ -51,7 +51,7 @@ def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None
     # Once, for the tables and the detectors alike: the tables show the pair that was judged.
     progress(f"aligning {run.name} with {reference.name}")
     aligned_run, aligned_ref = align_pair(run, reference, axis=detect.axis)
-    meta = aligned_run.info.config.get("alignment", {})
+    meta = aligned_run.info.alignment
     progress(f"judging {reference.name} on its own (beside the next pass, where a core is free)")
     alone_pass = SidePass(lambda: judge(reference, None, detect))
     progress(f"judging {run.name} against {reference.name}")
@@ -59,7 +59,7 @@ def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None
     alone = alone_pass.result()
     return ComparedPair(
         run=run, reference=reference, aligned_run=aligned_run, aligned_reference=aligned_ref,
-        axis=meta.get("axis", "step"), axis_reason=meta.get("reason", ""),
+        axis=meta.axis if meta else "step", axis_reason=meta.reason if meta else "",
         detections=judged.detections, reference_detections=alone.detections, cleans=judged.cleans + alone.cleans,
         detector_series={run.name: judged.series, reference.name: alone.series}, detect=detect,
     )

@@ -7,7 +7,7 @@ frames of events, repeats and logged NaN/Inf beside the wide one.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -17,9 +17,6 @@ from monitor.schema import RunData, RunInfo
 
 from .stats import cadence
 
-# Key of RunInfo.config under which the incremental mode hands a detector the facts it pinned from
-# rows its tail no longer holds (each column's logging interval, a baseline so far).
-PINNED = "pinned"
 
 
 def span(run: RunData) -> tuple[float, float]:
@@ -204,15 +201,14 @@ def with_pinned(run: RunData, pinned: dict) -> RunData:
     """The run with facts pinned by earlier judgements of its first rows (see `pinned`)."""
     if not pinned:
         return run
-    info = copy.copy(run.info)
-    info.config = {**run.info.config, PINNED: dict(pinned)}
+    info = dataclasses.replace(run.info, pinned=dict(pinned))
     return RunData(info=info, scalars=run.scalars, events=run.events, repeats=run.repeats,
                    logged_nonfinite=run.logged_nonfinite)
 
 
 def logging_interval(run: RunData, column: str, points: int) -> float | None:
     """The usual spacing of `column`'s first `points` logged steps, which fixes the width of the
-    windows a detector cuts it into: the value pinned in the run's config by the incremental mode
+    windows a detector cuts it into: the value the incremental mode pinned (RunInfo.pinned)
     (whose tail no longer holds the first steps) where there is one, else measured on the run;
     None until that many steps are logged."""
     fixed = pinned(run, f"interval:{column}@{points}")
@@ -228,4 +224,4 @@ def logging_interval(run: RunData, column: str, points: int) -> float | None:
 
 def pinned(run: RunData, key: str):
     """A fact the incremental mode pinned for this judgement (None when judging a whole run)."""
-    return run.info.config.get(PINNED, {}).get(key)
+    return run.info.pinned.get(key)

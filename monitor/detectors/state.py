@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.schema import Clean, Detection, RunData, RunInfo, empty_events
+from monitor.schema import Alignment, Clean, Detection, RunData, RunInfo, empty_events
 
 from .rundata import make_run
 
@@ -120,4 +120,7 @@ def run_from_dict(data: dict[str, Any]) -> RunData:
     if data["repeats"]:
         repeats = pd.DataFrame(data["repeats"], columns=["key", "step", "attempt", "value"])
         repeats["value"] = repeats["value"].map(_dec)
-    return make_run(RunInfo(**data["info"]), scalars, events=events, repeats=repeats, logged_nonfinite=nf)
+    info = dict(data["info"])
+    if isinstance(info.get("alignment"), dict):
+        info["alignment"] = Alignment(**info["alignment"])
+    return make_run(RunInfo(**info), scalars, events=events, repeats=repeats, logged_nonfinite=nf)

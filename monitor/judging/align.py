@@ -38,20 +38,19 @@ Which values are kept (per metric; only metrics both runs logged)
 Both results have the same step index and columns; for dense series `run.series(k)` and
 `reference.series(k)` have identical indexes; for evals the steps where both are finite are the
 matched checkpoints (`eval_keys.matching_steps`). What was done is recorded in
-`info.config["alignment"]`.
+`info.alignment` (schema.Alignment).
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from monitor import schema
 from monitor.errors import GapwatchError
-from monitor.schema import RunData
+from monitor.schema import Alignment, RunData
 from monitor.store.run_frames import union_steps
 
 AXES = ("auto", "step", "tokens")
@@ -119,16 +118,10 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
 
     index = pd.Index(union_steps([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
                      dtype="int64", name="step")
-    meta = {
-        "axis": chosen,
-        "reason": reason,
-        "run": run.name,
-        "reference": reference.name,
-        "metrics": stats,
-    }
-    if chosen == "tokens":
-        meta["run_tokens_per_step"] = run.info.tokens_per_step
-        meta["reference_tokens_per_step"] = reference.info.tokens_per_step
+    tokens = chosen == "tokens"
+    meta = Alignment(axis=chosen, reason=reason, run=run.name, reference=reference.name, metrics=stats,
+                     run_tokens_per_step=run.info.tokens_per_step if tokens else None,
+                     reference_tokens_per_step=reference.info.tokens_per_step if tokens else None)
     run_out = _rebuild(run, run_cols, index, meta, identity=True, to_run_steps=None)
     ref_out = _rebuild(reference, ref_cols, index, meta, identity=False,
                        to_run_steps=to_run_steps)
@@ -391,7 +384,7 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
             and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
-def _rebuild(data: RunData, cols: dict[str, pd.Series], index: pd.Index, meta: dict,
+def _rebuild(data: RunData, cols: dict[str, pd.Series], index: pd.Index, meta: Alignment,
              identity: bool, to_run_steps) -> RunData:
     if _unchanged(data.scalars, cols, index):
         # The common case (same steps; the same metrics, or the run's minus those only it logged,
@@ -401,8 +394,7 @@ def _rebuild(data: RunData, cols: dict[str, pd.Series], index: pd.Index, meta: d
         frame = data.scalars.drop(columns=[k for k in data.scalars.columns if k not in cols])
     else:
         frame = _frame(cols, index)
-    info = copy.copy(data.info)
-    info.config = {**data.info.config, "alignment": meta}
+    info = replace(data.info, alignment=meta)
     nonfinite = []
     for key, s in cols.items():
         bad = s[~np.isfinite(s.to_numpy(dtype="float64"))]

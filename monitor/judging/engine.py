@@ -118,7 +118,7 @@ class DetectionEngine:
         """Every detector over the whole run, against `aligned`: the reference as `align` puts it
         on the run's steps (None without a reference). A caller that needs the aligned pair
         itself (the report's tables) aligns once and judges with it."""
-        axis = aligned.info.config.get("alignment", {}).get("axis") if aligned is not None else None
+        axis = aligned.info.alignment.axis if aligned is not None and aligned.info.alignment else None
         found: list[Detection] = []
         cleans: list[Clean] = []
         not_judged: list[NotJudged] = []

@@ -164,7 +164,7 @@ class RunWatcher:
         _, ref = align_pair(view, reference, axis=self.axis)
         if self.axis == "auto":
             # Pin the axis the first judgement chose, so every later poll compares alike.
-            self.axis = ref.info.config.get("alignment", {}).get("axis", "auto")
+            self.axis = ref.info.alignment.axis if ref.info.alignment else "auto"
         return ref
 
     def _trim_reference(self) -> None:

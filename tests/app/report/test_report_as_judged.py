@@ -31,9 +31,9 @@ def aligned_twice(run: RunData, reference: RunData) -> ComparedPair:
     aligned_run, aligned_ref = align_pair(run, reference, axis=detect.axis)
     judged = judge(run, reference, detect)
     alone = judge(reference, None, detect)
-    meta = aligned_run.info.config["alignment"]
+    meta = aligned_run.info.alignment
     return ComparedPair(run=run, reference=reference, aligned_run=aligned_run, aligned_reference=aligned_ref,
-                        axis=meta["axis"], axis_reason=meta["reason"], detections=judged.detections,
+                        axis=meta.axis, axis_reason=meta.reason, detections=judged.detections,
                         reference_detections=alone.detections,
                         detector_series={run.name: judged.series, reference.name: alone.series}, detect=detect)
 

@@ -47,7 +47,7 @@ def test_olmo_rerun_evaluating_twice_as_often_pairs_shared_checkpoints_and_keeps
     run = load(base / "peteish-moreeval__190M-1xC.csv").to_run_data("run")
     ref = load(base / "peteish-moreeval__190M-1xC-rerun.csv").to_run_data("rerun")
     a, r = align_pair(run, ref)
-    assert a.info.config["alignment"]["axis"] == "step"
+    assert a.info.alignment.axis == "step"
     _same_index(a, r)
     # Every run checkpoint is paired; the rerun's extra ones stay at their own steps; values untouched.
     paired = matching_steps(a, r, C4)
@@ -64,8 +64,8 @@ def test_token_axis_when_batch_sizes_differ(shared_data):
     run = load(base / "peteish1.csv").to_run_data("b512")       # 2,097,152 tokens a step
     ref = load(base / "peteish1-b384.csv").to_run_data("b384")  # 1,572,864 tokens a step
     a, r = align_pair(run, ref)
-    meta = a.info.config["alignment"]
-    assert meta["axis"] == "tokens" and "differ" in meta["reason"]
+    meta = a.info.alignment
+    assert meta.axis == "tokens" and "differ" in meta.reason
     _same_index(a, r)
     # Held-out/downstream evals pair at checkpoints with the same tokens (within 0.5%): early on
     # that is every 3,000 run steps (= 4,000 reference steps) exactly. Values are never changed.
@@ -91,7 +91,7 @@ def test_step_axis_forced_keeps_steps(shared_data):
     run = load(base / "peteish1.csv").to_run_data("b512")
     ref = load(base / "peteish1-b384.csv").to_run_data("b384")
     a, r = align_pair(run, ref, axis="step")
-    assert a.info.config["alignment"]["axis"] == "step"
+    assert a.info.alignment.axis == "step"
     shared = run.series(HELLASWAG).index.intersection(ref.series(HELLASWAG).index)
     assert list(matching_steps(a, r, HELLASWAG)) == list(shared)
 
@@ -108,7 +108,7 @@ def test_dense_reference_interpolated_only_across_small_gaps():
     assert not any(41 <= s <= 79 for s in loss.index)  # the gap is not bridged
     assert loss.loc[85] == pytest.approx(1.5)
     assert a.series(schema.TRAIN_LOSS).index.equals(loss.index)
-    assert a.info.config["alignment"]["metrics"][schema.TRAIN_LOSS]["method"].startswith("interp")
+    assert a.info.alignment.metrics[schema.TRAIN_LOSS]["method"].startswith("interp")
 
 
 def test_exact_where_logged_interpolated_between():
@@ -168,7 +168,7 @@ def test_token_axis_eval_tolerance_and_one_to_one():
     # 33 ref steps = 99,000 tokens (1% off step 100), 67 = 201,000 (0.5% off 200), 100 exact.
     ref = _run("ref", {C4: {33: 3.1, 67: 2.6, 100: 2.3}}, tokens_per_step=3000)
     a, r = align_pair(run, ref)
-    assert a.info.config["alignment"]["axis"] == "tokens"
+    assert a.info.alignment.axis == "tokens"
     assert r.series(C4).to_dict() == {99: 3.1, 200: 2.6, 300: 2.3}  # 33 is 1% off 100: not its partner
     assert list(matching_steps(a, r, C4)) == [200, 300]
     a2, r2 = align_pair(run, ref, config=AlignConfig(eval_match_rel_tol=0.02))
@@ -181,7 +181,7 @@ def test_tokens_axis_needs_token_information():
     with pytest.raises(GapwatchError, match="cannot align on tokens: run 'run'"):
         align_pair(run, ref, axis="tokens")
     a, _ = align_pair(run, ref)  # auto falls back to steps, saying why
-    assert a.info.config["alignment"]["reason"].startswith("tokens per step unknown")
+    assert a.info.alignment.reason.startswith("tokens per step unknown")
     with pytest.raises(GapwatchError, match="axis must be one of"):
         align_pair(run, ref, axis="time")
 

@@ -89,7 +89,7 @@ def test_a_reference_aligned_on_tokens_keeps_its_evals_sparse(sqlite_url):
         run, ref = store.load_run("run"), store.load_run("ref")
     engine = DetectionEngine()
     _, aligned = engine.align(run, ref)
-    assert aligned.info.config["alignment"]["axis"] == "tokens"
+    assert aligned.info.alignment.axis == "tokens"
     assert isinstance(aligned.scalars[HELDOUT].dtype, pd.SparseDtype)
     assert aligned.scalars[TRAIN_LOSS].dtype == np.float64
     _, aligned_dense = engine.align(dense(run), dense(ref))
