@@ -12,7 +12,7 @@ import enum
 import re
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -150,6 +150,15 @@ class RunStatus(str, enum.Enum):
     FINISHED = "finished"
     CRASHED = "crashed"
     IMPORTED = "imported"
+
+
+class SeriesMark(NamedTuple):
+    """A series' high-water mark, kept by the store with every write (and measured on a run held
+    in memory the same way): what the watch service and the incident tracker know of its progress."""
+
+    first_step: int
+    last_step: int
+    rows: int
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ def smoothed_lines(store: Store, run: str, axis: AxisMap, weight: float, step_ra
     for key in SMOOTHED_KEYS:
         if key not in marks:
             continue
-        lo, hi = marks[key]
+        lo, hi = marks[key].first_step, marks[key].last_step
         if step_range is not None:
             lo, hi = max(lo, step_range[0]), min(hi, step_range[1])
         if lo > hi:
@@ -311,7 +311,7 @@ def findings(store: Store, run: str) -> pd.DataFrame:
 def run_extent(store: Store, run: str) -> tuple[int, int] | None:
     """First and last step the run logged anything at."""
     marks = store.series_marks(run).values()
-    return (min(m[0] for m in marks), max(m[1] for m in marks)) if marks else None
+    return (min(m.first_step for m in marks), max(m.last_step for m in marks)) if marks else None
 
 
 def new_points(store: Store, run: str, last: dict[str, int], max_points: int) -> pd.DataFrame:

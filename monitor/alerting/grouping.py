@@ -32,7 +32,7 @@ from monitor.alerting.incidents import (
     score_rank,
     spacing_of,
 )
-from monitor.schema import Clean, Detection, RunData, Severity, non_nan_cells
+from monitor.schema import Clean, Detection, RunData, SeriesMark, Severity, non_nan_cells
 
 # Episodes of one key are one periodic incident when at least this many recur with every spacing
 # within PERIOD_TOLERANCE of their median: the throughput detector's test for periodic pauses
@@ -40,7 +40,7 @@ from monitor.schema import Clean, Detection, RunData, Severity, non_nan_cells
 PERIODIC_MIN_EPISODES = 5
 PERIOD_TOLERANCE = 0.1
 
-Marks = Mapping[str, tuple[int, int, int]]
+SeriesMarks = Mapping[str, SeriesMark]
 """Per metric key of one run: first logged step, last logged step, rows (as the store keeps them)."""
 
 
@@ -165,7 +165,7 @@ def most_severe_first(incidents: Iterable[Incident]) -> list[Incident]:
     return sorted(incidents, key=lambda i: (-i.severity.rank, i.start_step, i.detector, i.metric))
 
 
-def progress_from_marks(run: str, marks: Marks) -> dict[tuple[str, str | None], Progress]:
+def progress_from_marks(run: str, marks: SeriesMarks) -> dict[tuple[str, str | None], Progress]:
     """Each metric's last step and typical logging interval, as the watch service tells the tracker."""
     out: dict[tuple[str, str | None], Progress] = {}
     for key, (first, last, rows) in marks.items():
@@ -175,8 +175,8 @@ def progress_from_marks(run: str, marks: Marks) -> dict[tuple[str, str | None], 
     return out
 
 
-def marks_of(run: RunData) -> dict[str, tuple[int, int, int]]:
-    """`Marks` of a run held in memory: the finite values of each column."""
+def marks_of(run: RunData) -> dict[str, SeriesMark]:
+    """The series marks of a run held in memory: the finite values of each column."""
     out = {}
     steps = run.scalars.index.to_numpy()
     for column in run.scalars.columns:
@@ -185,5 +185,5 @@ def marks_of(run: RunData) -> dict[str, tuple[int, int, int]]:
         if not finite.all():
             at = at[finite]
         if at.size:
-            out[column] = (int(steps[at[0]]), int(steps[at[-1]]), int(at.size))
+            out[column] = SeriesMark(int(steps[at[0]]), int(steps[at[-1]]), int(at.size))
     return out

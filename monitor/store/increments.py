@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 from sqlalchemy import and_, func, select
 
+from monitor.schema import SeriesMark
 from monitor.store import metric_rows, tables
 from monitor.store.database import Database
 from monitor.store.run_frames import KeyRows
@@ -22,8 +23,7 @@ from monitor.store.run_frames import KeyRows
 class RunMarks:
     """The store's high-water marks of one run."""
 
-    series: dict[str, tuple[int, int, int]]
-    """Per key: first step, last step, rows."""
+    series: dict[str, SeriesMark]
     last_event_id: int
     attempts: int
     """Attempts the run has started (the logging client counts them)."""
@@ -69,7 +69,7 @@ def marks_of(db: Database, runs: list[str]) -> dict[str, RunMarks]:
         key_names = db.key_names(conn, {row[1] for row in series})
     per_run: dict[int, dict[str, tuple[int, int, int]]] = {run_id: {} for run_id in names}
     for run_id, key_id, first, last, n in series:
-        per_run[run_id][key_names[key_id]] = (int(first), int(last), int(n))
+        per_run[run_id][key_names[key_id]] = SeriesMark(int(first), int(last), int(n))
     return {name: RunMarks(per_run[run_id], int(last_events.get(run_id) or 0), int(attempts or 0))
             for run_id, name, attempts in found}
 

@@ -28,6 +28,7 @@ from monitor.schema import (
     Detection,
     RunData,
     RunInfo,
+    SeriesMark,
     Severity,
     empty_events,
     empty_long,
@@ -284,14 +285,14 @@ def list_runs(db: Database) -> pd.DataFrame:
     return frame
 
 
-def series_marks(db: Database, name: str) -> dict[str, tuple[int, int]]:
-    """First and last logged step of each of a run's series (kept with every write: no scan)."""
+def series_marks(db: Database, name: str) -> dict[str, SeriesMark]:
+    """Each of a run's series' marks (kept with every write: no scan)."""
     s = tables.series.c
     with db.read() as conn:
         run_id = db.run_id(conn, name)
-        rows = conn.execute(select(s.key_id, s.first_step, s.last_step).where(s.run_id == run_id)).all()
+        rows = conn.execute(select(s.key_id, s.first_step, s.last_step, s.n).where(s.run_id == run_id)).all()
         names = db.key_names(conn, [r[0] for r in rows])
-    return {names[k]: (int(first), int(last)) for k, first, last in rows}
+    return {names[k]: SeriesMark(int(first), int(last), int(n)) for k, first, last, n in rows}
 
 
 ALERT_COLUMNS = ["id", "attempt", "detector", "metric", "state", "severity", "start_step", "end_step",

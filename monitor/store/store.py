@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
-from monitor.schema import Detection, RunData, RunInfo, RunStatus, Severity, is_valid_key
+from monitor.schema import Detection, RunData, RunInfo, RunStatus, SeriesMark, Severity, is_valid_key
 from monitor.store import sql
 from monitor.store import (
     chunks,
@@ -590,14 +590,15 @@ class Store:
         """
         return reader.load_run(self._db, name, keys)
 
-    def series_marks(self, name: str) -> dict[str, tuple[int, int]]:
-        """First and last logged step of each of a run's series (kept with every write: no scan).
+    def series_marks(self, name: str) -> dict[str, SeriesMark]:
+        """Each of a run's series' first and last logged step and rows (kept with every write: no
+        scan).
 
         Args:
             name: the run.
 
         Returns:
-            {key: (first step, last step)}.
+            {key: its SeriesMark}.
         """
         return reader.series_marks(self._db, name)
 

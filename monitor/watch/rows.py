@@ -21,7 +21,7 @@ import pandas as pd
 from monitor.alerting.incidents import Progress, spacing_of
 from monitor.schema import RunData, RunInfo, empty_events, empty_long
 from monitor.store import KeyRange, KeyRows, run_data
-from monitor.store import RunMarks as Marks
+from monitor.store import RunMarks
 
 # Series written by detectors (monitor.schema: detect/spike_score/...), not by the run.
 DETECTOR_SERIES_PREFIX = "detect/"
@@ -70,19 +70,19 @@ class Batch:
     """True when rows beyond `window_end` wait for the next poll (catching up on a long run)."""
 
 
-def marks(store, run: str) -> Marks:
+def marks(store, run: str) -> RunMarks:
     """The run's high-water marks, without the series detectors write (`ours`)."""
     return ours(store.run_marks(run))
 
 
-def ours(m: Marks) -> Marks:
+def ours(m: RunMarks) -> RunMarks:
     """Marks without the series detectors write (spike scores, in a store older than their own
     table): the watch service's own output is not news to judge."""
     kept = {k: v for k, v in m.series.items() if not k.startswith(DETECTOR_SERIES_PREFIX)}
     return dataclasses.replace(m, series=kept) if len(kept) != len(m.series) else m
 
 
-def has_news(cursor: Cursor, m: Marks) -> bool:
+def has_news(cursor: Cursor, m: RunMarks) -> bool:
     return (
         m.last_event_id > cursor.event_id
         or m.attempts > cursor.attempt
@@ -91,7 +91,7 @@ def has_news(cursor: Cursor, m: Marks) -> bool:
     )
 
 
-def progress(run: str, cursor: Cursor, m: Marks) -> dict[tuple[str, str | None], Progress]:
+def progress(run: str, cursor: Cursor, m: RunMarks) -> dict[tuple[str, str | None], Progress]:
     """How far each metric has been read, with its typical logging interval, for the incident logic."""
     out: dict[tuple[str, str | None], Progress] = {}
     for key, last in cursor.key_last.items():
@@ -102,7 +102,7 @@ def progress(run: str, cursor: Cursor, m: Marks) -> dict[tuple[str, str | None],
     return out
 
 
-def read_batch(store, run: str, info: RunInfo, cursor: Cursor, m: Marks, window_steps: int) -> Batch:
+def read_batch(store, run: str, info: RunInfo, cursor: Cursor, m: RunMarks, window_steps: int) -> Batch:
     """Rows past the cursor, at most `window_steps` steps of them; moves the cursor past them."""
     if m.attempts > cursor.attempt and cursor.key_last:
         # A new attempt began: it replays from its checkpoint, somewhere behind the cursors.
@@ -131,7 +131,7 @@ def read_batch(store, run: str, info: RunInfo, cursor: Cursor, m: Marks, window_
     return Batch(rows=rows, attempts=latest.reset_index(drop=True), window_end=hi, more=more)
 
 
-def _key_ranges(cursor: Cursor, m: Marks) -> dict[str, tuple[int, int | None]]:
+def _key_ranges(cursor: Cursor, m: RunMarks) -> dict[str, tuple[int, int | None]]:
     """Per key with news: read steps after this one, and (while replaying) rows of attempts from."""
     ranges: dict[str, tuple[int, int | None]] = {}
     for key, (first, last, n) in m.series.items():
@@ -176,7 +176,7 @@ def _earlier_attempts(store, run: str, replay: pd.DataFrame) -> dict[str, KeyRow
     return out
 
 
-def _events(store, run: str, cursor: Cursor, m: Marks, hi: int | None) -> pd.DataFrame:
+def _events(store, run: str, cursor: Cursor, m: RunMarks, hi: int | None) -> pd.DataFrame:
     """New events up to step `hi` (all when None); later ones wait in the cursor for their rows, so
     a detector never sees an event far ahead of the rows it judges. Read only when the marks show
     new ones (events are rare; most polls have none)."""
@@ -199,7 +199,7 @@ def _events(store, run: str, cursor: Cursor, m: Marks, hi: int | None) -> pd.Dat
     return out.sort_values("step", kind="stable").reset_index(drop=True)
 
 
-def _advance(cursor: Cursor, frame: pd.DataFrame, m: Marks, hi: int) -> None:
+def _advance(cursor: Cursor, frame: pd.DataFrame, m: RunMarks, hi: int) -> None:
     for key, (_, last, n) in m.series.items():
         reached = min(last, hi)
         if reached > cursor.key_last.get(key, -1):

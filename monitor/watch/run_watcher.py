@@ -19,6 +19,7 @@ from monitor.detectors.rundata import concat_rows
 from monitor.detectors.state import DetectorState
 from monitor.judging.engine import DetectionEngine
 from monitor.schema import Clean, Detection, RunData, RunInfo
+from monitor.store import RunMarks
 from monitor.watch import rows
 
 log = logging.getLogger("gapwatch.watch")
@@ -97,8 +98,8 @@ class RunWatcher:
         }
 
     # --- polling -------------------------------------------------------------------------------
-    def poll(self, marks: rows.Marks | None = None, info: RunInfo | None = None,
-             reference_marks: rows.Marks | None = None) -> JudgedBatch | None:
+    def poll(self, marks: RunMarks | None = None, info: RunInfo | None = None,
+             reference_marks: RunMarks | None = None) -> JudgedBatch | None:
         """Judge what arrived since the last poll; None when nothing did. The run's marks and info
         and the reference's marks are read here unless given (the service reads them for all its
         runs at once)."""
@@ -114,11 +115,11 @@ class RunWatcher:
         return JudgedBatch(update.detections, update.series, rows.progress(self.run, self.cursor, m), batch.more,
                           batch.window_end, update.cleans)
 
-    def has_news(self, marks: rows.Marks) -> bool:
+    def has_news(self, marks: RunMarks) -> bool:
         """Whether a series some detector reads, or the events, grew since the last poll."""
         return rows.has_news(self.cursor, self._judged_series(rows.ours(marks)))
 
-    def _judged_series(self, m: rows.Marks) -> rows.Marks:
+    def _judged_series(self, m: RunMarks) -> RunMarks:
         """The marks of the series some detector reads: the others are never read. With a
         reference every series is read, since aligning the reference on the run's steps (tokens,
         the steps logged) looks at all of them."""
@@ -133,7 +134,7 @@ class RunWatcher:
         return dataclasses.replace(m, series={k: v for k, v in m.series.items() if k in self._read})
 
     # --- the reference, aligned onto the run's steps -------------------------------------------
-    def _aligned_reference(self, new: RunData, reference_marks: rows.Marks | None) -> RunData | None:
+    def _aligned_reference(self, new: RunData, reference_marks: RunMarks | None) -> RunData | None:
         """The reference on every step the detectors will judge: their tails and the new rows.
 
         Aligned values of steps judged before are kept between polls, so a poll aligns only its new
@@ -205,7 +206,7 @@ class RunWatcher:
         self._ref_cache = RunData(info=cache.info, scalars=scalars, events=cache.events, repeats=cache.repeats,
                                   logged_nonfinite=nf.reset_index(drop=True))
 
-    def _load_reference(self, marks: rows.Marks | None) -> RunData | None:
+    def _load_reference(self, marks: RunMarks | None) -> RunData | None:
         """The reference at full resolution, read again only when it grew (a live reference)."""
         if self.reference is None:
             return None
