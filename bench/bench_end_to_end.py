@@ -238,8 +238,8 @@ def measure_wide(steps: int, pair_dir: Path | None = None) -> dict:
         out: dict = {"csv MB": files["cand"][1].stat().st_size / 1e6,
                      "jsonl MB": files["cand"][0].stat().st_size / 1e6, "load": [os.getloadavg()[0]]}
         print("read_csv", flush=True)
-        # The fastest of three: read_csv's time moves by a third from one run to the next here
-        # (most of it is the kernel handing it 2.7 GB), and a slow yardstick would flatter us.
+        # The fastest of three: read_csv's time moves a lot from one run to the next (most of the
+        # spread is the kernel handing it its memory), and a slow yardstick would flatter us.
         out["read_csv one"] = min(python(ROOT, READ_CSV, files["cand"][1], timed=True)[1:] for _ in range(3))
         out["read_csv pair"] = min(python(ROOT, READ_CSV, files["cand"][1], files["ref"][1], timed=True)[1:]
                                    for _ in range(3))

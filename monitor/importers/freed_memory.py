@@ -2,8 +2,8 @@
 
 glibc's malloc hands a large block back to the system when it is freed and trims its heap, so
 each chunk's arrays come back as fresh pages that the kernel faults in and zeroes again: with
-malloc told to keep such blocks (`app.heap.keep_freed_memory`), a 1.41M-step import spends a
-quarter of the system time. Kept blocks rarely fit the next chunk's sizes, though, so the heap
+malloc told to keep such blocks (`app.heap.keep_freed_memory`), a long import spends far less
+time in the kernel (bench/RESULTS.md). Kept blocks rarely fit the next chunk's sizes, though, so the heap
 grows with the file; past a bound on that growth the free memory goes back to the system
 (`malloc_trim`) and the heap starts again. Where the C library has no `malloc_trim` (macOS, musl)
 this does nothing.
@@ -16,7 +16,8 @@ import ctypes.util
 import os
 
 # How far an import's resident memory may grow over where it began before freed memory is handed
-# back: its budget is 400 MB with about 150 MB of modules, and one chunk's work must fit above it.
+# back: the import's memory budget (issue 27) less the modules it loads, with room left above the
+# bound for the work of one chunk (bench/RESULTS.md has the peaks).
 GROWTH_BYTES = 160 << 20
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

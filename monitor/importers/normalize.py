@@ -73,8 +73,8 @@ class NameMapper:
             mapped = np.array([t is not None for t in targets])
             codes = keys.cat.codes.to_numpy()
             kept = mapped[codes]
-            frame = raw if kept.all() else raw[kept]
-            codes = (np.cumsum(mapped) - 1)[codes[kept] if not kept.all() else codes]
+            frame, codes = (raw, codes) if kept.all() else (raw[kept], codes[kept])
+            codes = (np.cumsum(mapped) - 1)[codes]  # a category's place among the mapped ones
             new_keys = pd.Categorical.from_codes(codes, categories=[t[0] for t in targets if t is not None])
             scales = np.array([t[1] for t in targets if t is not None])[codes]
         else:

@@ -139,7 +139,8 @@ class _Batch:
     wall_times: np.ndarray
 
     def select(self, mask: np.ndarray) -> "_Batch":
-        if isinstance(mask, np.ndarray) and mask.dtype == bool and mask.all():
+        """The rows where boolean `mask` is set."""
+        if mask.all():
             return self  # an import's batch is all appends: no copy of it
         return _Batch(self.key_ids[mask], self.steps[mask], self.attempts[mask], self.values[mask],
                       self.wall_times[mask])
@@ -154,7 +155,7 @@ class _Batch:
         last = np.ones(len(self.steps), dtype=bool)
         last[:-1] = ((self.key_ids[1:] != self.key_ids[:-1]) | (self.steps[1:] != self.steps[:-1])
                      | (self.attempts[1:] != self.attempts[:-1]))
-        return self if last.all() else self.select(last)
+        return self.select(last)
 
     def latest_per_step(self) -> "_Batch":
         """The highest attempt of each (key, step): the last row of each run of equal pairs."""
@@ -283,7 +284,7 @@ def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool
     # In slices: a row as a tuple of Python objects takes ~200 bytes, so a whole batch of them
     # was the largest thing an import held.
     for lo in range(0, len(batch.steps), _INSERT_SLICE_ROWS):
-        part = batch.select(slice(lo, lo + _INSERT_SLICE_ROWS))
+        part = batch.part(lo, lo + _INSERT_SLICE_ROWS)
         if conn.dialect.name == "postgresql":
             complete &= _copy_postgres(conn, _binary_copy(run_id, part), len(part.steps), only_appends)
         else:

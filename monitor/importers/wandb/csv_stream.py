@@ -227,12 +227,8 @@ class WandbCsvStream:
         shape = (len(names), batch.num_rows)
         logged = cast.is_valid().to_numpy(zero_copy_only=False).reshape(shape)
         values = cast.fill_null(0.0).to_numpy(zero_copy_only=False).reshape(shape)
-        # A double cast reads `1e309` and 400 digits as infinity: only `inf` written so is one.
         for column, row in zip(*np.nonzero(np.isinf(values))):
-            name, text = names[column], batch.column(names[column])[row].as_py()
-            if unfit_literal(text):
-                raise GapwatchError(f"{self.path}: line {first_line + int(row)}: column {shown(name)}: "
-                                    f"the number {shown(text)} does not fit a 64-bit float")
+            self._refuse_unfit(batch.column(names[column])[row].as_py(), names[column], first_line + int(row))
         self._numeric.update(name for name, any_logged in zip(names, logged.any(axis=1)) if any_logged)
         return values, logged
 
@@ -353,13 +349,16 @@ class WandbCsvStream:
             values = pc.fill_null(values, 0.0).to_numpy(zero_copy_only=False)
             if logged.any():
                 self._numeric.add(name)
-        # A double cast reads `1e309` and 400 digits as infinity: only `inf` written so is one.
         for i in np.flatnonzero(logged & np.isinf(values)).tolist():
-            text = cells[i].as_py()
-            if unfit_literal(text):
-                raise GapwatchError(f"{self.path}: line {first_line + i}: column {shown(name)}: "
-                                    f"the number {shown(text)} does not fit a 64-bit float")
+            self._refuse_unfit(cells[i].as_py(), name, first_line + i)
         return values, logged
+
+    def _refuse_unfit(self, text: str, name: str, line: int) -> None:
+        """A cell a double cast read as an infinity: an error unless `inf` is what it says (the
+        cast reads `1e309` and 400 digits as infinity too)."""
+        if unfit_literal(text):
+            raise GapwatchError(f"{self.path}: line {line}: column {shown(name)}: "
+                                f"the number {shown(text)} does not fit a 64-bit float")
 
     def _cell_by_cell(self, text: list, logged: np.ndarray, name: str, first_line: int,
                       strict: bool, required: bool) -> np.ndarray | None:

@@ -4,11 +4,8 @@ for the rest of a process's life."""
 
 from __future__ import annotations
 
-import platform
 import subprocess
 import sys
-
-import pytest
 
 # Blocks of a chunk's size, every other one freed: holes in the heap that it cannot trim from its
 # top, as a chunk's arrays leave them between the rows held for the next chunk.
@@ -31,7 +28,6 @@ print(before, rss_mb())
 """
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
 def test_freed_memory_goes_back_only_past_the_bound():
     def before_and_after(growth_mb: int) -> tuple[float, float]:
         done = subprocess.run([sys.executable, "-c", SCRIPT, str(growth_mb)], capture_output=True, text=True,
