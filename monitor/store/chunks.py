@@ -7,8 +7,10 @@ range; the rows at and after the start of the chunk that holds the series' last 
 1.41M-step series is then ~170 blobs instead of 1.41M rows (a row costs ~1 us through any driver).
 
 Each chunk stores its columns apart (steps as 16-bit offsets into the chunk, attempts, values, wall
-times), each zlib-compressed; the floats byte-shuffled first, as Blosc does, so their sign and
+times), each compressed with zstd; the floats byte-shuffled first, as Blosc does, so their sign and
 exponent bytes sit together and compress. Reads that only need values never decompress wall times.
+Stores written by an earlier gapwatch hold zlib-compressed chunks; they stay readable as they
+are, since each blob's first bytes say which codec made it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import zstandard
 from sqlalchemy import Connection, and_, bindparam, delete, func, select
 
 from monitor.store import tables
@@ -28,9 +31,13 @@ from monitor.store import tables
 # a millisecond per metric.
 CHUNK_STEPS = 8192
 _META_KEY = "chunk_steps"
-# zlib's fastest level: on byte-shuffled float64, higher levels gain a few percent of size for
-# several times the time (bench/RESULTS.md, "Design measurements").
+# zstd's level 1: on the store's chunks as small as zlib's fastest level and about three times
+# as fast to compress, which an import of a long run spends much of its time on
+# (bench/bench_chunk_codec.py).
 _LEVEL = 1
+# Every zstd frame starts with these bytes; no zlib stream can (its first two bytes, read as a
+# big-endian number, are a multiple of 31, and 0x28B5 is not).
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 _c = tables.metric_chunks.c
 
@@ -62,6 +69,14 @@ def width(conn: Connection) -> int:
     return cached
 
 
+def _pack(raw: bytes) -> bytes:
+    return zstandard.compress(raw, _LEVEL)
+
+
+def _unpack(blob: bytes) -> bytes:
+    return zstandard.decompress(blob) if blob[:4] == _ZSTD_MAGIC else zlib.decompress(blob)
+
+
 def _shuffle(floats: np.ndarray) -> bytes:
     return np.ascontiguousarray(floats.astype("<f8").view(np.uint8).reshape(-1, 8).T).tobytes()
 
@@ -84,19 +99,19 @@ def encode(chunk: int, width: int, rows: ChunkRows) -> dict:
         "first_step": int(rows.steps[0]),
         "last_step": int(rows.steps[-1]),
         "max_wall_time": float(np.max(rows.wall_times)),
-        "step_data": zlib.compress(offsets.astype("<u2").tobytes(), _LEVEL),
-        "attempt_data": zlib.compress(rows.attempts.astype("<i4").tobytes(), _LEVEL),
-        "value_data": zlib.compress(_shuffle(rows.values), _LEVEL),
-        "wall_time_data": zlib.compress(_shuffle(rows.wall_times), _LEVEL),
+        "step_data": _pack(offsets.astype("<u2").tobytes()),
+        "attempt_data": _pack(rows.attempts.astype("<i4").tobytes()),
+        "value_data": _pack(_shuffle(rows.values)),
+        "wall_time_data": _pack(_shuffle(rows.wall_times)),
     }
 
 
 def _decode(chunk: int, width: int, step_data: bytes, attempt_data: bytes, value_data: bytes,
             wall_time_data: bytes | None = None) -> ChunkRows:
-    steps = np.frombuffer(zlib.decompress(step_data), dtype="<u2").astype(np.int64) + chunk * width
-    attempts = np.frombuffer(zlib.decompress(attempt_data), dtype="<i4").astype(np.int64)
-    values = _unshuffle(zlib.decompress(value_data))
-    walls = None if wall_time_data is None else _unshuffle(zlib.decompress(wall_time_data))
+    steps = np.frombuffer(_unpack(step_data), dtype="<u2").astype(np.int64) + chunk * width
+    attempts = np.frombuffer(_unpack(attempt_data), dtype="<i4").astype(np.int64)
+    values = _unshuffle(_unpack(value_data))
+    walls = None if wall_time_data is None else _unshuffle(_unpack(wall_time_data))
     return ChunkRows(steps, attempts, values, walls)
 
 
@@ -148,8 +163,8 @@ def read_series(conn: Connection, run_id: int, key_id: int, lo: int | None = Non
     for i in range(len(got)):
         chunk, step_data, attempt_data, value_data = got[i]
         got[i] = None  # each compressed chunk freed once decoded
-        offsets = zlib.decompress(step_data)
-        batch.append((int(chunk), offsets, zlib.decompress(attempt_data), zlib.decompress(value_data)))
+        offsets = _unpack(step_data)
+        batch.append((int(chunk), offsets, _unpack(attempt_data), _unpack(value_data)))
         rows += len(offsets) // 2
         if rows >= steps:
             yield _decode_batch(batch, steps)
@@ -210,7 +225,7 @@ def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarra
             and_(mine, _c.chunk.in_(sorted({c for _, c in uncovered}))))
         for key_id, chunk, step_data in conn.execute(query).all():
             if (key_id, chunk) in wanted:
-                marked[chunk][np.frombuffer(zlib.decompress(step_data), dtype="<u2")] = True
+                marked[chunk][np.frombuffer(_unpack(step_data), dtype="<u2")] = True
     parts = [np.flatnonzero(marked[c]).astype(np.int64) + c * steps for c in sorted(marked)]
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 

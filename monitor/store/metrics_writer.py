@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from monitor.store import chunks, metric_rows, tables, tail_cache
 from monitor.store.chunks import ChunkRows
-from monitor.store.rollups import LEVEL_WIDTHS, aggregate
+from monitor.store.rollups import LEVEL_WIDTHS, aggregate, aggregate_levels
 
 _SQLITE_INSERT = (
     "INSERT INTO metrics (run_id, key_id, step, attempt, value, wall_time) "
@@ -183,7 +183,7 @@ def _seal(conn: Connection, run_id: int, batch: _Batch, marks: dict[int, int]) -
         if sealed == lo and closing is None:
             continue
         in_tail[lo:sealed] = False
-        plans.append(_SealPlan(key_id, batch.part(lo, sealed), closing))
+        plans.append(_SealPlan(key_id, batch.part(lo, sealed), closing, old_mark // width - 1))
     _merge_chunks(conn, run_id, plans)
     return in_tail
 
@@ -212,6 +212,9 @@ class _SealPlan:
     key_id: int
     new: _Batch
     closing: int | None
+    last_stored: int | None = None
+    """The series' highest chunk that may be stored already (the one before its last step's
+    chunk, whose rows are in the row table), None when any may be."""
 
 
 def _merge_chunks(conn: Connection, run_id: int, plans: list[_SealPlan]) -> None:
@@ -221,12 +224,17 @@ def _merge_chunks(conn: Connection, run_id: int, plans: list[_SealPlan]) -> None
     if not plans:
         return
     width = chunks.width(conn)
-    targets = {p.key_id: set(np.unique(p.new.steps // width).tolist())
+    targets = {p.key_id: set(_distinct_sorted(p.new.steps // width).tolist())
                | ({p.closing} if p.closing is not None else set()) for p in plans}
-    wanted = set().union(*targets.values())
-    stored = {(k, c): rows for k, c, rows in chunks.read(conn, run_id, list(targets), chunks=wanted,
-                                                          with_wall_times=True)
-              if c in targets[k]}
+    # Only chunks below the one of a series' last step can be stored already: a write that only
+    # appends (an import, a live run) reads none.
+    may_exist = {p.key_id: {c for c in targets[p.key_id] if p.last_stored is None or c <= p.last_stored}
+                 for p in plans}
+    wanted = set().union(*may_exist.values())
+    stored = {} if not wanted else {
+        (k, c): rows for k, c, rows in chunks.read(conn, run_id, [k for k in may_exist if may_exist[k]],
+                                                   chunks=wanted, with_wall_times=True)
+        if c in may_exist[k]}
     replaced = list(stored)
     by_range: dict[int, list[int]] = {}
     for p in plans:
@@ -258,6 +266,11 @@ def _merge_chunks(conn: Connection, run_id: int, plans: list[_SealPlan]) -> None
             if len(merged):
                 written.append((p.key_id, chunk, merged))
     chunks.write_many(conn, run_id, written, replacing=replaced)
+
+
+def _distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a sorted array (np.unique would sort it again)."""
+    return values[np.r_[True, values[1:] != values[:-1]]] if len(values) else values
 
 
 def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, int]:
@@ -450,8 +463,8 @@ def _rollup_params(run_id: int, level: int, agg: dict[str, np.ndarray]) -> list[
 
 def _merge_rollups(conn: Connection, run_id: int, latest: _Batch) -> None:
     params = []
-    for level, width in enumerate(LEVEL_WIDTHS):
-        params += _rollup_params(run_id, level, aggregate(latest.key_ids, latest.steps, latest.values, width))
+    for level, agg in enumerate(aggregate_levels(latest.key_ids, latest.steps, latest.values)):
+        params += _rollup_params(run_id, level, agg)
     _merge_rollup_rows(conn, params)
 
 

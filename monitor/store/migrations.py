@@ -49,6 +49,12 @@ def _v5_message_refs(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE {tables.alert_outbox.name} ADD COLUMN message_ref TEXT"))
 
 
+def _v6_zstd_chunks(conn: Connection) -> None:
+    # No table changes: new chunks are compressed with zstd, which an older gapwatch cannot read;
+    # the version makes it refuse the store instead of failing on the first such chunk.
+    pass
+
+
 # (version, what it does, function). The store's version is the last applied entry.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "runs, metrics with attempts, series marks, rollups, events, detections, alerts, outbox", _v1_initial),
@@ -57,6 +63,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (4, "derived series (spike scores) apart from the logged rows; leases of several watch workers",
      _v4_team_scale),
     (5, "where a delivered notification lives at its receiver (a Slack message's channel and ts)", _v5_message_refs),
+    (6, "chunks compressed with zstd (those compressed with zlib before stay as they are)", _v6_zstd_chunks),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -67,6 +67,58 @@ def aggregate(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, width:
     }
 
 
+def aggregate_levels(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray) -> list[dict[str, np.ndarray]]:
+    """`aggregate` at each of LEVEL_WIDTHS, in order. Each coarser level is combined from the
+    buckets of the one before (each width divides the next), so a dense series' rows are walked
+    once, not once a level; the statistics are the same, totals up to rounding."""
+    levels = [aggregate(key_ids, steps, values, LEVEL_WIDTHS[0])]
+    for fine_width, width in zip(LEVEL_WIDTHS, LEVEL_WIDTHS[1:]):
+        levels.append(_coarser(levels[-1], fine_width, width))
+    return levels
+
+
+def _coarser(fine: dict[str, np.ndarray], fine_width: int, width: int) -> dict[str, np.ndarray]:
+    key_ids = fine["key_id"]
+    if len(key_ids) == 0:
+        return fine
+    buckets = fine["bucket"] * fine_width // width
+    change = np.empty(len(key_ids), dtype=bool)
+    change[0] = True
+    change[1:] = (key_ids[1:] != key_ids[:-1]) | (buckets[1:] != buckets[:-1])
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], len(key_ids))
+    parts = ends - starts
+
+    n = np.add.reduceat(fine["n"], starts)
+    nonfinite = np.add.reduceat(fine["nonfinite"], starts)
+    has_finite = nonfinite < n
+    # A fine bucket without a finite value has NaN statistics: it takes part in none of them.
+    fine_finite = fine["nonfinite"] < fine["n"]
+    low = np.where(fine_finite, fine["min_value"], np.inf)
+    high = np.where(fine_finite, fine["max_value"], -np.inf)
+    min_value = np.minimum.reduceat(low, starts)
+    max_value = np.maximum.reduceat(high, starts)
+    # The first fine bucket that attains the extreme holds its first step (buckets are in step order).
+    position = np.arange(len(key_ids))
+    min_at = np.minimum.reduceat(np.where(low == np.repeat(min_value, parts), position, len(key_ids)), starts)
+    max_at = np.minimum.reduceat(np.where(high == np.repeat(max_value, parts), position, len(key_ids)), starts)
+    safe_min = np.minimum(min_at, len(key_ids) - 1)
+    safe_max = np.minimum(max_at, len(key_ids) - 1)
+    return {
+            "key_id": key_ids[starts],
+            "bucket": buckets[starts],
+            "n": n,
+            "nonfinite": nonfinite,
+            "total": np.where(has_finite, np.add.reduceat(np.where(fine_finite, fine["total"], 0.0), starts), np.nan),
+            "min_step": np.where(has_finite, fine["min_step"][safe_min], -1),
+            "min_value": np.where(has_finite, min_value, np.nan),
+            "max_step": np.where(has_finite, fine["max_step"][safe_max], -1),
+            "max_value": np.where(has_finite, max_value, np.nan),
+            "last_step": fine["last_step"][ends - 1],
+            "last_value": fine["last_value"][ends - 1],
+    }
+
+
 def choose_level(span_steps: int, rows_per_step: float, max_points: int, oversample: int,
                  raw_factor: int) -> int | None:
     """The level to read for a range, or None to read raw rows.

@@ -4,6 +4,8 @@ replays and re-imports, and across the upgrade of a store written before chunks 
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -167,6 +169,34 @@ def test_the_chunk_width_is_the_stores_not_the_codes(sqlite_url, monkeypatch):
         model = {(s, 1): float(s) for s in range(600)}
         monkeypatch.setattr(chunks, "CHUNK_STEPS", 64)  # check_against's boundary uses the store's
         check_against(store, "r", model)
+
+
+def test_chunks_compressed_with_zlib_by_an_earlier_gapwatch_read_and_merge(store_url):
+    """A store whose chunks an earlier gapwatch compressed with zlib: its rows read back exactly,
+    and a write into such a chunk merges with them and stores the result with zstd."""
+    blobs = ("step_data", "attempt_data", "value_data", "wall_time_data")
+    model: dict = {}
+    with open_store(store_url) as store:
+        store.ensure_run("r")
+        frame = batch(range(600), 1, lambda s, a: s / 7)
+        store.write_metrics("r", frame)
+        model_write(model, frame)
+        c = tables.metric_chunks.c
+        with store.engine.begin() as conn:
+            stored = conn.execute(select(c.run_id, c.key_id, c.chunk, *(c[b] for b in blobs))).all()
+            assert len(stored) > 2 and all(bytes(row[3])[:4] == chunks._ZSTD_MAGIC for row in stored)
+            for run_id, key_id, chunk, *data in stored:
+                as_zlib = {b: zlib.compress(chunks._unpack(bytes(d)), 1) for b, d in zip(blobs, data)}
+                conn.execute(tables.metric_chunks.update().where(
+                    (c.run_id == run_id) & (c.key_id == key_id) & (c.chunk == chunk)).values(**as_zlib))
+        check_against(store, "r", model)
+        frame = batch(range(0, 600, 5), 2, lambda s, a: -float(s))  # a restart over sealed chunks
+        store.write_metrics("r", frame)
+        model_write(model, frame)
+        check_against(store, "r", model)
+        with store.engine.connect() as conn:
+            firsts = [bytes(d)[:4] for (d,) in conn.execute(select(c.value_data))]
+        assert firsts and all(first == chunks._ZSTD_MAGIC for first in firsts)
 
 
 def test_sealing_from_remembered_rows_notices_other_writers_and_rollbacks(store_url):

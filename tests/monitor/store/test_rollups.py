@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from monitor.store import open_store, tables
-from monitor.store.rollups import LEVEL_WIDTHS, aggregate
+from monitor.store.rollups import LEVEL_WIDTHS, aggregate, aggregate_levels
 
 
 def brute_force(steps, values, width):
@@ -55,6 +55,24 @@ def test_aggregate_matches_brute_force(points):
             else:
                 assert row["min_value"] == exp["min_value"] and row["max_value"] == exp["max_value"]
                 assert row["min_step"] == exp["min_step"] and row["max_step"] == exp["max_step"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 200_000), values_strategy), min_size=1, max_size=400,
+                unique_by=lambda t: (t[0], t[1])))
+def test_each_level_combined_from_the_finer_one_equals_aggregating_the_rows(points):
+    """Coarser levels built from the level before: the same buckets and statistics as built from
+    the rows (several series, sparse and dense steps, NaN and infinity), totals up to rounding."""
+    points.sort()
+    key_ids, steps, values = (np.array(c) for c in zip(*points))
+    values = values.astype(float)
+    for width, got in zip(LEVEL_WIDTHS, aggregate_levels(key_ids, steps, values), strict=True):
+        want = aggregate(key_ids, steps, values, width)
+        for column, expected in want.items():
+            if column == "total":
+                np.testing.assert_allclose(got[column], expected, rtol=1e-12, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(got[column], expected, err_msg=f"{column} at width {width}")
 
 
 def stored_rollups(store, run, key):
