@@ -61,6 +61,34 @@ def cadences(scalars: pd.DataFrame) -> dict[str, Cadence]:
     return out
 
 
+@dataclass(frozen=True)
+class ChunkCadence:
+    """One chunk's share of its series' cadences: the names in the order they first appear, and
+    for each its rows, distinct steps, first and last step in the chunk. Computed where the chunk
+    is read (the reading thread of an import), added up by a CadenceTally."""
+
+    names: list[str]
+    count: list[int]
+    distinct: list[int]
+    first: list[int]
+    last: list[int]
+
+    @classmethod
+    def of(cls, scalars: pd.DataFrame) -> "ChunkCadence":
+        codes, names = pd.factorize(scalars["key"])
+        steps = scalars["step"].to_numpy()
+        if not len(steps):
+            return cls([], [], [], [], [])
+        order = np.lexsort((steps, codes))  # by key, then step: a key's first row is its lowest step
+        codes, steps = codes[order], steps[order]
+        first = np.r_[True, codes[1:] != codes[:-1]]
+        last = np.r_[first[1:], True]
+        new_step = first | np.r_[True, steps[1:] != steps[:-1]]
+        return cls([str(n) for n in names], np.bincount(codes, minlength=len(names)).tolist(),
+                   np.bincount(codes[new_step], minlength=len(names)).tolist(),
+                   steps[first].tolist(), steps[last].tolist())  # codes run 0..n-1 in order
+
+
 class CadenceTally:
     """Cadences of a log read chunk by chunk, in memory that does not grow with the log; a
     chunk holds whole steps, so distinct steps add up, and `every` is the mean gap."""
@@ -68,25 +96,12 @@ class CadenceTally:
     def __init__(self) -> None:
         self._stats: dict[str, list[int]] = {}  # key -> [count, steps, first, last]
 
-    def add(self, scalars: pd.DataFrame) -> None:
-        codes, names = pd.factorize(scalars["key"])
-        steps = scalars["step"].to_numpy()
-        if not len(steps):
-            return
-        order = np.lexsort((steps, codes))  # by key, then step: a key's first row is its lowest step
-        codes, steps = codes[order], steps[order]
-        first = np.r_[True, codes[1:] != codes[:-1]]
-        last = np.r_[first[1:], True]
-        new_step = first | np.r_[True, steps[1:] != steps[:-1]]
-        count = np.bincount(codes, minlength=len(names))
-        distinct = np.bincount(codes[new_step], minlength=len(names))
-        lows = dict(zip(codes[first].tolist(), steps[first].tolist()))
-        highs = dict(zip(codes[last].tolist(), steps[last].tolist()))
-        for code, key in enumerate(names):
-            have = self._stats.setdefault(str(key), [0, 0, lows[code], highs[code]])
-            have[0] += int(count[code])
-            have[1] += int(distinct[code])
-            have[2], have[3] = min(have[2], lows[code]), max(have[3], highs[code])
+    def add(self, part: ChunkCadence) -> None:
+        for key, count, distinct, low, high in zip(part.names, part.count, part.distinct, part.first, part.last):
+            have = self._stats.setdefault(key, [0, 0, low, high])
+            have[0] += count
+            have[1] += distinct
+            have[2], have[3] = min(have[2], low), max(have[3], high)
 
     def cadences(self) -> dict[str, Cadence]:
         return {k: Cadence(n, s, (hi - lo) / (s - 1) if s > 1 else 0.0, lo, hi)

@@ -1,7 +1,7 @@
 """A stream of chunks read one step ahead, on a thread of its own.
 
 An import's two halves wait on different things: the reading half (pyarrow's parser, NumPy's
-casts) and the writing half (SQLite's inserts, zlib, sorting) each spend most of their time in C
+casts) and the writing half (SQLite's inserts, compression, sorting) each spend most of their time in C
 code that lets go of the interpreter lock. Reading the next chunk while the last one is written
 keeps both cores of a small machine busy; at most `depth` chunks wait between them, so memory
 stays that of a few chunks.

@@ -14,6 +14,7 @@ with the profile all its names choose.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from monitor.errors import GapwatchError
 
 from . import freed_memory
 from .imported_run import ImportedRun
-from .meaning import CadenceTally, contradictions, mapping_rows, with_evidence
+from .meaning import CadenceTally, ChunkCadence, contradictions, mapping_rows, with_evidence
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
 from .read_ahead import read_ahead
@@ -81,6 +82,15 @@ def _detect(names, profiles_file, cadence) -> Profile:
                           against=lambda p: contradictions(p, names, cadence))
 
 
+def _read(stream, axis: StepAxisInParts | None, source_id: str) -> Iterator[tuple[pd.DataFrame, ChunkCadence]]:
+    """The stream's chunks on the trainer's step axis, each with its share of the cadences: the
+    work on a chunk that does not wait for the chunks before it to be written."""
+    for raw in stream.chunks():
+        if axis is not None:
+            raw = axis.apply(ImportedRun(name_hint="", scalars=raw, source=source_id)).scalars
+        yield raw, ChunkCadence.of(raw)
+
+
 def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, infer: bool,
                  tokens_per_step, profiles_file, project, reference_of, progress):
     if fmt == "wandb-csv":
@@ -102,15 +112,13 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
     collision: GapwatchError | None = None
     # closing(): an error here stops the reader at once, not when the traceback lets go of it.
     held = freed_memory.HeldMemory()
-    with store.atomic(), closing(read_ahead(stream.chunks())) as chunks:
+    with store.atomic(), closing(read_ahead(_read(stream, axis, source_id))) as chunks:
         writer = ImportWriter(store, name, source_id)
-        for raw in chunks:
+        for raw, cadence in chunks:
             if progress is not None:
                 progress(stream.bytes_read, stream.bytes_total)
-            if axis is not None:
-                raw = axis.apply(ImportedRun(name_hint="", scalars=raw, source=source_id)).scalars
-            fresh = [str(n) for n in pd.unique(raw["key"]) if n not in names]
-            tally.add(raw)
+            fresh = [n for n in cadence.names if n not in names]
+            tally.add(cadence)
             names.update(dict.fromkeys(fresh))
             if collision is not None:
                 continue  # only the names matter now

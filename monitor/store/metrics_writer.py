@@ -102,7 +102,7 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[
                    rows["value"].to_numpy(float)[order], rows["wall_time"].to_numpy(float)[order])
     batch = batch.last_of_repeats()
 
-    distinct = np.unique(batch.key_ids)
+    distinct = _distinct_sorted(batch.key_ids)
     marks = _lock_marks(conn, run_id, distinct.tolist())
     progress()
     # Per row through the distinct keys: a dict lookup per row cost ~0.3 us a row.

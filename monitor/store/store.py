@@ -817,28 +817,43 @@ def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:
         keys = keys.cat.rename_categories(keys.cat.categories.astype(str))
     else:
         keys = keys.astype(str)
-    rows = pd.DataFrame({"key": keys})
-    steps = pd.to_numeric(frame["step"], errors="coerce")
-    bad = steps.isna() | (steps < 0) | (steps != np.floor(steps))
+    steps = frame["step"]
+    if isinstance(steps.dtype, np.dtype) and steps.dtype.kind in "iu":  # already plain integers
+        steps = steps.to_numpy(np.int64)
+        bad = steps < 0
+    else:
+        numeric = pd.to_numeric(steps, errors="coerce")
+        bad = (numeric.isna() | (numeric < 0) | (numeric != np.floor(numeric))).to_numpy()
     if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
+        i = int(np.flatnonzero(bad)[0])
         raise GapwatchError(f"run {run!r}: step {frame['step'].iloc[i]!r} is not a non-negative integer")
-    rows["step"] = steps.astype("int64").to_numpy()
-    values = pd.to_numeric(frame["value"], errors="coerce")
-    unparsed = values.isna().to_numpy() & frame["value"].notna().to_numpy()
-    bad = [i for i in np.flatnonzero(unparsed) if not _is_nan_like(frame["value"].iloc[i])]
-    if bad:
-        i = int(bad[0])
-        raise GapwatchError(
-            f"run {run!r}: value {frame['value'].iloc[i]!r} of {frame['key'].iloc[i]!r} at step "
-            f"{rows['step'].iloc[i]} is not a number"
-        )
-    rows["value"] = values.astype(float).to_numpy()
-    rows["attempt"] = (frame["attempt"].astype("int64").to_numpy() if "attempt" in frame else 1)
-    rows["wall_time"] = (
-        pd.to_numeric(frame["wall_time"], errors="coerce").fillna(time.time()).astype(float).to_numpy()
-        if "wall_time" in frame else time.time()
-    )
+    if not isinstance(steps, np.ndarray):
+        steps = numeric.astype("int64").to_numpy()
+    values = frame["value"]
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind == "f":
+        values = values.to_numpy(float)
+    else:
+        numeric = pd.to_numeric(values, errors="coerce")
+        unparsed = numeric.isna().to_numpy() & values.notna().to_numpy()
+        bad = [i for i in np.flatnonzero(unparsed) if not _is_nan_like(values.iloc[i])]
+        if bad:
+            i = int(bad[0])
+            raise GapwatchError(
+                f"run {run!r}: value {values.iloc[i]!r} of {frame['key'].iloc[i]!r} at step "
+                f"{steps[i]} is not a number"
+            )
+        values = numeric.astype(float).to_numpy()
+    now = time.time()
+    if "wall_time" not in frame:
+        walls = np.full(len(frame), now)
+    else:
+        walls = pd.to_numeric(frame["wall_time"], errors="coerce").to_numpy(float, copy=True)
+        walls[np.isnan(walls)] = now
+    rows = pd.DataFrame({
+        "key": keys, "step": steps, "value": values,
+        "attempt": frame["attempt"].to_numpy(np.int64) if "attempt" in frame else np.ones(len(frame), np.int64),
+        "wall_time": walls,
+    })
     bad_keys = [k for k in rows["key"].unique() if not is_valid_key(k)]
     if bad_keys:
         raise GapwatchError(
