@@ -86,7 +86,6 @@ class StoreJob:
     abandoned_at: float = math.inf
     """When the writer left it; progress after that says the store answers again."""
     error: BaseException | None = None
-    replayed: int = 0
     budget_rows: int = 20_000
     """Spooled rows this job replays at most; the next job carries on."""
     piece_rows: int = 20_000
@@ -186,7 +185,6 @@ class StoreJob:
                             path, self.target.run, kept)
             path.unlink(missing_ok=True)
             self.spool_progress.pop(path.name, None)
-            self.replayed += 1
 
     def _replay_file(self, path, batches: list[dict]) -> bool:
         """Write the file's batches from where the last job stopped, in groups of up to

@@ -102,11 +102,11 @@ class NameMapper:
 
 
 class TokensPerStep:
-    """Tokens per step as `constant_batch_tokens` and `derived_tokens_per_step` find it, from a
-    run's mapped rows fed chunk by chunk in file order, in memory that does not grow with the run:
-    the distinct batch sizes and the distinct step-to-step rates of `train/tokens` (a constant
-    batch gives one rate, up to float rounding), dropped once the rates are too far apart to be
-    one batch size."""
+    """Tokens per step of a run: a batch size in tokens it logged as one constant value, else
+    the rate of a cumulative `train/tokens` that grows linearly (every step-to-step rate within
+    float rounding of their median). Fed the run's mapped rows chunk by chunk in file order, in
+    memory that does not grow with the run: the distinct batch sizes and the distinct rates,
+    dropped once the rates are too far apart to be one batch size."""
 
     def __init__(self) -> None:
         self._batch: set[float] = set()
@@ -183,31 +183,4 @@ def config_tokens_per_step(config: dict) -> float | None:
     value = config.get(schema.CONFIG_TOKENS_PER_STEP)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)
-    return None
-
-
-def constant_batch_tokens(scalars: pd.DataFrame) -> float | None:
-    """Tokens per step when the run logged a constant batch size in tokens; None otherwise."""
-    values = scalars.loc[scalars["key"] == BATCH_TOKENS_KEY, "value"].dropna().unique()
-    if len(values) == 1 and values[0] > 0:
-        return float(values[0])
-    return None
-
-
-def derived_tokens_per_step(scalars: pd.DataFrame) -> float | None:
-    """Tokens per step implied by a cumulative `train/tokens` series that grows linearly."""
-    tok = scalars[scalars["key"] == schema.TRAIN_TOKENS]
-    if len(tok) < 2:
-        return None
-    steps = tok["step"].to_numpy(dtype="float64")
-    vals = tok["value"].to_numpy(dtype="float64")
-    ds, dv = np.diff(steps), np.diff(vals)
-    ok = ds > 0
-    if not ok.any():
-        return None
-    rates = dv[ok] / ds[ok]
-    rate = float(np.median(rates))
-    # A constant batch size gives the same rate everywhere (to float rounding).
-    if rate > 0 and np.allclose(rates, rate, rtol=1e-6):
-        return rate
     return None
