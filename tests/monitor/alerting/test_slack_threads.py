@@ -163,7 +163,7 @@ def test_a_store_from_before_message_refs_gains_the_column_when_opened(sqlite_ur
         db.execute("ALTER TABLE alert_outbox DROP COLUMN message_ref")
         db.execute("UPDATE gapwatch_meta SET value = '3' WHERE key = 'schema_version'")
     with open_store(sqlite_url) as store:
-        assert store.schema_version() == migrations.SCHEMA_VERSION == 5
+        assert store.schema_version() == migrations.SCHEMA_VERSION >= 5
         store.ensure_run("r")
         config = slack_config("http://127.0.0.1:9/hook")
         ledger, tracker = AlertLedger(store, config), IncidentTracker(config.incidents)
