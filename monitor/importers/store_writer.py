@@ -201,9 +201,9 @@ class ImportWriter:
             store.update_run(reference_of, reference=name)
         return WriteResult(name, self._stored, rows_total, written, self.existing is None)
     def _write(self, rows: pd.DataFrame, last: bool, progress=None) -> None:
-        """Write rows, in slices that end just past a multiple of the store's chunk width, so
-        that the store seals them straight into chunks instead of storing rows it moves into a
-        chunk on the next write; unless `last`, the rows past the last such multiple wait."""
+        """Write rows, in slices that end at the last step of one of the store's chunks, so that
+        the store seals them straight into chunks instead of storing rows it moves into a chunk
+        on the next write; unless `last`, the rows of the chunk not yet complete wait."""
         if self._held is not None:
             rows = _joined(self._held, rows) if len(rows) else self._held
             self._held = None
@@ -214,14 +214,14 @@ class ImportWriter:
         steps = rows["step"].to_numpy()
         ordered = bool(np.all(steps[1:] >= steps[:-1]))  # not so across a rewind
         if ordered and not last:
-            keep = int(np.searchsorted(steps, width * (int(steps[-1]) // width), side="right"))
+            keep = int(np.searchsorted(steps, width * (int(steps[-1]) // width)))
             if total - keep <= HELD_ROWS:
                 rows, self._held, total = rows.iloc[:keep], rows.iloc[keep:], keep
         lo = 0
         while lo < total:
             hi = min(lo + WRITE_CHUNK_ROWS, total)
             if ordered and hi < total:
-                edge = int(np.searchsorted(steps, width * (int(steps[hi - 1]) // width), side="right"))
+                edge = int(np.searchsorted(steps, width * (int(steps[hi - 1]) // width)))
                 hi = edge if edge > lo else hi
             # Slices of a whole run: a categorical key column becomes strings a slice at a time.
             # A source that repeats a (key, step) within one attempt stores it once (the last

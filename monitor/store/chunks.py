@@ -1,9 +1,10 @@
 """Sealed step ranges of a series as compressed columnar chunks: the store's bulk of metric rows.
 
 A series' rows live in one of two places, split by step: chunk `c` holds every row (all attempts)
-with `c * CHUNK_STEPS <= step < (c + 1) * CHUNK_STEPS` once the series has logged a step past that
-range; the rows at and after the start of the chunk that holds the series' last step stay in the
-`metrics` row table, the write tail. A step's rows are therefore always in one place. Reading a
+with `c * CHUNK_STEPS <= step < (c + 1) * CHUNK_STEPS` once the series has logged that range's last
+step or a later one; the rows of a chunk whose range the series' last step has not yet reached the
+end of stay in the `metrics` row table, the write tail (`metrics_writer.sealed_below`). A step's
+rows are therefore always in one place. Reading a
 1.41M-step series is then ~170 blobs instead of 1.41M rows (a row costs ~1 us through any driver).
 
 Each chunk stores its columns apart (steps as 16-bit offsets into the chunk, attempts, values, wall

@@ -175,26 +175,28 @@ def _seal(conn: Connection, run_id: int, batch: _Batch, marks: dict[int, int]) -
     for lo, hi in zip(starts.tolist(), ends.tolist()):
         key_id = int(batch.key_ids[lo])
         old_mark = marks.get(key_id, -1)
-        boundary = width * (max(old_mark, int(batch.steps[hi - 1])) // width)
+        boundary = sealed_below(max(old_mark, int(batch.steps[hi - 1])), width)
         # A series' rows are sorted by step: those in sealed ranges come first.
         sealed = lo + int(np.searchsorted(batch.steps[lo:hi], boundary))
-        # The chunk that held the old tail, if this batch moves the tail past it.
-        closing = old_mark // width if 0 <= old_mark < boundary else None
+        # The chunk that held the old tail, if it had one and this batch moves the tail past it.
+        old_boundary = sealed_below(old_mark, width)
+        closing = old_mark // width if old_boundary <= old_mark < boundary else None
         if sealed == lo and closing is None:
             continue
         in_tail[lo:sealed] = False
-        plans.append(_SealPlan(key_id, batch.part(lo, sealed), closing, old_mark // width - 1))
+        plans.append(_SealPlan(key_id, batch.part(lo, sealed), closing, old_boundary // width - 1))
     _merge_chunks(conn, run_id, plans)
     return in_tail
 
 
 def seal_all(conn: Connection) -> None:
     """Move every row of a sealed range from the row table into chunks (a store written before
-    chunks existed): afterwards each series' rows below its last step's chunk are chunked."""
+    chunks existed, or before a chunk was sealed at its own last step): afterwards each series'
+    rows below its `sealed_below` are chunked."""
     width = chunks.width(conn)
     s, m = tables.series.c, tables.metrics.c
     for run_id, key_id, last_step in conn.execute(select(s.run_id, s.key_id, s.last_step)).all():
-        boundary = width * (int(last_step) // width)
+        boundary = sealed_below(int(last_step), width)
         rows = metric_rows.tail_rows(conn, run_id, key_id, 0, boundary - 1)
         if not len(rows):
             continue
@@ -213,8 +215,8 @@ class _SealPlan:
     new: _Batch
     closing: int | None
     last_stored: int | None = None
-    """The series' highest chunk that may be stored already (the one before its last step's
-    chunk, whose rows are in the row table), None when any may be."""
+    """The series' highest chunk that may be stored already (the last one below its
+    `sealed_below`), None when any may be."""
 
 
 def _merge_chunks(conn: Connection, run_id: int, plans: list[_SealPlan]) -> None:
@@ -266,6 +268,13 @@ def _merge_chunks(conn: Connection, run_id: int, plans: list[_SealPlan]) -> None
             if len(merged):
                 written.append((p.key_id, chunk, merged))
     chunks.write_many(conn, run_id, written, replacing=replaced)
+
+
+def sealed_below(last_step: int, width: int) -> int:
+    """The step below which a series whose last step is `last_step` keeps its rows in chunks:
+    every chunk up to the one that holds `last_step`, and that one too once `last_step` is its
+    own last step (no later step can fall in it; an earlier one merges into it)."""
+    return width * ((last_step + 1) // width)
 
 
 def _distinct_sorted(values: np.ndarray) -> np.ndarray:

@@ -50,9 +50,11 @@ def _v5_message_refs(conn: Connection) -> None:
 
 
 def _v6_zstd_chunks(conn: Connection) -> None:
-    # No table changes: new chunks are compressed with zstd, which an older gapwatch cannot read;
-    # the version makes it refuse the store instead of failing on the first such chunk.
-    pass
+    # New chunks are compressed with zstd, which an older gapwatch cannot read: the version makes
+    # it refuse the store instead of failing on the first such chunk. And a chunk is now sealed
+    # as soon as its last step is logged, where it used to wait for a later step: a series that
+    # stopped on a chunk's last step has that chunk's rows moved out of the row table.
+    metrics_writer.seal_all(conn)
 
 
 # (version, what it does, function). The store's version is the last applied entry.
@@ -63,7 +65,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (4, "derived series (spike scores) apart from the logged rows; leases of several watch workers",
      _v4_team_scale),
     (5, "where a delivered notification lives at its receiver (a Slack message's channel and ts)", _v5_message_refs),
-    (6, "chunks compressed with zstd (those compressed with zlib before stay as they are)", _v6_zstd_chunks),
+    (6, "chunks compressed with zstd (zlib ones stay as they are), each sealed once its last step is logged",
+     _v6_zstd_chunks),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -110,9 +110,9 @@ def test_wandb_run_keeps_wall_time(sqlite_url, rich_run):
 
 
 def test_a_streamed_import_writes_straight_into_chunks(sqlite_url, tmp_path, monkeypatch):
-    """Chunks of a log smaller than a chunk of steps are written once the chunk is complete, just
-    past its end: the row table takes only the rows of each chunk's first step and of the last
-    chunk, not every row, to move them again on the next write."""
+    """Chunks of a log smaller than a chunk of steps are written once the chunk is complete, up
+    to its last step: the row table takes only the rows of the last chunk, not every row, to
+    move them again on the next write."""
     import json
 
     from monitor.importers import import_source, table_stream
@@ -134,6 +134,6 @@ def test_a_streamed_import_writes_straight_into_chunks(sqlite_url, tmp_path, mon
         import_source(store, "r", path)
         loss = store.load_run("r").series(schema.TRAIN_LOSS)
     assert loss.index.tolist() == list(range(steps)) and loss.iloc[-1] == steps
-    # Two series, each: the first step of each of the five chunks, then the last chunk's 35 more
-    # (one row table row a value: 500 before imports cut their writes at chunk ends).
-    assert sum(raw) == 2 * (5 + 35)
+    # Two series, each: the 36 rows of the last chunk, which its last step does not end (one
+    # row table row a value: 500 before imports cut their writes at chunk ends).
+    assert sum(raw) == 2 * 36

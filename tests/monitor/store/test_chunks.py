@@ -52,8 +52,8 @@ def check_against(store, run: str, model: dict) -> None:
     assert series.index.tolist() == sorted(latest) and series.tolist() == [latest[s] for s in sorted(latest)]
     marks = store.series_marks(run)[KEY]
     assert (marks.first_step, marks.last_step) == (min(latest), max(latest))
-    # The row table holds only the chunk of the last step and after; everything else is sealed.
-    boundary = chunks.CHUNK_STEPS * (max(latest) // chunks.CHUNK_STEPS)
+    # The row table holds only the chunk of the last step, and none once that step ends its chunk.
+    boundary = chunks.CHUNK_STEPS * ((max(latest) + 1) // chunks.CHUNK_STEPS)
     assert all(s >= boundary for s in tail_steps(store, run))
 
 
@@ -155,6 +155,62 @@ def test_a_store_written_before_chunks_is_sealed_on_upgrade(sqlite_url):
         check_against(store, "old", model)
         with store.engine.connect() as conn:
             assert conn.execute(select(func.count()).select_from(tables.metric_chunks)).scalar_one() == 4
+
+
+def test_a_chunk_is_sealed_once_its_last_step_is_logged(store_url):
+    """A write that ends on a chunk's last step leaves nothing in the row table (an import
+    writes whole chunks); a later write into that chunk, a restart, merges into it."""
+    width = chunks.CHUNK_STEPS
+    model: dict = {}
+    with open_store(store_url) as store:
+        store.ensure_run("r")
+        frame = batch(range(0, 2 * width), 1, lambda s, a: s / 3)
+        store.write_metrics("r", frame)
+        model_write(model, frame)
+        check_against(store, "r", model)
+        assert tail_steps(store, "r") == []
+        frame = batch(range(2 * width, 2 * width + 5), 1, lambda s, a: s / 3)
+        store.write_metrics("r", frame)
+        model_write(model, frame)
+        assert sorted(tail_steps(store, "r")) == list(range(2 * width, 2 * width + 5))
+        frame = batch(range(width - 3, 2 * width + 9), 2, lambda s, a: -s)  # a restart over both
+        store.write_metrics("r", frame)
+        model_write(model, frame)
+        check_against(store, "r", model)
+
+
+def test_a_store_that_kept_a_complete_chunk_in_the_row_table_seals_it_on_upgrade(sqlite_url):
+    """Version 5 sealed a chunk only once a later step was logged: a series that stopped on a
+    chunk's last step kept that chunk in the row table. Opening such a store seals it."""
+    width = chunks.CHUNK_STEPS
+    model: dict = {}
+    with open_store(sqlite_url) as store:
+        store.ensure_run("r")
+        frame = batch(range(0, 2 * width), 1, lambda s, a: s / 3)
+        store.write_metrics("r", frame)
+        model_write(model, frame)
+        with store.engine.connect() as conn:
+            run_id, key_id = store.run_id("r"), store.key_ids(conn, [KEY])[KEY]
+    # The layout version 5 left: the last chunk's rows back in the row table.
+    engine = sql.create(resolve(sqlite_url))
+    c = tables.metric_chunks.c
+    with engine.begin() as conn:
+        last = chunks.read(conn, run_id, [key_id], chunks=[1], with_wall_times=True)
+        ((_, _, rows),) = list(last)
+        conn.execute(tables.metric_chunks.delete().where((c.run_id == run_id) & (c.chunk == 1)))
+        conn.execute(insert(tables.metrics), [
+            {"run_id": run_id, "key_id": key_id, "step": int(s), "attempt": int(a), "value": float(v),
+             "wall_time": float(w)} for s, a, v, w in zip(rows.steps, rows.attempts, rows.values, rows.wall_times)])
+        conn.execute(tables.meta.update().where(tables.meta.c.key == "schema_version").values(value="5"))
+        assert conn.execute(select(func.count()).select_from(tables.metrics)).scalar_one() == width
+    engine.dispose()
+    with open_store(sqlite_url) as store:
+        assert tail_steps(store, "r") == []
+        check_against(store, "r", model)
+        frame = batch(range(2 * width, 2 * width + 3), 1, lambda s, a: s / 3)
+        store.write_metrics("r", frame)
+        model_write(model, frame)
+        check_against(store, "r", model)
 
 
 def test_the_chunk_width_is_the_stores_not_the_codes(sqlite_url, monkeypatch):
