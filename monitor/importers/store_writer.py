@@ -258,12 +258,13 @@ def _joined(first: pd.DataFrame, then: pd.DataFrame) -> pd.DataFrame:
 
 
 def _store_frame(scalars: pd.DataFrame) -> pd.DataFrame:
-    frame = pd.DataFrame({
+    """The columns the store takes, sharing the rows' arrays (the store only reads them)."""
+    columns = {
         "step": scalars["step"].to_numpy(),
         "key": scalars["key"],  # a categorical stays one: the store makes strings of it once
         "value": scalars["value"].to_numpy(),
         "attempt": scalars["attempt"].to_numpy(),
-    })
+    }
     if "wall_time" in scalars:
-        frame["wall_time"] = scalars["wall_time"].to_numpy()
-    return frame
+        columns["wall_time"] = scalars["wall_time"].to_numpy()
+    return pd.DataFrame(columns, copy=False)

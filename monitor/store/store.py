@@ -849,11 +849,11 @@ def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:
     else:
         walls = pd.to_numeric(frame["wall_time"], errors="coerce").to_numpy(float, copy=True)
         walls[np.isnan(walls)] = now
-    rows = pd.DataFrame({
+    rows = pd.DataFrame({  # sharing the arrays: write() only reads them
         "key": keys, "step": steps, "value": values,
         "attempt": frame["attempt"].to_numpy(np.int64) if "attempt" in frame else np.ones(len(frame), np.int64),
         "wall_time": walls,
-    })
+    }, copy=False)
     bad_keys = [k for k in rows["key"].unique() if not is_valid_key(k)]
     if bad_keys:
         raise GapwatchError(
