@@ -16,6 +16,7 @@ are, since each blob's first bytes say which codec made it.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -70,12 +71,25 @@ def width(conn: Connection) -> int:
     return cached
 
 
+# One compressor and one decompressor a thread, made once: a zstd context is not safe to share
+# between threads, and making one a call costs a good part of compressing a small column.
+_contexts = threading.local()
+
+
 def _pack(raw: bytes | np.ndarray) -> bytes:
-    return zstandard.compress(raw, _LEVEL)
+    compressor = getattr(_contexts, "compressor", None)
+    if compressor is None:
+        compressor = _contexts.compressor = zstandard.ZstdCompressor(level=_LEVEL)
+    return compressor.compress(raw)
 
 
 def _unpack(blob: bytes) -> bytes:
-    return zstandard.decompress(blob) if blob[:4] == _ZSTD_MAGIC else zlib.decompress(blob)
+    if blob[:4] != _ZSTD_MAGIC:
+        return zlib.decompress(blob)
+    decompressor = getattr(_contexts, "decompressor", None)
+    if decompressor is None:
+        decompressor = _contexts.decompressor = zstandard.ZstdDecompressor()
+    return decompressor.decompress(blob)
 
 
 def _shuffle(floats: np.ndarray) -> np.ndarray:
