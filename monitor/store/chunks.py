@@ -33,8 +33,8 @@ from monitor.store import tables
 # a millisecond per metric.
 CHUNK_STEPS = 8192
 _META_KEY = "chunk_steps"
-# zstd's level 1: on the store's chunks as small as zlib's fastest level and about three times
-# as fast to compress, which an import of a long run spends much of its time on
+# zstd's level 1: on the store's chunks as small as zlib's fastest level, several times as fast
+# to compress (which an import of a long run spends much of its time on) and to decompress
 # (bench/bench_chunk_codec.py).
 _LEVEL = 1
 # Every zstd frame starts with these bytes; no zlib stream can (its first two bytes, read as a
