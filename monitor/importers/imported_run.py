@@ -39,7 +39,9 @@ def scalars_frame(steps, keys, values, attempts=None, wall_time=None) -> pd.Data
 
     keys may be a pandas Categorical (kept as is: large imports repeat a few names millions of
     times); anything else becomes str. wall_time (seconds since the epoch, NaN where unknown) is
-    added only when the source has it.
+    added only when the source has it. The frame shares the arrays it is given when their types
+    are already right (an import hands over millions of rows a chunk): a caller does not change
+    them afterwards.
     """
     steps = np.asarray(steps, dtype="int64")
     if attempts is None:
@@ -49,17 +51,15 @@ def scalars_frame(steps, keys, values, attempts=None, wall_time=None) -> pd.Data
         key_col = pd.Series(keys, copy=False).array
     else:
         key_col = pd.Series(keys, dtype=str).to_numpy()
-    frame = pd.DataFrame(
-        {
-            "step": steps,
-            "key": key_col,
-            "value": np.asarray(values, dtype="float64"),
-            "attempt": np.asarray(attempts, dtype="int64"),
-        }
-    )
+    columns = {
+        "step": steps,
+        "key": key_col,
+        "value": np.asarray(values, dtype="float64"),
+        "attempt": np.asarray(attempts, dtype="int64"),
+    }
     if wall_time is not None:
-        frame["wall_time"] = np.asarray(wall_time, dtype="float64")
-    return frame
+        columns["wall_time"] = np.asarray(wall_time, dtype="float64")
+    return pd.DataFrame(columns, copy=False)
 
 
 @dataclass
