@@ -31,40 +31,13 @@ def aggregate(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray, width:
     if len(steps) == 0:
         return {c: np.empty(0) for c in ROLLUP_COLUMNS}
     buckets = steps // width
-    change = np.empty(len(steps), dtype=bool)
-    change[0] = True
-    change[1:] = (key_ids[1:] != key_ids[:-1]) | (buckets[1:] != buckets[:-1])
-    starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], len(steps))
-    counts = ends - starts
-
+    starts, ends = _bucket_runs(key_ids, buckets)
     finite = np.isfinite(values)
-    low = np.where(finite, values, np.inf)
-    high = np.where(finite, values, -np.inf)
-    min_value = np.minimum.reduceat(low, starts)
-    max_value = np.maximum.reduceat(high, starts)
-    position = np.arange(len(steps))
-    # First position in each bucket that attains its min (max): the rest of the bucket gets len().
-    min_at = np.minimum.reduceat(np.where(low == np.repeat(min_value, counts), position, len(steps)), starts)
-    max_at = np.minimum.reduceat(np.where(high == np.repeat(max_value, counts), position, len(steps)), starts)
     nonfinite = np.add.reduceat((~finite).astype(np.int64), starts)
-    has_finite = nonfinite < counts
-    safe_min = np.minimum(min_at, len(steps) - 1)
-    safe_max = np.minimum(max_at, len(steps) - 1)
-
-    return {
-            "key_id": key_ids[starts],
-            "bucket": buckets[starts],
-            "n": counts,
-            "nonfinite": nonfinite,
-            "total": np.where(has_finite, np.add.reduceat(np.where(finite, values, 0.0), starts), np.nan),
-            "min_step": np.where(has_finite, steps[safe_min], -1),
-            "min_value": np.where(has_finite, min_value, np.nan),
-            "max_step": np.where(has_finite, steps[safe_max], -1),
-            "max_value": np.where(has_finite, max_value, np.nan),
-            "last_step": steps[ends - 1],
-            "last_value": values[ends - 1],
-    }
+    return _bucket_stats(key_ids, buckets, starts, ends, n=ends - starts, nonfinite=nonfinite,
+                         total=np.add.reduceat(np.where(finite, values, 0.0), starts),
+                         low=np.where(finite, values, np.inf), high=np.where(finite, values, -np.inf),
+                         min_steps=steps, max_steps=steps, last_steps=steps, last_values=values)
 
 
 def aggregate_levels(key_ids: np.ndarray, steps: np.ndarray, values: np.ndarray) -> list[dict[str, np.ndarray]]:
@@ -82,40 +55,51 @@ def _coarser(fine: dict[str, np.ndarray], fine_width: int, width: int) -> dict[s
     if len(key_ids) == 0:
         return fine
     buckets = fine["bucket"] * fine_width // width
+    starts, ends = _bucket_runs(key_ids, buckets)
+    # A fine bucket without a finite value has NaN statistics: it takes part in none of them.
+    fine_finite = fine["nonfinite"] < fine["n"]
+    return _bucket_stats(key_ids, buckets, starts, ends, n=np.add.reduceat(fine["n"], starts),
+                         nonfinite=np.add.reduceat(fine["nonfinite"], starts),
+                         total=np.add.reduceat(np.where(fine_finite, fine["total"], 0.0), starts),
+                         low=np.where(fine_finite, fine["min_value"], np.inf),
+                         high=np.where(fine_finite, fine["max_value"], -np.inf),
+                         min_steps=fine["min_step"], max_steps=fine["max_step"],
+                         last_steps=fine["last_step"], last_values=fine["last_value"])
+
+
+def _bucket_runs(key_ids: np.ndarray, buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each (key, bucket) run of the sorted rows starts and ends."""
     change = np.empty(len(key_ids), dtype=bool)
     change[0] = True
     change[1:] = (key_ids[1:] != key_ids[:-1]) | (buckets[1:] != buckets[:-1])
     starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], len(key_ids))
-    parts = ends - starts
+    return starts, np.append(starts[1:], len(key_ids))
 
-    n = np.add.reduceat(fine["n"], starts)
-    nonfinite = np.add.reduceat(fine["nonfinite"], starts)
+
+def _bucket_stats(key_ids, buckets, starts, ends, *, n, nonfinite, total, low, high, min_steps, max_steps,
+                  last_steps, last_values) -> dict[str, np.ndarray]:
+    """A level's columns from its rows (raw rows, or a finer level's buckets): low and high are
+    the rows' finite minima and maxima (+-inf where none); min_steps and max_steps where each
+    row's extreme lies, the first row attaining it winning (rows are in step order)."""
     has_finite = nonfinite < n
-    # A fine bucket without a finite value has NaN statistics: it takes part in none of them.
-    fine_finite = fine["nonfinite"] < fine["n"]
-    low = np.where(fine_finite, fine["min_value"], np.inf)
-    high = np.where(fine_finite, fine["max_value"], -np.inf)
     min_value = np.minimum.reduceat(low, starts)
     max_value = np.maximum.reduceat(high, starts)
-    # The first fine bucket that attains the extreme holds its first step (buckets are in step order).
-    position = np.arange(len(key_ids))
-    min_at = np.minimum.reduceat(np.where(low == np.repeat(min_value, parts), position, len(key_ids)), starts)
-    max_at = np.minimum.reduceat(np.where(high == np.repeat(max_value, parts), position, len(key_ids)), starts)
-    safe_min = np.minimum(min_at, len(key_ids) - 1)
-    safe_max = np.minimum(max_at, len(key_ids) - 1)
+    # First position in each bucket that attains its min (max): the rest of the bucket gets len().
+    position, size, rows = np.arange(len(key_ids)), ends - starts, len(key_ids)
+    min_at = np.minimum.reduceat(np.where(low == np.repeat(min_value, size), position, rows), starts)
+    max_at = np.minimum.reduceat(np.where(high == np.repeat(max_value, size), position, rows), starts)
     return {
             "key_id": key_ids[starts],
             "bucket": buckets[starts],
             "n": n,
             "nonfinite": nonfinite,
-            "total": np.where(has_finite, np.add.reduceat(np.where(fine_finite, fine["total"], 0.0), starts), np.nan),
-            "min_step": np.where(has_finite, fine["min_step"][safe_min], -1),
+            "total": np.where(has_finite, total, np.nan),
+            "min_step": np.where(has_finite, min_steps[np.minimum(min_at, rows - 1)], -1),
             "min_value": np.where(has_finite, min_value, np.nan),
-            "max_step": np.where(has_finite, fine["max_step"][safe_max], -1),
+            "max_step": np.where(has_finite, max_steps[np.minimum(max_at, rows - 1)], -1),
             "max_value": np.where(has_finite, max_value, np.nan),
-            "last_step": fine["last_step"][ends - 1],
-            "last_value": fine["last_value"][ends - 1],
+            "last_step": last_steps[ends - 1],
+            "last_value": last_values[ends - 1],
     }
 
 

@@ -31,6 +31,13 @@ def model_write(model: dict, frame: pd.DataFrame) -> None:
         model.setdefault((int(step), int(attempt)), float(value))
 
 
+def log(store, model: dict, steps, attempt, value_of) -> None:
+    """Write a batch to run "r" and to the plain model of it."""
+    frame = batch(steps, attempt, value_of)
+    store.write_metrics("r", frame)
+    model_write(model, frame)
+
+
 def tail_steps(store, run: str) -> list[int]:
     with store.engine.connect() as conn:
         m = tables.metrics.c
@@ -164,18 +171,12 @@ def test_a_chunk_is_sealed_once_its_last_step_is_logged(store_url):
     model: dict = {}
     with open_store(store_url) as store:
         store.ensure_run("r")
-        frame = batch(range(0, 2 * width), 1, lambda s, a: s / 3)
-        store.write_metrics("r", frame)
-        model_write(model, frame)
+        log(store, model, range(0, 2 * width), 1, lambda s, a: s / 3)
         check_against(store, "r", model)
         assert tail_steps(store, "r") == []
-        frame = batch(range(2 * width, 2 * width + 5), 1, lambda s, a: s / 3)
-        store.write_metrics("r", frame)
-        model_write(model, frame)
+        log(store, model, range(2 * width, 2 * width + 5), 1, lambda s, a: s / 3)
         assert sorted(tail_steps(store, "r")) == list(range(2 * width, 2 * width + 5))
-        frame = batch(range(width - 3, 2 * width + 9), 2, lambda s, a: -s)  # a restart over both
-        store.write_metrics("r", frame)
-        model_write(model, frame)
+        log(store, model, range(width - 3, 2 * width + 9), 2, lambda s, a: -s)  # a restart over both
         check_against(store, "r", model)
 
 
@@ -186,9 +187,7 @@ def test_a_store_that_kept_a_complete_chunk_in_the_row_table_seals_it_on_upgrade
     model: dict = {}
     with open_store(sqlite_url) as store:
         store.ensure_run("r")
-        frame = batch(range(0, 2 * width), 1, lambda s, a: s / 3)
-        store.write_metrics("r", frame)
-        model_write(model, frame)
+        log(store, model, range(0, 2 * width), 1, lambda s, a: s / 3)
         with store.engine.connect() as conn:
             run_id, key_id = store.run_id("r"), store.key_ids(conn, [KEY])[KEY]
     # The layout version 5 left: the last chunk's rows back in the row table.
@@ -207,9 +206,7 @@ def test_a_store_that_kept_a_complete_chunk_in_the_row_table_seals_it_on_upgrade
     with open_store(sqlite_url) as store:
         assert tail_steps(store, "r") == []
         check_against(store, "r", model)
-        frame = batch(range(2 * width, 2 * width + 3), 1, lambda s, a: s / 3)
-        store.write_metrics("r", frame)
-        model_write(model, frame)
+        log(store, model, range(2 * width, 2 * width + 3), 1, lambda s, a: s / 3)
         check_against(store, "r", model)
 
 
