@@ -10,7 +10,7 @@ from typing import Any
 
 from monitor.schema import CleanRule, Detection, Section, VerdictRole
 
-from .base import Detector, ReferenceUse, StoryRole
+from .base import Detector, Reads, ReferenceUse, StoryRole
 from .data_invariants import DataInvariants
 from .eval_regression import EvalRegression
 from .grad_norm_growth import GradNormGrowth
@@ -53,7 +53,9 @@ def build(names: list[str] | None = None, params: dict[str, dict[str, Any]] | No
     unknown = [n for n in chosen if n not in REGISTRY]
     if unknown:
         raise KeyError(f"unknown detector(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
-    return [REGISTRY[n](**params.get(n, {})) for n in chosen]
+    # A list of metrics from a YAML or JSON file becomes the tuple the fields are declared as.
+    return [REGISTRY[n](**{k: tuple(v) if isinstance(v, list) else v for k, v in params.get(n, {}).items()})
+            for n in chosen]
 
 
 _DEFAULTS: dict[str, Detector] = {}
@@ -93,6 +95,6 @@ def caveats() -> tuple[str, ...]:
     return tuple(name for name, cls in REGISTRY.items() if cls.caveat)
 
 
-__all__ = ["REGISTRY", "Detector", "DetectorState", "ReferenceUse", "StoryRole", "build", "caveats", "in_section", "make_run", "role_of",
+__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "build", "caveats", "in_section", "make_run", "role_of",
            "shown_in", "verdict_roles",
            "state_from_dict", "state_to_dict"]

@@ -57,6 +57,20 @@ def reference_view(reference: RunData, lo: float, hi: float, cols: list[str]) ->
     return concat_rows(slice_ranges(reference, [(-math.inf, math.inf)], evals), near)
 
 
+@dataclass(frozen=True)
+class Reads:
+    """The metric columns a detector reads, declared rather than computed: the watch service keeps
+    a tail of only these, and loads for a run only what some detector reads."""
+
+    columns: tuple[str, ...] = ()
+    """Columns read by name."""
+    prefixes: tuple[str, ...] = ()
+    """Every column under these prefixes (held-out sets, downstream tasks)."""
+    fields: tuple[str, ...] = ()
+    """The detector's own fields that name columns (a parameter such as `metric`, a column name or
+    a tuple of them)."""
+
+
 class ReferenceUse(enum.Enum):
     """How a detector uses the reference run."""
 
@@ -118,6 +132,8 @@ class Detector(abc.ABC):
     """How a finding of warning severity or more names the report's verdict (None: it never does)."""
     caveat: ClassVar[bool] = False
     """Its findings qualify a "tied" verdict rather than overturn it (spikes, stalls)."""
+    reads: ClassVar[Reads | None] = None
+    """The metric columns its verdicts read (None: every column)."""
 
     # --- configuration -----------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
@@ -162,8 +178,14 @@ class Detector(abc.ABC):
                      evidence=evidence)
 
     def columns(self, run: RunData) -> list[str]:
-        """The metric columns this detector reads (the incremental tail keeps only these)."""
-        return list(run.scalars.columns)
+        """The columns of `run` that this detector reads (`reads`), in the run's order."""
+        if self.reads is None:
+            return list(run.scalars.columns)
+        named = set(self.reads.columns)
+        for field in self.reads.fields:
+            value = getattr(self, field)
+            named.update((value,) if isinstance(value, str) else value)
+        return [c for c in run.scalars.columns if c in named or c.startswith(self.reads.prefixes)]
 
     # --- helpers for subclasses ----------------------------------------------------------------
     def _detection(self, run: RunData, reference: RunData | None, metric: str, start: int,

@@ -39,7 +39,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import Detector, ReferenceUse
+from .base import Detector, Reads, ReferenceUse
 from .incremental import Incremental
 from .rundata import finite
 from .stats import true_runs
@@ -64,6 +64,7 @@ class DataInvariants(Detector, Incremental):
     keep_first_row: ClassVar[bool] = True  # the cursor offset is fixed by the first logged step
     shown_in: ClassVar[tuple[Section, ...]] = (Section.DATA,)
     verdict: ClassVar[VerdictRole] = VerdictRole(20, "data_loader_invariant_broken", "Data-loader invariant broken")
+    reads: ClassVar[Reads] = Reads(columns=COLUMNS)
 
     cursor_tolerance_records: float = 0.0
     """The cursor counts records exactly, so any difference is a bug; a tolerance in records exists
@@ -78,9 +79,6 @@ class DataInvariants(Detector, Incremental):
     """Records per optimizer step over all hosts; None takes RunInfo.global_batch_size."""
     records_per_epoch: int | None = None
     """Records in one pass over the training split; None takes RunInfo.records_per_epoch."""
-
-    def columns(self, run: RunData) -> list[str]:
-        return [c for c in COLUMNS if c in run.scalars.columns]
 
     def history_points(self, column: str) -> int:
         return 4  # the step before (pace) and the one being judged; the first row is kept for the offset

@@ -41,7 +41,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import Detector
+from .base import Detector, Reads
 from .incremental import Incremental
 from .eval_keys import (
     DownstreamMetric,
@@ -63,6 +63,7 @@ class EvalRegression(Detector, Incremental):
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.DOWNSTREAM,)
     verdict: ClassVar[VerdictRole] = VerdictRole(70, "evals_regressed", "Downstream evals regressed")
+    reads: ClassVar[Reads] = Reads(prefixes=(DOWNSTREAM_PREFIX,))
 
     alpha: float = 0.05
     """Family-wise error rate over all metrics compared at one checkpoint (Bonferroni)."""
@@ -77,9 +78,6 @@ class EvalRegression(Detector, Incremental):
     """Also judge metrics the reference does not log against the run's own best."""
     best_smoothing: int = 3
     """Running median over this many checkpoints before taking the best earlier value."""
-
-    def columns(self, run: RunData) -> list[str]:
-        return [c for c in run.scalars.columns if c.startswith(DOWNSTREAM_PREFIX)]
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         metrics = downstream_metrics(run.scalars.columns)

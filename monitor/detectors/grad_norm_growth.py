@@ -20,7 +20,7 @@ import pandas as pd
 
 from monitor.schema import TRAIN_GRAD_NORM, Clean, CleanRule, NotJudged, RunData, Story
 
-from .base import Detector, ReferenceUse, severity_for
+from .base import Detector, Reads, ReferenceUse, severity_for
 from .incremental import Incremental
 from .rundata import finite, logging_interval, pinned
 from .stats import true_runs, window_summaries
@@ -35,6 +35,7 @@ class GradNormGrowth(Detector, Incremental):
     # A block is judged once 500 steps have passed it: steps judged past the last flagged block say
     # nothing until the next block is complete, so only a block judged below the ratio ends it.
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
+    reads: ClassVar[Reads] = Reads(fields=("metric",))
 
     metric: str = TRAIN_GRAD_NORM
     """The metric judged for slow growth."""
@@ -54,9 +55,6 @@ class GradNormGrowth(Detector, Incremental):
     """Consecutive counting blocks that make a detection: 1,000 steps at the default."""
     critical_ratio: float = 2.0
     """Growth twice growth_ratio (4x at the default) is CRITICAL."""
-
-    def columns(self, run: RunData) -> list[str]:
-        return [self.metric] if self.metric in run.scalars.columns else []
 
     def history_points(self, column: str) -> int:
         # The blocks a run of counting blocks may reach back over, and the one still growing; the

@@ -39,7 +39,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import CLEAN_Z, Detector, ReferenceUse, severity_for
+from .base import CLEAN_Z, Detector, Reads, ReferenceUse, severity_for
 from .incremental import Incremental
 from .checkpoints import (
     HISTORY_CHECKPOINTS,
@@ -65,6 +65,7 @@ class HeldoutDivergence(Detector, Incremental):
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.HELDOUT,)
     verdict: ClassVar[VerdictRole] = VerdictRole(60, "heldout_diverged", "Held-out loss diverged")
+    reads: ClassVar[Reads] = Reads(prefixes=(HELDOUT_PREFIX,))
 
     noise_level: float = HELDOUT_NOISE.level
     """Between-run spread of held-out loss as a share of its level: fitted on the calibration
@@ -85,9 +86,6 @@ class HeldoutDivergence(Detector, Incremental):
     @property
     def noise(self) -> BetweenRunNoise:
         return BetweenRunNoise(self.noise_level, self.noise_timing)
-
-    def columns(self, run: RunData) -> list[str]:
-        return [k for stats in heldout_sets(run.scalars.columns).values() for k in stats.values()]
 
     def history_points(self, column: str) -> int:
         return HISTORY_CHECKPOINTS + self.persist_checkpoints

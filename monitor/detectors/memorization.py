@@ -58,7 +58,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import CLEAN_Z, MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
+from .base import CLEAN_Z, MEMORIZATION_VERDICT, Detector, Reads, ReferenceUse, severity_for
 from .incremental import Incremental
 from .checkpoints import (
     HISTORY_CHECKPOINTS,
@@ -92,6 +92,8 @@ class Memorization(Detector, Incremental):
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN, Section.HELDOUT)
     verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
+    reads: ClassVar[Reads] = Reads(columns=(DATA_SEEN_2PLUS_FRACTION,), prefixes=(HELDOUT_PREFIX, DOWNSTREAM_PREFIX),
+                                   fields=("metric",))
 
     metric: str = TRAIN_LOSS
     """The train metric compared with the reference."""
@@ -133,11 +135,6 @@ class Memorization(Detector, Incremental):
     max_eval_lateness_points: int = 50_000
     """The watch service keeps this many logged steps of train loss for held-out evaluations that
     arrive late (an offline eval job): 50,000 steps is days of a large run."""
-
-    def columns(self, run: RunData) -> list[str]:
-        return [c for c in run.scalars.columns
-                if c == self.metric or c.startswith(HELDOUT_PREFIX) or c.startswith(DOWNSTREAM_PREFIX)
-                or c == DATA_SEEN_2PLUS_FRACTION]
 
     def history_points(self, column: str) -> int | None:
         if column == self.metric:

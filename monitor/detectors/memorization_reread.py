@@ -32,7 +32,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
+from .base import MEMORIZATION_VERDICT, Detector, Reads, ReferenceUse, severity_for
 from .incremental import Incremental
 from .memorization import SUSPECT
 from .rundata import finite, logging_interval
@@ -51,6 +51,7 @@ class MemorizationReread(Detector, Incremental):
     explanation: ClassVar[str] = "memorization: re-read batches score lower than fresh ones"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
+    reads: ClassVar[Reads] = Reads(columns=COLUMNS)
 
     window_points: int = 100
     """Logged steps per block."""
@@ -64,9 +65,6 @@ class MemorizationReread(Detector, Incremental):
     """Consecutive judged blocks over the band that make a detection."""
     critical_ratio: float = 3.0
     """A gap three times min_effect is CRITICAL."""
-
-    def columns(self, run: RunData) -> list[str]:
-        return [c for c in COLUMNS if c in run.scalars.columns]
 
     def history_points(self, column: str) -> int:
         # The blocks a run of judged blocks may reach back over, and the one still growing.

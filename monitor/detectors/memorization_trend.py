@@ -36,7 +36,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import CLEAN_Z, MEMORIZATION_VERDICT, Detector, ReferenceUse, severity_for
+from .base import CLEAN_Z, MEMORIZATION_VERDICT, Detector, Reads, ReferenceUse, severity_for
 from .incremental import Incremental
 from .eval_keys import heldout_sets
 from .memorization import SUSPECT
@@ -54,6 +54,7 @@ class MemorizationTrend(Detector, Incremental):
     explanation: ClassVar[str] = "memorization: held-out minus train loss widens within the run"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
+    reads: ClassVar[Reads] = Reads(columns=(DATA_SEEN_2PLUS_FRACTION,), prefixes=(HELDOUT_PREFIX,), fields=("metric",))
 
     metric: str = TRAIN_LOSS
     """The train metric set against the held-out loss."""
@@ -80,10 +81,6 @@ class MemorizationTrend(Detector, Incremental):
     max_base_checkpoints: int = 256
     """Largest base of a trend fit: checkpoints past 512 are all judged by the line through the
     first 256 usable ones, so what the watch service keeps of a run stays bounded."""
-
-    def columns(self, run: RunData) -> list[str]:
-        return [c for c in run.scalars.columns
-                if c == self.metric or c.startswith(HELDOUT_PREFIX) or c == DATA_SEEN_2PLUS_FRACTION]
 
     def history_points(self, column: str) -> int | None:
         if column == self.metric:

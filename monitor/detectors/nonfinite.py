@@ -53,9 +53,6 @@ class NonFiniteDetector(Detector, Incremental):
     """Trailing median over the previous 500 logged steps: long enough that a burst of spikes does
     not lift it."""
 
-    def __post_init__(self) -> None:
-        self.critical_metrics = tuple(self.critical_metrics)
-
     def history_points(self, column: str) -> int:
         # The trailing median's window, and the run of high values a new value may extend.
         return self.baseline_points + 2 * self.explode_min_points + 2

@@ -29,6 +29,7 @@ from scipy import stats as sps
 from sklearn.isotonic import isotonic_regression
 
 from monitor.schema import (
+    HELDOUT_PREFIX,
     TRAIN_LOSS,
     Clean,
     CleanRule,
@@ -39,10 +40,9 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import CLEAN_Z, Detector, ReferenceUse, StoryRole, severity_for
+from .base import CLEAN_Z, Detector, Reads, ReferenceUse, StoryRole, severity_for
 from .incremental import Incremental
 from .checkpoints import heldout_pairs, over_sets
-from .eval_keys import heldout_sets
 from .noise import TRAIN_NOISE, BetweenRunNoise, log_slope
 from .rundata import finite, logging_interval
 from .stats import mad_sigma, signed_runs, window_summaries
@@ -60,6 +60,7 @@ class ReferenceDivergence(Detector, Incremental):
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN,)
     verdict: ClassVar[VerdictRole] = VerdictRole(50, "diverged_{direction}", "Diverged {direction} the reference")
+    reads: ClassVar[Reads] = Reads(prefixes=(HELDOUT_PREFIX,), fields=("metric",))
 
     metric: str = TRAIN_LOSS
     """The metric compared with the reference."""
@@ -88,10 +89,6 @@ class ReferenceDivergence(Detector, Incremental):
     @property
     def noise(self) -> BetweenRunNoise:
         return BetweenRunNoise(self.noise_level, self.noise_timing)
-
-    def columns(self, run: RunData) -> list[str]:
-        held = [k for st in heldout_sets(run.scalars.columns).values() for k in st.values()]
-        return [self.metric, *held]
 
     def history_points(self, column: str) -> int:
         # The windows a run of counting windows may reach back over, and the one still growing;

@@ -28,7 +28,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import Detector, ReferenceUse
+from .base import Detector, Reads, ReferenceUse
 from .incremental import Incremental
 from .rundata import finite
 from .stats import cadence
@@ -43,6 +43,7 @@ class ResumeConsistency(Detector, Incremental):
     explanation: ClassVar[str] = "the resume did not restore where the run stopped"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.RESUME,)
     verdict: ClassVar[VerdictRole] = VerdictRole(40, "resume_inconsistent", "Resume inconsistent")
+    reads: ClassVar[Reads] = Reads(columns=(DATA_CURSOR,), fields=("gap_metric",))
 
     replay_metrics: tuple[str, ...] = (TRAIN_LOSS,)
     """Metrics whose values two attempts logged for one step must agree on."""
@@ -57,12 +58,6 @@ class ResumeConsistency(Detector, Incremental):
     """A gap is a jump of more than this many logging intervals."""
     gap_metric: str = TRAIN_LOSS
     """The metric whose logged steps show lost progress."""
-
-    def __post_init__(self) -> None:
-        self.replay_metrics = tuple(self.replay_metrics)
-
-    def columns(self, run: RunData) -> list[str]:
-        return [c for c in (self.gap_metric, DATA_CURSOR) if c in run.scalars.columns]
 
     def history_points(self, column: str) -> int:
         # The cursor logged before a resume (its counting convention) and the steps around a gap.

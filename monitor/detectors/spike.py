@@ -47,7 +47,7 @@ from monitor.schema import (
     Story,
 )
 
-from .base import Detector, ReferenceUse
+from .base import Detector, Reads, ReferenceUse
 from .incremental import Incremental
 from .rundata import finite
 from .state import DetectorState
@@ -84,6 +84,7 @@ class SpikeDetector(Detector, Incremental):
     shown_in: ClassVar[tuple[Section, ...]] = (Section.GRAD_NORM,)
     caveat: ClassVar[bool] = True
     reads_events: ClassVar[bool] = False
+    reads: ClassVar[Reads] = Reads(fields=("metrics",))
 
     metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
     """The metrics judged for spikes."""
@@ -127,11 +128,6 @@ class SpikeDetector(Detector, Incremental):
     def __post_init__(self) -> None:
         if self.definition not in DEFINITIONS:
             raise ValueError(f"spike definition must be one of {DEFINITIONS}, not {self.definition!r}")
-        self.metrics = tuple(self.metrics)
-        self.log_scale = tuple(self.log_scale)
-
-    def columns(self, run: RunData) -> list[str]:
-        return [m for m in self.metrics if m in run.scalars.columns]
 
     def rule_history(self) -> int:
         """Values before a point that its verdict depends on, under every rule."""

@@ -47,7 +47,7 @@ from monitor.schema import (
     Story,
 )
 
-from .base import Detector
+from .base import Detector, Reads
 from .incremental import Incremental
 from .rundata import finite, logging_interval, pinned
 from .stats import cadence, signed_runs, true_runs, window_summaries
@@ -60,6 +60,7 @@ class ThroughputDetector(Detector, Incremental):
     explanation: ClassVar[str] = "steps slowed down or stalled"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.THROUGHPUT,)
     caveat: ClassVar[bool] = True
+    reads: ClassVar[Reads] = Reads(columns=(PERF_STEP_TIME_S, SYS_LOAD_PER_CPU), fields=("drop_metrics",))
 
     block_points: int = 1000
     """The goodput library computes the ideal over the whole job; blocks of 1,000 steps let the
@@ -103,12 +104,6 @@ class ThroughputDetector(Detector, Incremental):
     busy_host_load: float = 1.5
     """Load average per CPU from which a finding says the host was loaded: half again as many
     runnable tasks as CPUs, so the run waited for a CPU (a CPU-bound run alone keeps it near 1)."""
-
-    def __post_init__(self) -> None:
-        self.drop_metrics = tuple(self.drop_metrics)
-
-    def columns(self, run: RunData) -> list[str]:
-        return [c for c in (PERF_STEP_TIME_S, *self.drop_metrics, SYS_LOAD_PER_CPU) if c in run.scalars.columns]
 
     def history_points(self, column: str) -> int:
         # Step times: the block a step is judged by and its own; the pauses a periodic pattern is

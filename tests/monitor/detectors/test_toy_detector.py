@@ -19,7 +19,7 @@ from app.cli import main
 from app.dashboard.queries import findings
 from monitor.alerting.config import AlertingConfig, SinkConfig
 from monitor.judging.engine import DetectConfig
-from monitor.detectors import REGISTRY, Detector, ReferenceUse, make_run
+from monitor.detectors import REGISTRY, Detector, Reads, ReferenceUse, make_run
 from monitor.detectors.incremental import DEFAULT_HISTORY_POINTS, incremental
 from monitor.schema import TRAIN_LOSS, Detection, RunData, Section, Severity, Story, VerdictRole
 from monitor.store import open_store
@@ -38,12 +38,10 @@ class LossCeiling(Detector):
     explanation: ClassVar[str] = "train loss above its ceiling"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN,)
     verdict: ClassVar[VerdictRole] = VerdictRole(5, "loss_above_ceiling", "Train loss above its ceiling")
+    reads: ClassVar[Reads] = Reads(columns=(TRAIN_LOSS,))
 
     ceiling: float = 5.0
     """Loss above this is flagged; a test value, not a calibrated one."""
-
-    def columns(self, run: RunData) -> list[str]:
-        return [TRAIN_LOSS]
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list[Detection]:
         loss = run.series(TRAIN_LOSS)
