@@ -129,7 +129,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
                  "shown_reference": shown}, search, f"{pathname}{search}")
 
     @app.callback(
-        Output(PANEL, "figure"), Output("live", "data"), Output("resolution", "children"),
+        Output(PANEL, "figure"), Output(PANEL, "style"), Output("live", "data"), Output("resolution", "children"),
         Output("notices", "children"),
         Input("view", "data"), Input("refresh", "data"), Input("task-select", "value"),
     )
@@ -140,17 +140,22 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             data = queries.load_view(store, spec, config.max_points, step_range)
         except DatabaseError as exc:
             # Keep what the page shows and say why it is not current.
-            return ([no_update] * len(ctx.outputs_list[0]), no_update, no_update,
+            kept = [no_update] * len(ctx.outputs_list[0])
+            return (kept, kept, no_update, no_update,
                     [f"The store cannot be read ({describe_db_error(exc)}): showing what was read before."])
         except GapwatchError as exc:
             # The run went away (deleted) since the page opened: say so, keep the rest.
-            return ([no_update] * len(ctx.outputs_list[0]), no_update, no_update, [f"{one_line(exc)}."])
+            kept = [no_update] * len(ctx.outputs_list[0])
+            return kept, kept, no_update, no_update, [f"{one_line(exc)}."]
         # No pick: the first tasks in the report's order (most different from the reference first).
         rendered = panels.build(data, tasks or view.get("tasks"))
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
-        return ([rendered.figures[name] for name in order], state, rendered.resolution,
-                [f"{n}. " for n in [*view.get("notes", []), *data.notices]])
+        hidden = {"display": "none"}
+        notes = [*view.get("notes", []), *data.notices, rendered.left_out_line()]
+        return ([rendered.figures[name] for name in order],
+                [hidden if name in rendered.left_out else {} for name in order], state, rendered.resolution,
+                [f"{n}. " for n in notes if n])
 
     @app.callback(
         Output("append", "data"), Output("refresh", "data"), Output("alerts-version", "data"),

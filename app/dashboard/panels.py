@@ -20,6 +20,8 @@ from app.figures.overlay import parse_series_uid
 from app.figures.style import base_figure, note_empty
 from monitor.detectors import shown_in
 from monitor.schema import (
+    DATA_PREFIX,
+    DOWNSTREAM_PREFIX,
     HELDOUT_PREFIX,
     Section,
     PERF_MFU,
@@ -35,11 +37,25 @@ PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput",
 LIVE_PANELS = ("loss", "grad_norm", "throughput", "data")
 
 
+# What the line of panels left out calls each one.
+PANEL_NAMES = {"loss": "train loss", "delta": "train loss delta", "heldout": "held-out loss",
+               "gap": "train–held-out gap", "evals": "downstream evals", "grad_norm": "grad norm",
+               "throughput": "throughput", "data": "data loader"}
+
+
 @dataclass
 class RenderedView:
     figures: dict[str, go.Figure]
     traces: dict[str, list[list]]  # panel -> [[trace index, role, key], ...] of appendable series
     resolution: str
+    left_out: dict[str, str]
+    """Panels with nothing to draw in the whole run (not only in this step range), each with why:
+    the page hides them and names them in one line rather than showing a column of empty charts."""
+
+    def left_out_line(self) -> str | None:
+        if not self.left_out:
+            return None
+        return "Not drawn: " + ", ".join(f"{PANEL_NAMES[p]} ({why})" for p, why in self.left_out.items())
 
 
 def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
@@ -63,8 +79,6 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
     stalls = detections[detections["detector"].isin(shown_in(Section.THROUGHPUT))]
 
     def delta() -> go.Figure:
-        if ref is None:
-            return _empty("train loss delta (run − reference)", x_title, "no reference run to compare with")
         windows, points = figures.reference_delta(train, ref_train)
         if smooth is not None and ref_smooth is not None:
             # The faint line is the smoothed difference; the window medians stay the detector's.
@@ -89,7 +103,7 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
                                   run_name=name, reference_name=ref_name, x_title=x_title, empty_reason=why.gap())
 
     def data() -> go.Figure:
-        data_keys = [k for k in run.keys if k.startswith("data/")]
+        data_keys = [k for k in run.keys if k.startswith(DATA_PREFIX)]
         return figures.data_figure(long[long["key"].isin(data_keys)], x_title=x_title)
 
     makers = {
@@ -111,8 +125,11 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
             x_title=x_title, x_of_step=run.axis.to_x),
         "data": data,
     }
+    left_out = why.nothing_logged()
     out: dict[str, go.Figure] = {}
     for panel, make in makers.items():
+        if panel in left_out:
+            continue
         # One odd series costs this panel, with its reason, not the page (contain.py).
         fig, failed = contained(f"the {panel.replace('_', ' ')} panel could not be drawn", make)
         out[panel] = fig if failed is None else _empty(panel.replace("_", " "), x_title, failed)
@@ -133,12 +150,14 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
         if x_range is not None:
             fig.update_xaxes(range=list(x_range), autorange=False)
         fig.update_layout(uirevision=revision)
+    out.update({panel: go.Figure() for panel in left_out})
     return RenderedView(figures=out, traces={p: _appendable(out[p]) for p in LIVE_PANELS},
-                        resolution=resolution_text(view))
+                        resolution=resolution_text(view), left_out=left_out)
 
 
 class EmptyReasons:
-    """Why a panel has nothing to draw, in words: nothing logged at all, or nothing in this range."""
+    """Why a panel has nothing to draw, in words: nothing logged in the whole run (the panel is
+    left out), or nothing in this step range."""
 
     IN_RANGE = " in this step range (show all steps to see the rest)"
 
@@ -148,34 +167,45 @@ class EmptyReasons:
         self.ref_keys = set(view.reference.keys) if view.reference is not None else set()
         self.zoomed = view.step_range is not None
 
+    def nothing_logged(self) -> dict[str, str]:
+        """The panels with nothing to draw in the whole run, each with why."""
+        def held(keys: set[str]) -> bool:
+            return any(k.startswith(HELDOUT_PREFIX) for k in keys)
+
+        both = self.keys | self.ref_keys
+        gap_of = [keys for keys in (self.keys, self.ref_keys) if TRAIN_LOSS in keys and held(keys)]
+        out = {
+            "loss": None if TRAIN_LOSS in both else "not logged",
+            "delta": ("no reference run" if self.view.reference is None else
+                      None if TRAIN_LOSS in self.keys and TRAIN_LOSS in self.ref_keys else
+                      "one of the runs logged no train loss"),
+            "heldout": None if held(both) else "not logged",
+            "gap": None if gap_of else "no run logged both train and held-out loss",
+            "evals": None if any(k.startswith(DOWNSTREAM_PREFIX) for k in both) else "not logged",
+            "grad_norm": None if TRAIN_GRAD_NORM in self.keys else "not logged",
+            "throughput": None if self.keys & {PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S} else "not logged",
+            "data": None if any(k.startswith(DATA_PREFIX) for k in self.keys) else "not logged",
+        }
+        return {panel: why for panel, why in out.items() if why is not None}
+
     @staticmethod
     def _drawn(long: pd.DataFrame, key: str) -> bool:
         return bool(len(long)) and bool((long["key"] == key).any())
 
     def train(self) -> str:
-        return "no train loss logged" if TRAIN_LOSS not in self.keys else "no train loss" + self.IN_RANGE
+        return "no train loss" + self.IN_RANGE
 
     def delta(self) -> str:
         ref = self.view.reference
-        if TRAIN_LOSS not in self.keys:
-            return "no train loss logged"
-        if ref is not None and TRAIN_LOSS not in self.ref_keys:
-            return f"the reference {ref.name} logged no train loss"
         if not (self._drawn(self.view.run.long, TRAIN_LOSS) and ref is not None
                 and self._drawn(ref.long, TRAIN_LOSS)):
             return "no train loss of both runs" + self.IN_RANGE
         return "no step where both runs logged train loss"
 
     def heldout(self) -> str:
-        if not any(k.startswith(HELDOUT_PREFIX) for k in self.keys | self.ref_keys):
-            return "no held-out evaluations logged"
         return "no held-out evaluation" + self.IN_RANGE
 
     def gap(self) -> str:
-        if TRAIN_LOSS not in self.keys:
-            return "no train loss logged"
-        if not any(k.startswith(HELDOUT_PREFIX) for k in self.keys):
-            return "no held-out evaluations logged"
         return "no held-out evaluation within the train loss" + (self.IN_RANGE if self.zoomed else " range")
 
 

@@ -52,6 +52,7 @@ def open_page(app, path: str, search: str = "") -> str:
 
 def render(app, view: dict) -> dict:
     outputs = [[{"id": {"name": p, "type": "panel"}, "property": "figure"} for p in PANELS],
+               [{"id": {"name": p, "type": "panel"}, "property": "style"} for p in PANELS],
                {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
                {"id": "notices", "property": "children"}]
     return post(app, "live.data", [{"id": "view", "property": "data", "value": view},
@@ -83,7 +84,7 @@ def test_a_cell_that_cannot_be_read_costs_that_cell_with_its_reason(odd_url, mon
     assert frame.loc["packed", "tokens"] > 0 and pd.isna(frame.loc["packed", "note"])
 
 
-def test_the_run_page_of_a_run_whose_tokens_do_not_grow_draws_every_panel(odd_url):
+def test_the_run_page_of_a_run_whose_tokens_do_not_grow_draws_every_panel_it_has_data_for(odd_url):
     with open_store(odd_url, read_only=True) as store:
         app = create_app(store)
         page = open_page(app, "/run/stuck", "?axis=tokens")
@@ -96,7 +97,10 @@ def test_the_run_page_of_a_run_whose_tokens_do_not_grow_draws_every_panel(odd_ur
     assert any(t.get("uid") == "reference-train_2f_loss" for t in figures["loss"]["data"])
     notices = response["notices"]["children"]
     assert notices == ["run 'stuck': train/tokens does not grow with steps, so it gives no token axis: "
-                       "showing steps. "]
+                       "showing steps. ", "Not drawn: throughput (not logged), data loader (not logged). "]
+    styles = {json.loads(k)["name"]: v["style"] for k, v in response.items() if k.startswith("{")}
+    assert {p for p, style in styles.items() if style} == {"throughput", "data"}
+    assert styles["throughput"] == {"display": "none"}
 
 
 def test_a_panel_that_fails_shows_its_reason_and_the_rest_draw(odd_url, monkeypatch):
