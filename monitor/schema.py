@@ -36,8 +36,6 @@ PERF_MFU = "perf/mfu"  # a fraction in [0, 1], not a percentage
 SYS_LOAD_PER_CPU = "sys/load_per_cpu"
 
 # --- data loader ------------------------------------------------------------------------------
-# The data loader's state: the run page's data panel draws every key under this prefix.
-DATA_PREFIX = "data/"
 DATA_CURSOR = "data/cursor"  # records consumed so far, summed over every data host
 DATA_EPOCH = "data/epoch"
 DATA_UNIQUE_FRACTION = "data/unique_fraction"  # share of the corpus seen at least once

@@ -16,11 +16,11 @@ import plotly.graph_objects as go
 from app import figures
 from app.dashboard.contain import contained
 from app.dashboard.queries import ViewData
+from app.figures.data import DATA_KEYS
 from app.figures.overlay import parse_series_uid
 from app.figures.style import base_figure, note_empty
 from monitor.detectors import shown_in
 from monitor.schema import (
-    DATA_PREFIX,
     DOWNSTREAM_PREFIX,
     HELDOUT_PREFIX,
     Section,
@@ -95,7 +95,7 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
     def heldout() -> go.Figure:
         return figures.heldout_figure(held(False), held(True), run_name=name,
                                       reference_name=ref_name, x_title=x_title, full_y=view.spec.full_y,
-                                      empty_reason=why.heldout())
+                                      empty_reason=why.in_range("held-out evaluation"))
 
     def gap() -> go.Figure:
         return figures.gap_figure(figures.train_heldout_gap(train, held(False)),
@@ -103,26 +103,27 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
                                   run_name=name, reference_name=ref_name, x_title=x_title, empty_reason=why.gap())
 
     def data() -> go.Figure:
-        data_keys = [k for k in run.keys if k.startswith(DATA_PREFIX)]
-        return figures.data_figure(long[long["key"].isin(data_keys)], x_title=x_title)
+        return figures.data_figure(long[long["key"].isin(DATA_KEYS)], x_title=x_title,
+                                   empty_reason=why.in_range("data-loader metrics"))
 
     makers = {
         "loss": lambda: figures.loss_overlay(train, ref_train if ref is not None else None, run_name=name,
                                              reference_name=ref_name, x_title=x_title, run_smoothed=smooth,
                                              reference_smoothed=ref_smooth, full_y=view.spec.full_y,
-                                             empty_reason=why.train()),
+                                             empty_reason=why.in_range("train loss")),
         "delta": delta,
         "heldout": heldout,
         "gap": gap,
         "evals": lambda: figures.downstream_figure(figures.downstream_frame(long), figures.downstream_frame(ref_long),
                                                    run_name=name, reference_name=ref_name, x_title=x_title,
-                                                   tasks=tasks or None),
+                                                   tasks=tasks or None, empty_reason=why.in_range("downstream evals")),
         "grad_norm": lambda: figures.grad_norm_figure(series(long, TRAIN_GRAD_NORM), spikes=spikes,
                                                       spike_score=series(long, SPIKE_SCORE_GRAD_NORM),
-                                                      x_title=x_title, x_of_step=run.axis.to_x),
+                                                      x_title=x_title, x_of_step=run.axis.to_x,
+                                                      empty_reason=why.in_range("grad norm")),
         "throughput": lambda: figures.throughput_figure(
             long[long["key"].isin([PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S])], stalls=stalls,
-            x_title=x_title, x_of_step=run.axis.to_x),
+            x_title=x_title, x_of_step=run.axis.to_x, empty_reason=why.in_range("throughput")),
         "data": data,
     }
     left_out = why.nothing_logged()
@@ -184,7 +185,7 @@ class EmptyReasons:
             "evals": None if any(k.startswith(DOWNSTREAM_PREFIX) for k in both) else "not logged",
             "grad_norm": None if TRAIN_GRAD_NORM in self.keys else "not logged",
             "throughput": None if self.keys & {PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S} else "not logged",
-            "data": None if any(k.startswith(DATA_PREFIX) for k in self.keys) else "not logged",
+            "data": None if self.keys & set(DATA_KEYS) else "not logged",
         }
         return {panel: why for panel, why in out.items() if why is not None}
 
@@ -192,8 +193,9 @@ class EmptyReasons:
     def _drawn(long: pd.DataFrame, key: str) -> bool:
         return bool(len(long)) and bool((long["key"] == key).any())
 
-    def train(self) -> str:
-        return "no train loss" + self.IN_RANGE
+    def in_range(self, what: str) -> str:
+        """The panel's series are logged, but not in the step range shown."""
+        return f"no {what}" + self.IN_RANGE
 
     def delta(self) -> str:
         ref = self.view.reference
@@ -201,9 +203,6 @@ class EmptyReasons:
                 and self._drawn(ref.long, TRAIN_LOSS)):
             return "no train loss of both runs" + self.IN_RANGE
         return "no step where both runs logged train loss"
-
-    def heldout(self) -> str:
-        return "no held-out evaluation" + self.IN_RANGE
 
     def gap(self) -> str:
         return "no held-out evaluation within the train loss" + (self.IN_RANGE if self.zoomed else " range")

@@ -27,15 +27,18 @@ COVERAGE = (
     # A share of each batch, not of the corpus: zero all through a clean first epoch.
     (DATA_BATCH_REREAD_FRACTION, "of each batch: read before", "dot"),
 )
+# Every key the panel draws.
+DATA_KEYS = (DATA_CURSOR, DATA_EPOCH, *(key for key, _, _ in COVERAGE))
 
 
-def data_figure(data: pd.DataFrame, *, x_title: str = "step") -> go.Figure:
+def data_figure(data: pd.DataFrame, *, x_title: str = "step",
+                empty_reason: str = "no data-loader metrics logged") -> go.Figure:
     """`data` is a long frame (key, step, value [, x]) of the data/* keys."""
     keys = set(data["key"]) if len(data) else set()
     has_cursor = bool(keys & {DATA_CURSOR, DATA_EPOCH})
     has_coverage = any(k in keys for k, _, _ in COVERAGE)
     if not (has_cursor or has_coverage):
-        return note_empty(base_figure("data loader", x_title), "no data-loader metrics logged")
+        return note_empty(base_figure("data loader", x_title), empty_reason)
     rows = int(has_cursor) + int(has_coverage)
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         specs=[[{"secondary_y": True}]] * rows)

@@ -20,14 +20,15 @@ DEFAULT_MAX_TASKS = 6
 
 def downstream_figure(run: pd.DataFrame, reference: pd.DataFrame | None = None, *, run_name: str,
                       reference_name: str | None = None, tasks: Sequence[str] | None = None,
-                      max_tasks: int = DEFAULT_MAX_TASKS, x_title: str = "step") -> go.Figure:
+                      max_tasks: int = DEFAULT_MAX_TASKS, x_title: str = "step",
+                      empty_reason: str = "no downstream evals logged") -> go.Figure:
     """Frames (task, step, value, stderr). `tasks` picks which panels; default: the first tasks
     (alphabetically) up to `max_tasks`."""
     reference = reference if reference is not None else run.iloc[0:0]
     available = sorted(set(run["task"]) | set(reference["task"]))
     chosen = [t for t in (tasks if tasks is not None else available) if t in available][:max_tasks]
     if not chosen:
-        return note_empty(base_figure("downstream evals (±1 s.e.)", x_title), "no downstream evals logged")
+        return note_empty(base_figure("downstream evals (±1 s.e.)", x_title), empty_reason)
     rows = math.ceil(len(chosen) / COLUMNS)
     cols = min(COLUMNS, len(chosen))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[text(t) for t in chosen],

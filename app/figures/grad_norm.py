@@ -38,11 +38,12 @@ def peak_markers(series: pd.DataFrame, detections: pd.DataFrame, name: str,
 
 def grad_norm_figure(grad_norm: pd.DataFrame, *, spikes: pd.DataFrame | None = None,
                      spike_score: pd.DataFrame | None = None, x_title: str = "step",
-                     x_of_step: Callable[[np.ndarray], np.ndarray] | None = None) -> go.Figure:
+                     x_of_step: Callable[[np.ndarray], np.ndarray] | None = None,
+                     empty_reason: str = "no grad norm logged") -> go.Figure:
     """Series frames of grad norm and (optionally) its spike score; `spikes` is a detections frame."""
     fig = base_figure("grad norm", x_title, "grad norm")
     if not len(grad_norm):
-        return note_empty(fig, "no grad norm logged")
+        return note_empty(fig, empty_reason)
     if not np.isfinite(grad_norm["value"].to_numpy(dtype=float)).any():
         # Axes with nothing on them read as a drawing error; say what the run logged.
         return note_empty(fig, f"grad norm logged at {len(grad_norm):,} steps, every value NaN or Inf")

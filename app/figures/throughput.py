@@ -21,11 +21,12 @@ MAX_STALL_SHAPES = 100
 
 
 def throughput_figure(perf: pd.DataFrame, *, stalls: pd.DataFrame | None = None, x_title: str = "step",
-                      x_of_step: Callable[[np.ndarray], np.ndarray] | None = None) -> go.Figure:
+                      x_of_step: Callable[[np.ndarray], np.ndarray] | None = None,
+                      empty_reason: str = "no throughput logged") -> go.Figure:
     """`perf` is a long frame (key, step, value [, x]) of the perf/* keys; `stalls` a detections frame."""
     present = [(k, label) for k, label in PANELS if len(perf) and (perf["key"] == k).any()]
     if not present:
-        return note_empty(base_figure("throughput", x_title), "no throughput logged")
+        return note_empty(base_figure("throughput", x_title), empty_reason)
     fig = make_subplots(rows=len(present), cols=1, shared_xaxes=True, vertical_spacing=0.06)
     step_time_row = None
     for row, (key, label) in enumerate(present, start=1):

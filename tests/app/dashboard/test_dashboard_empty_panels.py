@@ -1,0 +1,46 @@
+"""What a panel says when it has nothing to draw: left out of the page, with why, when the whole
+run logged nothing for it; a note in the chart when its series are logged but not in the step range
+shown."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.dashboard import panels, queries
+from app.dashboard.routes import ViewSpec
+from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS
+from monitor.store import open_store
+
+
+@pytest.fixture
+def url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'panels.db'}"
+    steps = np.arange(100)
+    with open_store(url) as store:
+        store.ensure_run("early-grad-norm")
+        store.write_metrics("early-grad-norm", pd.concat([
+            pd.DataFrame({"step": steps, "key": TRAIN_LOSS, "value": 3.0 - steps / 100}),
+            pd.DataFrame({"step": steps[:50], "key": TRAIN_GRAD_NORM, "value": 1.0}),
+        ], ignore_index=True))
+    return url
+
+
+def notes(fig) -> str:
+    return " ".join(a.text for a in fig.layout.annotations)
+
+
+def test_a_panel_logged_only_outside_the_range_says_so_and_one_never_logged_is_left_out(url):
+    with open_store(url, read_only=True) as store:
+        whole = panels.build(queries.load_view(store, ViewSpec(run="early-grad-norm"), 500, None))
+        zoomed = panels.build(queries.load_view(store, ViewSpec(run="early-grad-norm"), 500, (60, 90)))
+    for rendered in (whole, zoomed):
+        assert set(rendered.left_out) == {"delta", "heldout", "gap", "evals", "throughput", "data"}
+        assert rendered.left_out_line().startswith("Not drawn: train loss delta (no reference run), held-out loss "
+                                                   "(not logged)")
+    # Drawn over the whole run; in a range past its last step, the chart says why it is empty.
+    assert len(whole.figures["grad_norm"].data) > 0 and notes(whole.figures["grad_norm"]) == ""
+    assert len(zoomed.figures["grad_norm"].data) == 0
+    assert notes(zoomed.figures["grad_norm"]) == "no grad norm in this step range (show all steps to see the rest)"
+    assert len(zoomed.figures["loss"].data) > 0
