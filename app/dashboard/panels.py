@@ -35,6 +35,7 @@ from monitor.schema import (
 PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
 # Panels whose traces are logged series that live polling appends to (by trace uid).
 LIVE_PANELS = ("loss", "grad_norm", "throughput", "data")
+THROUGHPUT_KEYS = (PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S)
 
 
 # What the line of panels left out calls each one.
@@ -122,7 +123,7 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
                                                       x_title=x_title, x_of_step=run.axis.to_x,
                                                       empty_reason=why.in_range("grad norm")),
         "throughput": lambda: figures.throughput_figure(
-            long[long["key"].isin([PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S])], stalls=stalls,
+            long[long["key"].isin(THROUGHPUT_KEYS)], stalls=stalls,
             x_title=x_title, x_of_step=run.axis.to_x, empty_reason=why.in_range("throughput")),
         "data": data,
     }
@@ -184,7 +185,7 @@ class EmptyReasons:
             "gap": None if gap_of else "no run logged both train and held-out loss",
             "evals": None if any(k.startswith(DOWNSTREAM_PREFIX) for k in both) else "not logged",
             "grad_norm": None if TRAIN_GRAD_NORM in self.keys else "not logged",
-            "throughput": None if self.keys & {PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S} else "not logged",
+            "throughput": None if self.keys & set(THROUGHPUT_KEYS) else "not logged",
             "data": None if self.keys & set(DATA_KEYS) else "not logged",
         }
         return {panel: why for panel, why in out.items() if why is not None}
