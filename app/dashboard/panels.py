@@ -195,8 +195,12 @@ class EmptyReasons:
         return bool(len(long)) and bool((long["key"] == key).any())
 
     def in_range(self, what: str) -> str:
-        """The panel's series are logged, but not in the step range shown."""
-        return f"no {what}" + self.IN_RANGE
+        """The panel's series are logged, but nothing of them can be drawn here: no finite value in
+        the step range shown, or, over the whole run, only NaN or Inf (a downsampled read keeps
+        finite values only)."""
+        if self.zoomed:
+            return f"no finite {what}" + self.IN_RANGE
+        return f"{what}: every logged value is NaN or Inf"
 
     def delta(self) -> str:
         ref = self.view.reference

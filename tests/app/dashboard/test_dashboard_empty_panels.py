@@ -1,6 +1,6 @@
 """What a panel says when it has nothing to draw: left out of the page, with why, when the whole
-run logged nothing for it; a note in the chart when its series are logged but not in the step range
-shown."""
+run logged nothing for it; a note in the chart when its series are logged but nothing of them can
+be drawn (none in the step range shown, or only NaN)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def url(tmp_path):
             pd.DataFrame({"step": steps, "key": TRAIN_LOSS, "value": 3.0 - steps / 100}),
             pd.DataFrame({"step": steps[:50], "key": TRAIN_GRAD_NORM, "value": 1.0}),
         ], ignore_index=True))
+        store.ensure_run("nan-grad-norm")
+        store.write_metrics("nan-grad-norm", pd.concat([
+            pd.DataFrame({"step": steps, "key": TRAIN_LOSS, "value": 3.0 - steps / 100}),
+            pd.DataFrame({"step": steps, "key": TRAIN_GRAD_NORM, "value": np.nan}),
+        ], ignore_index=True))
     return url
 
 
@@ -42,5 +47,16 @@ def test_a_panel_logged_only_outside_the_range_says_so_and_one_never_logged_is_l
     # Drawn over the whole run; in a range past its last step, the chart says why it is empty.
     assert len(whole.figures["grad_norm"].data) > 0 and notes(whole.figures["grad_norm"]) == ""
     assert len(zoomed.figures["grad_norm"].data) == 0
-    assert notes(zoomed.figures["grad_norm"]) == "no grad norm in this step range (show all steps to see the rest)"
+    assert notes(zoomed.figures["grad_norm"]) == ("no finite grad norm in this step range (show all steps to see the "
+                                                  "rest)")
     assert len(zoomed.figures["loss"].data) > 0
+
+
+def test_a_metric_logged_only_as_nan_says_so_at_any_point_budget(url):
+    with open_store(url, read_only=True) as store:
+        # A downsampled read keeps finite values only; a full one keeps the NaN rows.
+        for budget in (20, 100_000):
+            rendered = panels.build(queries.load_view(store, ViewSpec(run="nan-grad-norm"), budget, None))
+            assert "grad_norm" not in rendered.left_out
+            assert "NaN or Inf" in notes(rendered.figures["grad_norm"])
+            assert "step range" not in notes(rendered.figures["grad_norm"])
