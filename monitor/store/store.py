@@ -1,6 +1,6 @@
 """The store: runs, metrics, events, detections and service state behind one object.
 
-`open_store(url)` picks the backend from the URL (see url.py), brings the schema up to date and
+`open_store(url)` picks the backend from the URL (see database.py), brings the schema up to date and
 returns a `Store`. Every write is idempotent; `with store.atomic():` groups writes into one
 transaction (all or nothing), which importers use. The SQL lives in the modules this one composes
 (reader, metric_rows, metrics_writer, increments, alert_rows); callers outside the package only
@@ -24,7 +24,6 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
 from monitor.schema import Detection, RunData, RunInfo, RunStatus, SeriesMark, Severity, is_valid_key
-from monitor.store import sql
 from monitor.store import (
     chunks,
     derived,
@@ -37,12 +36,11 @@ from monitor.store import (
     tail_cache,
 )
 from monitor.store.alert_rows import AlertRows, OutboxRows
-from monitor.store.database import Database
+from monitor.store.database import Database, StoreURL, engine_for, resolve
 from monitor.store.errors import describe_db_error
 from monitor.store.increments import KeyRange, RunMarks
 from monitor.store.leases import LeaseRows
 from monitor.store.run_frames import KeyRows
-from monitor.store.url import StoreURL, resolve
 
 
 def open_store(url: str | None = None, read_only: bool = False, create: bool = True,
@@ -50,12 +48,12 @@ def open_store(url: str | None = None, read_only: bool = False, create: bool = T
     """Open (and, unless read-only, upgrade) the store at `url`; a store that does not exist yet is
     created only for writing with `create` (a command that changes existing runs passes False, so
     a mistyped path is an error, not a new empty store). `statement_timeout_s` bounds each
-    statement (see sql.create); None keeps the backend's defaults."""
+    statement (see database.engine_for); None keeps the backend's defaults."""
     store_url = resolve(url)
     path = store_url.sqlite_path
     if not read_only and not create and path is not None and not path.exists():
         raise GapwatchError(f"no gapwatch store at {path}")
-    engine = sql.create(store_url, read_only=read_only, statement_timeout_s=statement_timeout_s)
+    engine = engine_for(store_url, read_only=read_only, statement_timeout_s=statement_timeout_s)
     try:
         with engine.begin() as conn:
             if read_only:

@@ -3,7 +3,7 @@ read them back (SQLite: reading a live run's tail back cost about as much as wri
 ingest below half the raw driver's rate).
 
 Kept per database connection (`Connection.info`), filled only by inserts that stored every row
-they were given (no row already there), and emptied by any rollback (engine.py). Before use the
+they were given (no row already there), and emptied by any rollback (database.py). Before use the
 cached rows are checked against the table: the same count, step sum, attempt sum and latest wall
 time in the range. Anything else (another process wrote or sealed the range, a run was deleted)
 falls back to reading the rows.

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, insert, select
 
 from monitor.store import KeyRange, chunks, migrations, open_store, tables
-from monitor.store import sql
-from monitor.store.url import resolve
+from monitor.store.database import engine_for, resolve
 
 KEY = "train/loss"
 
@@ -142,7 +141,7 @@ def test_any_order_of_batches_matches_one_row_table(sqlite_url, writes):
 def test_a_store_written_before_chunks_is_sealed_on_upgrade(sqlite_url):
     """Version 1 kept every row in the row table; opening it seals them without losing any."""
     store_url = resolve(sqlite_url)
-    engine = sql.create(store_url)
+    engine = engine_for(store_url)
     steps = np.arange(300)
     with engine.begin() as conn:
         migrations.upgrade(conn, migrations.MIGRATIONS[:1])
@@ -191,7 +190,7 @@ def test_a_store_that_kept_a_complete_chunk_in_the_row_table_seals_it_on_upgrade
         with store.engine.connect() as conn:
             run_id, key_id = store.run_id("r"), store.key_ids(conn, [KEY])[KEY]
     # The layout version 5 left: the last chunk's rows back in the row table.
-    engine = sql.create(resolve(sqlite_url))
+    engine = engine_for(resolve(sqlite_url))
     c = tables.metric_chunks.c
     with engine.begin() as conn:
         last = chunks.read(conn, run_id, [key_id], chunks=[1], with_wall_times=True)
