@@ -1,6 +1,6 @@
 """The Monitor: `Monitor(run).log(step, metrics)` from any trainer, in microseconds.
 
-The calling thread checks the key and step (log_checks.py) and appends to a queue; nothing else,
+The calling thread checks the key and step (log_call.py) and appends to a queue; nothing else,
 and nothing per call that the garbage collector must follow. A writer thread turns queued calls
 into columns (metric_columns.py) several times an interval, in bounded parts (each part holds the
 interpreter lock, and so the training thread, for its length), turning values into floats there
@@ -36,8 +36,7 @@ from typing import Any
 
 import platformdirs
 
-from monitor.client.log_checks import InvalidLogError, LogChecks
-from monitor.client.log_values import snapshot
+from monitor.client.log_call import InvalidLogError, LogChecks, snapshot
 from monitor.client.metric_columns import MetricColumns
 from monitor.client.outage import Outage
 from monitor.client.spool import Spool
@@ -226,7 +225,7 @@ class Monitor:
 
     # --- the hot path ------------------------------------------------------------------------------
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        """Queue metrics for `step`, each value as it is now (log_values.py): Python and NumPy
+        """Queue metrics for `step`, each value as it is now (log_call.py): Python and NumPy
         numbers, 0-d arrays and CPU tensors are read here; CUDA tensors and JAX arrays start their
         copy to the host here and are read on the writer thread, with no device sync here.
         A bad key, step or value (not one number) raises InvalidLogError here (or, with
