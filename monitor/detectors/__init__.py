@@ -15,6 +15,7 @@ from .data_invariants import DataInvariants
 from .eval_regression import EvalRegression
 from .grad_norm_growth import GradNormGrowth
 from .heldout_divergence import HeldoutDivergence
+from .incremental import DetectorState, state_from_dict, state_to_dict
 from .memorization import Memorization
 from .memorization_reread import MemorizationReread
 from .memorization_trend import MemorizationTrend
@@ -23,7 +24,6 @@ from .reference_divergence import ReferenceDivergence
 from .resume import ResumeConsistency
 from .rundata import make_run
 from .spike import SpikeDetector
-from .state import DetectorState, state_from_dict, state_to_dict
 from .throughput import ThroughputDetector
 
 REGISTRY: dict[str, type[Detector]] = {

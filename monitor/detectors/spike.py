@@ -48,9 +48,8 @@ from monitor.schema import (
 )
 
 from .base import Detector, Reads, ReferenceUse
-from .incremental import Incremental
+from .incremental import DetectorState, Incremental
 from .rundata import finite
-from .state import DetectorState
 from .stats import MAD_TO_SIGMA, row_medians, trailing_median, true_runs
 
 DEFINITIONS = ("gapwatch", "olmo_core", "olmo2")

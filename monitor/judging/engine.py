@@ -17,11 +17,15 @@ from typing import Any
 
 import pandas as pd
 
-from monitor.judging.align import AXES, align_pair
 from monitor.detectors import Detector, build
-from monitor.detectors.incremental import incremental
-from monitor.detectors.state import DetectorState, state_from_dict, state_to_dict
+from monitor.detectors.incremental import (
+    DetectorState,
+    incremental,
+    state_from_dict,
+    state_to_dict,
+)
 from monitor.errors import GapwatchError
+from monitor.judging.align import AXES, align_pair
 from monitor.schema import Clean, Detection, NotJudged, RunData, empty_long
 
 

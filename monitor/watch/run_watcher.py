@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from monitor.judging.align import align_pair
 from monitor.alerting.incidents import Progress
 from monitor.detectors.base import EVAL_PREFIX
+from monitor.detectors.incremental import DetectorState
 from monitor.detectors.rundata import concat_rows
-from monitor.detectors.state import DetectorState
+from monitor.judging.align import align_pair
 from monitor.judging.engine import DetectionEngine
 from monitor.schema import Clean, Detection, RunData, RunInfo
 from monitor.store import RunMarks
