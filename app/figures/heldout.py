@@ -7,8 +7,16 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.figures.frames import x_values
-from app.figures.style import REFERENCE_COLOR, RUN_COLOR, SET_SYMBOLS, base_figure, note_empty, side_legend, text
-from app.figures.yrange import clip_transient
+from app.figures.style import (
+    REFERENCE_COLOR,
+    RUN_COLOR,
+    SET_SYMBOLS,
+    base_figure,
+    clip_transient,
+    note_empty,
+    side_legend,
+    text,
+)
 
 
 def _points(frame: pd.DataFrame, y_col: str, name: str, color: str, *, dash: str | None, group: str,

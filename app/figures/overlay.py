@@ -9,8 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.figures.frames import x_values
-from app.figures.style import REFERENCE_COLOR, RUN_COLOR, base_figure, log_y_axis, note_empty, text
-from app.figures.yrange import clip_transient
+from app.figures.style import REFERENCE_COLOR, RUN_COLOR, base_figure, clip_transient, log_y_axis, note_empty, text
 from monitor.schema import TRAIN_LOSS
 
 # The logged line behind a smoothed one: there to show the noise, not to be read.
