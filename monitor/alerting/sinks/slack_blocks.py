@@ -21,7 +21,7 @@ _ICON = {"info": ":information_source:", "warning": ":warning:", "critical": ":r
 
 
 def render(n: dict[str, Any], follow_up: bool = False) -> tuple[str, list[dict]]:
-    """(fallback text, blocks) for a notification built by `notifications.build`: the incident as
+    """(fallback text, blocks) for a notification built by `ledger.notification`: the incident as
     it stands now. `follow_up`: the message is a new one after the incident's first (a webhook
     cannot edit what it posted), so it names the incident and that first message."""
     kind = n["kind"]

@@ -31,7 +31,7 @@ class WebhookSink:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def send(self, notification: dict[str, Any]) -> SendResult:
-        body = json.dumps(notification, allow_nan=False).encode()  # `notifications.build` made it strict
+        body = json.dumps(notification, allow_nan=False).encode()  # `ledger.notification` made it strict
         request = urllib.request.Request(
             self._url.reveal(), data=body, method="POST",
             headers={"Content-Type": "application/json", "User-Agent": "gapwatch",
