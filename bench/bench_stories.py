@@ -30,8 +30,7 @@ from monitor.judging.engine import DetectionEngine
 from monitor.schema import RunData, Severity
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
-from monitor.watch.service import WatchService
-from monitor.watch.targets import TargetSpec
+from monitor.watch.service import TargetSpec, WatchService
 
 PIECES = 6
 # (scenario, the incident a person must be left with; None: nothing; persistent: the fault lasts to the end)

@@ -72,8 +72,7 @@ def worker_main(store_url: str, config_path: str, polls_path: str) -> None:
 
     from monitor.store import open_store
     from monitor.watch.config import load_config
-    from monitor.watch.service import WatchService
-    from monitor.watch.targets import TargetSpec
+    from monitor.watch.service import TargetSpec, WatchService
 
     logging.basicConfig(level=logging.WARNING)
     store = open_store(store_url)

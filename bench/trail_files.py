@@ -34,8 +34,7 @@ def scenario(url: str, record) -> None:
     from monitor.schema import Severity
     from monitor.store import open_store
     from monitor.watch.config import WatchConfig
-    from monitor.watch.service import WatchService
-    from monitor.watch.targets import TargetSpec
+    from monitor.watch.service import TargetSpec, WatchService
 
     with record("client -> store"):
         monitor = Monitor("trail", url)

@@ -48,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from monitor.errors import GapwatchError
     from monitor.store import open_store
     from monitor.watch.config import load_config
-    from monitor.watch.service import WatchService
-    from monitor.watch.targets import TargetSpec
+    from monitor.watch.service import TargetSpec, WatchService
 
     if args.reference and not args.run:
         raise GapwatchError("--reference goes with --run")

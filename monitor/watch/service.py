@@ -1,5 +1,5 @@
 """The watch service: poll the store, judge new rows incrementally, turn detections into alerts, and
-deliver the outbox, until stopped.
+deliver the outbox, until stopped. It follows the runs a `TargetSpec` names, or every run in the store.
 
 Two threads. The watch loop polls every `poll_interval_s`; for each run with new rows it runs the
 detectors, applies the incident logic, and writes alerts, notifications, detections and detector
@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TextIO
 
 from monitor.alerting.incidents import ChangeKind, IncidentTracker
@@ -35,7 +36,6 @@ from monitor.schema import RunInfo
 from monitor.store import DatabaseError, LeaseLost, RunMarks, describe_db_error
 from monitor.watch.config import WatchConfig
 from monitor.watch.run_watcher import RunWatcher
-from monitor.watch.targets import Target, TargetSpec
 
 log = logging.getLogger("gapwatch.watch")
 
@@ -49,6 +49,44 @@ STOP_JOIN_EXTRA_S = 2.0
 # often to try (a burst of alerts on a console or Slack at one a second fits in half a minute).
 ONCE_DRAIN_S = 30.0
 ONCE_DRAIN_POLL_S = 0.25
+
+
+
+# --- which runs the service follows: named ones, or every run in the store --------------------
+@dataclass(frozen=True)
+class Target:
+    run: str
+    reference: str | None
+
+
+@dataclass
+class TargetSpec:
+    runs: tuple[str, ...] = ()
+    """Runs named on the command line (empty with `all_runs`)."""
+    reference: str | None = None
+    """Reference for the named runs; None: each run's own stored reference."""
+    all_runs: bool = False
+    """Every run in the store, found anew as runs appear. A run without a reference (an imported
+    reference among them) is judged by the detectors that need none: spikes, NaN, data, resumes,
+    throughput."""
+
+    def resolve(self, store) -> list[Target]:
+        if self.all_runs:
+            return [Target(name, _none(ref)) for name, ref in store.run_references()]
+        targets = []
+        for run in self.runs:
+            info = store.get_run(run)
+            if info is None:
+                raise GapwatchError(f"no run named {run!r} in {store.url.redacted()}")
+            reference = self.reference or info["reference"]
+            if reference is not None and store.get_run(reference) is None:
+                raise GapwatchError(f"reference run {reference!r} of {run!r} is not in {store.url.redacted()}")
+            targets.append(Target(run, reference))
+        return targets
+
+
+def _none(value) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 class WatchService:

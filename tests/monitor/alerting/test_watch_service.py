@@ -10,8 +10,7 @@ from monitor.alerting.sinks import build_sinks
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
 from monitor.judging.engine import DetectConfig
-from monitor.watch.service import TARGET_REFRESH_POLLS, WatchService
-from monitor.watch.targets import TargetSpec
+from monitor.watch.service import TARGET_REFRESH_POLLS, TargetSpec, WatchService
 
 from .helpers import slack_config
 

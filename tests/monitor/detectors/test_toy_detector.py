@@ -24,8 +24,7 @@ from monitor.detectors.incremental import DEFAULT_HISTORY_POINTS, incremental
 from monitor.schema import TRAIN_LOSS, Detection, RunData, Section, Severity, Story, VerdictRole
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
-from monitor.watch.service import WatchService
-from monitor.watch.targets import TargetSpec
+from monitor.watch.service import TargetSpec, WatchService
 
 
 @dataclass

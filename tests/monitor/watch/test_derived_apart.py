@@ -13,8 +13,7 @@ from monitor.importers.run_export import export_run
 from monitor.schema import SPIKE_SCORE_LOSS, TRAIN_LOSS
 from monitor.store import derived, open_store
 from monitor.watch.config import WatchConfig
-from monitor.watch.service import WatchService
-from monitor.watch.targets import TargetSpec
+from monitor.watch.service import TargetSpec, WatchService
 
 STEPS = 3000
 SPIKES = (1200, 2100)

@@ -34,8 +34,7 @@ from monitor.schema import (
 )
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
-from monitor.watch.service import WatchService
-from monitor.watch.targets import TargetSpec
+from monitor.watch.service import TargetSpec, WatchService
 
 # Windows sized for a 1,530-step run, so that every detector has complete windows to judge.
 PARAMS = {"spike": {"score_window": 700, "olmo2_window": 300},

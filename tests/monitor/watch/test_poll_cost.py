@@ -11,8 +11,7 @@ from monitor.alerting.config import AlertingConfig
 from monitor.judging.engine import DetectConfig
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
-from monitor.watch.service import WatchService
-from monitor.watch.targets import TargetSpec
+from monitor.watch.service import TargetSpec, WatchService
 
 KEYS = ["train/loss", "layers/l0_grad_norm"]
 

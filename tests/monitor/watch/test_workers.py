@@ -20,8 +20,7 @@ from monitor.alerting.sinks import build_sinks
 from monitor.judging.engine import DetectConfig
 from monitor.store import LeaseLost, open_store
 from monitor.watch.config import WatchConfig
-from monitor.watch.service import WatchService
-from monitor.watch.targets import TargetSpec
+from monitor.watch.service import TargetSpec, WatchService
 from tests.monitor.alerting.helpers import slack_config
 from tests.monitor.alerting.receiver import Receiver
 
