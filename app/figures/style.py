@@ -130,7 +130,7 @@ def note_empty(fig: go.Figure, message: str = "no data") -> go.Figure:
     return fig
 
 
-# --- the opening y range of a loss panel -------------------------------------------------------
+# --- the opening y range of a loss panel ----------------------------------------------------------
 TRANSIENT_SHARE = 0.05
 MARGIN = 0.05
 

@@ -137,7 +137,7 @@ def _shown(value: Any) -> str:
     return shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN] + "..."
 
 
-# --- values -----------------------------------------------------------------------------------
+# --- values ---------------------------------------------------------------------------------------
 # NumPy dtype kinds that are numbers: bool, signed and unsigned integers, floats.
 _NUMBER_KINDS = "biuf"
 

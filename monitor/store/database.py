@@ -27,6 +27,7 @@ from sqlalchemy.exc import ArgumentError
 from monitor.errors import GapwatchError
 from monitor.store import tables, tail_cache
 
+# --- which database a URL names -------------------------------------------------------------------
 ENV_VAR = "GAPWATCH_STORE"
 
 
@@ -76,7 +77,7 @@ def resolve(url: str | None = None) -> StoreURL:
     return StoreURL(parsed)
 
 
-# --- the engine, per backend ------------------------------------------------------------------
+# --- the engine, per backend ----------------------------------------------------------------------
 # Writers wait this long for the single SQLite write lock before giving up. A writer commits in
 # milliseconds, so 30 s means something is wrong (a stuck process), not ordinary contention.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -172,7 +173,7 @@ def _postgres_engine(store_url: StoreURL, read_only: bool, statement_timeout_s: 
     return _forgetting_on_rollback(create_engine(store_url.url, pool_pre_ping=True, connect_args=connect_args))
 
 
-# --- the connection layer --------------------------------------------------------------------
+# --- the connection layer -------------------------------------------------------------------------
 class Database:
     def __init__(self, url: StoreURL, engine: Engine) -> None:
         self.url = url

@@ -52,7 +52,7 @@ ONCE_DRAIN_POLL_S = 0.25
 
 
 
-# --- which runs the service follows: named ones, or every run in the store --------------------
+# --- which runs the service follows: named ones, or every run in the store ------------------------
 @dataclass(frozen=True)
 class Target:
     run: str
