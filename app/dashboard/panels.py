@@ -99,9 +99,11 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
                                       empty_reason=why.in_range("held-out evaluation"))
 
     def gap() -> go.Figure:
-        return figures.gap_figure(figures.train_heldout_gap(train, held(False)),
-                                  figures.train_heldout_gap(ref_train, held(True)),
-                                  run_name=name, reference_name=ref_name, x_title=x_title, empty_reason=why.gap())
+        ref_means = ref.train_means if ref is not None else run.train_means.iloc[0:0]
+        return figures.gap_figure(figures.train_heldout_gap(run.train_means, held(False)),
+                                  figures.train_heldout_gap(ref_means, held(True)),
+                                  run_name=name, reference_name=ref_name, x_title=x_title, full_y=view.spec.full_y,
+                                  empty_reason=why.gap())
 
     def data() -> go.Figure:
         return figures.data_figure(long[long["key"].isin(DATA_KEYS)], x_title=x_title,

@@ -55,6 +55,8 @@ TOKEN_KNOTS = 2000
 # Series drawn smoothed when the view asks for smoothing (the rest are drawn as logged).
 SMOOTHED_KEYS = (TRAIN_LOSS,)
 
+EMPTY_MEANS = pd.DataFrame({"step": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+
 DETECTION_COLUMNS = ["detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message"]
 
 
@@ -126,6 +128,9 @@ class RunSlice:
     keys: list[str]
     smoothed: dict[str, pd.DataFrame] = field(default_factory=dict)
     """key -> (step, value, x) of its smoothed line, when the view smooths."""
+    train_means: pd.DataFrame = field(default_factory=lambda: EMPTY_MEANS)
+    """(step, value): train loss as the store's bucket means, what the train–held-out gap is
+    taken against (its min/max points scatter by more than the gap)."""
 
     @property
     def name(self) -> str:
@@ -187,6 +192,7 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
     run_slice = _read_slice(store, info, run_axis, RUN_KEY_PREFIXES, step_range, max_points)
     run_slice.smoothed = _smoothed_or_notice(store, info.name, run_axis, spec.smoothing, step_range, max_points,
                                              notices)
+    run_slice.train_means = _train_means_or_notice(store, run_slice, step_range, notices)
     reference = None
     if ref_info is not None:
         # The reference is read over the x range the run covers in this view, in its own steps.
@@ -204,6 +210,7 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
         else:
             reference.smoothed = _smoothed_or_notice(store, ref_info.name, ref_axis, spec.smoothing, ref_range,
                                                      max_points, notices)
+            reference.train_means = _train_means_or_notice(store, reference, ref_range, notices)
     detections = _detections(store, spec.run, step_range)
     highlight = (spec.start, spec.end) if spec.start is not None or spec.end is not None else None
     return ViewData(spec=spec, axis_kind=axis_kind, run=run_slice, reference=reference, detections=detections,
@@ -217,6 +224,17 @@ def _smoothed_or_notice(store: Store, run: str, axis: AxisMap, weight: float, st
     if failed:
         notices.append(failed)
     return lines or {}
+
+
+def _train_means_or_notice(store: Store, part: RunSlice, step_range, notices: list[str]) -> pd.DataFrame:
+    """Read only for a run that logs both train and held-out loss: there is a gap to draw."""
+    if TRAIN_LOSS not in part.keys or not any(k.startswith(HELDOUT_PREFIX) for k in part.keys):
+        return EMPTY_MEANS
+    means, failed = contained(f"no train–held-out gap of {part.name!r}",
+                              lambda: store.read_bucket_means(part.name, TRAIN_LOSS, step_range))
+    if failed:
+        notices.append(failed)
+    return EMPTY_MEANS if means is None else means
 
 
 def smoothed_lines(store: Store, run: str, axis: AxisMap, weight: float, step_range: tuple[int, int] | None,

@@ -19,6 +19,8 @@ from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData, empty_lon
 # Most windows of the delta across a view: about one per 6 px of a full-width chart. A zoomed-out
 # view of a million steps would otherwise hold ten thousand detector windows.
 DEFAULT_DELTA_WINDOWS = 200
+GAP_TRAIN_POINTS = 50
+"""Train points on each side of a checkpoint whose median the train–held-out gap is taken against."""
 
 
 def series_frame(source: pd.DataFrame | pd.Series, key: str | None = None, run: str | None = None) -> pd.DataFrame:
@@ -167,8 +169,12 @@ def _stat_frame(long: pd.DataFrame, prefix: str, name_col: str, value_col: str, 
 def train_heldout_gap(train: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFrame:
     """Held-out loss minus train loss at each checkpoint, per set: (set, step, gap [, x]).
 
-    Train loss is interpolated (linearly in step) at the checkpoint steps; checkpoints outside the
-    train series' range are left out rather than extrapolated.
+    One step's train loss scatters by more than the gap this panel is for (a standard deviation of
+    0.2 nats late in a real 1.5B run, against a memorizing run's few hundredths to tenths), so
+    `train` should be local means (the dashboard passes the store's bucket means), and the train
+    loss set against a checkpoint is the median of the train points nearest it: up to
+    GAP_TRAIN_POINTS on each side, none nearer another checkpoint. A checkpoint with no train point
+    near it is left out rather than extrapolated to.
     """
     extra = ["x"] if "x" in heldout else []
     empty = pd.DataFrame({"set": pd.Series(dtype=str), "step": pd.Series(dtype="int64"),
@@ -179,9 +185,12 @@ def train_heldout_gap(train: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFram
     ts, tv = ts[keep], tv[keep]
     if len(ts) == 0 or not len(heldout):
         return empty
-    h = heldout[(heldout["step"] >= ts.min()) & (heldout["step"] <= ts.max())]
-    if not len(h):
-        return empty
-    gap = h["loss"].to_numpy(dtype=float) - np.interp(h["step"].to_numpy(dtype=float), ts, tv)
-    out = h[["set", "step", *extra]].assign(gap=gap)
+    checkpoints = np.unique(heldout["step"].to_numpy(dtype=float))
+    halfway = (checkpoints[1:] + checkpoints[:-1]) / 2
+    at = np.searchsorted(ts, checkpoints, side="right")
+    lo = np.maximum(np.searchsorted(ts, np.r_[-np.inf, halfway], side="right"), at - GAP_TRAIN_POINTS)
+    hi = np.minimum(np.searchsorted(ts, np.r_[halfway, np.inf], side="right"), at + GAP_TRAIN_POINTS)
+    level = pd.Series([np.median(tv[a:b]) if b > a else np.nan for a, b in zip(lo, hi)], index=checkpoints)
+    gap = heldout["loss"].to_numpy(dtype=float) - level.reindex(heldout["step"].to_numpy(dtype=float)).to_numpy()
+    out = heldout[["set", "step", *extra]].assign(gap=gap)[np.isfinite(gap)]
     return out[["set", "step", "gap", *extra]].reset_index(drop=True)

@@ -61,13 +61,18 @@ def heldout_figure(run: pd.DataFrame, reference: pd.DataFrame | None = None, *, 
 
 
 def gap_figure(run_gap: pd.DataFrame, reference_gap: pd.DataFrame | None = None, *, run_name: str,
-               reference_name: str | None = None, x_title: str = "step",
+               reference_name: str | None = None, x_title: str = "step", full_y: bool = True,
                empty_reason: str = "no held-out evaluations within the train loss range") -> go.Figure:
     """Frames (set, step, gap): held-out minus train loss. A run whose gap widens while the
-    reference's does not is fitting its training data more than the reference did."""
+    reference's does not is fitting its training data more than the reference did. The gap at step
+    0 (an untrained model's held-out loss against its first train steps) can be ten nats: without
+    `full_y` the y range opens after the early transient, as the loss panels' do."""
     fig = base_figure("train–held-out gap (held-out − train)", x_title, "Δ loss", height=300)
     reference_gap = reference_gap if reference_gap is not None else run_gap.iloc[0:0]
     if not len(run_gap) and not len(reference_gap):
         return note_empty(fig, empty_reason)
     _add_sets(fig, run_gap, reference_gap, "gap", run_name=run_name, reference_name=reference_name, stderr=False)
+    if not full_y:
+        both = pd.concat([run_gap, reference_gap], ignore_index=True)
+        clip_transient(fig, x_values(both), both["gap"].to_numpy(dtype=float))
     return side_legend(fig)

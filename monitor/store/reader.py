@@ -25,6 +25,7 @@ from monitor.schema import (
     CONFIG_GLOBAL_BATCH_SIZE,
     CONFIG_RECORDS_PER_EPOCH,
     CONFIG_TOKENS_PER_STEP,
+    MAX_STEP,
     Detection,
     RunData,
     RunInfo,
@@ -127,6 +128,25 @@ def read_series(db: Database, runs, keys, step_range=None, max_points: int = DEF
     return ChartRead(out[_SCALAR_COLUMNS], widths)
 
 
+def read_bucket_means(db: Database, run: str, key: str, step_range=None) -> pd.DataFrame:
+    """(step, value): the mean of the finite values of each finest rollup bucket of one series in
+    the range (edge buckets whole), halfway between the bucket's first step and its last logged
+    one. Unknown keys give no rows; an unknown run is an error."""
+    width = LEVEL_WIDTHS[0]
+    lo, hi = step_range if step_range is not None else (0, MAX_STEP)
+    with db.read() as conn:
+        run_id = db.run_id(conn, run)
+        key_id = db.key_ids(conn, [key]).get(key)
+        rows = [] if key_id is None else _driver_rows(conn, _MEANS_QUERY, (run_id, key_id, lo // width, hi // width))
+    bucket, finite, total, last = (np.array(c, dtype=float) for c in zip(*rows)) if rows else [np.empty(0)] * 4
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / finite
+    keep = finite > 0
+    start = bucket * width
+    steps = ((start + np.minimum(start + width - 1, last)) // 2)[keep]
+    return pd.DataFrame({"step": steps.astype(np.int64), "value": mean[keep]})
+
+
 def _long_frame(parts: list[tuple[str, str, np.ndarray, np.ndarray]]) -> pd.DataFrame:
     """One long frame of (run, key, steps, values) parts, built once: a frame per series costs
     more than its rows when a page reads a hundred of them."""
@@ -186,6 +206,8 @@ def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | N
 _SPARSE_ROLLUPS_QUERY = (f"SELECT n, nonfinite, min_step, min_value, max_step, max_value FROM {tables.rollups.name} "
                          "WHERE run_id = ? AND key_id = ? AND level = 0 AND bucket >= ? AND bucket <= ? "
                          "ORDER BY bucket")
+_MEANS_QUERY = (f"SELECT bucket, n - nonfinite, total, last_step FROM {tables.rollups.name} "
+                "WHERE run_id = ? AND key_id = ? AND level = 0 AND bucket >= ? AND bucket <= ? ORDER BY bucket")
 _ROLLUPS_QUERY = (f"SELECT min_step, min_value, max_step, max_value FROM {tables.rollups.name} "
                   "WHERE run_id = ? AND key_id = ? AND level = ? AND bucket >= ? AND bucket <= ? ORDER BY bucket")
 

@@ -562,6 +562,24 @@ class Store:
         return reader.read_scalars(self._db, runs, keys, step_range=step_range, max_points=max_points,
                                    since_step=since_step)
 
+    def read_bucket_means(self, run: str, key: str, step_range=None) -> pd.DataFrame:
+        """A series' local means from its finest rollups: the level of a noisy series (train loss
+        scatters by tenths of a nat from step to step) where a chart's min/max points would show
+        its extremes.
+
+        Args:
+            run: the run (an unknown run is an error).
+            key: the key (an unknown key gives no rows).
+            step_range: (first, last) step, inclusive; None for the whole run. The buckets at its
+                edges are taken whole.
+
+        Returns:
+            A frame (step, value): one row per bucket of `rollups.LEVEL_WIDTHS[0]` steps holding a
+            finite value, halfway between the bucket's first step and its last logged one, valued
+            at the mean of its finite values (the latest attempt of each step).
+        """
+        return reader.read_bucket_means(self._db, run, key, step_range)
+
     def read_series(self, runs, keys, step_range=None, max_points: int = reader.DEFAULT_MAX_POINTS,
                     since_step: int | None = None) -> reader.ChartRead:
         """`read_scalars` with how coarse each series came back, for a chart that says so.

@@ -43,13 +43,26 @@ def test_heldout_and_downstream_frames_parse_keys():
     assert down.to_dict("records") == [{"task": "arc_easy/acc", "step": 100, "value": 0.6, "stderr": 0.02}]
 
 
-def test_train_heldout_gap_interpolates_train_loss_at_checkpoints():
+def test_train_heldout_gap_takes_the_train_points_nearest_each_checkpoint():
     train = series([0, 100, 200], [4.0, 3.0, 2.0])
     held = pd.DataFrame({"set": ["c4", "c4", "c4"], "step": [50, 200, 300], "loss": [3.6, 2.2, 2.0],
                          "stderr": [0.01] * 3})
     gap = figures.train_heldout_gap(train, held)
-    assert gap["step"].tolist() == [50, 200]  # 300 is past the train loss: not extrapolated
-    assert gap["gap"].tolist() == pytest.approx([0.1, 0.2])
+    assert gap["step"].tolist() == [50, 200]  # no train point is nearer 300 than 200: not extrapolated
+    assert gap["gap"].tolist() == pytest.approx([0.1, 0.2])  # 50: the median of 4.0 and 3.0
+
+
+def test_train_heldout_gap_sees_through_the_scatter_of_train_loss():
+    rng = np.random.default_rng(2)
+    steps = np.arange(20_000)
+    level = 3 + 2 * (steps + 100.0) ** -0.3
+    train = series(steps, level + rng.normal(0, 0.2, steps.size))  # a real run's step-to-step scatter
+    checkpoints = np.arange(125, 20_000, 125)
+    held = pd.DataFrame({"set": "c4", "step": checkpoints, "loss": level[checkpoints] + 0.05, "stderr": 0.01})
+    gap = figures.train_heldout_gap(train, held)
+    assert len(gap) == len(checkpoints)
+    # Set against one step's train loss, the gap would scatter by 0.2 around its 0.05.
+    assert np.abs(gap["gap"].to_numpy() - 0.05).max() < 0.06
 
 
 def test_reference_delta_follows_the_detectors_threshold():

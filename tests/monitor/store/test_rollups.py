@@ -181,3 +181,27 @@ def test_downsampled_series_end_at_the_last_logged_step(store_url):
             assert len(got) <= 500 and got["step"].iloc[-1] == last
             assert got["value"].iloc[-1] == np.cos(last)
             assert got["step"].is_monotonic_increasing and got["step"].is_unique
+
+
+def test_bucket_means_are_the_latest_attempts_finite_means_after_a_replay_and_a_resume(store_url):
+    rng = np.random.default_rng(3)
+    with open_store(store_url) as store:
+        store.ensure_run("r")
+        first = pd.DataFrame({"step": np.arange(0, 300), "key": "train/loss", "value": rng.normal(3, 0.2, 300)})
+        first.loc[70, "value"] = np.nan
+        first.loc[192:255, "value"] = np.inf  # a bucket with no finite value has no mean
+        store.write_metrics("r", first)
+        store.write_metrics("r", first)  # a replay changes nothing
+        resumed = pd.DataFrame({"step": np.arange(100, 160), "key": "train/loss", "value": 7.0, "attempt": 2})
+        store.write_metrics("r", resumed)
+        latest = first.set_index("step")["value"].copy()
+        latest.loc[100:159] = 7.0
+        got = store.read_bucket_means("r", "train/loss")
+        width = LEVEL_WIDTHS[0]
+        finite = latest[np.isfinite(latest)]
+        expected = finite.groupby(finite.index // width).mean()
+        assert got["value"].tolist() == pytest.approx(expected.tolist())
+        # Halfway between a bucket's first step and its last logged one (the last bucket ends at 299).
+        assert got["step"].tolist() == [31, 95, 159, 277]
+        assert store.read_bucket_means("r", "train/loss", step_range=(100, 130))["step"].tolist() == [95, 159]
+        assert store.read_bucket_means("r", "eval/heldout/c4/loss").empty
