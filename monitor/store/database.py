@@ -78,16 +78,16 @@ def resolve(url: str | None = None) -> StoreURL:
 
 
 # --- the engine, per backend ----------------------------------------------------------------------
-# Writers wait this long for the single SQLite write lock before giving up. A writer commits in
-# milliseconds, so 30 s means something is wrong (a stuck process), not ordinary contention.
+# Writers wait this long for the single SQLite write lock before giving up. A writer holds it for
+# one commit, so a wait this long means something is wrong (a stuck process), not contention.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # PostgreSQL: fail fast on a dead server instead of the driver's default of waiting forever.
 PG_CONNECT_TIMEOUT_S = 5
-# TCP keepalives find a peer that vanished (a host gone, a NAT entry dropped) in about
-# idle + interval * count = 10 + 5 * 3 = 25 s instead of the kernel's two hours, and
-# tcp_user_timeout ends a connection whose sent data stays unacknowledged for 30 s. Neither helps
-# when a proxy on the path freezes with its sockets open (the kernel keeps acknowledging): the
-# logging client keeps its own deadline for that (monitor/client/store_jobs.py).
+# TCP keepalives find a peer that vanished (a host gone, a NAT entry dropped) after idle +
+# interval * count seconds instead of the kernel's default of hours, and tcp_user_timeout ends a
+# connection whose sent data stays unacknowledged that long. Neither helps when a proxy on the
+# path freezes with its sockets open (the kernel keeps acknowledging): the logging client keeps
+# its own deadline for that (monitor/client/store_jobs.py).
 PG_KEEPALIVE_OPTIONS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
                         "keepalives_count": 3, "tcp_user_timeout": 30_000}
 
