@@ -169,9 +169,8 @@ def _stat_frame(long: pd.DataFrame, prefix: str, name_col: str, value_col: str, 
 def train_heldout_gap(train: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFrame:
     """Held-out loss minus train loss at each checkpoint, per set: (set, step, gap [, x]).
 
-    One step's train loss scatters by more than the gap this panel is for (a standard deviation of
-    0.2 nats late in a real 1.5B run, against a memorizing run's few hundredths to tenths), so
-    `train` should be local means (the dashboard passes the store's bucket means), and the train
+    One step's train loss scatters by several times the gap this panel is for (bench/RESULTS.md
+    measures both on a real 1.5B pair), so `train` should be local means (the dashboard passes the store's bucket means), and the train
     loss set against a checkpoint is the median of the train points nearest it: up to
     GAP_TRAIN_POINTS on each side, none nearer another checkpoint. A checkpoint with no train point
     near it is left out rather than extrapolated to.

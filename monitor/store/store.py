@@ -564,8 +564,7 @@ class Store:
 
     def read_bucket_means(self, run: str, key: str, step_range=None) -> pd.DataFrame:
         """A series' local means from its finest rollups: the level of a noisy series (train loss
-        scatters by tenths of a nat from step to step) where a chart's min/max points would show
-        its extremes.
+        from one step to the next) where a chart's min/max points would show its extremes.
 
         Args:
             run: the run (an unknown run is an error).
