@@ -277,9 +277,11 @@ class SpikeDetector(Detector, Incremental):
                 series.append(pd.DataFrame({"step": steps[lo:][keep], "key": SCORE_KEYS[metric],
                                             "value": values[keep]}))
         if np.isfinite(last_seen):
-            # An excursion that ended before the new values and was not reported then comes from
-            # judging old values again with less history.
-            found = [d for d in found if d.end_step > last_seen or f"{d.metric}@{d.start_step}" in state.reported]
+            # An excursion that ended before the last value judged was settled then, with all its
+            # history: found again it is judged with less (its score drifts), or it is an artifact
+            # of that. Only one still up at the last value (reported then) can grow.
+            found = [d for d in found if d.end_step > last_seen
+                     or (d.end_step == last_seen and f"{d.metric}@{d.start_step}" in state.reported)]
         state.series = pd.concat(series, ignore_index=True) if series else None
         return found, combined
 

@@ -171,3 +171,22 @@ def test_two_rules_on_one_metric_stay_two_detections_in_pieces():
     found, _ = judged_in_pieces(detector, run, ref, 97)
     pieces = {(d.evidence.get("rule"), d.start_step, d.end_step) for d in found if d.metric == PERF_STEP_TIME_S}
     assert ("stall", 3333, 3333) in whole and pieces == whole
+
+
+def test_a_spike_that_has_ended_is_not_reported_again_with_less_history(shared_data):
+    """A real run (modded-nanogpt AdamW at 1.5B, 20,000 steps, 100 loss spikes) in pieces: an
+    excursion that ended before a piece was settled with all its history; judged again at the start
+    of a shorter tail its score drifts, and reporting it again would tell a watcher of an old spike
+    as news. Each spike is reported with the score the whole run gives it."""
+    from bench.quality import corpus
+
+    run = corpus.scaleup()["adamw-1.5b"]
+    (detector,) = build(["spike"])
+    whole = {(d.metric, d.start_step): d.score for d in detector.detect(run)}
+    state, reported = detector.new_state(), {}
+    for part in pieces(run, 1849):
+        first = int(part.scalars.index[0])
+        state, found = detector.update(state, part)
+        assert [d.start_step for d in found if d.end_step < first] == []
+        reported.update({(d.metric, d.start_step): d.score for d in found})
+    assert len(whole) > 50 and reported == pytest.approx(whole)
