@@ -368,6 +368,14 @@ class Detection:
     evidence: dict[str, Any] = field(default_factory=dict)
     reference: str | None = None
     attempt: int | None = None
+    known_step: int | None = None
+    """The step at which the finding first held: the end of the unit (window, checkpoint, block)
+    that made it persistent. A watcher judging the run as it grows learns of it there, and a whole-run
+    pass takes its findings in this order to reach the same incidents (None: `end_step`)."""
+
+    @property
+    def known_at(self) -> int:
+        return int(self.end_step if self.known_step is None else self.known_step)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -1,8 +1,8 @@
 """What a person on call is told about one injected fault: the incidents the watch service's tracker
 makes of a run's detections and clean verdicts, fed in the order it learns of them.
 
-A finding is fed as the incremental engine reports one that goes on: from its first step, an
-interval that grows poll by poll (every `grid` steps) to its last. Each step at which a finding or
+A finding is fed as the incremental engine reports one that goes on: from the step it first held
+(`Detection.known_step`), an interval that grows poll by poll (every `grid` steps) to its last. Each step at which a finding or
 a clean verdict ends is a poll of its own, so every escalation and rename counts as a notification
 of its own: the count is an upper bound on what a coarser poll sends. The run's last step closes
 the replay.
@@ -68,10 +68,11 @@ def replay(detections: list[Detection], cleans: list[Clean], run: str, last_step
     tracker = IncidentTracker(config or IncidentConfig())
     polls: dict[int, tuple[list, list]] = {step: ([], []) for step in range(0, last_step, grid)}
     for d in detections:
-        # As the incremental engine reports a finding that goes on: from its first step, an
-        # interval that grows poll by poll to its end.
-        for step in [*range(int(d.start_step) // grid * grid + grid, int(d.end_step), grid), int(d.end_step)]:
-            upto = max(step, int(d.start_step))
+        # As the incremental engine reports a finding that goes on: from the step it first held
+        # (a run of windows or checkpoints is a finding once it has persisted), an interval that
+        # grows poll by poll to its end.
+        known, end = min(d.known_at, int(d.end_step)), int(d.end_step)
+        for upto in sorted({known, *range(known // grid * grid + grid, end, grid), end}):
             polls.setdefault(upto, ([], []))[0].append(
                 dataclasses.replace(d, end_step=upto, peak_step=min(int(d.peak_step), upto)))
     for c in cleans:

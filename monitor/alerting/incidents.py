@@ -208,9 +208,10 @@ class IncidentTracker:
         judged each (run, metric), with (run, None) as the run-wide fallback.
         """
         changes: list[AlertChange] = []
-        # In the order the watch service learns of them: a finding is known once its last step is
-        # judged (a block or a pooled checkpoint flags steps that were logged well before).
-        events = [(int(d.end_step), 1, int(d.start_step), i, d) for i, d in enumerate(detections)]
+        # In the order the watch service learns of them: a finding is known once it first held
+        # (a run of windows or checkpoints flags steps logged well before; a whole-run pass sees
+        # it only when it has ended).
+        events = [(d.known_at, 1, int(d.start_step), i, d) for i, d in enumerate(detections)]
         events += [(int(c.end_step), 0, int(c.start_step), i, c) for i, c in enumerate(cleans)]
         for _, _, _, _, item in sorted(events, key=lambda e: e[:4]):
             if isinstance(item, Detection):
@@ -228,7 +229,7 @@ class IncidentTracker:
         key = self._key_for(d, open_alerts)
         alert = open_alerts.get(key)
         if (alert is not None and not self.continues(alert, d, progress)
-                and self.settled(alert, progress, before=int(d.end_step))):
+                and self.settled(alert, progress, before=d.known_at)):
             # Every member showed its condition gone before this detection: that incident is over.
             changes.append(self._resolve(alert, now))
             last_resolved[key] = open_alerts.pop(key)
@@ -284,8 +285,8 @@ class IncidentTracker:
     # --- the rules -------------------------------------------------------------------------------
     def settled(self, alert: Alert, progress: dict, before: int | None = None) -> bool:
         """Every member of `alert` showed its condition gone (by its detector's rule), with what
-        was judged before step `before`, when a finding that ends there became known (None:
-        everything judged so far)."""
+        was judged before step `before`, when a finding that first held there became known
+        (None: everything judged so far)."""
         for member in alert.members.values():
             if member.clean_rule == CleanRule.CLEAN_VERDICTS.value:
                 if len([s for s in member.clean_steps if s > member.end_step]) < self.config.resolve_after_points:

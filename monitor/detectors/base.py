@@ -190,10 +190,13 @@ class Detector(abc.ABC):
     # --- helpers for subclasses ----------------------------------------------------------------
     def _detection(self, run: RunData, reference: RunData | None, metric: str, start: int,
                    end: int, peak: int, score: float, severity: Severity, message: str,
-                   evidence: dict[str, Any]) -> Detection:
+                   evidence: dict[str, Any], known: int | None = None) -> Detection:
+        """A finding of steps start..end; `known`: the step it first held at, when a run of
+        units (windows, checkpoints) makes it a finding only once it has persisted."""
         return Detection(
             run=run.name, detector=self.name, metric=metric, start_step=int(start),
             end_step=int(end), peak_step=int(peak), score=float(score), severity=severity,
             message=message, evidence=evidence,
             reference=reference.name if reference is not None else None,
+            known_step=None if known is None else int(known),
         )

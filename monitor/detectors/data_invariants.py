@@ -148,7 +148,7 @@ class DataInvariants(Detector, Incremental):
                         f"(cursor {cursor.iloc[a]:.0f}, expected {(steps[a] + expected_offset) * batch:.0f}): "
                         f"model and data loader are out of step")
             out.append(self._detection(run, None, DATA_CURSOR, steps[a], steps[b], steps[k],
-                                       float(abs(deviation[k])), Severity.CRITICAL, what, evidence))
+                                       float(abs(deviation[k])), Severity.CRITICAL, what, evidence, known=steps[a]))
         return out, expected_offset
 
     # --- coverage --------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ class DataInvariants(Detector, Incremental):
             message = (f"data coverage {unique.iloc[k]:.1%} seen vs {expected.iloc[k]:.1%} planned" + cause)
             out.append(self._detection(run, None, DATA_UNIQUE_FRACTION, steps[a], steps[b], steps[k],
                                        float(abs(gap[k]) / self.coverage_tolerance), Severity.CRITICAL
-                                       if cause else Severity.WARNING, message, evidence))
+                                       if cause else Severity.WARNING, message, evidence, known=steps[a]))
         return out
 
     # --- epoch boundaries ------------------------------------------------------------------------
@@ -231,7 +231,7 @@ class DataInvariants(Detector, Incremental):
             message = (f"data epoch {logged[a]:.4g} where the plan has {planned[a]:.4g}: epoch boundaries "
                        f"are not where {epoch_records} records per epoch put them")
             out.append(self._detection(run, None, DATA_EPOCH, steps[a], steps[b], steps[k],
-                                       float(abs(gap[k])), Severity.CRITICAL, message, evidence))
+                                       float(abs(gap[k])), Severity.CRITICAL, message, evidence, known=steps[a]))
         return out
 
 

@@ -133,7 +133,8 @@ class EvalRegression(Detector, Incremental):
             message = (f"{m.task} {m.metric} {abs(rel[k]):.1%} worse than the reference (z={z[k]:.1f}, "
                        f"bound {-bound:.1f}) at {b - a + 1} checkpoints")
             out.append(self._detection(run, reference, m.key, steps[a], steps[b], steps[k], float(-z[k]),
-                                       Severity.WARNING, message, evidence))
+                                       Severity.WARNING, message, evidence,
+                                       known=steps[a + self.persist_checkpoints - 1]))
         return out
 
     # --- all tasks vs reference --------------------------------------------------------------------
@@ -160,7 +161,7 @@ class EvalRegression(Detector, Incremental):
             message = (f"downstream evals {abs(mean[k]):.1%} worse than the reference on average over "
                        f"{int(n[k])} tasks (z={z[k]:.1f}) at {b - a + 1} checkpoints")
             out.append(self._detection(run, reference, "eval/downstream/all", s[a], s[b], s[k], float(-z[k]),
-                                       Severity.WARNING, message, evidence))
+                                       Severity.WARNING, message, evidence, known=s[a + self.persist_checkpoints - 1]))
         return out
 
     # --- within the run ----------------------------------------------------------------------------
@@ -255,5 +256,6 @@ class EvalRegression(Detector, Incremental):
             message = (f"{m.task} {m.metric} regressed {abs(rel[k]):.1%} since its best at step {best_step} "
                        f"({sign * best[k]:.4g} -> {frame['value'].iloc[k]:.4g}, z={z[k]:.1f})")
             out.append(self._detection(run, None, m.key, steps[a], steps[b], steps[k], float(-z[k]),
-                                       Severity.WARNING, message, evidence))
+                                       Severity.WARNING, message, evidence,
+                                       known=steps[a + self.persist_checkpoints - 1]))
         return out

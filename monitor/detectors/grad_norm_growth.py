@@ -141,7 +141,8 @@ class GradNormGrowth(Detector, Incremental):
                        f"comes before loss spikes and divergence")
             score = float(ratio[k] / self.growth_ratio)
             out.append(self._detection(run, None, self.metric, w.first_step[a], w.last_step[b], w.mid_step[k],
-                                       score, severity_for(score, self.critical_ratio), message, evidence))
+                                       score, severity_for(score, self.critical_ratio), message, evidence,
+                                       known=w.last_step[a + self.persist_blocks - 1]))
         return out
 
     def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:

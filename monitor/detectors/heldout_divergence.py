@@ -198,5 +198,6 @@ class HeldoutDivergence(Detector, Incremental):
                        f"{'generalises worse' if worse else 'generalises better'} than its reference")
             score = float(ratio.max())
             out.append(self._detection(run, reference, metric, steps[a], steps[b], steps[k], score,
-                                       severity_for(score, self.critical_ratio), message, evidence))
+                                       severity_for(score, self.critical_ratio), message, evidence,
+                                       known=steps[a + self.persist_checkpoints - 1]))
         return out

@@ -319,7 +319,7 @@ def _merge(old: Detection, new: Detection) -> Detection:
         run=new.run, detector=new.detector, metric=new.metric, start_step=old.start_step,
         end_step=max(old.end_step, new.end_step), peak_step=best.peak_step, score=best.score,
         severity=severity, message=best.message, evidence=best.evidence,
-        reference=new.reference, attempt=new.attempt,
+        reference=new.reference, attempt=new.attempt, known_step=min(old.known_at, new.known_at),
     )
 
 

@@ -228,7 +228,7 @@ class Memorization(Detector, Incremental):
         # legs hold at every checkpoint it pools; a run of flagged ones spans their pools.
         held_over_pool = np.convolve(legs.astype(int), np.ones(k, dtype=int))[:len(legs)] == k
         flag = held_over_pool & table["not_followed"].to_numpy(bool)
-        return [self._one(run, reference, table, a - k + 1, b) for a, b in true_runs(flag)]
+        return [self._one(run, reference, table, a - k + 1, b, known=a) for a, b in true_runs(flag)]
 
     def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
         """Judged checkpoints at which the train difference, with its 90% interval, lies inside
@@ -265,7 +265,7 @@ class Memorization(Detector, Incremental):
                               f"{self.persist_checkpoints - judged} more judged checkpoints")]
         return []
 
-    def _one(self, run: RunData, reference: RunData, table: pd.DataFrame, a: int, b: int):
+    def _one(self, run: RunData, reference: RunData, table: pd.DataFrame, a: int, b: int, known: int):
         sl = table.iloc[a:b + 1]
         band = self.z_threshold * np.hypot(sl["train_stderr"], sl["train_tau"]).to_numpy()
         ratio = -sl["train_delta"].to_numpy() / band
@@ -299,7 +299,8 @@ class Memorization(Detector, Incremental):
                    f"follow; {down}: {SUSPECT}{extra}")
         score = float(ratio.max())
         return self._detection(run, reference, self.metric, sl["step"].iloc[0], sl["step"].iloc[-1], row["step"],
-                               score, severity_for(score, self.critical_ratio), message, evidence)
+                               score, severity_for(score, self.critical_ratio), message, evidence,
+                               known=table["step"].iloc[known])
 
 
 def _heldout_verdict(row) -> str:

@@ -119,7 +119,8 @@ class MemorizationReread(Detector, Incremental):
             score = float(gap[k] / self.min_effect)
             out.append(self._detection(run, None, TRAIN_REREAD_LOSS_GAP, table["first"].iloc[a],
                                        table["last"].iloc[b], row["last"], score,
-                                       severity_for(score, self.critical_ratio), message, evidence))
+                                       severity_for(score, self.critical_ratio), message, evidence,
+                                       known=table["last"].iloc[a + self.persist_blocks - 1]))
         return out
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:

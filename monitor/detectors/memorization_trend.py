@@ -154,7 +154,8 @@ class MemorizationTrend(Detector, Incremental):
                        f"{SUSPECT}")
             score = float(resid[k] / self.min_effect)
             out.append(self._detection(run, None, HELDOUT_TRAIN_GAP, steps[a], steps[b], steps[k], score,
-                                       severity_for(score, self.critical_ratio), message, evidence))
+                                       severity_for(score, self.critical_ratio), message, evidence,
+                                       known=steps[a + self.persist_checkpoints - 1]))
         return out
 
     def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:

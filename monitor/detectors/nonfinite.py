@@ -87,7 +87,7 @@ class NonFiniteDetector(Detector, Incremental):
                 severity = Severity.CRITICAL if key in self.critical_metrics else Severity.WARNING
                 message = f"{key} logged {evidence['first_value']} ({b - a + 1} non-finite value{'s' if b > a else ''})"
                 out.append(self._detection(run, None, key, steps[a], steps[b], steps[a], float(b - a + 1),
-                                           severity, message, evidence))
+                                           severity, message, evidence, known=steps[a]))
         return out
 
     def _trailing_baseline(self, x: pd.Series) -> pd.Series:
@@ -121,7 +121,8 @@ class NonFiniteDetector(Detector, Incremental):
             message = (f"{self.explode_metric} exploding: {ratio[k]:.0f}x its trailing median for "
                        f"{b - a + 1} logged steps")
             out.append(self._detection(run, None, self.explode_metric, steps[a], steps[b], steps[k],
-                                       float(ratio[k]), Severity.CRITICAL, message, evidence))
+                                       float(ratio[k]), Severity.CRITICAL, message, evidence,
+                                       known=steps[a + self.explode_min_points - 1]))
         return out
 
 

@@ -234,7 +234,8 @@ class ReferenceDivergence(Detector, Incremental):
                    f"{b - a + 1} windows (median of the window medians; each had to clear ±{np.median(band[sl]):.3f}, "
                    f"3 x the spread of two runs of one recipe): {hint}")
         return self._detection(run, reference, self.metric, start, end, int(w["mid_step"].iloc[k]),
-                               score, severity_for(score, self.critical_ratio), message, evidence)
+                               score, severity_for(score, self.critical_ratio), message, evidence,
+                               known=int(w["last_step"].iloc[a + self.persist_windows - 1]))
 
     def _hint(self, run, reference, start: int, end: int, typical: float, evidence: dict) -> str:
         """What the held-out loss did over the same steps, where both runs evaluated it: a lower

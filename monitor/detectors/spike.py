@@ -334,7 +334,7 @@ class SpikeDetector(Detector, Incremental):
             size = f"{ratio:.1f}x its level" if log else f"+{value - baseline:.3f} over its level {baseline:.3f}"
             message = f"{metric} spike to {value:.4g} ({size}, {zk:.1f} sigma), {how}"
             out.append(self._detection(run, None, metric, steps[a], steps[end], steps[k], zk,
-                                       severity, message, evidence))
+                                       severity, message, evidence, known=steps[a]))
         return out
 
 

@@ -277,7 +277,7 @@ class ThroughputDetector(Detector, Incremental):
                        f"+{lost[-1] / group.size:.3g} s each, up to {share:.1%} of the time): a periodic pause "
                        f"such as evaluation, garbage collection or a synchronous checkpoint")
             out.append(self._detection(run, None, PERF_STEP_TIME_S, steps[group[0]], steps[group[-1]], steps[k],
-                                       share, severity, message, evidence))
+                                       share, severity, message, evidence, known=steps[group[0]]))
         return out
 
     def _goodput(self, run: RunData, v: pd.DataFrame) -> list:
@@ -309,7 +309,7 @@ class ThroughputDetector(Detector, Incremental):
                        f"slower than the ideal{loaded}")
             out.append(self._detection(run, None, "perf/goodput", sl["first"].iloc[0], sl["last"].iloc[-1],
                                        blocks["first"].iloc[k], float(1 - goodput[k]), Severity.WARNING, message,
-                                       evidence))
+                                       evidence, known=sl["last"].iloc[0]))
         return out
 
     # --- MFU / tokens per second ------------------------------------------------------------------
@@ -346,7 +346,8 @@ class ThroughputDetector(Detector, Incremental):
             message = (f"{metric} {w.median[k]:.4g}, {-rel[k]:.0%} below the run's own baseline "
                        f"{base[a]:.4g}{loaded}")
             out.append(self._detection(run, None, metric, w.first_step[a], w.last_step[b], w.mid_step[k],
-                                       float(-rel[k]), Severity.WARNING, message, evidence))
+                                       float(-rel[k]), Severity.WARNING, message, evidence,
+                                       known=w.last_step[a + self.persist_blocks - 1]))
         return out
 
     def _vs_reference(self, run: RunData, reference: RunData, metric: str, x: pd.Series) -> list:
@@ -371,7 +372,8 @@ class ThroughputDetector(Detector, Incremental):
             message = (f"{metric} {w.median[iw][k]:.4g}, {-rel[k]:.0%} below the reference's "
                        f"{v.median[iv][k]:.4g} (same hardware? then the run is slower){loaded}")
             out.append(self._detection(run, reference, f"{metric}/vs_reference", w.first_step[iw][a], w.last_step[iw][b],
-                                       w.mid_step[iw][k], float(-rel[k]), Severity.INFO, message, evidence))
+                                       w.mid_step[iw][k], float(-rel[k]), Severity.INFO, message, evidence,
+                                       known=w.last_step[iw][a + self.persist_blocks - 1]))
         return out
 
     def _host_load(self, run: RunData, start: float, end: float) -> tuple[dict, str]:

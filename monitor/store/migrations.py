@@ -57,6 +57,14 @@ def _v6_zstd_chunks(conn: Connection) -> None:
     metrics_writer.seal_all(conn)
 
 
+def _v7_known_steps(conn: Connection) -> None:
+    # A store made at an earlier version by this code already has the column (create_all makes it).
+    # Detections stored before it have none: they are taken at their last step, as they were.
+    present = {c["name"] for c in inspect(conn).get_columns(tables.detections.name)}
+    if "known_step" not in present:
+        conn.execute(text(f"ALTER TABLE {tables.detections.name} ADD COLUMN known_step BIGINT"))
+
+
 # (version, what it does, function). The store's version is the last applied entry.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "runs, metrics with attempts, series marks, rollups, events, detections, alerts, outbox", _v1_initial),
@@ -67,6 +75,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (5, "where a delivered notification lives at its receiver (a Slack message's channel and ts)", _v5_message_refs),
     (6, "chunks compressed with zstd (zlib ones stay as they are), each sealed once its last step is logged",
      _v6_zstd_chunks),
+    (7, "the step at which each detection first held, so grouping takes findings in the order a watcher "
+        "learns of them", _v7_known_steps),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -448,6 +448,7 @@ def read_detections(db: Database, run: str | None = None, detector: str | None =
             start_step=int(row["start_step"]), end_step=int(row["end_step"]), peak_step=int(row["peak_step"]),
             score=row["score"], severity=Severity(row["severity"]), message=row["message"],
             evidence=json.loads(row["evidence"]), reference=row["reference"], attempt=row["attempt"],
+            known_step=None if row["known_step"] is None else int(row["known_step"]),
         )
         for row in rows
     ]

@@ -746,14 +746,14 @@ class Store:
                     "score": float(d.score) if d.score is not None else None,
                     "severity": Severity(d.severity).value, "message": d.message,
                     "evidence": dumps(d.to_dict()["evidence"]), "reference": d.reference,
-                    "attempt": d.attempt, "created_at": now, "updated_at": now,
+                    "attempt": d.attempt, "created_at": now, "updated_at": now, "known_step": d.known_step,
                 })
             if rows:
                 self._db.upsert(
                     conn, tables.detections, rows,
                     index=["run_id", "detector", "metric", "start_step"],
                     update=["end_step", "peak_step", "score", "severity", "message", "evidence", "reference",
-                            "attempt", "updated_at"],
+                            "attempt", "updated_at", "known_step"],
                 )
         return len(rows)
 

@@ -169,6 +169,7 @@ detections = Table(
     Column("attempt", Integer),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    Column("known_step", BigInteger),
     UniqueConstraint("run_id", "detector", "metric", "start_step", name="uq_detections_interval"),
 )
 

@@ -34,14 +34,27 @@ def test_detect_groups_262_detections_into_a_few_dozen_incidents(real_pair, caps
     (stalls,) = [r for r in rows if r["detector"] == "throughput"]
     assert stalls["count"] > 100 and stalls["period_steps"] > 0 and stalls["episodes"] > 5
     assert "stall" in stalls["message"]
-    divergence = next(r for r in rows if r["detector"] == "reference_divergence")
-    # The headline gives the median gap and the band each window had to clear, not the peak.
-    assert divergence["count"] == 1 and "median of the window medians" in divergence["message"]
-    assert f"±{divergence['evidence']['band_median']:.3f}" in divergence["message"]
-    assert divergence["evidence"]["delta_median"] == pytest.approx(-0.21, abs=0.01)
-    assert "see memorization" not in divergence["message"]  # held-out loss followed
+    # Train loss below the reference early and held-out loss below it from step 500 to the end: one
+    # improvement, named by the held-out divergence, with the train finding attached.
+    (divergence,) = [r for r in rows if r["story"] == "divergence"]
+    assert divergence["name"] == "held-out loss diverged from the reference" and divergence["state"] == "open"
+    assert divergence["count"] == 2 and divergence["explanations"][1:] == ["train loss below the reference"]
+    train = divergence["evidence"]["also"]["train loss below the reference"]
+    assert train["detector"] == "reference_divergence" and train["steps"] == [1, 2099]
+    assert "held-out loss followed" in train["message"]  # a better run, not repeated data
     # Most severe first.
-    assert [r["severity"] for r in rows[:2]] == ["critical", "critical"]
+    rank = {"info": 0, "warning": 1, "critical": 2}
+    assert rows[0] == divergence and [rank[r["severity"]] for r in rows] == sorted(
+        (rank[r["severity"]] for r in rows), reverse=True)
+
+
+def test_the_train_finding_gives_the_median_gap_and_the_band_each_window_cleared(real_pair, capsys):
+    assert main(["detect", "--run", "muon-1.5b", "--store", real_pair, "--json", "--no-write", "--ungrouped"]) == 0
+    (train,) = [r for r in json.loads(capsys.readouterr().out) if r["detector"] == "reference_divergence"]
+    assert "median of the window medians" in train["message"]  # not the peak
+    assert f"±{train['evidence']['band_median']:.3f}" in train["message"]
+    assert train["evidence"]["delta_median"] == pytest.approx(-0.21, abs=0.01)
+    assert "see memorization" not in train["message"]  # held-out loss followed
 
 
 def test_detect_rows_in_a_pipe_are_one_line_each(real_pair, capsys):

@@ -86,3 +86,38 @@ def test_most_severe_first_and_marks_of_a_run_in_memory():
     marks = marks_of(run("r", frame))
     assert marks["train/loss"] == (1, 1000, 1000) and marks["eval/heldout/c4/loss"] == (100, 1000, 10)
     assert progress_from_marks("r", marks)[("r", "eval/heldout/c4/loss")] == Progress(1000, 100.0)
+
+
+def test_a_finding_is_taken_where_it_first_held_as_a_watcher_learns_of_it():
+    """A real Muon/AdamW pair's shape: train loss apart from the reference early (windows 1-2,100,
+    clean after), held-out loss apart from checkpoint 500 on, first persistent at 1,600 (625 on the
+    real pair) and lasting to the end. A watcher joins the held-out finding to the open incident at 1,600; a whole-run pass
+    that took it at its last step would first resolve the train finding and open a second incident."""
+    def divergence(start, end, known, detector, metric):
+        found = det(start, end, score=6.0, severity=Severity.CRITICAL, detector=detector, metric=metric)
+        found.evidence, found.known_step = {"direction": "above"}, known
+        return found
+
+    def train(end, known=300):
+        return divergence(1, end, known, "reference_divergence", "train/loss")
+
+    def heldout(end, known=1600):
+        return divergence(500, end, known, "heldout_divergence", "eval/heldout/val/loss")
+
+    cleans = [Clean("r", "reference_divergence", "train/loss", s, s + 99, {"band": 0.05}) for s in (2100, 2200)]
+    progress = {("r", None): Progress(20_000)}
+    live_batches = [([train(300)], [], 300), ([heldout(1600)], [], 1600), ([train(2099)], [], 2099),
+                    ([], cleans, 2299), ([heldout(20_000)], [], 20_000)]
+    tracker, open_alerts, resolved, changes = IncidentTracker(CONFIG), {}, {}, []
+    for found, clean, last in live_batches:
+        changes += tracker.apply(found, open_alerts, resolved, {("r", None): Progress(last)}, float(last), cleans=clean)
+    kinds = [c.kind for c in changes]
+    assert kinds.count("opened") == 1 and "resolved" not in kinds
+    (alert,) = open_alerts.values()
+
+    (whole,) = group([train(2099), heldout(20_000)], progress, CONFIG, cleans=cleans)
+    assert (whole.incident_id, whole.name, whole.resolved) == (alert.incident_id, alert.name, False)
+    assert whole.name == "held-out loss diverged from the reference"
+    # Taken at its last step instead, the same findings tell two stories.
+    late = [train(2099, known=None), heldout(20_000, known=None)]
+    assert [i.resolved for i in group(late, progress, CONFIG, cleans=cleans)] == [True, False]

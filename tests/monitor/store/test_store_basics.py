@@ -127,10 +127,12 @@ def test_detections_upsert_by_interval(store_url):
                       score=7.5, severity=Severity.WARNING, message="spike", evidence={"z": np.float64(7.5),
                                                                                      "bad": math.nan})
         store.write_detections([d])
-        d.end_step, d.severity = 20, Severity.CRITICAL
+        assert store.read_detections("r")[0].known_step is None
+        d.end_step, d.severity, d.known_step = 20, Severity.CRITICAL, 11
         store.write_detections([d])
         got = store.read_detections("r")
         assert len(got) == 1 and got[0].end_step == 20 and got[0].severity is Severity.CRITICAL
+        assert got[0].known_step == 11 and got[0].known_at == 11
         assert got[0].evidence == {"z": 7.5, "bad": "nan"}
         store.clear_detections("r")
         assert store.read_detections("r") == []

@@ -108,3 +108,24 @@ def test_cli_prints_one_line_not_a_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "error: store URL" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_store_from_before_known_steps_keeps_its_detections_and_gains_the_column(store_url):
+    from sqlalchemy import text
+
+    from monitor.schema import Detection, Severity
+
+    found = Detection(run="r", detector="spike", metric="train/loss", start_step=10, end_step=30, peak_step=12,
+                      score=7.5, severity=Severity.WARNING, message="spike")
+    with open_store(store_url) as store:
+        store.ensure_run("r")
+        store.write_detections([found])
+        with store.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE detections DROP COLUMN known_step"))
+            migrations._set_version(conn, 6)
+    with open_store(store_url) as store:
+        assert store.schema_version() == migrations.SCHEMA_VERSION >= 7
+        (old,) = store.read_detections("r")
+        assert old.known_step is None and old.known_at == 30  # taken at its last step, as before
+        store.write_detections([Detection(**{**found.__dict__, "start_step": 40, "end_step": 90, "known_step": 50})])
+        assert [d.known_at for d in store.read_detections("r")] == [30, 50]
