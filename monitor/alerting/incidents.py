@@ -401,9 +401,15 @@ class IncidentTracker:
 
     @staticmethod
     def _name(alert: Alert) -> None:
-        """Name the incident by its most specific member, the larger finding of a tie; its
-        message, evidence and score speak for the incident, with the others' findings attached."""
-        best = max(alert.members.values(), key=lambda m: (m.specificity, score_rank(m.score), -m.start_step))
+        """Name the incident by its most specific member; among equally specific ones the one that
+        names it keeps it (scores of different detectors are on different scales, so a larger one
+        is no better explanation), else the larger finding. Its message, evidence and score speak
+        for the incident, with the others' findings attached."""
+        top = max(m.specificity for m in alert.members.values())
+        current = alert.members.get(f"{alert.detector}|{alert.metric}")
+        best = current if current is not None and current.specificity == top else max(
+            (m for m in alert.members.values() if m.specificity == top),
+            key=lambda m: (score_rank(m.score), -m.start_step))
         alert.detector, alert.metric = best.detector, best.metric
         alert.score, alert.peak_step, alert.message = best.score, best.peak_step, best.message
         others = {m.explanation: {"detector": m.detector, "metric": m.metric, "steps": [m.start_step, m.end_step],

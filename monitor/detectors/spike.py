@@ -47,7 +47,7 @@ from monitor.schema import (
     Story,
 )
 
-from .base import Detector, Reads, ReferenceUse
+from .base import Detector, Reads, ReferenceUse, StoryRole
 from .incremental import DetectorState, Incremental
 from .rundata import finite
 from .stats import MAD_TO_SIGMA, row_medians, trailing_median, true_runs
@@ -157,6 +157,13 @@ class SpikeDetector(Detector, Incremental):
 
     def merge_gap(self, step_cadence: float) -> float:
         return 0.0  # two spikes are two detections, however close
+
+    def role(self, detection) -> StoryRole:
+        """Spikes are named for the metric that spiked: a grad-norm spike is not a loss spike."""
+        base = super().role(detection)
+        if detection.metric == TRAIN_LOSS:
+            return base
+        return StoryRole(base.story, base.specificity, f"{detection.metric} spikes", base.clean_rule)
 
     # --- the three rules -----------------------------------------------------------------------
     def gapwatch_z(self, x: pd.Series, log: bool, first: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -215,3 +215,20 @@ def test_an_incident_that_goes_on_escalates_once_for_its_duration():
     assert told == [(ChangeKind.OPENED, ""), (ChangeKind.ESCALATED, "has lasted 5,000 steps (since step 1,000)")]
     (alert,) = open_alerts.values()
     assert alert.lasted_told and alert.growth_escalations == 1
+
+
+def test_an_equally_specific_finding_joins_without_renaming_and_a_more_specific_one_renames():
+    """Grad norm that climbs, then spikes of its own: both explanations are equally specific, so the
+    incident keeps the name it was told under, however large the spikes' z-score (a score on
+    another scale); a NaN, more specific, renames it once."""
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100))
+    growth = det(1000, 1500, score=1.5, metric="train/grad_norm", detector="grad_norm_growth")
+    spike = det(1200, 1200, score=12.6, metric="train/grad_norm", detector="spike")
+    nan = det(1400, 1400, severity=Severity.CRITICAL, metric="train/loss", detector="nonfinite")
+    changes, open_alerts, _ = run_tracker(tracker, [([growth], 1100), ([spike], 1200)])
+    (alert,) = open_alerts.values()
+    assert kinds(changes) == [ChangeKind.OPENED, ChangeKind.EXTENDED]
+    assert alert.name == "grad norm grows" and "train/grad_norm spikes" in alert.evidence["also"]
+    changes, open_alerts, _ = run_tracker(tracker, [([growth], 1100), ([spike], 1200), ([nan], 1400)])
+    assert kinds(changes)[-1] == ChangeKind.ESCALATED  # critical, and now named for the NaN
+    assert open_alerts[("r", "instability")].name == "NaN or Inf in the run"
