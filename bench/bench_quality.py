@@ -195,7 +195,7 @@ def markdown(pair_rows, cadence_rows, divergence_rows, single_rows, real_rows, s
         "incidents about the fault count (those holding its detector's findings or its step): the real runs "
         "have spikes of their own (an injected spike inside the cool-down after one of them opens an "
         "incident of its own when it is news: twice the size told, or more severe). The counts come from the whole-run detections, replayed as the "
-        "incremental engine reports them (a finding grows poll by poll from its first step); the property test tests/monitor/watch/test_live_equals_offline.py holds the watch service's "
+        "incremental engine reports them (a finding grows poll by poll from the step it first held); the property test tests/monitor/watch/test_live_equals_offline.py holds the watch service's "
         "incidents to the same.",
         table(story_rows),
         "Story goal met, by cadence:",
