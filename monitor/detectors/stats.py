@@ -24,7 +24,7 @@ def trailing_median(values: np.ndarray, window: int, min_count: int | None = Non
     """Median of each value's window of `window` values ending at it, NaN where fewer than
     `min_count` (default: all of them) precede it: pandas' rolling median, bit for bit. A finite
     series (what every detector passes) goes through scipy's rank filter, two passes of it for an
-    even window, at a quarter of the cost (0.1 instead of 0.4 s for 1.41M values); one holding NaN
+    even window, at a fraction of the cost (bench/RESULTS.md, design measurements); one holding NaN
     through pandas itself."""
     v = np.asarray(values, dtype=float)
     need = min(window, min_count or window)

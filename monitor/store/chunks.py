@@ -5,7 +5,7 @@ with `c * CHUNK_STEPS <= step < (c + 1) * CHUNK_STEPS` once the series has logge
 step or a later one; the rows of a chunk whose range the series' last step has not yet reached the
 end of stay in the `metrics` row table, the write tail (`metrics_writer.sealed_below`). A step's
 rows are therefore always in one place. Reading a 1.41M-step series is then ~170 blobs instead of
-1.41M rows (a row costs ~1 us through any driver).
+1.41M rows, each of which costs the driver a Python object (bench/RESULTS.md, design measurements).
 
 Each chunk stores its columns apart (steps as 16-bit offsets into the chunk, attempts, values, wall
 times), each compressed with zstd; the floats byte-shuffled first, as Blosc does, so their sign and

@@ -105,7 +105,8 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[
     distinct = _distinct_sorted(batch.key_ids)
     marks = _lock_marks(conn, run_id, distinct.tolist())
     progress()
-    # Per row through the distinct keys: a dict lookup per row cost ~0.3 us a row.
+    # Per row through the distinct keys (searchsorted), not a dict lookup per row: see
+    # bench/RESULTS.md, design measurements.
     mark = np.array([marks.get(k, -1) for k in distinct.tolist()], dtype=np.int64)[
         np.searchsorted(distinct, batch.key_ids)]
     appends = batch.steps > mark

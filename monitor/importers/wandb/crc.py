@@ -2,7 +2,7 @@
 
 A `.wandb` file holds millions of chunks of a few hundred bytes, each with the CRC-32 (zlib's) of
 its type byte and data. One `zlib.crc32` call per chunk costs more in Python than the CRC itself
-(about 0.35 us a chunk, a third of the time to read a 1.4M-step run). CRC-32 is linear over
+(a large share of the time to read a long run: bench/RESULTS.md, design measurements). CRC-32 is linear over
 GF(2), so the CRC of a whole block follows from the chunk CRCs stored in it: the block is checked
 with one zlib call over its bytes, and only a block that fails is checked chunk by chunk, to name
 the damaged chunk.

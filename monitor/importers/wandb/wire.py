@@ -1,8 +1,9 @@
 """A vectorised reader for the two record shapes that make up almost all of a `.wandb` file.
 
 Why not just the protobuf library: it builds a Python object per record and per item, and at about
-3 records and 20 items per logged step that costs more than the 4 us a step that a 1.4M-step
-reference run allows (see bench/bench_importers.py). The protobuf runtime stays the reference:
+3 records and 20 items per logged step that costs more than reading a 1.4M-step reference run in a
+few seconds allows (bench/bench_importers.py; the budget is in bench/RESULTS.md, design
+measurements). The protobuf runtime stays the reference:
 everything this module does not positively recognise goes to wandb's own `Record` class
 (`records`), and the tests check both give the same rows on files the real wandb wrote.
 
