@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 from sqlalchemy import Connection, and_, delete, func, select, text
 from sqlalchemy.exc import IntegrityError
 
@@ -82,25 +81,17 @@ def _nothing() -> None:
     pass
 
 
-def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[[], None] | None = None) -> int:
-    """Insert rows (key_id, step, attempt, value, wall_time) of one run; return rows given, a
-    repeated (key_id, step, attempt) counted once.
+def write(conn: Connection, run_id: int, batch: "Batch", progress: Callable[[], None] | None = None) -> int:
+    """Insert the rows of one run (`Batch.of`: validated, integer steps >= 0); return how many,
+    a repeated (key_id, step, attempt) counted once.
 
-    Rows must be validated already: integer steps >= 0. A (key_id, step, attempt) given more than
-    once keeps its last row. `progress()` is called each time the database has answered a part of the write (a phase, a
+    `progress()` is called each time the database has answered a part of the write (a phase, a
     slice of the insert): a caller that bounds a write by the database's silence can tell a
     large write that is moving from one that gets no answer.
     """
-    if rows.empty:
+    if not len(batch.steps):
         return 0
     progress = progress or _nothing
-    key_ids = rows["key_id"].to_numpy(np.int64)
-    steps = rows["step"].to_numpy(np.int64)
-    attempts = rows["attempt"].to_numpy(np.int64)
-    order = np.lexsort((attempts, steps, key_ids))  # stable: repeats stay in the order given
-    batch = _Batch(key_ids[order], steps[order], attempts[order],
-                   rows["value"].to_numpy(float)[order], rows["wall_time"].to_numpy(float)[order])
-    batch = batch.last_of_repeats()
 
     distinct = _distinct_sorted(batch.key_ids)
     marks = _lock_marks(conn, run_id, distinct.tolist())
@@ -130,7 +121,7 @@ def write(conn: Connection, run_id: int, rows: pd.DataFrame, progress: Callable[
 
 
 @dataclass
-class _Batch:
+class Batch:
     """Rows of one write as parallel arrays, sorted by (key_id, step, attempt)."""
 
     key_ids: np.ndarray
@@ -139,33 +130,42 @@ class _Batch:
     values: np.ndarray
     wall_times: np.ndarray
 
-    def select(self, mask: np.ndarray) -> "_Batch":
+    @classmethod
+    def of(cls, key_ids: np.ndarray, steps: np.ndarray, attempts: np.ndarray, values: np.ndarray,
+           wall_times: np.ndarray) -> "Batch":
+        """Rows given in any order, sorted; a (key_id, step, attempt) given more than once keeps
+        the last row given."""
+        order = np.lexsort((attempts, steps, key_ids))  # stable: repeats stay in the order given
+        return cls(key_ids[order], steps[order], attempts[order], values[order],
+                   wall_times[order]).last_of_repeats()
+
+    def select(self, mask: np.ndarray) -> "Batch":
         """The rows where boolean `mask` is set."""
         if mask.all():
             return self  # an import's batch is all appends: no copy of it
-        return _Batch(self.key_ids[mask], self.steps[mask], self.attempts[mask], self.values[mask],
+        return Batch(self.key_ids[mask], self.steps[mask], self.attempts[mask], self.values[mask],
                       self.wall_times[mask])
 
-    def part(self, lo: int, hi: int) -> "_Batch":
+    def part(self, lo: int, hi: int) -> "Batch":
         """Rows lo..hi-1, as views of this batch's arrays."""
-        return _Batch(self.key_ids[lo:hi], self.steps[lo:hi], self.attempts[lo:hi], self.values[lo:hi],
+        return Batch(self.key_ids[lo:hi], self.steps[lo:hi], self.attempts[lo:hi], self.values[lo:hi],
                       self.wall_times[lo:hi])
 
-    def last_of_repeats(self) -> "_Batch":
+    def last_of_repeats(self) -> "Batch":
         """One row per (key, step, attempt): the last given of each run of equal triples."""
         last = np.ones(len(self.steps), dtype=bool)
         last[:-1] = ((self.key_ids[1:] != self.key_ids[:-1]) | (self.steps[1:] != self.steps[:-1])
                      | (self.attempts[1:] != self.attempts[:-1]))
         return self.select(last)
 
-    def latest_per_step(self) -> "_Batch":
+    def latest_per_step(self) -> "Batch":
         """The highest attempt of each (key, step): the last row of each run of equal pairs."""
         last = np.ones(len(self.steps), dtype=bool)
         last[:-1] = (self.key_ids[1:] != self.key_ids[:-1]) | (self.steps[1:] != self.steps[:-1])
         return self.select(last)
 
 
-def _seal(conn: Connection, run_id: int, batch: _Batch, marks: dict[int, int]) -> np.ndarray:
+def _seal(conn: Connection, run_id: int, batch: Batch, marks: dict[int, int]) -> np.ndarray:
     """Merge the batch's rows in sealed ranges into their chunks and seal the ranges this batch
     closes; return the mask of the rows that belong in the row table."""
     width = chunks.width(conn)
@@ -202,7 +202,7 @@ def seal_all(conn: Connection) -> None:
         if not len(rows):
             continue
         conn.execute(delete(tables.metrics).where(and_(m.run_id == run_id, m.key_id == key_id, m.step < boundary)))
-        moved = _Batch(np.full(len(rows), key_id, dtype=np.int64), rows.steps, rows.attempts, rows.values,
+        moved = Batch(np.full(len(rows), key_id, dtype=np.int64), rows.steps, rows.attempts, rows.values,
                        rows.wall_times)
         _merge_chunks(conn, run_id, [_SealPlan(key_id, moved, None)])
 
@@ -213,7 +213,7 @@ class _SealPlan:
     move from the row table, if the write closes one."""
 
     key_id: int
-    new: _Batch
+    new: Batch
     closing: int | None
     last_stored: int | None = None
     """The series' highest chunk that may be stored already (the last one below its
@@ -301,7 +301,7 @@ def _lock_marks(conn: Connection, run_id: int, key_ids: list[int]) -> dict[int, 
     return {int(k): int(s) for k, s in conn.execute(query)}
 
 
-def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool,
+def _insert_raw(conn: Connection, run_id: int, batch: Batch, only_appends: bool,
                 progress: Callable[[], None] = _nothing) -> None:
     complete = True
     # In slices: a row as a tuple of Python objects takes ~200 bytes, so a whole batch of them
@@ -316,7 +316,7 @@ def _insert_raw(conn: Connection, run_id: int, batch: _Batch, only_appends: bool
     _remember_tail(conn, run_id, batch, complete)
 
 
-def _insert_sqlite(conn: Connection, run_id: int, part: _Batch) -> bool:
+def _insert_sqlite(conn: Connection, run_id: int, part: Batch) -> bool:
     """Straight to sqlite3's executemany (SQLAlchemy's per-row parameter handling would cost
     several times the insert itself), fed row tuples one at a time from the columns: a list of
     them would be thousands of objects the garbage collector follows, and promotes into its
@@ -332,7 +332,7 @@ def _insert_sqlite(conn: Connection, run_id: int, part: _Batch) -> bool:
         cursor.close()
 
 
-def _remember_tail(conn: Connection, run_id: int, batch: _Batch, complete: bool) -> None:
+def _remember_tail(conn: Connection, run_id: int, batch: Batch, complete: bool) -> None:
     """Keep the rows just stored for sealing (tail_cache.py); after an insert that skipped rows
     already there, this connection no longer knows the tail of these series."""
     starts = np.flatnonzero(np.r_[True, batch.key_ids[1:] != batch.key_ids[:-1]])
@@ -405,7 +405,7 @@ def _copy_layout(with_value: bool) -> np.dtype:
 _WITH_VALUE, _NULL_VALUE = _copy_layout(True), _copy_layout(False)
 
 
-def _binary_copy(run_id: int, part: _Batch) -> bytes:
+def _binary_copy(run_id: int, part: Batch) -> bytes:
     """Rows in binary COPY form, laid out by NumPy a column at a time: psycopg's write_row costs a
     Python call a row, which was most of a write. A NaN value goes as NULL (see tables.py): those
     rows, without the value's bytes, follow the others (a COPY's row order does not matter)."""
@@ -471,14 +471,14 @@ def _rollup_params(run_id: int, level: int, agg: dict[str, np.ndarray]) -> list[
     return list(zip(*(columns[f] for f in _ROLLUP_FIELDS)))
 
 
-def _merge_rollups(conn: Connection, run_id: int, latest: _Batch) -> None:
+def _merge_rollups(conn: Connection, run_id: int, latest: Batch) -> None:
     params = []
     for level, agg in enumerate(aggregate_levels(latest.key_ids, latest.steps, latest.values)):
         params += _rollup_params(run_id, level, agg)
     _merge_rollup_rows(conn, params)
 
 
-def _merge_series(conn: Connection, run_id: int, latest: _Batch) -> None:
+def _merge_series(conn: Connection, run_id: int, latest: Batch) -> None:
     starts = np.flatnonzero(np.r_[True, latest.key_ids[1:] != latest.key_ids[:-1]])
     ends = np.r_[starts[1:], len(latest.steps)]
     conn.execute(

@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -425,15 +426,16 @@ class Store:
             GapwatchError: a bad step, key or value, or no such run.
         """
         rows = _validated(name, frame)
-        if rows.empty:
+        if not len(rows.steps):
             return 0
         with self._db.tx() as conn:
             run_id = self._db.run_id(conn, name)
-            ids = self._db.ensure_keys(conn, rows["key"].unique())
             # Each distinct name looked up once, not once a row (a map over the string column).
-            codes, names = pd.factorize(rows["key"])
-            rows["key_id"] = np.array([ids[n] for n in names], dtype=np.int64)[codes]
-            return metrics_writer.write(conn, run_id, rows.drop(columns="key"), progress)
+            codes, names = pd.factorize(rows.keys)
+            ids = self._db.ensure_keys(conn, names)
+            key_ids = np.array([ids[n] for n in names], dtype=np.int64)[codes]
+            batch = metrics_writer.Batch.of(key_ids, rows.steps, rows.attempts, rows.values, rows.wall_times)
+            return metrics_writer.write(conn, run_id, batch, progress)
 
     def write_derived(self, name: str, frame: pd.DataFrame) -> int:
         """Store a detector's series of one run (spike scores) apart from its logged rows.
@@ -821,7 +823,19 @@ class Store:
         return json.loads(raw) if raw is not None else None
 
 
-def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:
+@dataclass(frozen=True)
+class _ValidRows:
+    """A write's rows, checked: each key a valid metric key, each step an integer >= 0, each
+    value a float (NaN and +/-Inf kept)."""
+
+    keys: pd.Series
+    steps: np.ndarray
+    attempts: np.ndarray
+    values: np.ndarray
+    wall_times: np.ndarray
+
+
+def _validated(run: str, frame: pd.DataFrame) -> _ValidRows:
     missing = {"step", "key", "value"} - set(frame.columns)
     if missing:
         raise GapwatchError(f"metrics for run {run!r} lack column(s) {sorted(missing)}")
@@ -864,17 +878,13 @@ def _validated(run: str, frame: pd.DataFrame) -> pd.DataFrame:
     else:
         walls = pd.to_numeric(frame["wall_time"], errors="coerce").to_numpy(float, copy=True)
         walls[np.isnan(walls)] = now
-    rows = pd.DataFrame({  # sharing the arrays: write() only reads them
-        "key": keys, "step": steps, "value": values,
-        "attempt": frame["attempt"].to_numpy(np.int64) if "attempt" in frame else np.ones(len(frame), np.int64),
-        "wall_time": walls,
-    }, copy=False)
-    bad_keys = [k for k in rows["key"].unique() if not is_valid_key(k)]
+    bad_keys = [k for k in keys.unique() if not is_valid_key(k)]
     if bad_keys:
         raise GapwatchError(
             f"run {run!r}: metric key {bad_keys[0]!r} is not of the form namespace/name in lower snake case"
         )
-    return rows  # a repeated (key, step, attempt) keeps its last value in metrics_writer.write
+    attempts = frame["attempt"].to_numpy(np.int64) if "attempt" in frame else np.ones(len(frame), np.int64)
+    return _ValidRows(keys, steps, attempts, values, walls)
 
 
 def _is_nan_like(v: Any) -> bool:
