@@ -28,7 +28,7 @@ from typing import TextIO
 
 from monitor.alerting.incidents import ChangeKind, IncidentTracker
 from monitor.alerting.ledger import AlertLedger
-from monitor.alerting.outbox import DeliveryPass, Outbox
+from monitor.alerting.outbox import Outbox
 from monitor.alerting.sinks import Sink, build_sinks
 from monitor.judging.engine import DetectionEngine
 from monitor.errors import GapwatchError
@@ -281,9 +281,6 @@ class WatchService:
                         describe_db_error(exc), self.config.lease_s)
 
     # --- the delivery loop ---------------------------------------------------------------------
-    def deliver(self) -> DeliveryPass:
-        return self.outbox.deliver_due()
-
     def watched_runs(self) -> list[str]:
         """The runs the last poll covered."""
         return [t.run for t in self._current]

@@ -53,7 +53,7 @@ def feed(store, svc, lo, hi, chunk=500):
         store.write_metrics("clean", pd.DataFrame({"step": np.arange(STEPS)[sl], "key": "train/loss",
                                                    "value": good[sl]}))
         svc.poll()
-        svc.deliver()
+        svc.outbox.deliver_due()
 
 
 def kinds(receiver):
@@ -100,7 +100,7 @@ def test_watching_all_runs_finds_runs_that_appear_later(store, receiver):
     store.write_metrics("late", pd.DataFrame({"step": steps, "key": "train/loss", "value": values}))
     for _ in range(TARGET_REFRESH_POLLS):
         svc.poll()
-    svc.deliver()
+    svc.outbox.deliver_due()
     [alert] = svc.ledger.alerts("late")
     assert (alert.detector, alert.state, alert.start_step) == ("nonfinite", "resolved", 100)
     assert kinds(receiver) == ["opened", "resolved"]

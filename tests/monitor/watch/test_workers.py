@@ -79,7 +79,7 @@ def test_two_workers_share_the_runs_and_one_takes_over_when_the_other_dies(pg_ru
             b.poll()
         assert a._held and b._held and not a._held & b._held and a._held | b._held == set(RUNS)
         for svc in (a, b):
-            svc.deliver()
+            svc.outbox.deliver_due()
         opened = [r for r in receiver.deliveries()]
         assert len(opened) == len(RUNS) * 2, "one opened and one resolved per run"
 
@@ -92,7 +92,7 @@ def test_two_workers_share_the_runs_and_one_takes_over_when_the_other_dies(pg_ru
         took_over = time.monotonic() - died
         assert took_over <= LEASE_S + 1.0, f"taken over after {took_over:.1f} s"
         b.poll()
-        b.deliver()
+        b.outbox.deliver_due()
 
         # a comes back from a pause: what it would record for a run b holds is refused.
         watcher = next(iter(a.watchers.values()))
