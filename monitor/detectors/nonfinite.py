@@ -9,7 +9,7 @@ before a NaN.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -99,7 +99,7 @@ class NonFiniteDetector(Detector, Incremental):
         """A grad norm that stays up is named for what it is, not as the NaN it often precedes."""
         base = super().role(detection)
         if detection.evidence.get("rule") == "exploding":
-            return StoryRole(base.story, base.specificity, f"{detection.metric} exploding", base.clean_rule)
+            return replace(base, explanation=f"{detection.metric} exploding")
         return base
 
     def _exploding(self, run: RunData) -> list:

@@ -20,7 +20,7 @@ like when held-out loss did not follow (see memorization), above is slower learn
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -160,7 +160,7 @@ class ReferenceDivergence(Detector, Incremental):
         if detection.evidence.get("direction") == "below":
             return StoryRole(Story.MEMORIZATION.value, base.specificity, "train loss below the reference",
                              base.clean_rule, yields_to=Story.DIVERGENCE.value)
-        return StoryRole(base.story, base.specificity, "train loss above the reference", base.clean_rule)
+        return replace(base, explanation="train loss above the reference")
 
     def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
         """Complete windows whose median difference, with its 90% interval, lies inside the band a

@@ -29,7 +29,7 @@ step 10,000 and at step 1,000,000.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -161,9 +161,7 @@ class SpikeDetector(Detector, Incremental):
     def role(self, detection) -> StoryRole:
         """Spikes are named for the metric that spiked: a grad-norm spike is not a loss spike."""
         base = super().role(detection)
-        if detection.metric == TRAIN_LOSS:
-            return base
-        return StoryRole(base.story, base.specificity, f"{detection.metric} spikes", base.clean_rule)
+        return base if detection.metric == TRAIN_LOSS else replace(base, explanation=f"{detection.metric} spikes")
 
     # --- the three rules -----------------------------------------------------------------------
     def gapwatch_z(self, x: pd.Series, log: bool, first: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

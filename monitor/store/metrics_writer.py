@@ -144,12 +144,12 @@ class Batch:
         if mask.all():
             return self  # an import's batch is all appends: no copy of it
         return Batch(self.key_ids[mask], self.steps[mask], self.attempts[mask], self.values[mask],
-                      self.wall_times[mask])
+                     self.wall_times[mask])
 
     def part(self, lo: int, hi: int) -> "Batch":
         """Rows lo..hi-1, as views of this batch's arrays."""
         return Batch(self.key_ids[lo:hi], self.steps[lo:hi], self.attempts[lo:hi], self.values[lo:hi],
-                      self.wall_times[lo:hi])
+                     self.wall_times[lo:hi])
 
     def last_of_repeats(self) -> "Batch":
         """One row per (key, step, attempt): the last given of each run of equal triples."""
@@ -203,7 +203,7 @@ def seal_all(conn: Connection) -> None:
             continue
         conn.execute(delete(tables.metrics).where(and_(m.run_id == run_id, m.key_id == key_id, m.step < boundary)))
         moved = Batch(np.full(len(rows), key_id, dtype=np.int64), rows.steps, rows.attempts, rows.values,
-                       rows.wall_times)
+                      rows.wall_times)
         _merge_chunks(conn, run_id, [_SealPlan(key_id, moved, None)])
 
 
