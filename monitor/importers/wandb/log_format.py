@@ -189,16 +189,20 @@ def _walk_blocks(data: np.ndarray, offset: int, source: str, first_record: int):
     past_block = stop > (pos // BLOCK_SIZE + 1) * BLOCK_SIZE
     bad_kind = kind > LAST
     wrong = np.flatnonzero(past_block | bad_kind)
+
+    def begun_before(at: int) -> int:
+        """How many records began before byte `at`: the damage there is in the next one."""
+        return first_record + int(np.count_nonzero(((kind == FULL) | (kind == FIRST)) & (pos < at)))
+
     if len(wrong):
         i = int(wrong[0])
         problem = (f"a chunk of {int(length[i])} bytes runs past its 32 KiB block"
                    if past_block[i] else f"unknown chunk type {int(kind[i])}")
-        raise _damaged(source, first_record, int(pos[i]), problem)
+        raise _damaged(source, begun_before(pos[i]), int(pos[i]), problem)
     if zeroed:
         at = int(np.concatenate(zeroed).min())
-        lost = first_record + int(np.count_nonzero(((kind == FULL) | (kind == FIRST)) & (pos < at)))
-        raise _damaged(source, lost, at, "zeros where a record should start: the records from here "
-                       "to the end of its 32 KiB block are unreadable (the file is damaged)")
+        raise _damaged(source, begun_before(at), at, "zeros where a record should start: the records from "
+                       "here to the end of its 32 KiB block are unreadable (the file is damaged)")
     cut = np.flatnonzero(stop > n)
     if len(cut):
         torn_at = min(torn_at or n, int(pos[cut[0]]))

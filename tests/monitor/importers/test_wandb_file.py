@@ -175,12 +175,14 @@ def test_not_a_wandb_file(tmp_path, content, message):
 
 
 def test_unknown_chunk_type(tmp_path):
-    body = _history(0, {"train/loss": "1.0"}).SerializeToString()
-    raw = bytearray(encode_log([body]))
-    raw[len(FILE_HEADER) + 6] = 9
+    bodies = [_history(step, {"train/loss": "1.0"}, num=step + 1).SerializeToString() for step in range(5)]
+    raw = bytearray(encode_log(bodies))
+    # The third record's chunk header: checksum (4 bytes), length (2), type (1).
+    third = len(FILE_HEADER) + sum(7 + len(b) for b in bodies[:2])
+    raw[third + 6] = 9
     path = tmp_path / "run-x.wandb"
     path.write_bytes(bytes(raw))
-    with pytest.raises(GapwatchError, match="unknown chunk type 9"):
+    with pytest.raises(GapwatchError, match=f"record 3 at byte {third}: unknown chunk type 9"):
         parse_wandb_run(path)
 
 
