@@ -173,9 +173,6 @@ class Alignment:
     reference: str
     metrics: dict[str, dict[str, Any]]
     """Per metric key: the points aligned and the method ("exact", "interp ...")."""
-    run_tokens_per_step: float | None = None
-    reference_tokens_per_step: float | None = None
-    """Set on the token axis."""
 
 
 @dataclass

@@ -48,10 +48,6 @@ class HostShardedSampler:
             self.host_index + position * self.host_count]
         return RecordMetadata(index=index, record_key=int(key))
 
-    def epoch_length(self) -> int:
-        """Records all hosts together read in one epoch."""
-        return self.per_host * self.host_count
-
 
 # Shared by all hosts of a process (they read the same epochs); indices only move forward, and even
 # double-sharded hosts read at most two epochs at a time, so a few entries suffice.

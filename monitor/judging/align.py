@@ -118,10 +118,7 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
 
     index = pd.Index(union_steps([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
                      dtype="int64", name="step")
-    tokens = chosen == "tokens"
-    meta = Alignment(axis=chosen, reason=reason, run=run.name, reference=reference.name, metrics=stats,
-                     run_tokens_per_step=run.info.tokens_per_step if tokens else None,
-                     reference_tokens_per_step=reference.info.tokens_per_step if tokens else None)
+    meta = Alignment(axis=chosen, reason=reason, run=run.name, reference=reference.name, metrics=stats)
     run_out = _rebuild(run, run_cols, index, meta, identity=True, to_run_steps=None)
     ref_out = _rebuild(reference, ref_cols, index, meta, identity=False,
                        to_run_steps=to_run_steps)

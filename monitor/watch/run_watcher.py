@@ -24,7 +24,8 @@ from monitor.watch import rows
 
 log = logging.getLogger("gapwatch.watch")
 
-STATE_VERSION = 2
+STATE_VERSION = 3
+"""Saved states of another version (their runs carry other fields) are judged again from the start."""
 
 
 @dataclass
