@@ -72,7 +72,7 @@ from .eval_keys import downstream_aggregate
 from .noise import FOLLOW_NOISE, HELDOUT_NOISE, TRAIN_NOISE, BetweenRunNoise, log_slope
 from .rundata import finite, last_points_from
 from .stats import true_runs
-from .train_windows import train_at
+from .train_windows import too_few_between, train_at
 
 SUSPECT = ("the signature of repeated training data (data-loader sharding that resamples the "
            "corpus, a wrong epoch boundary)")
@@ -259,6 +259,8 @@ class Memorization(Detector, Incremental):
         if len(table) == 0:
             return [NotJudged(self.name, "no checkpoint of the run can be paired with the reference's held-out "
                               "evaluations (none around the run's)", self.metric)]
+        if len(table) > 1 and table["train_delta"].iloc[1:].isna().all():
+            return [NotJudged(self.name, too_few_between(self.window_checkpoints), self.metric)]
         if judged < self.persist_checkpoints:
             return [NotJudged(self.name, f"{judged} judged checkpoint(s) of {len(table)} paired; a verdict needs "
                               f"{self.persist_checkpoints} (the held-out noise is known from the {MIN_NOISE_POINTS}th paired one on)", self.metric,

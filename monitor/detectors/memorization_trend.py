@@ -42,7 +42,7 @@ from .eval_keys import heldout_sets
 from .memorization import SUSPECT
 from .rundata import finite, pinned
 from .stats import MAD_TO_SIGMA, true_runs
-from .train_windows import train_at
+from .train_windows import too_few_between, train_at
 
 
 @dataclass
@@ -175,6 +175,8 @@ class MemorizationTrend(Detector, Incremental):
         if table.empty:
             what = "held-out loss" if self.metric in run.scalars.columns else self.metric
             return [NotJudged(self.name, f"the run logs no {what}", HELDOUT_TRAIN_GAP)]
+        if len(table) > self.skip_checkpoints and table["train"].iloc[self.skip_checkpoints:].isna().all():
+            return [NotJudged(self.name, too_few_between(self.window_checkpoints), HELDOUT_TRAIN_GAP)]
         usable = int(self.usable(table, run).sum())
         need = self.min_trend_checkpoints + 1
         if usable < need:

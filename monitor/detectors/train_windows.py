@@ -11,6 +11,9 @@ from monitor.schema import RunData
 from .rundata import finite
 from .stats import MAD_TO_SIGMA, MEDIAN_SE_FACTOR, effective_n, row_medians
 
+MIN_WINDOW_POINTS = 5
+"""Logged steps a window needs for a median and its error."""
+
 
 def train_at(run: RunData, metric: str, steps: np.ndarray, window_points: int, window_checkpoints: int,
              other: RunData | None = None) -> pd.DataFrame:
@@ -53,10 +56,18 @@ def train_at(run: RunData, metric: str, steps: np.ndarray, window_points: int, w
         se = MEDIAN_SE_FACTOR * sigma / np.sqrt(effective_n(n, rho))
     # An unbounded window (the first checkpoint) must be half full; a bounded one needs only
     # enough points for a median.
-    enough = (n >= 5) & (bounded | (n >= window_points // 2))
+    enough = (n >= MIN_WINDOW_POINTS) & (bounded | (n >= window_points // 2))
     out = pd.DataFrame({"step": steps, "train": np.where(enough, med, np.nan),
                         "train_se": np.where(enough, se, np.nan), "n": n})
     if level_src is not None:
         level_grid = np.where(inside, level_src[take] if level_src.size else np.nan, np.nan)
         out["level"] = np.where(enough, row_medians(level_grid), np.nan)
     return out
+
+
+def too_few_between(window_checkpoints: int) -> str:
+    """Why no checkpoint has a train window when train loss is logged hardly more often than
+    held-out loss is evaluated: more checkpoints of that cadence would not help."""
+    return (f"train loss is logged too seldom between held-out evaluations: the {window_checkpoints} intervals "
+            f"before a checkpoint hold fewer than {MIN_WINDOW_POINTS} logged train steps, too few for the "
+            f"median set against the held-out loss")

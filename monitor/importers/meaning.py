@@ -28,6 +28,11 @@ TRAIN_WORDS = ("train", "training", "lm", "total")
 TOKEN_KEYS = ("train/num_input_tokens_seen", "tokens", "train/tokens_seen")
 LR_NAMES = ("lr", "learning_rate", "train/lr", "train/learning_rate", "learning rate")
 GRAD_NORM_NAMES = ("grad_norm", "gradient_norm", "train/gradient_norm", "grad-norm")
+# The words a rate of tokens per second ends with ("tokens_per_second", "train/tok/s", "tps"); one
+# that names a device or rank is a share of the run's rate, not the rate, and keeps its own name.
+TOKEN_RATE_ENDINGS = (("tokens", "per", "second"), ("tokens", "per", "sec"), ("tokens", "per", "s"),
+                      ("tokens", "s"), ("tok", "s"), ("tps",))
+PART_WORDS = ("device", "gpu", "rank", "worker")
 # A series logged at no more than this many times the densest series' interval is "dense".
 DENSE_FACTOR = 2.0
 
@@ -135,6 +140,8 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
     if name.lower() in GRAD_NORM_NAMES:
         return schema.TRAIN_GRAD_NORM, "guess from the name alone"
     w = words(name)
+    if any(tuple(w[-len(end):]) == end for end in TOKEN_RATE_ENDINGS) and not set(w) & set(PART_WORDS):
+        return schema.PERF_TOKENS_PER_S, "name: tokens per second"
     if "loss" not in w or w[-1] != "loss":
         return None
     held = [x for x in w if x in HELDOUT_WORDS]

@@ -126,3 +126,8 @@ def test_says_what_it_cannot_judge():
     assert "no checkpoint of the run can be paired" in why.reason
     run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.25)
     assert Memorization().not_judged(run_, ref) == []
+    # Train loss logged only where held-out loss is (nanoGPT's W&B run): no window holds enough.
+    run_.scalars.loc[run_.scalars[HELD].isna(), TRAIN_LOSS] = np.nan
+    assert Memorization().detect(run_, ref) == []
+    (why,) = Memorization().not_judged(run_, ref)
+    assert why.reason.startswith("train loss is logged too seldom between held-out evaluations") and why.needs is None

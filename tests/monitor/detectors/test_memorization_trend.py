@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from monitor.detectors.memorization_trend import MemorizationTrend
-from monitor.schema import HELDOUT_TRAIN_GAP
+from monitor.schema import HELDOUT_TRAIN_GAP, TRAIN_LOSS
 
 from .synth import pair
 
@@ -28,3 +28,15 @@ def test_says_it_needs_more_checkpoints():
     run_.scalars = run_.scalars.drop(columns=[c for c in run_.scalars if c.startswith("eval/")])
     (why,) = MemorizationTrend().not_judged(run_, None)
     assert "no held-out loss" in why.reason
+
+
+def test_says_when_train_loss_is_logged_only_at_the_evaluations():
+    # nanoGPT's W&B run: train loss is estimated at evaluation time only, beside the held-out loss.
+    # A memorizing run, but no window before a checkpoint holds the logged steps a median needs,
+    # and more checkpoints would not change that.
+    run_, _ = pair(n_steps=12_000, offset_from=8000, offset=-0.25)
+    held = run_.scalars.dropna(subset=[c for c in run_.scalars if c.startswith("eval/")], how="all").index
+    run_.scalars.loc[~run_.scalars.index.isin(held), TRAIN_LOSS] = float("nan")
+    assert MemorizationTrend().detect(run_, None) == []
+    (why,) = MemorizationTrend().not_judged(run_, None)
+    assert why.reason.startswith("train loss is logged too seldom between held-out evaluations") and why.needs is None

@@ -44,6 +44,19 @@ def test_a_name_alone_is_called_a_guess():
     assert infer("accuracy", cad) is None  # no evidence at all: kept under its own name
 
 
+@pytest.mark.parametrize("name", ["tokens_per_second", "train/tokens_per_sec", "throughput/tok/s", "tps",
+                                  "Tokens/s"])
+def test_a_rate_of_tokens_per_second_is_throughput(name):
+    assert infer(name, _cadence(**{name: (1, 50)})) == (schema.PERF_TOKENS_PER_S, "name: tokens per second")
+
+
+@pytest.mark.parametrize("name", ["device/tokens_per_second", "tokens_per_second_per_gpu", "tokens",
+                                  "tokens_per_step", "steps_per_second"])
+def test_a_share_of_the_rate_or_another_count_is_not(name):
+    found = infer(name, _cadence(**{name: (1, 50)}))
+    assert found is None or found[0] != schema.PERF_TOKENS_PER_S
+
+
 def _custom_loop(path, steps=200, every=50):
     with path.open("w") as fh:
         for s in range(steps):

@@ -13,6 +13,8 @@ import pytest
 
 from app.cli import main
 from monitor import schema
+from monitor.detectors.memorization_trend import MemorizationTrend
+from monitor.detectors.throughput import ThroughputDetector
 from monitor.errors import GapwatchError
 from monitor.importers import load
 from monitor.importers.wandb.csv_export import panel_runs, runs_table_error
@@ -90,6 +92,18 @@ def test_custom_loop_evaluation_row_joins_its_step(shared_data):
     val = data.series(schema.heldout_key("val")).dropna()
     assert val.index[-1] == 4881 and val.iloc[-1] == pytest.approx(1.9110777926445008)
     assert data.series(schema.TRAIN_LOSS).dropna().iloc[-1] == pytest.approx(1.9583988189697266)
+    # Its tokens_per_second is the run's throughput, judged by the throughput detector.
+    assert run.key_map["tokens_per_second"] == schema.PERF_TOKENS_PER_S
+    assert ThroughputDetector().not_judged(data) == []
+
+
+@pytest.mark.parametrize("case", ["11_cs336_custom_2025", "14_nanogpt_muon_2026"])
+def test_held_out_loss_as_often_as_train_loss_says_why_memorization_is_not_judged(shared_data, case):
+    # cs336 evaluates at every logged step, nanoGPT estimates train loss at evaluations only: no
+    # checkpoint has the train window a median needs, and the reason says so, not "more checkpoints".
+    data = load(_run_folder(shared_data, case)).to_run_data(case)
+    (why,) = MemorizationTrend().not_judged(data)
+    assert why.reason.startswith("train loss is logged too seldom between held-out evaluations") and why.needs is None
 
 
 def test_lightning_tensorboard(shared_data):
