@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from monitor.errors import GapwatchError
 from monitor.schema import EventKind
 
@@ -119,10 +121,28 @@ def _scalar(value, tensor_util) -> float | None:
         return float(value.simple_value)
     if value.metadata.plugin_data.plugin_name != "scalars" or not value.HasField("tensor"):
         return None
-    array = tensor_util.make_ndarray(value.tensor)
+    if value.tensor.dtype == _DT_BFLOAT16:
+        return _bfloat16(value.tensor)
+    try:
+        array = tensor_util.make_ndarray(value.tensor)
+    except (KeyError, TypeError, ValueError):  # a type numpy cannot hold: left out, like a non-scalar
+        return None
     if array.size != 1 or array.dtype.kind not in "fiub":
         return None
     return float(array.reshape(()).item())
+
+
+_DT_BFLOAT16 = 14  # tensorflow's DataType enum
+
+
+def _bfloat16(tensor) -> float | None:
+    """A bfloat16 scalar (a JAX loss written as it was computed), which numpy has no type for: its
+    16 bits, kept in half_val or tensor_content, are the high half of a float32."""
+    bits = (np.frombuffer(tensor.tensor_content, dtype="<u2") if tensor.tensor_content
+            else np.array(tensor.half_val, dtype=np.uint16))
+    if bits.size != 1:
+        return None
+    return float((bits.astype(np.uint32) << 16).view(np.float32)[0])
 
 
 def _records(file: Path, cut: list[str]):

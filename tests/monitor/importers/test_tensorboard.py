@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 from torch.utils.tensorboard import SummaryWriter
@@ -95,3 +95,22 @@ def test_truncated_and_damaged_event_files(tmp_path):
     path.write_bytes(bytes(damaged))
     with pytest.raises(GapwatchError, match=r"record \d+: checksum mismatch"):
         load(tmp_path)
+
+
+def test_bfloat16_and_other_tensor_scalars(tmp_path):
+    # A JAX loss written as computed is a bfloat16 tensor, which numpy has no type for. TF keeps a
+    # scalar's 16 bits in half_val, a writer of raw bytes in tensor_content; 2.75 is 0x4030 either way.
+    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+    as_half_val = tensor_pb2.TensorProto(dtype=types_pb2.DT_BFLOAT16, half_val=[0x4030])
+    as_bytes = tensor_pb2.TensorProto(dtype=types_pb2.DT_BFLOAT16, tensor_content=(0x4030).to_bytes(2, "little"))
+    writer = EventFileWriter(str(tmp_path))
+    for step, tensor in ((1, as_half_val), (2, as_bytes), (3, tensor_util.make_tensor_proto(np.float16(2.5))),
+                         (4, tensor_util.make_tensor_proto(np.float64(2.25)))):
+        value = summary_pb2.Summary.Value(tag="loss", metadata=meta, tensor=tensor)
+        # A type no number can be read from costs only its own series.
+        odd = summary_pb2.Summary.Value(tag="odd", metadata=meta, tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_VARIANT))
+        writer.add_event(event_pb2.Event(step=step, wall_time=1.7e9 + step, summary=summary_pb2.Summary(value=[value, odd])))
+    writer.close()
+    run = load(tmp_path)
+    assert run.to_run_data("bf16").series(schema.TRAIN_LOSS).to_dict() == {1: 2.75, 2: 2.75, 3: 2.5, 4: 2.25}
+    assert any(n.endswith("left out summaries that are not scalars: odd (4)") for n in run.notes)
