@@ -139,12 +139,21 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
         return schema.OPTIM_LR, "guess from the name alone"
     if name.lower() in GRAD_NORM_NAMES:
         return schema.TRAIN_GRAD_NORM, "guess from the name alone"
+    if re.fullmatch(r"lr-[A-Za-z][\w.]*", name):
+        return schema.OPTIM_LR, "name: Lightning's lr-<optimizer>"
     w = words(name)
     if any(tuple(w[-len(end):]) == end for end in TOKEN_RATE_ENDINGS) and not set(w) & set(PART_WORDS):
         return schema.PERF_TOKENS_PER_S, "name: tokens per second"
+    held = [x for x in w if x in HELDOUT_WORDS]
+    if len(w) >= 2 and w[-2] == "loss" and w[-1] in ("step", "epoch"):
+        # Lightning logs a loss both per step and per epoch as name_step and name_epoch: a
+        # training loss's per-step twin and a held-out loss's epoch mean (over the whole set)
+        # are the loss; the others are a mean over an epoch and one validation batch's value.
+        if (w[-1] == "step") == bool(held):
+            return None
+        w = w[:-1]
     if "loss" not in w or w[-1] != "loss":
         return None
-    held = [x for x in w if x in HELDOUT_WORDS]
     rest = [x for x in w if x not in HELDOUT_WORDS and x != "loss"]
     if held:
         dataset = "_".join(rest) or held[0]

@@ -44,6 +44,17 @@ def test_a_name_alone_is_called_a_guess():
     assert infer("accuracy", cad) is None  # no evidence at all: kept under its own name
 
 
+def test_lightnings_step_and_epoch_twins_of_a_loss():
+    # self.log(name, on_step=True, on_epoch=True) logs name_step and name_epoch: a training loss
+    # per step, a held-out loss over the whole set (its epoch mean) are the loss.
+    cad = _cadence(train_loss_step=(1, 100), train_loss_epoch=(50, 2), val_loss_step=(50, 2),
+                   val_loss_epoch=(50, 2))
+    assert infer("train_loss_step", cad)[0] == schema.TRAIN_LOSS
+    assert infer("val_loss_epoch", cad)[0] == schema.heldout_key("val")
+    assert infer("train_loss_epoch", cad) is None and infer("val_loss_step", cad) is None
+    assert infer("lr-AdamW", cad) == (schema.OPTIM_LR, "name: Lightning's lr-<optimizer>")
+
+
 @pytest.mark.parametrize("name", ["tokens_per_second", "train/tokens_per_sec", "throughput/tok/s", "tps",
                                   "Tokens/s"])
 def test_a_rate_of_tokens_per_second_is_throughput(name):
