@@ -14,8 +14,8 @@ Rules (the same as for text logs, since these are appended by a running trainer)
   logged values; booleans become 1/0; text values are left out and counted.
 * A line that is not valid JSON, or lacks the step, or has a step that is not a whole number, is an
   error naming the line. A last line without its newline is still being written and is left out.
-* A step lower than the previous line's step is a restart: a new attempt, whose values win, and a
-  `restart` event.
+* A line that logs a series at a lower step than that series last had is a restart: a new attempt,
+  whose values win, and a `restart` event (logged_rows.py).
 
 `stream_table` reads a log in chunks of whole steps, so memory is bounded by a chunk
 (`table_stream`); `parse_jsonl` and `parse_generic_csv` collect the chunks into one ImportedRun.

@@ -5,7 +5,7 @@ Rules every importer follows, so that a run means the same thing whatever file i
 * `scalars` is long: one row per logged (step, key) with the value as float64, in the order the
   source logged it, keys already mapped onto gapwatch's names by a profile.
 * `attempt` numbers the logging processes inside one source: 1 for the first, +1 each time the
-  source restarts (a step lower than the one logged before it, see each importer's rule).
+  source restarts (a series logged at a lower step than it last had, see each importer's rule).
 * The same (key, step) logged twice: the later row wins. Within one attempt that is a duplicate
   line; across attempts it is a restart re-logging steps it had already logged (the latest attempt
   wins, exactly as the store does), and the earlier values stay visible in `RunData.repeats`.

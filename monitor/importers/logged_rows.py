@@ -1,14 +1,18 @@
 """The metric rows of a log that a running trainer appends to, in file order, with its restarts.
 
-Text logs, JSON Lines and CSV files share one rule: a step lower than the previous line's step is a
-restart (the trainer resumed from a checkpoint and logs those steps again). A new attempt starts
-there, its values win over the earlier ones for the same steps, and a `restart` event records the
-line where it happened.
+Text logs, JSON Lines and CSV files share one rule, the one TensorBoard files follow per tag: a line
+that logs a series at a lower step than that series last had is a restart (the trainer resumed
+from a checkpoint and logs those steps again). A new attempt starts there, its values win over the
+earlier ones for the same steps, and a `restart` event records the line where it happened. A lower
+step alone is not a restart: a series with a counter of its own (Lightning's CSVLogger numbers a
+validation loss logged per batch by validation batch) or an evaluation that arrives after later
+training steps logs below the previous line without going back on itself.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -16,6 +20,47 @@ import pandas as pd
 from monitor.schema import EventKind
 
 from .imported_run import scalars_frame
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Line or row `line` starts a new attempt: `key` went back there from step `previous` to
+    `step`."""
+
+    line: int
+    key: str
+    previous: int
+    step: int
+
+    def reason(self) -> str:
+        return f"{self.key} went back from step {self.previous} to {self.step}"
+
+
+@dataclass
+class SeriesAttempts:
+    """The attempt in force and the step each series last logged in it (the module's rule)."""
+
+    attempt: int = 1
+    last_of: dict[str, int] = field(default_factory=dict)
+
+    def lines(self, n_lines: int, lines: np.ndarray, codes: np.ndarray, names: list[str],
+              steps: np.ndarray) -> tuple[np.ndarray, list[Restart]]:
+        """The attempt of each of `n_lines` consecutive lines or rows, and the restarts among
+        them, from their values in file order: series names[codes[i]] logged at steps[i] on line
+        lines[i]. A restart takes in its whole line."""
+        steps = np.asarray(steps, dtype=np.int64)
+        last = np.array([self.last_of.get(n, -1) for n in names], dtype=np.int64)
+        attempts = np.full(n_lines, self.attempt, dtype=np.int64)
+        restarts = []
+        for item, went_back, previous in _going_back(lines, codes, steps, last):
+            self.attempt += 1
+            attempts[lines[item]:] = self.attempt
+            restarts.append(Restart(int(lines[item]), names[int(codes[went_back])], previous,
+                                    int(steps[went_back])))
+        if restarts:
+            self.last_of = {}
+        self.last_of.update({n: int(x) for n, x in zip(names, last.tolist()) if x >= 0})
+        return attempts, restarts
 
 
 class LoggedRows:
@@ -26,44 +71,55 @@ class LoggedRows:
         self.attempts: list[int] = []
         self.walls: list[float] = []
         self.events: list[dict] = []
-        self.attempt = 1
-        self.last_step: int | None = None
+        self.series = SeriesAttempts()
+        self.line = 0
+        self._line_start = 0
+
+    @property
+    def attempt(self) -> int:
+        return self.series.attempt
 
     def __len__(self) -> int:
         return len(self.steps)
 
     def at_step(self, line: int, step: int) -> int:
-        """Note that `line` logs `step`: a new attempt begins when the step goes back."""
-        if self.last_step is not None and step < self.last_step:
-            self.attempt += 1
-            self.events.append({
-                "step": step, "kind": EventKind.RESTART.value, "attempt": self.attempt,
-                "payload": {"reason": f"step went back from {self.last_step} to {step}",
-                            "line": line, "previous_step": self.last_step},
-            })
-        self.last_step = step
+        """Note that `line`, which logs `step`, is being read: a restart takes in the whole line
+        and names it."""
+        self.line = line
+        self._line_start = len(self.steps)
         return step
 
-    def at_steps(self, first_line: int, steps: np.ndarray) -> np.ndarray:
-        """`at_step` for consecutive lines at once (from `first_line` on): their attempts."""
-        previous = np.empty(len(steps), dtype=np.int64)
-        if len(steps):
-            previous[0] = steps[0] if self.last_step is None else self.last_step
-            previous[1:] = steps[:-1]
-        attempts = np.full(len(steps), self.attempt, dtype=np.int64)
-        for i in np.flatnonzero(steps < previous).tolist():
-            self.last_step = int(previous[i])
-            self.at_step(first_line + i, int(steps[i]))
-            attempts[i:] = self.attempt
-        if len(steps):
-            self.last_step = int(steps[-1])
+    def _event(self, line: int, restart: Restart, attempt: int) -> None:
+        self.events.append({
+            "step": restart.step, "kind": EventKind.RESTART.value, "attempt": attempt,
+            "payload": {"reason": restart.reason(), "line": line, "previous_step": restart.previous},
+        })
+
+    def at_steps(self, first_line: int, steps: np.ndarray, names: list[str], logged: np.ndarray) -> np.ndarray:
+        """The attempts of consecutive lines from `first_line` on, read as columns: `logged` has a
+        row per name, True where that line logs it."""
+        steps = np.asarray(steps, dtype=np.int64)
+        line, col = np.nonzero(logged.T)  # line by line, in file order
+        attempts, restarts = self.series.lines(len(steps), line, col, names, steps[line])
+        for restart in restarts:
+            self._event(first_line + restart.line, restart, int(attempts[restart.line]))
         return attempts
 
     def add(self, step: int, key: str, value: float, wall: float = math.nan) -> None:
+        series = self.series
+        if step < series.last_of.get(key, step):
+            restart = Restart(self.line, key, series.last_of[key], step)
+            series.attempt += 1
+            series.last_of = {}
+            for i in range(self._line_start, len(self.steps)):  # the line's earlier values
+                self.attempts[i] = series.attempt
+                series.last_of[self.keys[i]] = self.steps[i]
+            self._event(self.line, restart, series.attempt)
+        series.last_of[key] = step
         self.steps.append(step)
         self.keys.append(key)
         self.values.append(value)
-        self.attempts.append(self.attempt)
+        self.attempts.append(series.attempt)
         self.walls.append(wall)
 
     def scalars(self, with_wall_time: bool = False) -> pd.DataFrame:
@@ -75,3 +131,29 @@ class LoggedRows:
         frame = self.scalars(with_wall_time=True)
         self.steps, self.keys, self.values, self.attempts, self.walls = [], [], [], [], []
         return frame
+
+
+def _going_back(lines: np.ndarray, codes: np.ndarray, steps: np.ndarray,
+                last: np.ndarray) -> list[tuple[int, int, int]]:
+    """(the first item of the line, the item whose series went back, the step it went back from)
+    for each restart among items in file order; `last[code]` is each series' last step in the
+    attempt in force (-1: none yet) and is left as it stands after the items. Restarts are rare,
+    so each is found by one vectorised look at the items after the one before."""
+    found = []
+    start = 0
+    while start < len(codes):
+        c, s = codes[start:], steps[start:]
+        order = np.argsort(c, kind="stable")  # by series, in file order within each
+        previous = np.empty(len(c), dtype=np.int64)
+        first = np.r_[True, c[order][1:] != c[order][:-1]]
+        previous[order] = np.where(first, last[c[order]], np.r_[-1, s[order][:-1]])
+        back = np.flatnonzero(s < previous)
+        if not len(back):
+            np.maximum.at(last, c, s)
+            break
+        stop = int(np.searchsorted(lines, lines[start + back[0]]))  # its line's first item
+        np.maximum.at(last, codes[start:stop], steps[start:stop])
+        found.append((stop, start + int(back[0]), int(previous[back[0]])))
+        last[:] = -1
+        start = stop
+    return found

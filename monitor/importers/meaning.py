@@ -145,13 +145,14 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
     if any(tuple(w[-len(end):]) == end for end in TOKEN_RATE_ENDINGS) and not set(w) & set(PART_WORDS):
         return schema.PERF_TOKENS_PER_S, "name: tokens per second"
     held = [x for x in w if x in HELDOUT_WORDS]
-    if len(w) >= 2 and w[-2] == "loss" and w[-1] in ("step", "epoch"):
-        # Lightning logs a loss both per step and per epoch as name_step and name_epoch: a
-        # training loss's per-step twin and a held-out loss's epoch mean (over the whole set)
-        # are the loss; the others are a mean over an epoch and one validation batch's value.
-        if (w[-1] == "step") == bool(held):
-            return None
-        w = w[:-1]
+    twin = lightning_twin(name)
+    if twin == "step" and not held:
+        return schema.TRAIN_LOSS, "name: Lightning's per-step twin of a training loss"
+    if twin == "epoch" and held:
+        dataset = "_".join(x for x in w[:-1] if x not in HELDOUT_WORDS and x != "loss") or held[0]
+        return schema.heldout_key(dataset), "name: Lightning's mean over the held-out set"
+    if twin == "epoch":
+        return None  # a training loss's mean over an epoch: kept under its own name
     if "loss" not in w or w[-1] != "loss":
         return None
     rest = [x for x in w if x not in HELDOUT_WORDS and x != "loss"]
@@ -170,12 +171,33 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
     return schema.TRAIN_LOSS, "guess from the name alone"
 
 
+def lightning_twin(name: str) -> str | None:
+    """"step" or "epoch" for a loss that Lightning logged per step and per epoch
+    (`self.log(name, on_step=True, on_epoch=True)` stores name_step and name_epoch), else None."""
+    w = words(name)
+    return w[-1] if len(w) >= 2 and w[-2] == "loss" and w[-1] in ("step", "epoch") else None
+
+
+def _validation_batches(name: str) -> bool:
+    """A held-out loss's per-step twin: Lightning logs it per validation batch, numbered by
+    validation batch, not by training step, so it has no place on the run's step axis."""
+    return lightning_twin(name) == "step" and any(x in HELDOUT_WORDS for x in words(name))
+
+
 def with_evidence(profile: Profile, names, cadence: dict[str, Cadence]) -> tuple[Profile, dict]:
     """The profile with a rule for each name its rules leave unexplained and the evidence
     explains (tried after its own rules, so a user's rule always wins), and name -> evidence."""
     taken = {profile.map_name(n)[0] for n in names if profile.map_name(n)[2]}
     extra, evidence = [], {}
+    batches = [str(n) for n in names if not profile.map_name(n)[2] and _validation_batches(str(n))]
+    for name in batches:
+        extra.append(Rule(re.escape(name), None))
+        evidence[name] = "dropped: one validation batch's loss, at Lightning's count of validation batches"
+    # Its own count would pass for the densest series and make the training loss look sparse.
+    cadence = {k: c for k, c in cadence.items() if k not in batches}
     for name in names:
+        if str(name) in batches:
+            continue
         if str(name).startswith("_") or profile.map_name(name)[2]:
             continue
         hit = infer(str(name), cadence)

@@ -11,8 +11,10 @@ trainer's step runs 10..156). Rules:
   `wandb.log` call after the training row); rows before the first step key take the first one.
 * Rows that land on one step are one step: their values are merged (a key given twice keeps the
   later value, as everywhere in `imported_run`).
-* A step lower than the row before it is a rewind (a loop that reloaded a checkpoint): a new
-  attempt, whose values win at the steps it covers, never a silent overwrite.
+* A row that logs a series at a lower step than that series last had is a rewind (a loop that
+  reloaded a checkpoint): a new attempt, whose values win at the steps it covers, never a silent
+  overwrite. A lower step alone is not (Lightning's WandbLogger gives a validation loss logged per
+  batch its count of validation batches as the trainer's step): the rule of `logged_rows`.
 * The step key itself is the axis, not a metric: its rows leave the scalars.
 
 W&B history written out as JSON Lines (`files/wandb-history.jsonl` of a run folder from wandb <
@@ -30,7 +32,7 @@ where a whole read of the file puts them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -39,6 +41,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
 from .imported_run import ImportedRun, scalars_frame
+from .logged_rows import SeriesAttempts
 
 STEP_KEYS = ("train/global_step", "trainer/global_step", "global_step", "iter", "step", "Step",
              "trainer/step")
@@ -76,10 +79,10 @@ def choose_step_key(names, wanted: str | None = None, source: str = "") -> str |
 @dataclass
 class StepCarry:
     """Where a source read in parts stood after its last part: the trainer step in force (None
-    before the step key's first value) and the attempt."""
+    before the step key's first value), the attempt and each series' last step in it."""
 
     step: int | None = None
-    attempt: int = 1
+    series: SeriesAttempts = field(default_factory=SeriesAttempts)
 
 
 def on_trainer_step(run: ImportedRun, step_key: str,
@@ -114,29 +117,49 @@ def on_trainer_step(run: ImportedRun, step_key: str,
     if before is not None and np.isnan(row_step[0]):
         row_step[0] = before  # rows of the step the last part ended on
     filled = pd.Series(row_step).ffill().bfill().to_numpy().astype(np.int64)
-    row_attempt = attempts[new_row]
-    restart = np.zeros(n_rows, dtype=bool)
-    restart[0] = before is not None and filled[0] < before
-    restart[1:] = (filled[1:] < filled[:-1]) | (row_attempt[1:] != row_attempt[:-1])
-    new_attempt = np.cumsum(restart) + (carry.attempt if carry is not None else 1)
-    if carry is not None:
-        carry.step, carry.attempt = int(filled[-1]), int(new_attempt[-1])
     keep = ~is_key
+    new_attempt, rewinds = _attempts(row_of[keep], s["key"][keep], attempts[keep], filled,
+                                     carry.series if carry is not None else SeriesAttempts())
+    if carry is not None:
+        carry.step = int(filled[-1])
     wall = s["wall_time"].to_numpy()[keep] if "wall_time" in s else None
     first, last = int(filled.min()), int(filled.max())
     old_lo, old_hi = int(steps.min()), int(steps.max())
-    run.scalars = scalars_frame(filled[row_of][keep], s["key"][keep], values[keep],
-                                new_attempt[row_of][keep], wall_time=wall)
+    run.scalars = scalars_frame(filled[row_of][keep], s["key"][keep], values[keep], new_attempt,
+                                wall_time=wall)
     step_at = dict(zip(steps[new_row].tolist(), filled.tolist()))
     for event in run.events:
         event["step"] = step_at.get(int(event["step"]), int(event["step"]))
-    rewinds = int(restart.sum() - (row_attempt[1:] != row_attempt[:-1]).sum())
     note = (f"step axis: {step_key} (the trainer's step, {first}..{last}); the source's own "
             f"row counter ran {old_lo}..{old_hi}")
     if rewinds:
         note += f"; {rewinds} rewind(s) to an earlier step, each kept as a new attempt"
     run.notes.append(note)
     return run
+
+
+def _attempts(rows: np.ndarray, keys: pd.Series, source_attempts: np.ndarray, row_step: np.ndarray,
+              series: SeriesAttempts) -> tuple[np.ndarray, int]:
+    """Each value's attempt on the trainer's step, and the number of rewinds: the source's own
+    attempts (a resumed run's segments) each start one, and so does a rewind within them. W&B's
+    own keys (`_runtime`, `_timestamp`) are in every row and follow no series of the trainer's."""
+    ours = ~keys.astype(str).str.startswith("_").to_numpy()
+    codes, uniques = pd.factorize(keys[ours])
+    names = [str(u) for u in uniques]
+    row_attempt = np.empty(len(row_step), dtype=np.int64)
+    rewinds = 0
+    segments = np.flatnonzero(np.diff(source_attempts)) + 1  # value positions where a segment begins
+    starts = np.r_[0, rows[segments]] if len(rows) else np.zeros(1, dtype=np.int64)
+    for n, (a, b) in enumerate(zip(starts, np.r_[starts[1:], len(row_step)])):
+        if n:
+            series.attempt += 1
+            series.last_of = {}
+        inside = ours & (rows >= a) & (rows < b)
+        part_rows = rows[inside] - a
+        row_attempt[a:b], found = series.lines(int(b - a), part_rows, codes[inside[ours]], names,
+                                               row_step[rows[inside]])
+        rewinds += len(found)
+    return row_attempt[rows], rewinds
 
 
 class StepAxisInParts:

@@ -176,7 +176,7 @@ class TableStream:
         """Rows of a block read as columns (values and logged mask, a row a name), in file order;
         the block's checks have passed, so the stream's state moves on here."""
         self.builder.names.update(n for n, any_logged in zip(names, logged.any(axis=1)) if any_logged)
-        attempts = self.builder.rows.at_steps(first_line, steps)
+        attempts = self.builder.rows.at_steps(first_line, steps, names, logged)
         if np.isfinite(walls).any():
             self.builder.any_time = True
         if not names:

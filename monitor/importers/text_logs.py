@@ -22,9 +22,10 @@ Rules:
 * A line that starts like a log line but does not parse is an error naming the line.
 * A last line without its newline is still being written: it is left out (and noted), so a log
   that a trainer is appending to imports cleanly.
-* A step lower than the previous log line's step is a restart: the trainer resumed from a
-  checkpoint and logs those steps again. A new attempt starts there, its values win over the
-  earlier ones for the same steps, and a `restart` event records where it happened.
+* A line that logs a series at a lower step than that series last had is a restart: the trainer
+  resumed from a checkpoint and logs those steps again. A new attempt starts there, its values win
+  over the earlier ones for the same steps, and a `restart` event records where it happened
+  (logged_rows.py).
 * modded-nanogpt's `Hyperparameters` block in the script preamble fills `config`, and
   batch_size x sequence_length gives tokens_per_step.
 """
@@ -100,7 +101,7 @@ class _LogParser:
     def __init__(self, source: str) -> None:
         self.source = source
         self.rows = LoggedRows()
-        self.last_train: tuple[int, float] | None = None  # (step, train_time_ms) of attempt
+        self.last_train: tuple[int, float, int] | None = None  # (step, train_time_ms, attempt)
 
     def feed(self, number: int, line: str) -> None:
         if not _LOOKS_LIKE_LOG.match(line):
@@ -149,8 +150,9 @@ class _LogParser:
 
     def _step_time(self, step: int, train_time_ms: float) -> None:
         prev = self.last_train
-        self.last_train = (step, train_time_ms)
-        if prev is None or step <= prev[0]:
+        self.last_train = (step, train_time_ms, self.rows.attempt)
+        # A restarted training clock is not compared with the old one.
+        if prev is None or prev[2] != self.rows.attempt or step <= prev[0]:
             return
         advance = train_time_ms - prev[1]
         # No advance means the training clock was reset: that step gets no step time.
@@ -164,11 +166,7 @@ class _LogParser:
         return int(digits)
 
     def _step(self, number: int, step: int) -> int:
-        attempt = self.rows.attempt
-        self.rows.at_step(number, step)
-        if self.rows.attempt != attempt:
-            self.last_train = None  # a restarted training clock is not compared with the old one
-        return step
+        return self.rows.at_step(number, step)
 
     def _number(self, number: int, name: str, raw: str) -> float:
         try:

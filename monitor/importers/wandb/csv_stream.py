@@ -36,6 +36,7 @@ from monitor.schema import MAX_STEP
 
 from ..imported_run import scalars_frame
 from ..input_checks import cut, shown, unfit_literal
+from ..logged_rows import SeriesAttempts
 from ..name_codes import NameCodes
 from ..step_axis import choose_step_key
 from ..table_stream import CHUNK_ROWS, _Rows, step_chunks
@@ -90,7 +91,7 @@ class WandbCsvStream:
         self._numeric: set[str] = set()
         self._last_row_step: int | None = None
         self._step: int | None = None  # the trainer's step carried from the rows before
-        self._attempt = 1
+        self._attempts = SeriesAttempts()
         self._rewinds = 0
         self._range: list[int] = []  # first and last row step
         self._line = 2
@@ -182,10 +183,7 @@ class WandbCsvStream:
         first_line, n = self._line, batch.num_rows
         self._line += n
         row_steps = self._row_steps(batch.column(ROW_STEP), first_line)
-        if self.step_key is None:
-            steps, attempts = row_steps, np.full(n, self._attempt, dtype=np.int64)
-        else:
-            steps, attempts = self._trainer_steps(batch.column(self.step_key), first_line)
+        steps = row_steps if self.step_key is None else self._trainer_steps(batch.column(self.step_key), first_line)
         walls = np.full(n, np.nan)
         if WALL_TIME in self.columns:
             got, logged = self._numbers(batch.column(WALL_TIME), WALL_TIME, first_line,
@@ -211,6 +209,9 @@ class WandbCsvStream:
         values, logged = got  # a row a column: transposed, a row a line
         line, col = np.nonzero(logged.T)  # row-major: the order W&B logged
         codes = self._names.codes(names)
+        # W&B's own step only grows; the trainer's goes back where a loop reloaded a checkpoint.
+        attempts, rewinds = self._attempts.lines(n, line, col, names, steps[line])
+        self._rewinds += len(rewinds)
         return _Rows(steps[line], codes[col], values.T[line, col], attempts[line], walls[line])
 
     def _all_numbers(self, batch: pa.RecordBatch, names: list[str],
@@ -247,22 +248,17 @@ class WandbCsvStream:
             self._range = [self._range[0] if self._range else int(steps[0]), int(steps[-1])]
         return steps
 
-    def _trainer_steps(self, column: pa.Array, first_line: int) -> tuple[np.ndarray, np.ndarray]:
+    def _trainer_steps(self, column: pa.Array, first_line: int) -> np.ndarray:
         """The trainer's step of each row (a row without one takes the one before it; the first
-        rows take the first one) and the attempt, which grows at each rewind."""
+        rows take the first one)."""
         values, logged = self._steps(column, self.step_key, first_line, required=False)
         # Carried forward as integers (a float would round steps beyond 2**53).
         at = np.maximum.accumulate(np.where(logged, np.arange(len(values)), -1))
         before = (self._step if self._step is not None
                   else int(values[np.flatnonzero(logged)[0]]))
         steps = np.where(at >= 0, values[np.maximum(at, 0)], before).astype(np.int64)
-        previous = np.concatenate(([steps[0] if self._step is None else self._step], steps[:-1]))
-        back = steps < previous
-        attempts = self._attempt + np.cumsum(back)
-        self._rewinds += int(back.sum())
-        self._attempt = int(attempts[-1])
         self._step = int(steps[-1])
-        return steps, attempts.astype(np.int64)
+        return steps
 
     def _steps(self, column: pa.Array, name: str, first_line: int,
                required: bool) -> tuple[np.ndarray, np.ndarray]:

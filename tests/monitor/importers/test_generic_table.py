@@ -47,6 +47,48 @@ def test_long_jsonl_and_restart(tmp_path):
     assert any("still being written" in n for n in run.notes)
 
 
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_a_lower_step_is_a_restart_only_where_a_series_goes_back(tmp_path, suffix):
+    # An offline eval job appends the held-out loss of step 100 after training reached 300: a lower
+    # step than the line before, but held-out loss does not go back on itself. Then the trainer
+    # resumes from step 200 and logs train loss again: that series went back, a restart.
+    rows = ([{"step": s, "loss": 3.0 - s / 1000} for s in range(100, 301, 100)] + [{"step": 100, "val_loss": 3.2}]
+            + [{"step": s, "loss": 2.5 - s / 1000} for s in (200, 300)] + [{"step": 300, "val_loss": 3.0}])
+    path = tmp_path / f"m.{suffix}"
+    if suffix == "jsonl":
+        _jsonl(path, rows)
+    else:
+        path.write_text("step,loss,val_loss\n" + "".join(f"{r['step']},{r.get('loss', '')},{r.get('val_loss', '')}\n"
+                                                         for r in rows))
+    run = load(path)
+    (restart,) = [e for e in run.events if e["kind"] == "restart"]
+    assert run.attempts == 2 and restart["step"] == 200
+    assert restart["payload"]["reason"] == "loss went back from step 300 to 200"
+    data = run.to_run_data("m")
+    assert data.series(schema.TRAIN_LOSS).to_dict() == pytest.approx({100: 2.9, 200: 2.3, 300: 2.2})
+    assert data.series(schema.heldout_key("val")).to_dict() == pytest.approx({100: 3.2, 300: 3.0})
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_a_restart_takes_in_its_whole_line(tmp_path, suffix):
+    # The resumed trainer's first line logs a new series before the train loss that goes back: the
+    # whole line is the new attempt, so that series going back later is a restart again.
+    rows = [{"step": 100, "loss": 3.0}, {"step": 300, "loss": 2.8}, {"step": 200, "grad": 5.0, "loss": 2.9},
+            {"step": 150, "grad": 6.0}]
+    path = tmp_path / f"r.{suffix}"
+    if suffix == "jsonl":
+        _jsonl(path, rows)
+    else:
+        path.write_text("step,grad,loss\n" + "".join(f"{r['step']},{r.get('grad', '')},{r.get('loss', '')}\n"
+                                                     for r in rows))
+    run = load(path)
+    assert [e["payload"]["reason"] for e in run.events if e["kind"] == "restart"] == [
+        "loss went back from step 300 to 200", "grad went back from step 200 to 150"]
+    assert run.scalars.set_index(["key", "step"])["attempt"].to_dict() == {
+        ("train/loss", 100): 1, ("train/loss", 300): 1, ("extra/grad", 200): 2, ("train/loss", 200): 2,
+        ("extra/grad", 150): 3}
+
+
 @pytest.mark.parametrize("lines, message", [
     (['{"step": 1, "loss": 2.0}', '{"step": 2, "loss": '], "line 2: not valid JSON"),
     (['{"loss": 2.0}'], "line 1: no step field"),

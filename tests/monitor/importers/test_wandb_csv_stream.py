@@ -44,19 +44,22 @@ def test_real_history_exports_stream_to_the_same_run(shared_data, sqlite_url):
 
 
 def _export(path, rows=400):
-    lines = ['_step,train/global_step,train/loss,eval/loss,flags/best,samples,_timestamp,_runtime']
+    lines = ['_step,train/global_step,train/loss,eval/loss,flags/best,samples,_timestamp,_runtime,val/batch_acc']
     trainer = 0
     for row in range(rows):
         if row == 300:
             trainer = 150  # a rewind to a checkpoint
+        if row == 100:  # a validation metric per batch, at Lightning's count of batches
+            lines.append(f"{row},0,,,,,{1.7e9 + row},{row},{2.5}")
+            continue
         if row % 7 == 6:  # an evaluation row of its own, without the trainer's step
             lines.append(f'{row},,,{3.0 - row / 1000}, ,"{{""_type"": ""table""}}",'
-                         f'{1.7e9 + row},{row}')
+                         f'{1.7e9 + row},{row},')
             continue
         trainer += 10
         loss = {5: "NaN", 11: "inf", 13: "-Infinity"}.get(row, f" {4.0 - row / 1000}")
         best = "true" if row % 5 == 0 else "false"
-        lines.append(f"{row},{trainer},{loss},,{best},,{1.7e9 + row},{row}")
+        lines.append(f"{row},{trainer},{loss},,{best},,{1.7e9 + row},{row},")
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -72,8 +75,8 @@ def test_every_cell_shape_rewind_and_trainer_step_across_small_blocks(tmp_path, 
         data = store.load_run("shapes-streamed")
     finally:
         store.close()
-    assert whole.attempts == 2
-    assert any("rewind" in n for n in summary.notes)
+    assert whole.attempts == 2  # the rewind; the validation batches' low steps are no rewind
+    assert any("1 rewind(s)" in n for n in summary.notes)
     assert any("'samples' holds text" in n for n in summary.notes)
     loss = data.series(schema.TRAIN_LOSS)
     assert math.isnan(loss.loc[60]) and np.isinf(loss.loc[110])

@@ -8,6 +8,7 @@ state per process). Run as `python wandb_writer.py DIR KIND [STEPS]`:
 * hf: what Hugging Face Trainer's W&B callback logs with logging_steps=10, eval_steps=50:
   `train/loss`, `train/learning_rate`, `train/epoch` and `train/global_step` every 10 steps, an
   evaluation row (`eval/loss`, `eval/runtime`) every 50, and the final `train/train_*` row;
+* lightning VAL_ON_STEP: lightning_fit's run through Lightning's WandbLogger;
 * segment ID FIRST LAST: one process of a resumed run (`resume="allow"`, run id ID) that logs
   `train/global_step` FIRST..LAST-1 with `train/loss` = 10 - step / 100 + FIRST / 1000 (so each
   segment's values differ) and finishes.
@@ -86,10 +87,20 @@ def segment(root: Path, run_id: str, first: int, last: int) -> None:
     run.finish()
 
 
+def lightning(root: Path, val_on_step: int) -> None:
+    from lightning.pytorch.loggers import WandbLogger
+
+    from lightning_fit import fit
+
+    fit([WandbLogger(project="gapwatch-test", name="lightning-ref", save_dir=str(root), offline=True)],
+        bool(val_on_step))
+    wandb.finish()
+
+
 if __name__ == "__main__":
     out, kind = Path(sys.argv[1]), sys.argv[2]
     if kind == "segment":
         segment(out, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         n = int(sys.argv[3]) if len(sys.argv) > 3 else 60
-        {"rich": rich, "live": live, "hf": hf}[kind](out, n)
+        {"rich": rich, "live": live, "hf": hf, "lightning": lightning}[kind](out, n)
