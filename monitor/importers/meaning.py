@@ -114,9 +114,15 @@ class CadenceTally:
 
 
 def densest(cadence: dict[str, Cadence]) -> float:
-    """The smallest interval among series logged more than once (0 when there is none)."""
-    gaps = [c.every for c in cadence.values() if c.steps > 1]
-    return min(gaps) if gaps else 0.0
+    """The run's own logging interval: that of the series logged at the most steps (the smallest
+    among them), 0 when none is logged twice. Not the smallest interval of any series: one logged
+    at two neighbouring steps (a metric at steps 0 and 1 only) would make every other series
+    look sparse."""
+    logged = [c for c in cadence.values() if c.steps > 1]
+    if not logged:
+        return 0.0
+    most = max(c.steps for c in logged)
+    return min(c.every for c in logged if c.steps == most)
 
 
 def is_dense(c: Cadence, finest: float) -> bool:

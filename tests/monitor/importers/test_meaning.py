@@ -35,6 +35,13 @@ def test_loss_logged_every_n_steps_beside_a_denser_series_is_an_evaluation():
     assert why == "name (eval) and cadence (every 25 steps beside a denser series)"
 
 
+def test_a_series_at_two_neighbouring_steps_does_not_set_the_runs_cadence():
+    # A metric logged at steps 0 and 1 only (an initial norm, say) is no denser series beside
+    # which the loss logged every 10 steps would be an evaluation.
+    cad = _cadence(loss=(10, 100), init_norm=(1, 2))
+    assert infer("loss", cad) == (schema.TRAIN_LOSS, "name and cadence (every 10 steps)")
+
+
 def test_a_name_alone_is_called_a_guess():
     cad = _cadence(val_loss=(10, 20), learning_rate=(10, 20))
     assert infer("val_loss", cad) == (schema.heldout_key("val"),
