@@ -32,6 +32,11 @@ def step_field(fields, step_key: str | None) -> str | None:
     return next((f for f in STEP_FIELDS if f in fields), None)
 
 
+# Fields that count something else than steps in most logs (Keras' CSVLogger counts epochs), but
+# may be what a user's log counts steps by: named in the error, never taken unasked.
+COUNTER_FIELDS = ("epoch", "batch", "update", "steps")
+
+
 class RowBuilder:
     """Rows of one file, added an object (a JSON line, a CSV row) at a time; `rows.take()` hands
     over what was added so far while the attempt and last step carry on."""
@@ -47,7 +52,10 @@ class RowBuilder:
         field = step_field(obj, step_key)
         if field is None:
             wanted = step_key or " or ".join(STEP_FIELDS[:3])
-            raise GapwatchError(f"{self.source}: line {number}: no step field ({wanted})")
+            counter = next((f for f in obj if str(f).lower() in COUNTER_FIELDS), None) if not step_key else None
+            how = (f"; if {counter!r} counts the steps, import with --step-key {counter}" if counter
+                   else "; name the field that counts the steps with --step-key")
+            raise GapwatchError(f"{self.source}: line {number}: no step field ({wanted}){how}")
         step = self._step(number, field, obj[field])
         wall = self._wall(number, obj)
         key_field = next((k for k in KEY_FIELDS if k in obj), None)

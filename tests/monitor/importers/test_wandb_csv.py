@@ -120,7 +120,8 @@ def test_text_column_is_left_out_but_text_in_a_number_column_is_an_error(tmp_pat
     [
         ("_step,train/loss\n1,2.0\n3,1.5\n2,1.4\n", r"line 4: step 2 after step 3"),
         ("_step,train/loss\n1,2.0\n1,1.5\n", r"line 3: step 1 after step 1"),
-        ("epoch,train/loss\n1,2.0\n", "line 2: no step field"),
+        ("epoch,train/loss\n1,2.0\n", "line 2: no step field .*; if 'epoch' counts the steps, import with "
+                                        "--step-key epoch"),
         ("_step,train/loss\n1,2.0\n,1.5\n", "line 3: no step"),
         ("_step,train/loss\n1.5,2.0\n", "not a whole number"),
         ("_step\n1\n2\n", "no metric columns"),
