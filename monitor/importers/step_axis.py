@@ -149,7 +149,7 @@ def _attempts(rows: np.ndarray, keys: pd.Series, source_attempts: np.ndarray, ro
     row_attempt = np.empty(len(row_step), dtype=np.int64)
     rewinds = 0
     segments = np.flatnonzero(np.diff(source_attempts)) + 1  # value positions where a segment begins
-    starts = np.r_[0, rows[segments]] if len(rows) else np.zeros(1, dtype=np.int64)
+    starts = np.r_[0, rows[segments]]
     for n, (a, b) in enumerate(zip(starts, np.r_[starts[1:], len(row_step)])):
         if n:
             series.attempt += 1
