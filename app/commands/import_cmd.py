@@ -144,8 +144,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
 
             def report(poll):
                 state = "finished" if poll.finished else "following"
-                console.print(f"poll {poll.poll}: {poll.rows_new} new rows, "
-                              f"{poll.rows_total} in all ({state})")
+                console.print(f"poll {poll.poll}: {poll.rows_new:,} new rows, "
+                              f"{poll.rows_total:,} source rows in all ({state})")
 
             follow(store, args.run, args.source, fmt, profile=args.profile,
                    load_kwargs={**load_kwargs, "step_key": args.step_key},
@@ -192,7 +192,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
         what = "created" if result.created else "updated"
         console.print(
             f"{what} run {args.run!r} from {imported.source} (profile {imported.profile}): "
-            f"{result.rows_new:,} new rows, {result.rows_total:,} in all, "
+            # Source rows count those a profile drops and repeats that the store keeps once.
+            f"{result.rows_new:,} new rows, {result.rows_total:,} source rows in all, "
             f"{len(imported.keys)} metrics" + (", still running" if imported.live else "")
             + (", crashed (what was complete is imported)" if imported.crashed else ""),
             highlight=False,
