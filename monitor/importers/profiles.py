@@ -11,8 +11,8 @@ namespace goes under `extra/`), so nothing a source logged disappears silently. 
 
 Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
 (the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
-them), `nanogpt` (the W&B keys nanoGPT's train.py logs) and `hf` (Hugging Face Trainer's W&B
-keys). `detect_profile` picks the profile whose own rules explain the most source names, less
+them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
+keys) and `torchtitan`. `detect_profile` picks the profile whose own rules explain the most source names, less
 those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
 with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
 `$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
@@ -269,8 +269,26 @@ HF = Profile(
     ),
 )
 
+TORCHTITAN = Profile(
+    name="torchtitan",
+    description="torchtitan's metrics (its TensorBoard and W&B loggers): loss_metrics/*, throughput(tps), mfu(%)",
+    rules=(
+        Rule(r"loss_metrics/global_avg_loss", "train/loss"),  # the mean over data-parallel ranks
+        Rule(r"grad_norm", "train/grad_norm"),
+        Rule(r"lr", "optim/lr"),
+        # Tokens per second per device, the model-parallel ranks of a replica counted as one.
+        Rule(r"throughput\(tps\)", "perf/device_tokens_per_s"),
+        Rule(r"mfu\(%\)", "perf/mfu", 1e-2),
+        Rule(r"time_metrics/end_to_end\(s\)", "perf/step_time_s"),  # per step, over the log interval
+        Rule(r"validation_metrics/loss", "eval/heldout/validation/loss"),
+        # Shares beside their absolute twins (data_loading(s) and data_loading(%)): a name made
+        # of the rest would read as the absolute one.
+        Rule(r"(?P<space>memory|time_metrics)/(?P<name>[a-z_]+)\(%\)", "{space}/{name}_pct"),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
-    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF)
+    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, TORCHTITAN)
 }
 
 

@@ -114,3 +114,33 @@ def test_bfloat16_and_other_tensor_scalars(tmp_path):
     run = load(tmp_path)
     assert run.to_run_data("bf16").series(schema.TRAIN_LOSS).to_dict() == {1: 2.75, 2: 2.75, 3: 2.5, 4: 2.25}
     assert any(n.endswith("left out summaries that are not scalars: odd (4)") for n in run.notes)
+
+
+def test_torchtitan_metrics(tmp_path):
+    # torchtitan's TensorBoard logger writes its metrics through torch's SummaryWriter under these
+    # names, every log_freq steps; validation every 50.
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(10, 201, 10):
+        for tag, value in (("loss_metrics/global_avg_loss", 8.0 - step / 100), ("loss_metrics/global_max_loss", 9.0),
+                           ("grad_norm", 1.5), ("lr", 3e-4), ("throughput(tps)", 5000.0), ("tflops", 120.0),
+                           ("mfu(%)", 38.5), ("time_metrics/end_to_end(s)", 0.8),
+                           ("time_metrics/data_loading(s)", 0.01), ("time_metrics/data_loading(%)", 1.25),
+                           ("memory/max_reserved(GiB)", 60.0), ("memory/max_reserved(%)", 75.0)):
+            writer.add_scalar(tag, value, step)
+        if step % 50 == 0:
+            writer.add_scalar("validation_metrics/loss", 8.2 - step / 100, step)
+    writer.close()
+    run = load(tmp_path)
+    assert run.profile == "torchtitan"
+    data = run.to_run_data("titan")
+    assert data.series(schema.TRAIN_LOSS).loc[200] == pytest.approx(6.0)
+    assert data.series(schema.heldout_key("validation")).to_dict() == pytest.approx(
+        {50: 7.7, 100: 7.2, 150: 6.7, 200: 6.2})
+    assert data.series(schema.PERF_MFU).iloc[0] == pytest.approx(0.385)
+    assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(0.8)
+    assert data.series(schema.OPTIM_LR).iloc[0] == pytest.approx(3e-4)
+    assert data.series(schema.TRAIN_GRAD_NORM).iloc[0] == pytest.approx(1.5)
+    assert data.series("perf/device_tokens_per_s").iloc[0] == 5000.0
+    assert run.key_map["time_metrics/data_loading(%)"] == "time_metrics/data_loading_pct"
+    assert run.key_map["memory/max_reserved(%)"] == "memory/max_reserved_pct"
+    assert run.key_map["time_metrics/data_loading(s)"] == "time_metrics/data_loading_s"
