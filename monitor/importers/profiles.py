@@ -12,7 +12,7 @@ namespace goes under `extra/`), so nothing a source logged disappears silently. 
 Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
 (the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
 them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
-keys) and `torchtitan`. `detect_profile` picks the profile whose own rules explain the most source names, less
+keys), `torchtitan` and `megatron` (Megatron-LM). `detect_profile` picks the profile whose own rules explain the most source names, less
 those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
 with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
 `$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
@@ -273,9 +273,9 @@ TORCHTITAN = Profile(
     name="torchtitan",
     description="torchtitan's metrics (its TensorBoard and W&B loggers): loss_metrics/*, throughput(tps), mfu(%)",
     rules=(
+        # Its `lr` and `grad_norm` are everyone's names, which meaning.py reads without a rule here
+        # (a rule would count towards choosing this profile for any custom loop).
         Rule(r"loss_metrics/global_avg_loss", "train/loss"),  # the mean over data-parallel ranks
-        Rule(r"grad_norm", "train/grad_norm"),
-        Rule(r"lr", "optim/lr"),
         # Tokens per second per device, the model-parallel ranks of a replica counted as one.
         Rule(r"throughput\(tps\)", "perf/device_tokens_per_s"),
         Rule(r"mfu\(%\)", "perf/mfu", 1e-2),
@@ -287,8 +287,23 @@ TORCHTITAN = Profile(
     ),
 )
 
+MEGATRON = Profile(
+    name="megatron",
+    description="Megatron-LM's TensorBoard and W&B names (lm loss, learning-rate, iteration-time)",
+    rules=(
+        Rule(r"lm loss", "train/loss"),
+        Rule(r"lm loss validation", "eval/heldout/validation/loss"),
+        Rule(r"lm loss validation ppl", None),  # exp(loss)
+        Rule(r"learning-rate", "optim/lr"),
+        Rule(r"grad-norm", "train/grad_norm"),
+        Rule(r"iteration-time", "perf/step_time_s"),  # seconds per iteration over the log interval
+        # The same series again with consumed samples or tokens as their step: another axis.
+        Rule(r".+ vs (samples|tokens)", None),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
-    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, TORCHTITAN)
+    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, TORCHTITAN, MEGATRON)
 }
 
 

@@ -3,6 +3,7 @@ scalars) and TensorBoard's own event writer with TF2-style tensor scalars, as Ma
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -144,3 +145,29 @@ def test_torchtitan_metrics(tmp_path):
     assert run.key_map["time_metrics/data_loading(%)"] == "time_metrics/data_loading_pct"
     assert run.key_map["memory/max_reserved(%)"] == "memory/max_reserved_pct"
     assert run.key_map["time_metrics/data_loading(s)"] == "time_metrics/data_loading_s"
+
+
+def test_megatron_metrics(tmp_path):
+    # Megatron-LM's training loop writes these through torch's SummaryWriter every log interval,
+    # each also "vs samples" with the consumed samples as its step; validation every 50.
+    writer = SummaryWriter(str(tmp_path))
+    batch = 256
+    for step in range(10, 201, 10):
+        for tag, value in (("lm loss", 8.0 - step / 100), ("learning-rate", 3e-4), ("grad-norm", 1.5),
+                           ("iteration-time", 0.8), ("batch-size", batch)):
+            writer.add_scalar(tag, value, step)
+            writer.add_scalar(f"{tag} vs samples", value, step * batch)
+        if step % 50 == 0:
+            writer.add_scalar("lm loss validation", 8.2 - step / 100, step)
+            writer.add_scalar("lm loss validation ppl", math.exp(8.2 - step / 100), step)
+    writer.close()
+    run = load(tmp_path)
+    assert run.profile == "megatron"
+    data = run.to_run_data("megatron")
+    assert data.scalars.index.max() == 200  # nothing on the samples axis
+    assert data.series(schema.TRAIN_LOSS).loc[200] == pytest.approx(6.0)
+    assert data.series(schema.heldout_key("validation")).to_dict() == pytest.approx(
+        {50: 7.7, 100: 7.2, 150: 6.7, 200: 6.2})
+    assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(0.8)
+    assert data.series(schema.OPTIM_LR).iloc[0] == pytest.approx(3e-4)
+    assert data.series(schema.TRAIN_GRAD_NORM).iloc[0] == pytest.approx(1.5)
