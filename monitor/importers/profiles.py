@@ -12,7 +12,7 @@ namespace goes under `extra/`), so nothing a source logged disappears silently. 
 Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
 (the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
 them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
-keys), `torchtitan` and `megatron` (Megatron-LM). `detect_profile` picks the profile whose own rules explain the most source names, less
+keys), `torchtitan`, `megatron` (Megatron-LM) and `composer` (MosaicML Composer, llm-foundry). `detect_profile` picks the profile whose own rules explain the most source names, less
 those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
 with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
 `$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
@@ -302,8 +302,23 @@ MEGATRON = Profile(
     ),
 )
 
+COMPOSER = Profile(
+    name="composer",
+    description="MosaicML Composer and llm-foundry names (loss/train/total, metrics/eval/LanguageCrossEntropy)",
+    rules=(
+        Rule(r"loss/train/total", "train/loss"),
+        Rule(r"metrics/eval/LanguageCrossEntropy", "eval/heldout/eval/loss"),
+        Rule(r"metrics/eval/(?P<set>[^/]+)/LanguageCrossEntropy", _HELDOUT),  # one of several eval sets
+        Rule(r"metrics/(train|eval)/(.+/)?LanguagePerplexity", None),  # exp(cross-entropy)
+        Rule(r"throughput/device/tokens_per_sec", "perf/device_tokens_per_s"),
+        # LRMonitor: lr-<optimizer>/group<N>
+        Rule(r"lr-[A-Za-z]\w*/group0", "optim/lr"),
+        Rule(r"lr-[A-Za-z]\w*/group(?P<g>\d+)", "optim/lr_group{g}"),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
-    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, TORCHTITAN, MEGATRON)
+    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, TORCHTITAN, MEGATRON, COMPOSER)
 }
 
 

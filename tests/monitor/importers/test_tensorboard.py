@@ -171,3 +171,31 @@ def test_megatron_metrics(tmp_path):
     assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(0.8)
     assert data.series(schema.OPTIM_LR).iloc[0] == pytest.approx(3e-4)
     assert data.series(schema.TRAIN_GRAD_NORM).iloc[0] == pytest.approx(1.5)
+
+
+def test_composer_metrics(tmp_path):
+    # llm-foundry's training through Composer's TensorBoard logger: the optimised loss per batch,
+    # cross-entropy and perplexity of the train metrics and of two eval sets every 50 batches,
+    # LRMonitor's learning rate, SpeedMonitor's throughput.
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(1, 201):
+        for tag, value in (("loss/train/total", 8.0 - step / 100), ("metrics/train/LanguageCrossEntropy", 8.0 - step / 100),
+                           ("metrics/train/LanguagePerplexity", math.exp(8.0 - step / 100)),
+                           ("lr-DecoupledAdamW/group0", 3e-4), ("throughput/tokens_per_sec", 9000.0),
+                           ("throughput/device/tokens_per_sec", 1125.0)):
+            writer.add_scalar(tag, value, step)
+        if step % 50 == 0:
+            for label, offset in (("c4", 0.2), ("wikitext", 0.4)):
+                writer.add_scalar(f"metrics/eval/{label}/LanguageCrossEntropy", 8.0 + offset - step / 100, step)
+                writer.add_scalar(f"metrics/eval/{label}/LanguagePerplexity", math.exp(8.0 + offset - step / 100), step)
+    writer.close()
+    run = load(tmp_path)
+    assert run.profile == "composer"
+    data = run.to_run_data("composer")
+    assert data.series(schema.TRAIN_LOSS).loc[200] == pytest.approx(6.0)
+    assert data.series(schema.heldout_key("c4")).to_dict() == pytest.approx({50: 7.7, 100: 7.2, 150: 6.7, 200: 6.2})
+    assert data.series(schema.heldout_key("wikitext")).loc[200] == pytest.approx(6.4)
+    assert data.series(schema.OPTIM_LR).iloc[0] == pytest.approx(3e-4)
+    assert data.series(schema.PERF_TOKENS_PER_S).iloc[0] == 9000.0
+    assert data.series("perf/device_tokens_per_s").iloc[0] == 1125.0
+    assert not [k for k in data.scalars.columns if "perplexity" in k.lower()]
