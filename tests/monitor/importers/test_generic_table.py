@@ -17,6 +17,15 @@ def _jsonl(path, objs, partial=""):
     return path
 
 
+def _log(path, rows, columns):
+    """rows as JSON Lines or, for a .csv path, as CSV with these columns (a missing value empty)."""
+    if path.suffix == ".jsonl":
+        return _jsonl(path, rows)
+    path.write_text(",".join(columns) + "\n" + "".join(",".join(str(r.get(c, "")) for c in columns) + "\n"
+                                                      for r in rows))
+    return path
+
+
 def test_wide_jsonl_with_nested_values_nan_and_text(tmp_path):
     path = _jsonl(tmp_path / "m.jsonl", [
         {"step": 0, "train": {"loss": 3.0, "grad_norm": 1.0}, "optim/lr": 1e-4, "note": "hi",
@@ -54,13 +63,7 @@ def test_a_lower_step_is_a_restart_only_where_a_series_goes_back(tmp_path, suffi
     # resumes from step 200 and logs train loss again: that series went back, a restart.
     rows = ([{"step": s, "loss": 3.0 - s / 1000} for s in range(100, 301, 100)] + [{"step": 100, "val_loss": 3.2}]
             + [{"step": s, "loss": 2.5 - s / 1000} for s in (200, 300)] + [{"step": 300, "val_loss": 3.0}])
-    path = tmp_path / f"m.{suffix}"
-    if suffix == "jsonl":
-        _jsonl(path, rows)
-    else:
-        path.write_text("step,loss,val_loss\n" + "".join(f"{r['step']},{r.get('loss', '')},{r.get('val_loss', '')}\n"
-                                                         for r in rows))
-    run = load(path)
+    run = load(_log(tmp_path / f"m.{suffix}", rows, ["step", "loss", "val_loss"]))
     (restart,) = [e for e in run.events if e["kind"] == "restart"]
     assert run.attempts == 2 and restart["step"] == 200
     assert restart["payload"]["reason"] == "loss went back from step 300 to 200"
@@ -75,13 +78,7 @@ def test_a_restart_takes_in_its_whole_line(tmp_path, suffix):
     # whole line is the new attempt, so that series going back later is a restart again.
     rows = [{"step": 100, "loss": 3.0}, {"step": 300, "loss": 2.8}, {"step": 200, "grad": 5.0, "loss": 2.9},
             {"step": 150, "grad": 6.0}]
-    path = tmp_path / f"r.{suffix}"
-    if suffix == "jsonl":
-        _jsonl(path, rows)
-    else:
-        path.write_text("step,grad,loss\n" + "".join(f"{r['step']},{r.get('grad', '')},{r.get('loss', '')}\n"
-                                                     for r in rows))
-    run = load(path)
+    run = load(_log(tmp_path / f"r.{suffix}", rows, ["step", "grad", "loss"]))
     assert [e["payload"]["reason"] for e in run.events if e["kind"] == "restart"] == [
         "loss went back from step 300 to 200", "grad went back from step 200 to 150"]
     assert run.scalars.set_index(["key", "step"])["attempt"].to_dict() == {
