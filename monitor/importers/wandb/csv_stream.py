@@ -91,8 +91,7 @@ class WandbCsvStream:
         self._numeric: set[str] = set()
         self._last_row_step: int | None = None
         self._step: int | None = None  # the trainer's step carried from the rows before
-        self._attempts = SeriesAttempts()
-        self._rewinds = 0
+        self._attempts = SeriesAttempts()  # an export is one attempt until a rewind
         self._range: list[int] = []  # first and last row step
         self._line = 2
 
@@ -135,8 +134,9 @@ class WandbCsvStream:
         if self.step_key is not None and self._range:
             note = (f"step axis: {self.step_key} (the trainer's step); the source's own row "
                     f"counter ran {self._range[0]}..{self._range[1]}")
-            if self._rewinds:
-                note += f"; {self._rewinds} rewind(s) to an earlier step, each kept as a new attempt"
+            rewinds = self._attempts.attempt - 1
+            if rewinds:
+                note += f"; {rewinds} rewind(s) to an earlier step, each kept as a new attempt"
             notes.append(note)
         return notes
 
@@ -210,8 +210,7 @@ class WandbCsvStream:
         line, col = np.nonzero(logged.T)  # row-major: the order W&B logged
         codes = self._names.codes(names)
         # W&B's own step only grows; the trainer's goes back where a loop reloaded a checkpoint.
-        attempts, rewinds = self._attempts.lines(n, line, col, names, steps[line])
-        self._rewinds += len(rewinds)
+        attempts, _ = self._attempts.lines(n, line, col, names, steps[line])
         return _Rows(steps[line], codes[col], values.T[line, col], attempts[line], walls[line])
 
     def _all_numbers(self, batch: pa.RecordBatch, names: list[str],
