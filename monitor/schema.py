@@ -28,6 +28,7 @@ OPTIM_LR = "optim/lr"
 # --- performance ------------------------------------------------------------------------------
 PERF_STEP_TIME_S = "perf/step_time_s"
 PERF_TOKENS_PER_S = "perf/tokens_per_s"
+PERF_DEVICE_TOKENS_PER_S = "perf/device_tokens_per_s"  # one device's (GPU's, rank's) share of it
 PERF_MFU = "perf/mfu"  # a fraction in [0, 1], not a percentage
 
 # --- the host ---------------------------------------------------------------------------------

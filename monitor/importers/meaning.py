@@ -26,13 +26,22 @@ from .profiles import Profile, Rule, resolve_profile
 HELDOUT_WORDS = ("val", "valid", "validation", "eval", "test", "heldout")
 TRAIN_WORDS = ("train", "training", "lm", "total")
 TOKEN_KEYS = ("train/num_input_tokens_seen", "tokens", "train/tokens_seen")
-LR_NAMES = ("lr", "learning_rate", "train/lr", "train/learning_rate", "learning rate")
-GRAD_NORM_NAMES = ("grad_norm", "gradient_norm", "train/gradient_norm", "grad-norm")
+# Words that say where a series was logged, not what it is ("optim/learning_rate", "train/lr").
+PLACE_WORDS = ("train", "training", "trainer", "optim", "optimizer", "perf", "runtime", "timers",
+               "throughput", "elapsed")
+LR_WORDS = (("lr",), ("learning", "rate"))
+GRAD_NORM_WORDS = (("grad", "norm"), ("gradient", "norm"))
 # The words a rate of tokens per second ends with ("tokens_per_second", "train/tok/s", "tps"); one
-# that names a device or rank is a share of the run's rate, not the rate, and keeps its own name.
+# that names a device or rank ("tokens_per_sec_per_gpu") is one device's share of the run's rate.
 TOKEN_RATE_ENDINGS = (("tokens", "per", "second"), ("tokens", "per", "sec"), ("tokens", "per", "s"),
                       ("tokens", "s"), ("tok", "s"), ("tps",))
 PART_WORDS = ("device", "gpu", "rank", "worker")
+# The time one step took, in the words trainers write it ("iteration_time", "time_per_step",
+# "elapsed time per iteration (ms)"), and the unit a last word gives it (seconds when none does).
+# A cumulative clock ("train_time_ms", "elapsed_time") is no step time.
+STEP_TIME_WORDS = (("step", "time"), ("iteration", "time"), ("iter", "time"), ("batch", "time"),
+                   ("time", "per", "step"), ("time", "per", "iteration"), ("time", "per", "iter"))
+TIME_UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0}
 # A series logged at no more than this many times the densest series' interval is "dense".
 DENSE_FACTOR = 2.0
 
@@ -141,15 +150,19 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
     sparser_exists = any(is_dense(o, finest) for o in cadence.values()) and not dense
     if name in TOKEN_KEYS:
         return schema.TRAIN_TOKENS, "name: a cumulative token count"
-    if name.lower() in LR_NAMES:
+    w = words(name)
+    core = tuple(x for x in w if x not in PLACE_WORDS)
+    if core in LR_WORDS:
         return schema.OPTIM_LR, "guess from the name alone"
-    if name.lower() in GRAD_NORM_NAMES:
+    if core in GRAD_NORM_WORDS:
         return schema.TRAIN_GRAD_NORM, "guess from the name alone"
     if re.fullmatch(r"lr-[A-Za-z][\w.]*", name):
         return schema.OPTIM_LR, "name: Lightning's lr-<optimizer>"
-    w = words(name)
-    if any(tuple(w[-len(end):]) == end for end in TOKEN_RATE_ENDINGS) and not set(w) & set(PART_WORDS):
-        return schema.PERF_TOKENS_PER_S, "name: tokens per second"
+    rate = _token_rate(w)
+    if rate is not None:
+        return rate
+    if step_time_scale(name) is not None:
+        return schema.PERF_STEP_TIME_S, "name: the time a step took"
     held = [x for x in w if x in HELDOUT_WORDS]
     twin = lightning_twin(name)
     if twin == "step" and not held:
@@ -175,6 +188,30 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
     if dense and c.steps > 2:
         return schema.TRAIN_LOSS, f"name and cadence ({c.describe()})"
     return schema.TRAIN_LOSS, "guess from the name alone"
+
+
+def _token_rate(w: list[str]) -> tuple[str, str] | None:
+    """The run's tokens per second, or one device's, for a name that says so."""
+    rate = list(w)
+    while rate and rate[-1] in PART_WORDS:  # "tokens_per_sec_per_gpu", "tokens/s/device"
+        rate.pop()
+        if rate and rate[-1] == "per":
+            rate.pop()
+    if not any(tuple(rate[-len(end):]) == end for end in TOKEN_RATE_ENDINGS):
+        return None
+    if set(w) & set(PART_WORDS):
+        return schema.PERF_DEVICE_TOKENS_PER_S, "name: tokens per second of one device"
+    return schema.PERF_TOKENS_PER_S, "name: tokens per second"
+
+
+def step_time_scale(name: str) -> float | None:
+    """Seconds per unit of a series named as the time one step took, else None."""
+    w = re.findall(r"[a-z]+", name.lower())
+    scale = TIME_UNITS.get(w[-1], None) if w else None
+    if scale is not None:
+        w = w[:-1]
+    core = tuple(x for x in w if x not in PLACE_WORDS)
+    return (scale or 1.0) if core in STEP_TIME_WORDS else None
 
 
 def lightning_twin(name: str) -> str | None:
@@ -210,7 +247,8 @@ def with_evidence(profile: Profile, names, cadence: dict[str, Cadence]) -> tuple
         if hit is None or hit[0] in taken:
             continue
         taken.add(hit[0])
-        extra.append(Rule(re.escape(str(name)), hit[0]))
+        scale = step_time_scale(str(name)) if hit[0] == schema.PERF_STEP_TIME_S else 1.0
+        extra.append(Rule(re.escape(str(name)), hit[0], scale))
         evidence[str(name)] = hit[1]
     if not extra:
         return profile, evidence

@@ -202,7 +202,7 @@ MAXTEXT = Profile(
         Rule(r"learning/current_learning_rate", "optim/lr"),
         Rule(r"learning/total_weights", "train/real_tokens_per_step"),
         Rule(r"perf/step_time_seconds", "perf/step_time_s"),
-        Rule(r"perf/per_device_tokens_per_sec", "perf/per_device_tokens_per_s"),
+        Rule(r"perf/per_device_tokens_per_sec", "perf/device_tokens_per_s"),
         Rule(r"perf/per_device_tflops_per_sec", "perf/per_device_tflops_per_s"),
         Rule(r"perf/per_device_tflops", "perf/per_device_tflops_per_step"),
         # MaxText evaluates one eval split; its average loss is the held-out loss.
@@ -289,14 +289,18 @@ TORCHTITAN = Profile(
 
 MEGATRON = Profile(
     name="megatron",
-    description="Megatron-LM's TensorBoard and W&B names (lm loss, learning-rate, iteration-time)",
+    description="Megatron-LM's TensorBoard, W&B and stdout log names (lm loss, learning-rate, iteration-time)",
     rules=(
-        Rule(r"lm loss", "train/loss"),
-        Rule(r"lm loss validation", "eval/heldout/validation/loss"),
-        Rule(r"lm loss validation ppl", None),  # exp(loss)
-        Rule(r"learning-rate", "optim/lr"),
-        Rule(r"grad-norm", "train/grad_norm"),
+        # GPT-NeoX, Megatron's descendant, writes lm_loss.
+        Rule(r"lm[ _]loss", "train/loss"),
+        Rule(r"lm[ _]loss validation", "eval/heldout/validation/loss"),
+        Rule(r"lm[ _]loss validation ppl( \S+)?", None),  # exp(loss)
+        Rule(r"lm[ _]loss validation (?P<set>\S+)", _HELDOUT),  # another set: its stdout log's name
+        Rule(r"learning-rate|learning rate", "optim/lr"),
+        Rule(r"grad-norm|grad norm", "train/grad_norm"),
         Rule(r"iteration-time", "perf/step_time_s"),  # seconds per iteration over the log interval
+        Rule(r"elapsed time per iteration \(ms\)", "perf/step_time_s", 1e-3),  # its stdout log's name
+        Rule(r"throughput per GPU \(TFLOP/s/GPU\)", "perf/device_tflops_per_s"),
         # The same series again with consumed samples or tokens as their step: another axis.
         Rule(r".+ vs (samples|tokens)", None),
     ),

@@ -10,7 +10,7 @@ import pytest
 
 from monitor import schema
 from monitor.importers import load
-from monitor.importers.meaning import Cadence, cadences, infer
+from monitor.importers.meaning import Cadence, cadences, infer, step_time_scale
 from monitor.importers.profiles import detect_profile
 
 
@@ -68,11 +68,44 @@ def test_a_rate_of_tokens_per_second_is_throughput(name):
     assert infer(name, _cadence(**{name: (1, 50)})) == (schema.PERF_TOKENS_PER_S, "name: tokens per second")
 
 
-@pytest.mark.parametrize("name", ["device/tokens_per_second", "tokens_per_second_per_gpu", "tokens",
-                                  "tokens_per_step", "steps_per_second"])
-def test_a_share_of_the_rate_or_another_count_is_not(name):
+@pytest.mark.parametrize("name", ["device/tokens_per_second", "tokens_per_second_per_gpu", "tokens_per_sec_per_gpu",
+                                  "perf/per_device_tokens_per_sec", "tokens/s/rank"])
+def test_one_devices_share_of_the_rate_is_the_device_rate(name):
+    assert infer(name, _cadence(**{name: (1, 50)})) == (schema.PERF_DEVICE_TOKENS_PER_S,
+                                                         "name: tokens per second of one device")
+
+
+@pytest.mark.parametrize("name", ["tokens", "tokens_per_step", "steps_per_second", "gpu_count"])
+def test_another_count_is_no_rate(name):
     found = infer(name, _cadence(**{name: (1, 50)}))
-    assert found is None or found[0] != schema.PERF_TOKENS_PER_S
+    assert found is None or found[0] not in (schema.PERF_TOKENS_PER_S, schema.PERF_DEVICE_TOKENS_PER_S)
+
+
+@pytest.mark.parametrize("name,scale", [("step_time", 1.0), ("iteration_time", 1.0), ("runtime/iteration_time", 1.0),
+                                        ("elapsed_time_per_iteration_ms", 1e-3), ("time_per_step_s", 1.0),
+                                        ("train/step_time_ms", 1e-3), ("perf/iter_time_sec", 1.0)])
+def test_the_time_a_step_took_is_the_step_time_in_seconds(name, scale):
+    assert infer(name, _cadence(**{name: (1, 50)})) == (schema.PERF_STEP_TIME_S, "name: the time a step took")
+    assert step_time_scale(name) == scale
+
+
+@pytest.mark.parametrize("name", ["train_time_ms", "elapsed_time", "time", "data_loading_time", "eval/step_time",
+                                  "timers/data_time"])
+def test_a_clock_or_another_phases_time_is_no_step_time(name):
+    # A cumulative clock (modded-nanogpt's train_time) or the data loader's share of a step.
+    assert step_time_scale(name) is None
+
+
+@pytest.mark.parametrize("name", ["optim/learning_rate", "optimizer/lr", "trainer/learning-rate", "train/lr"])
+def test_a_learning_rate_under_a_namespace(name):
+    assert infer(name, _cadence(**{name: (1, 50)}))[0] == schema.OPTIM_LR
+
+
+def test_the_time_a_step_took_is_imported_in_seconds(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 3.0, "elapsed_time_per_iteration_ms": 250.0}) + "\n"
+                            for s in range(1, 21)))
+    assert load(path).to_run_data("r").series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(0.25)
 
 
 def _custom_loop(path, steps=200, every=50):

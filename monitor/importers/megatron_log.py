@@ -1,0 +1,222 @@
+"""The stdout training logs of Megatron-LM and its descendants (Megatron-DeepSpeed, GPT-NeoX,
+nanotron): one line per logged iteration, its fields `name: value` between ` | `.
+
+Recognised lines (anything else, such as NCCL chatter or the timers' tables, is ignored; a rank
+prefix such as `0: ` or `[default0]:` and a timestamp may come first):
+
+    [2024-05-01 10:00:00] iteration 10/ 2000 | consumed samples: 2560 | elapsed time per
+        iteration (ms): 512.3 | learning rate: 3.000000E-04 | lm loss: 1.023456E+01 | ...
+                                                                        Megatron-LM
+    samples/sec: 98.1 | iteration 10/ 320000 | elapsed time per iteration (ms): 1234.5 | ...
+                                                                        GPT-NeoX
+    ...]: iteration: 10 / 2000 | consumed_tokens: 1.31M | lm_loss: 10.1 | lr: 0.0003 | ...
+                                                                        nanotron
+    validation loss at iteration 200 | lm loss value: 3.2E+00 | lm loss PPL: 24.5 |
+    validation loss at iteration 200 on test set | ...      (also `[set]`, `for test data`,
+    validation results at iteration 200 | lm_loss value: ...  `at the end of training`,
+    test results at the end of training | lm_loss value: ...  GPT-NeoX's test set)
+
+Source names as emitted (the `megatron` profile maps Megatron-LM's; nanotron's and NeoX's go
+through the inference every source gets): a training line's field names as written
+(`lm loss`, `learning rate`, `elapsed time per iteration (ms)`); a validation line's as Megatron's
+own TensorBoard writer names them, `<name> validation` (`lm loss validation`), then the set when
+the line names one other than the validation set (`lm loss validation test`), and a perplexity
+as `<name> validation ppl`.
+
+Rules:
+* A value is a number, optionally with nanotron's K/M/G/T/P suffix (powers of 1000). A field
+  whose value is anything else (`100.0TFLOPS`) is left out, with one note per field name.
+* A validation line "at the end of training" is at the last iteration logged before it; where
+  that set already has a value at that step, the periodic one is kept.
+* A last line without its newline is still being written: it is left out (and noted).
+* A line that logs a series at a lower step than that series last had is a restart (a resumed job
+  appending to the same log): a new attempt starts there (logged_rows.py).
+* Megatron-LM's argument block (`---- arguments ----` to `---- end of arguments ----`) fills
+  `config`; `global_batch_size` x `seq_length` gives tokens_per_step unless the batch size ramps
+  up (`rampup_batch_size`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
+
+from .formats import Format
+from .generic_table import JSONL_SUFFIXES
+from .imported_run import ImportedRun
+from .input_checks import cut, shown
+from .logged_rows import LoggedRows
+
+_ITERATION = re.compile(r"\biteration:?\s+(\d+)\s*/\s*\d+\s*$")
+_VALIDATION = re.compile(
+    r"\b(validation|test) (?:loss|results) at (?:iteration (\d+)|the end of training)"
+    r"(?: (?:on|for) (\w+) (?:set|data))?(?: \[([^\]]+)\])?\s*$")
+_FIELDS = re.compile(r"\s\|(?:\s|$)")
+_FIELD = re.compile(r"\s*([^:|]*[^:|\s])\s*:\s*(\S+)\s*")
+_NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))([KMGTP]?)", re.IGNORECASE)
+_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+# Sets a validation line names that are the validation set itself.
+_VALIDATION_SETS = {"validation", "valid", "val"}
+_ARGS_START = re.compile(r"-+ arguments -+\s*$")
+_ARGS_END = re.compile(r"-+ end of arguments -+\s*$")
+_ARG = re.compile(r"\s+(\w+) \.+ (.*?)\s*$")
+
+
+def _segments(line: str) -> list[str]:
+    return _FIELDS.split(line.rstrip())
+
+
+def _is_log_line(line: str) -> bool:
+    if " | " not in line and not line.rstrip().endswith(" |"):
+        return False
+    return any(_ITERATION.search(s) or _VALIDATION.search(s) for s in _segments(line)[:2])
+
+
+def sniff(head: str) -> bool:
+    """True if the first part of a file holds an iteration or validation line of this shape, or
+    Megatron-LM's argument block."""
+    return any(_is_log_line(line) or _ARGS_START.search(line) for line in head.splitlines())
+
+
+def parse_megatron_log(path: str | Path, text: str | None = None) -> ImportedRun:
+    """Parse one Megatron-LM / GPT-NeoX / nanotron training log into an ImportedRun."""
+    path = Path(path)
+    if text is None:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+    lines = text.split("\n")
+    # The piece after the last newline is a line still being written (or "" at a clean end).
+    partial = lines.pop()
+    parser = _LogParser(str(path))
+    for number, line in enumerate(lines, start=1):
+        parser.feed(number, line)
+    run = parser.result(path.stem)
+    if partial.strip():
+        run.notes.append(f"{path}: line {len(lines) + 1} has no newline yet (still being written): left out")
+    run.config.update(_arguments(lines))
+    run.tokens_per_step = _tokens_per_step(run.config)
+    if not len(run.scalars):
+        raise GapwatchError(f"{path}: no Megatron-LM, GPT-NeoX or nanotron iteration lines with values found")
+    return run
+
+
+class _LogParser:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.rows = LoggedRows()
+        self.last_step: int | None = None
+        self.logged: set[tuple[str, int]] = set()
+        self.left_out: dict[str, str] = {}  # field name -> the note that says why
+
+    def feed(self, number: int, line: str) -> None:
+        if not _is_log_line(line):
+            return
+        segments = _segments(line)
+        for i, segment in enumerate(segments[:2]):
+            m = _ITERATION.search(segment)
+            if m:
+                step = self._step(number, m.group(1))
+                self.last_step = step
+                # GPT-NeoX writes samples/sec before the iteration: every other segment is a field.
+                self._fields(number, step, segments[:i] + segments[i + 1:], lambda name: name)
+                return
+            m = _VALIDATION.search(segment)
+            if m:
+                self._validation(number, m, segments[i + 1:])
+                return
+
+    def _validation(self, number: int, m: re.Match, fields: list[str]) -> None:
+        kind, iteration, data, bracketed = m.groups()
+        at_end = iteration is None
+        if at_end and self.last_step is None:
+            self._leave_out("validation at the end of training", f"line {number}: a validation at the end of "
+                            "training before any iteration was logged: left out")
+            return
+        step = self.last_step if at_end else self._step(number, iteration)
+        named = (bracketed or data or kind).lower()
+        where = "" if named in _VALIDATION_SETS else f" {named}"
+
+        def name_of(field: str) -> str:
+            base = re.sub(r"\s+value$", "", field)
+            ppl = re.match(r"(.*?)[ _](?:ppl|PPL)$", base)
+            return f"{ppl.group(1)} validation ppl{where}" if ppl else f"{base} validation{where}"
+
+        self._fields(number, step, fields, name_of, keep_earlier=at_end)
+
+    def _fields(self, number: int, step: int, fields: list[str], name_of, keep_earlier: bool = False) -> None:
+        self.rows.at_step(number, step)
+        for field in fields:
+            m = _FIELD.fullmatch(field)
+            if not m:
+                continue
+            raw_name, raw = m.groups()
+            value = self._number(raw)
+            if value is None:
+                self._leave_out(raw_name, f"{raw_name!r}: value {shown(raw)} (line {number}) is not a number: left out")
+                continue
+            name = name_of(raw_name)
+            if keep_earlier and (name, step) in self.logged:
+                continue
+            self.logged.add((name, step))
+            self.rows.add(step, name, value)
+
+    def _step(self, number: int, digits: str) -> int:
+        if len(digits) > len(str(MAX_STEP)) or int(digits) > MAX_STEP:
+            raise GapwatchError(f"{self.source}: line {number}: iteration {cut(digits)} is beyond the "
+                                f"largest step a store keeps ({MAX_STEP})")
+        return int(digits)
+
+    @staticmethod
+    def _number(raw: str) -> float | None:
+        m = _NUMBER.fullmatch(raw)
+        if not m:
+            return None
+        value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+        return value if math.isfinite(value) or m.group(1).lower().lstrip("+-") in ("nan", "inf") else None
+
+    def _leave_out(self, name: str, note: str) -> None:
+        self.left_out.setdefault(name, f"{self.source}: {note}")
+
+    def result(self, name_hint: str) -> ImportedRun:
+        return ImportedRun(name_hint=name_hint, scalars=self.rows.scalars(), events=self.rows.events,
+                           source=self.source, notes=list(self.left_out.values()))
+
+
+def _arguments(lines: list[str]) -> dict:
+    """Megatron-LM's `name ..... value` argument lines, numbers and True/False/None read as such."""
+    out: dict = {}
+    inside = False
+    for line in lines:
+        if _ARGS_START.search(line):
+            inside = True
+        elif _ARGS_END.search(line):
+            return out
+        elif inside and (m := _ARG.match(line)):
+            out[m.group(1)] = _setting(m.group(2))
+    return out
+
+
+def _setting(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"True": True, "False": False, "None": None}.get(text, text)
+
+
+def _tokens_per_step(config: dict) -> float | None:
+    batch, length = config.get("global_batch_size"), config.get("seq_length")
+    if isinstance(batch, int) and isinstance(length, int) and config.get("rampup_batch_size") is None:
+        return float(batch * length)
+    return None
+
+
+FORMAT = Format("megatron-log", lambda source, options: parse_megatron_log(source),
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="megatron")
