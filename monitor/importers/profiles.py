@@ -289,20 +289,21 @@ TORCHTITAN = Profile(
 
 MEGATRON = Profile(
     name="megatron",
-    description="Megatron-LM's TensorBoard, W&B and stdout log names (lm loss, learning-rate, iteration-time)",
+    description="Megatron-LM's (and Megatron-DeepSpeed's) TensorBoard, W&B and stdout log names (lm loss, learning-rate, iteration-time)",
     rules=(
-        # GPT-NeoX, Megatron's descendant, writes lm_loss.
-        Rule(r"lm[ _]loss", "train/loss"),
-        Rule(r"lm[ _]loss validation", "eval/heldout/validation/loss"),
-        Rule(r"lm[ _]loss validation ppl( \S+)?", None),  # exp(loss)
+        # GPT-NeoX, Megatron's descendant, writes lm_loss; Megatron-DeepSpeed (BLOOM) puts each
+        # TensorBoard tag under a section of its name: lm-loss-training/lm loss.
+        Rule(r"(lm-loss-training/)?lm[ _]loss", "train/loss"),
+        # The same series again with consumed samples or tokens as their step: another axis.
+        Rule(r".+ vs (samples|tokens)|steps-vs-(samples|tokens)/.+", None),
+        Rule(r"(lm-loss-validation/)?lm[ _]loss validation", "eval/heldout/validation/loss"),
+        Rule(r"(lm-loss-validation/)?lm[ _]loss validation ppl( \S+)?", None),  # exp(loss)
         Rule(r"lm[ _]loss validation (?P<set>\S+)", _HELDOUT),  # another set: its stdout log's name
-        Rule(r"learning-rate|learning rate", "optim/lr"),
-        Rule(r"grad-norm|grad norm", "train/grad_norm"),
-        Rule(r"iteration-time", "perf/step_time_s"),  # seconds per iteration over the log interval
+        Rule(r"(learning-rate/)?learning-rate|learning rate", "optim/lr"),
+        Rule(r"(grad-norm/)?grad-norm|grad norm", "train/grad_norm"),
+        Rule(r"(iteration-time/)?iteration-time", "perf/step_time_s"),  # seconds per iteration over the log interval
         Rule(r"elapsed time per iteration \(ms\)", "perf/step_time_s", 1e-3),  # its stdout log's name
         Rule(r"throughput per GPU \(TFLOP/s/GPU\)", "perf/device_tflops_per_s"),
-        # The same series again with consumed samples or tokens as their step: another axis.
-        Rule(r".+ vs (samples|tokens)", None),
     ),
 )
 

@@ -147,19 +147,32 @@ def test_torchtitan_metrics(tmp_path):
     assert run.key_map["time_metrics/data_loading(s)"] == "time_metrics/data_loading_s"
 
 
-def test_megatron_metrics(tmp_path):
+MEGATRON_DEEPSPEED_SECTIONS = {"lm loss": "lm-loss-training/", "lm loss validation": "lm-loss-validation/",
+                               "lm loss validation ppl": "lm-loss-validation/"}
+
+
+@pytest.mark.parametrize("sectioned", [False, True], ids=["megatron-lm", "megatron-deepspeed"])
+def test_megatron_metrics(tmp_path, sectioned):
     # Megatron-LM's training loop writes these through torch's SummaryWriter every log interval,
     # each also "vs samples" with the consumed samples as its step; validation every 50.
+    # Megatron-DeepSpeed (BLOOM's logs) puts each tag under a section: grad-norm/grad-norm, and
+    # writes the step against samples and tokens as series of their own.
+    def tag_of(tag: str) -> str:
+        return (MEGATRON_DEEPSPEED_SECTIONS.get(tag, f"{tag}/") + tag) if sectioned else tag
+
     writer = SummaryWriter(str(tmp_path))
     batch = 256
     for step in range(10, 201, 10):
         for tag, value in (("lm loss", 8.0 - step / 100), ("learning-rate", 3e-4), ("grad-norm", 1.5),
                            ("iteration-time", 0.8), ("batch-size", batch)):
-            writer.add_scalar(tag, value, step)
-            writer.add_scalar(f"{tag} vs samples", value, step * batch)
+            writer.add_scalar(tag_of(tag), value, step)
+            writer.add_scalar(f"{tag_of(tag)} vs samples", value, step * batch)
+        if sectioned:
+            writer.add_scalar("steps-vs-samples/y=steps,x=samples", step, step * batch)
+            writer.add_scalar("steps-vs-tokens/y=steps,x=tokens", step, step * batch * 2048)
         if step % 50 == 0:
-            writer.add_scalar("lm loss validation", 8.2 - step / 100, step)
-            writer.add_scalar("lm loss validation ppl", math.exp(8.2 - step / 100), step)
+            writer.add_scalar(tag_of("lm loss validation"), 8.2 - step / 100, step)
+            writer.add_scalar(tag_of("lm loss validation ppl"), math.exp(8.2 - step / 100), step)
     writer.close()
     run = load(tmp_path)
     assert run.profile == "megatron"
