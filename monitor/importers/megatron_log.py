@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 
 from monitor.errors import GapwatchError
@@ -82,24 +83,25 @@ def sniff(head: str) -> bool:
     return any(_is_log_line(line) or _ARGS_START.search(line) for line in head.splitlines())
 
 
-def parse_megatron_log(path: str | Path, text: str | None = None) -> ImportedRun:
-    """Parse one Megatron-LM / GPT-NeoX / nanotron training log into an ImportedRun."""
+def parse_megatron_log(path: str | Path) -> ImportedRun:
+    """Parse one Megatron-LM / GPT-NeoX / nanotron training log into an ImportedRun, a line at a
+    time: a log of a million iterations is never held whole."""
     path = Path(path)
-    if text is None:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
-    lines = text.split("\n")
-    # The piece after the last newline is a line still being written (or "" at a clean end).
-    partial = lines.pop()
     parser = _LogParser(str(path))
-    for number, line in enumerate(lines, start=1):
-        parser.feed(number, line)
+    partial = None
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.endswith("\n"):  # a line still being written
+                    partial = number if line.strip() else None
+                    break
+                parser.feed(number, line.rstrip("\r\n"))
+    except OSError as exc:
+        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
     run = parser.result(path.stem)
-    if partial.strip():
-        run.notes.append(f"{path}: line {len(lines) + 1} has no newline yet (still being written): left out")
-    run.config.update(_arguments(lines))
+    if partial is not None:
+        run.notes.append(f"{path}: line {partial} has no newline yet (still being written): left out")
+    run.config.update(parser.arguments)
     run.tokens_per_step = _tokens_per_step(run.config)
     if not len(run.scalars):
         raise GapwatchError(f"{path}: no Megatron-LM, GPT-NeoX or nanotron iteration lines with values found")
@@ -111,11 +113,13 @@ class _LogParser:
         self.source = source
         self.rows = LoggedRows()
         self.last_step: int | None = None
-        self.logged: set[tuple[str, int]] = set()
+        self.last_logged: dict[str, int] = {}  # series name -> the step it was last logged at
         self.left_out: dict[str, str] = {}  # field name -> the note that says why
+        self.arguments: dict = {}
+        self.in_arguments = False
 
     def feed(self, number: int, line: str) -> None:
-        if not _is_log_line(line):
+        if self._argument(line) or not _is_log_line(line):
             return
         segments = _segments(line)
         for i, segment in enumerate(segments[:2]):
@@ -130,6 +134,19 @@ class _LogParser:
             if m:
                 self._validation(number, m, segments[i + 1:])
                 return
+
+    def _argument(self, line: str) -> bool:
+        """Whether the line belongs to Megatron-LM's argument block: its `name ..... value` lines
+        fill `arguments`, numbers and True/False/None read as such."""
+        if _ARGS_START.search(line):
+            self.in_arguments = True
+        elif self.in_arguments and _ARGS_END.search(line):
+            self.in_arguments = False
+        elif self.in_arguments and (m := _ARG.match(line)):
+            self.arguments[m.group(1)] = _setting(m.group(2))
+        else:
+            return False
+        return True
 
     def _validation(self, number: int, m: re.Match, fields: list[str]) -> None:
         kind, iteration, data, bracketed = m.groups()
@@ -160,10 +177,10 @@ class _LogParser:
             if value is None:
                 self._leave_out(raw_name, f"{raw_name!r}: value {shown(raw)} (line {number}) is not a number: left out")
                 continue
-            name = name_of(raw_name)
-            if keep_earlier and (name, step) in self.logged:
+            name = sys.intern(name_of(raw_name))  # one string a series, not one a line
+            if keep_earlier and self.last_logged.get(name) == step:
                 continue
-            self.logged.add((name, step))
+            self.last_logged[name] = step
             self.rows.add(step, name, value)
 
     def _step(self, number: int, digits: str) -> int:
@@ -186,20 +203,6 @@ class _LogParser:
     def result(self, name_hint: str) -> ImportedRun:
         return ImportedRun(name_hint=name_hint, scalars=self.rows.scalars(), events=self.rows.events,
                            source=self.source, notes=list(self.left_out.values()))
-
-
-def _arguments(lines: list[str]) -> dict:
-    """Megatron-LM's `name ..... value` argument lines, numbers and True/False/None read as such."""
-    out: dict = {}
-    inside = False
-    for line in lines:
-        if _ARGS_START.search(line):
-            inside = True
-        elif _ARGS_END.search(line):
-            return out
-        elif inside and (m := _ARG.match(line)):
-            out[m.group(1)] = _setting(m.group(2))
-    return out
 
 
 def _setting(text: str):
