@@ -12,6 +12,7 @@ training steps logs below the previous line without going back on itself.
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from dataclasses import dataclass, field
 
@@ -66,7 +67,8 @@ class SeriesAttempts:
 
 class LoggedRows:
     """Rows added one value at a time (`at_step`, then `add` for each value of the line), kept in
-    typed arrays: a million-line log holds 8 bytes a number, not a Python object each."""
+    typed arrays and one string a series: a million-line log holds 8 bytes a number, not a Python
+    object each."""
 
     def __init__(self) -> None:
         self._empty()
@@ -117,7 +119,7 @@ class LoggedRows:
             self._event(self.line, restart, series.attempt)
         series.last_of[key] = step
         self.steps.append(step)
-        self.keys.append(key)
+        self.keys.append(sys.intern(key))  # one string a series, not one a line
         self.values.append(value)
         self.attempts.append(series.attempt)
         self.walls.append(wall)

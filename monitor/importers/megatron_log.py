@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from pathlib import Path
 
 from monitor.errors import GapwatchError
@@ -177,7 +176,7 @@ class _LogParser:
             if value is None:
                 self._leave_out(raw_name, f"{raw_name!r}: value {shown(raw)} (line {number}) is not a number: left out")
                 continue
-            name = sys.intern(name_of(raw_name))  # one string a series, not one a line
+            name = name_of(raw_name)
             if keep_earlier and self.last_logged.get(name) == step:
                 continue
             self.last_logged[name] = step
