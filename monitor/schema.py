@@ -174,6 +174,9 @@ class Alignment:
     reference: str
     metrics: dict[str, dict[str, Any]]
     """Per metric key: the points aligned and the method ("exact", "interp ...")."""
+    reference_only: tuple[str, ...] = ()
+    """The keys the reference logs and the run does not: left out of the comparison, named so that
+    a detector can say why a series went unjudged (a held-out set of another name)."""
 
 
 @dataclass

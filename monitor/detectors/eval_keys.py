@@ -38,6 +38,19 @@ def heldout_sets(columns) -> dict[str, dict[str, str]]:
     return out
 
 
+def unshared_heldout(run: RunData, reference: RunData) -> str | None:
+    """Why no held-out set pairs although both runs log some: their sets share no name (the
+    aligned reference names the ones alignment left out). None when a set is shared or a side
+    logs none."""
+    ours = heldout_sets(run.scalars.columns)
+    alignment = reference.info.alignment
+    theirs = heldout_sets([*reference.scalars.columns, *(alignment.reference_only if alignment else ())])
+    if not ours or not theirs or set(ours) & set(theirs):
+        return None
+    return (f"the run's held-out sets ({', '.join(sorted(ours))}) and the reference's ({', '.join(sorted(theirs))}) "
+            f"share no name, so none is paired; a profile rule can name them alike (docs/importing.md)")
+
+
 @dataclass(frozen=True)
 class DownstreamMetric:
     """One downstream number a run logs, with the keys of its error bars when it has them."""

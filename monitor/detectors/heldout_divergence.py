@@ -48,7 +48,7 @@ from .checkpoints import (
     measurement_error,
     over_sets,
 )
-from .eval_keys import heldout_sets
+from .eval_keys import heldout_sets, unshared_heldout
 from .noise import HELDOUT_NOISE, BetweenRunNoise, log_slope
 from .stats import signed_runs
 
@@ -153,6 +153,9 @@ class HeldoutDivergence(Detector, Incremental):
             return [NotJudged(self.name, "the run logs no held-out loss")]
         stat = self.stat(run, reference)
         if stat is None:
+            unshared = unshared_heldout(run, reference)
+            if unshared:
+                return [NotJudged(self.name, unshared)]
             if not heldout_sets(reference.scalars.columns):
                 return [NotJudged(self.name, "the reference logs no held-out loss")]
             return [NotJudged(self.name, "no checkpoint of the run can be paired with the reference's evaluations "

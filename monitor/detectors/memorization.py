@@ -68,7 +68,7 @@ from .checkpoints import (
     measurement_error,
     over_sets,
 )
-from .eval_keys import downstream_aggregate
+from .eval_keys import downstream_aggregate, unshared_heldout
 from .noise import FOLLOW_NOISE, HELDOUT_NOISE, TRAIN_NOISE, BetweenRunNoise, log_slope
 from .rundata import finite, last_points_from
 from .stats import true_runs
@@ -250,6 +250,9 @@ class Memorization(Detector, Incremental):
         if finite(run, self.metric).empty or finite(reference, self.metric).empty:
             who = "the run" if finite(run, self.metric).empty else "the reference"
             return [NotJudged(self.name, f"{who} logs no {self.metric}", self.metric)]
+        unshared = unshared_heldout(run, reference)
+        if unshared:
+            return [NotJudged(self.name, unshared, self.metric)]
         for who, data in (("the run", run), ("the reference", reference)):
             if not any(c.startswith(HELDOUT_PREFIX) and c.endswith("/loss") for c in data.scalars.columns):
                 return [NotJudged(self.name, f"{who} logs no held-out loss, so a lower train loss cannot be told "

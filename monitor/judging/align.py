@@ -118,7 +118,8 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
 
     index = pd.Index(union_steps([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
                      dtype="int64", name="step")
-    meta = Alignment(axis=chosen, reason=reason, run=run.name, reference=reference.name, metrics=stats)
+    meta = Alignment(axis=chosen, reason=reason, run=run.name, reference=reference.name, metrics=stats,
+                     reference_only=tuple(k for k in reference.scalars.columns if k not in run.scalars.columns))
     run_out = _rebuild(run, run_cols, index, meta, identity=True, to_run_steps=None)
     ref_out = _rebuild(reference, ref_cols, index, meta, identity=False,
                        to_run_steps=to_run_steps)

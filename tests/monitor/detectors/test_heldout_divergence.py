@@ -88,6 +88,16 @@ def test_sets_together_and_one_set_alone():
     assert ALL_SETS in {d.metric for d in HeldoutDivergence().detect(run, ref)}
 
 
+def test_a_reference_set_of_another_name_is_named_not_called_missing():
+    # HF's `eval_loss` imported as the set "eval", the run's as "c4": nothing pairs, and the
+    # reason names both sets instead of saying the reference logs no held-out loss.
+    run, ref = pair(n_steps=8000)
+    ref.scalars = ref.scalars.rename(columns={HELD: heldout_key("eval", "loss"), STDERR: heldout_key("eval", "stderr")})
+    _, aligned = align_pair(run, ref)  # the engine judges the run against the aligned reference
+    (why,) = HeldoutDivergence().not_judged(run, aligned)
+    assert "held-out sets (c4) and the reference's (eval) share no name" in why.reason
+
+
 def test_says_what_it_cannot_judge():
     run, ref = pair(n_steps=8000)
     ref.scalars = ref.scalars.drop(columns=[HELD, STDERR])

@@ -114,6 +114,15 @@ def test_fires_when_the_reference_evaluates_less_often_or_at_other_steps():
         assert (d.evidence["interpolated"] > 0) == (thin != "more"), thin
 
 
+def test_a_reference_set_of_another_name_is_named_not_called_missing():
+    run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.25)
+    ref.scalars = ref.scalars.rename(columns={HELD: heldout_key("eval", "loss"), STDERR: heldout_key("eval", "stderr")})
+    _, aligned = align_pair(run_, ref)  # the engine judges the run against the aligned reference
+    assert Memorization().detect(run_, aligned) == []
+    (why,) = Memorization().not_judged(run_, aligned)
+    assert "held-out sets (c4) and the reference's (eval) share no name" in why.reason
+
+
 def test_says_what_it_cannot_judge():
     run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.25)
     ref.scalars = ref.scalars.drop(columns=[HELD, STDERR])
