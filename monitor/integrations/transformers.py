@@ -67,11 +67,12 @@ def eval_names(default_set: str) -> Profile:
 class GapwatchCallback(TrainerCallback):
     def __init__(self, run: str, store: Any = None, *, reference: str | None = None,
                  reference_source: str | os.PathLike | None = None, reference_profile: str | None = None,
-                 eval_set: str = "val", sequence_length: int | None = None,
+                 eval_set: str = "eval", sequence_length: int | None = None,
                  config: dict[str, Any] | None = None, **monitor_args: Any) -> None:
         """`run` and `store` as for `Monitor`; `reference` names the reference run, imported from
         `reference_source` (with `reference_profile`) when the store lacks it. `eval_set` names the
-        held-out set of a single `eval_dataset`; `sequence_length` (tokens per record) gives the
+        held-out set of a single `eval_dataset` ("eval", as the `hf` profile names the `eval_loss` of
+        this Trainer's W&B, TensorBoard or trainer_state.json, so a reference read from them pairs); `sequence_length` (tokens per record) gives the
         tokens per step. Other keyword arguments go to `Monitor` (project, settings, ...)."""
         self.spec = RunSpec(run, store, reference, reference_source, reference_profile, dict(config or {}),
                             monitor_args)

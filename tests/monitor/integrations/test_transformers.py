@@ -4,12 +4,15 @@ CPU, 30 steps, logging every 5, evaluating and saving every 10; then resumed fro
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 from monitor.client import MonitorSettings
+from monitor.importers import import_source
 from monitor.integrations.transformers import GapwatchCallback
 from monitor.store import open_store
 
@@ -55,7 +58,7 @@ def runs(tmp_path_factory):
                                 settings=MonitorSettings(spool_dir=root / "spool", flush_interval_s=0.2))
 
     trainer(callback("ref"), root / "ref", True,
-            {"val": records(8, 2, True), "wiki": records(8, 3, True)}).train()
+            {"eval": records(8, 2, True), "wiki": records(8, 3, True)}).train()
     trainer(callback("cand", reference="ref"), root / "cand", False, records(8, 2, False)).train()
     trainer(callback("cand", reference="ref"), root / "cand", False, records(8, 2, False)).train(
         resume_from_checkpoint=str(root / "cand" / "checkpoint-20"))
@@ -70,13 +73,13 @@ def test_the_trainer_s_names_land_at_its_global_steps(runs):
         info = store.get_run("cand")
     logged = cand.scalars
     assert logged["train/loss"].dropna().index.tolist() == [5, 10, 15, 20, 25, 30]
-    assert logged["eval/heldout/val/loss"].dropna().index.tolist() == [10, 20, 30]
+    assert logged["eval/heldout/eval/loss"].dropna().index.tolist() == [10, 20, 30]
     lr = logged["optim/lr"].dropna()
     assert lr.index.tolist() == [5, 10, 15, 20, 25, 30] and lr.is_monotonic_decreasing and lr.iloc[0] < 3e-3
     assert logged["train/grad_norm"].notna().sum() == 6 and logged["data/epoch"].iloc[-1] == pytest.approx(0.6)
     # The end-of-training summary (train_loss, train_runtime, ...) and eval timings are not series.
     assert set(logged.columns) == {"train/loss", "train/grad_norm", "optim/lr", "data/epoch",
-                                   "eval/heldout/val/loss"}
+                                   "eval/heldout/eval/loss"}
     # A dict of eval datasets: each set under its own name.
     assert ref.scalars["eval/heldout/wiki/loss"].dropna().index.tolist() == [10, 20, 30]
     assert ref.scalars["train/loss"].iloc[-1] < logged["train/loss"].iloc[-1] - 0.3
@@ -97,3 +100,15 @@ def test_each_save_is_a_checkpoint_event_and_a_resume_is_a_new_attempt(runs):
 def test_detect_judges_the_run_against_its_reference_without_a_mapping(runs):
     detect_needs_no_mapping(runs[0])
 
+
+def test_a_reference_read_from_another_trainers_checkpoint_pairs_by_name(runs):
+    # Someone else's run of the same Trainer is often only its checkpoint's trainer_state.json:
+    # imported as it is, its sets and losses pair with the callback's without a mapping.
+    url, root = runs
+    with open_store(url) as store:
+        import_source(store, "ref-file", root / "ref" / "checkpoint-30" / "trainer_state.json")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", "app", "detect", "--run", "cand", "--reference", "ref-file",
+                           "--store", url, "--no-write"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "heldout_divergence on eval/heldout/all: not judged, 3 paired checkpoint(s)" in done.stderr
