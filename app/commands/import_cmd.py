@@ -10,7 +10,7 @@ from app.options import add_store_argument
 # Mapping rows an import prints before its summary (lm-eval results map hundreds of keys).
 MAPPING_ROWS_SHOWN = 20
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, lm-eval-json, tensorboard, jsonl, csv, "
-               "hf-trainer-state, llmc-log, megatron-log, gapwatch-export (default: detected)")
+               "mlflow, hf-trainer-state, llmc-log, megatron-log, gapwatch-export (default: detected)")
 
 
 def register(subparsers) -> None:
@@ -22,7 +22,7 @@ def register(subparsers) -> None:
         ".wandb file, a run folder or a wandb/ folder (a resumed run's folders are one run), "
         "wandb://entity/project/run_id, a W&B CSV export, lm-eval results (a file or a folder), "
         "TensorBoard event files (a file or a folder), a JSONL or CSV metric log, a Hugging Face "
-        "trainer_state.json (or its checkpoint folder), an llm.c / "
+        "trainer_state.json (or its checkpoint folder), an MLflow run folder (mlruns/), an llm.c / "
         "modded-nanogpt / nanoGPT log, a Megatron-LM / GPT-NeoX / nanotron stdout log, or a file "
         "`gapwatch export` wrote. Steps are the "
         "trainer's own when the source logs them; the mapping of its keys is printed.",

@@ -9,7 +9,7 @@ chunk (`table_import`), so their memory is bounded by a chunk, not by the file.
 Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-api`
 (`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
 a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl` and `csv`
-(generic metric logs), `hf-trainer-state` (the Hugging Face Trainer's `trainer_state.json`, a
+(generic metric logs), `mlflow` (an MLflow file-store run folder), `hf-trainer-state` (the Hugging Face Trainer's `trainer_state.json`, a
 checkpoint folder or an output folder of them), `llmc-log` (llm.c, modded-nanogpt and nanoGPT text logs), `megatron-log`
 (the stdout logs of Megatron-LM, Megatron-DeepSpeed, GPT-NeoX and nanotron),
 `gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).
@@ -24,7 +24,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from . import generic_table, hf_trainer_state, lm_eval_json, megatron_log, run_export, tensorboard_events, text_logs, wandb
+from . import generic_table, hf_trainer_state, lm_eval_json, megatron_log, mlflow_runs, run_export, tensorboard_events, text_logs, wandb
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
@@ -35,8 +35,8 @@ from .step_axis import WANDB_ROW_KEY, choose_step_key, is_wandb_history_jsonl, o
 from .wandb import api, csv_export
 
 # Every format, in the order detection asks them (see `formats`): a folder holding a W&B run may
-# hold TensorBoard files too, and a W&B export is a CSV before it is a generic one.
-FORMATS = [api.FORMAT, wandb.RUN_FILE, tensorboard_events.FORMAT, run_export.FORMAT,
+# hold TensorBoard files too (so may an MLflow run's artifacts), and a W&B export is a CSV before it is a generic one.
+FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, tensorboard_events.FORMAT, run_export.FORMAT,
            csv_export.FORMAT, generic_table.CSV, hf_trainer_state.FORMAT, lm_eval_json.FORMAT, text_logs.FORMAT,
            megatron_log.FORMAT, generic_table.JSONL]
 

@@ -1,0 +1,154 @@
+"""MLflow's file store: a run folder `mlruns/<experiment id>/<run id>/` (what `mlflow.log_metric`
+writes under `file:` tracking, the layout of every `mlruns/` folder before MLflow 3 and of many
+since), or an experiment or `mlruns/` folder holding one run.
+
+A run folder holds `meta.yaml` (its name, status, times), `metrics/<key>` (a file a metric, a key
+with `/` in it a path: `metrics/eval/loss`), each line `timestamp_ms value step` (files of MLflow
+before 1.0 have no step: step 0), `params/<name>` (one value a file) and `tags/`. Source names are
+the metric keys as logged; the Hugging Face Trainer's MLflow callback logs its own (`loss`,
+`learning_rate`, `eval_loss`), which the inference every source gets reads.
+
+Rules:
+* Values are replayed in the order they were logged (their timestamps, a file's own order among
+  equal ones) under the restart rule of logged_rows.py: a run resumed with
+  `mlflow.start_run(run_id=...)` from an earlier checkpoint logs steps again, a second attempt.
+* A line that is not `timestamp value [step]` is an error naming the file and line.
+* `params/` fill `config`, numbers read as such. A run MLflow still marks RUNNING is live; one it
+  marks FAILED or KILLED is said to have ended so.
+* A folder of several runs is refused with their names, so that the user picks one.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
+
+from .formats import Format, Probe
+from .imported_run import ImportedRun
+from .input_checks import shown
+from .logged_rows import LoggedRows
+
+# RunStatus in MLflow's protos.
+_RUNNING, _FAILED, _KILLED = 1, 4, 5
+
+
+def is_run_folder(path: Path) -> bool:
+    return (path / "meta.yaml").is_file() and (path / "metrics").is_dir()
+
+
+def run_folders(path: Path) -> list[Path]:
+    """The run folders at or under `path` (a run, an experiment, or an mlruns folder; deleted runs
+    in `.trash` left out)."""
+    if is_run_folder(path):
+        return [path]
+    found = []
+    for child in sorted(p for p in path.iterdir() if p.is_dir() and p.name != ".trash"):
+        if is_run_folder(child):
+            found.append(child)
+        elif (child / "meta.yaml").is_file():  # an experiment of mlruns/
+            found.extend(sorted(r for r in child.iterdir() if r.is_dir() and is_run_folder(r)))
+    return found
+
+
+def recognize(probe: Probe) -> bool:
+    """A run folder, or a folder of them (an experiment, mlruns/). Asked before TensorBoard: a run
+    often keeps event files among its artifacts."""
+    return probe.is_dir and bool(run_folders(probe.path))
+
+
+def parse_mlflow_run(source: str | Path) -> ImportedRun:
+    source = Path(source)
+    runs = run_folders(source)
+    if not runs:
+        raise GapwatchError(f"{source}: no MLflow run folder (meta.yaml and metrics/) here")
+    if len(runs) > 1:
+        listed = "; ".join(f"{_name(r)} ({r.relative_to(source)})" for r in runs[:10])
+        raise GapwatchError(f"{source}: {len(runs)} MLflow runs here: import one run folder: {listed}"
+                            + (" ..." if len(runs) > 10 else ""))
+    folder = runs[0]
+    meta = _meta(folder)
+    logged = [_metric(folder, path) for path in sorted((folder / "metrics").rglob("*")) if path.is_file()]
+    if not logged or not sum(len(m[1]) for m in logged):
+        raise GapwatchError(f"{folder}: the MLflow run logged no metric values: nothing to import")
+    rows = LoggedRows()
+    keys = np.concatenate([np.full(len(m[1]), i) for i, m in enumerate(logged)])
+    times, steps, values = (np.concatenate([m[1][:, c] for m in logged]) for c in range(3))
+    for i in np.lexsort((np.arange(keys.size), times)):  # logging order, a file's own among ties
+        rows.at_step(int(i) + 1, int(steps[i]))
+        rows.add(int(steps[i]), logged[keys[i]][0], float(values[i]), float(times[i]) / 1000.0)
+    notes = []
+    status = meta.get("status")
+    if status in (_FAILED, _KILLED):
+        notes.append(f"{folder}: MLflow marks the run {'FAILED' if status == _FAILED else 'KILLED'}: what it "
+                     f"logged before it ended is imported")
+    return ImportedRun(name_hint=_name(folder), scalars=rows.scalars(with_wall_time=True), events=rows.events,
+                       source=str(folder), config=_params(folder), notes=notes, live=status == _RUNNING)
+
+
+def _metric(folder: Path, path: Path) -> tuple[str, np.ndarray]:
+    """(key, rows of timestamp, step, value) of one metric file."""
+    key = path.relative_to(folder / "metrics").as_posix()
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GapwatchError(f"{path}: cannot read: {exc}") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        try:
+            if len(fields) not in (2, 3):
+                raise ValueError
+            stamp, value = float(fields[0]), float(fields[1])
+            step = int(fields[2]) if len(fields) == 3 else 0
+        except ValueError:
+            raise GapwatchError(f"{path}: line {number}: not 'timestamp value step': {shown(line)}") from None
+        if not 0 <= step <= MAX_STEP:
+            raise GapwatchError(f"{path}: line {number}: step {step} is outside 0..{MAX_STEP}")
+        out.append((stamp, step, value))
+    return key, np.array(out, dtype=float).reshape(-1, 3)
+
+
+def _meta(folder: Path) -> dict:
+    try:
+        meta = yaml.safe_load((folder / "meta.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise GapwatchError(f"{folder / 'meta.yaml'}: not readable as MLflow's run metadata: {exc}") from None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _name(folder: Path) -> str:
+    tag = folder / "tags" / "mlflow.runName"
+    if tag.is_file():
+        return tag.read_text(encoding="utf-8", errors="replace").strip() or folder.name
+    name = _meta(folder).get("run_name") if (folder / "meta.yaml").is_file() else None
+    return str(name) if name else folder.name
+
+
+def _params(folder: Path) -> dict:
+    out = {}
+    for path in sorted((folder / "params").rglob("*")) if (folder / "params").is_dir() else ():
+        if path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace").strip()
+            out[path.relative_to(folder / "params").as_posix()] = _setting(text)
+    return out
+
+
+def _setting(text: str):
+    for kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        return value if not isinstance(value, float) or math.isfinite(value) else text
+    return text
+
+
+FORMAT = Format("mlflow", lambda source, options: parse_mlflow_run(source), recognize)
