@@ -1,4 +1,5 @@
-"""Throughput, MFU and step time in three panels sharing x, with stalls shaded."""
+"""Throughput (the run's tokens per second, or one device's where that is what the trainer logs), MFU
+and step time in panels sharing x, with stalls shaded."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from app.figures.frames import series_frame
 from app.figures.grad_norm import peak_markers
 from app.figures.overlay import line_trace, series_uid
 from app.figures.style import SEVERITY_COLORS, SERIES_COLORS, TEMPLATE, base_figure, note_empty
-from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S
+from monitor.schema import PERF_DEVICE_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S
 
-PANELS = ((PERF_TOKENS_PER_S, "tokens/s"), (PERF_MFU, "MFU"), (PERF_STEP_TIME_S, "step time (s)"))
+PANELS = ((PERF_TOKENS_PER_S, "tokens/s"), (PERF_DEVICE_TOKENS_PER_S, "tokens/s per device"), (PERF_MFU, "MFU"),
+          (PERF_STEP_TIME_S, "step time (s)"))
 # Past this many stall intervals the shading is a wall; the largest (by score) are drawn.
 MAX_STALL_SHAPES = 100
 

@@ -22,7 +22,7 @@ from app import figures as F
 from app.report.model import FigureItem, Table
 from app.report.pair import ComparedPair
 
-PERF_KEYS = (schema.PERF_TOKENS_PER_S, schema.PERF_MFU, schema.PERF_STEP_TIME_S)
+PERF_KEYS = (schema.PERF_TOKENS_PER_S, schema.PERF_DEVICE_TOKENS_PER_S, schema.PERF_MFU, schema.PERF_STEP_TIME_S)
 DATA_KEYS = (schema.DATA_CURSOR, schema.DATA_EPOCH, schema.DATA_UNIQUE_FRACTION,
              schema.DATA_SEEN_ONCE_FRACTION, schema.DATA_SEEN_2PLUS_FRACTION,
              schema.DATA_EXPECTED_UNIQUE_FRACTION, schema.DATA_BATCH_REREAD_FRACTION)

@@ -14,6 +14,7 @@ from monitor.schema import (
     DATA_BATCH_REREAD_FRACTION,
     DATA_CURSOR,
     DATA_UNIQUE_FRACTION,
+    PERF_DEVICE_TOKENS_PER_S,
     PERF_MFU,
     PERF_STEP_TIME_S,
     PERF_TOKENS_PER_S,
@@ -185,6 +186,13 @@ def test_event_markers_on_every_panel_with_checkpoints_thinned():
     for name in overlays:
         axis = fig.layout["yaxis" + name[1:]]
         assert tuple(axis.range) == (0, 1) and axis.overlaying in ("y", "y2", "y3")
+
+
+def test_a_trainer_that_logs_one_devices_rate_gets_its_panel():
+    # OLMo-core, torchtitan, Composer, MaxText and torchtune log tokens per second per device only.
+    s = np.arange(50)
+    fig = figures.throughput_figure(long({PERF_DEVICE_TOKENS_PER_S: (s, s), PERF_STEP_TIME_S: (s, s)}))
+    assert [t.name for t in fig.data] == ["tokens/s per device", "step time (s)"]
 
 
 def test_range_highlight_on_every_panel():
