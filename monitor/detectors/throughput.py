@@ -15,7 +15,8 @@ before, so the watch service reaches the verdicts a whole-run pass reaches.
   periodic pattern: one detection per stretch, with its period and the time it cost (WARNING once
   that reached 1 - `min_goodput` of the run's time). The pauses before the pattern was recognisable
   are stalls.
-* Drops: the median of `perf/mfu` or `perf/tokens_per_s` over a complete block of
+* Drops: the median of `perf/mfu`, `perf/tokens_per_s` or `perf/device_tokens_per_s` (one device's
+  share, all that OLMo-core, torchtitan or torchtune log) over a complete block of
   `drop_block_points` steps falls more than `drop_fraction` below the median of the preceding
   `baseline_blocks` such medians (the run's own baseline) for `persist_blocks` blocks; and against
   the reference, where it logs the same metric, block by block on the aligned axis.
@@ -36,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.schema import (
+    PERF_DEVICE_TOKENS_PER_S,
     PERF_MFU,
     PERF_STEP_TIME_S,
     PERF_TOKENS_PER_S,
@@ -99,7 +101,7 @@ class ThroughputDetector(Detector, Incremental):
     """Below 90% goodput a run loses more than one step in ten to stalls and pauses."""
     cadence_points: int = 32
     """Block widths follow the logging interval of each metric's first 32 logged steps."""
-    drop_metrics: tuple[str, ...] = (PERF_MFU, PERF_TOKENS_PER_S)
+    drop_metrics: tuple[str, ...] = (PERF_MFU, PERF_TOKENS_PER_S, PERF_DEVICE_TOKENS_PER_S)
     """The throughput metrics judged for drops (higher is better)."""
     busy_host_load: float = 1.5
     """Load average per CPU from which a finding says the host was loaded: half again as many

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from monitor.detectors.throughput import ThroughputDetector
-from monitor.schema import PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, SYS_LOAD_PER_CPU, Severity
+from monitor.schema import (PERF_DEVICE_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S, PERF_TOKENS_PER_S, SYS_LOAD_PER_CPU,
+                            Severity)
 
 from .synth import perf, run
 
@@ -93,6 +94,17 @@ def test_mfu_drop_against_own_baseline():
     (d,) = ThroughputDetector().detect(r)
     assert d.metric == PERF_MFU and 2900 <= d.start_step <= 3100
     assert d.evidence["delta"] == pytest.approx(-0.25, abs=0.02)
+
+
+def test_one_devices_rate_is_judged_for_drops_as_the_runs_is():
+    # A trainer that logs tokens per second per device only (torchtune, OLMo-core).
+    r = perf_run()
+    r.scalars[PERF_DEVICE_TOKENS_PER_S] = r.scalars.pop(PERF_TOKENS_PER_S) / 8
+    r.scalars = r.scalars.drop(columns=[PERF_MFU])
+    assert ThroughputDetector().detect(r) == []
+    r.scalars.loc[3000:, PERF_DEVICE_TOKENS_PER_S] *= 0.7
+    (d,) = ThroughputDetector().detect(r)
+    assert d.metric == PERF_DEVICE_TOKENS_PER_S and 2900 <= d.start_step <= 3100
 
 
 def test_slower_than_reference():
