@@ -5,6 +5,10 @@ Both layouts the harness has written are read:
 * 0.4: `results[task]["<metric>,<filter>"]` and `"<metric>_stderr,<filter>"`, with sample counts in
   `n-samples[task].effective`.
 
+Hugging Face's lighteval writes the 0.3 layout with `config_general` for `config`, tasks named
+`suite|task|few-shot` (`leaderboard|arc:challenge|25` becomes the task `leaderboard_arc_challenge_25`)
+and an `all` entry averaging every task, which is left out: it is no task of its own.
+
 Each value becomes `eval/downstream/<task>/<metric>` (a filter other than `none` is appended to the
 metric: `exact_match_strict-match`), its standard error `.../stderr`, its sample count `.../n`.
 The step comes from `revision=stepN` (or `global_stepN`) in `config.model_args`, as the harness
@@ -36,7 +40,7 @@ _NOT_METRICS = {"alias", "name", "sample_len", "sample_count"}
 
 def sniff(doc) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get("results"), dict) and (
-        "config" in doc or "versions" in doc or "configs" in doc)
+        "config" in doc or "versions" in doc or "configs" in doc or "config_general" in doc)
 
 
 def recognize(probe: Probe) -> bool:
@@ -166,6 +170,8 @@ def _metrics(file: Path, doc: dict):
     """(key, value) of every numeric metric, standard error and sample count in one file."""
     n_samples = doc.get("n-samples") or {}
     for task, metrics in doc["results"].items():
+        if task == "all" and "config_general" in doc:  # lighteval's mean over its tasks
+            continue
         if not isinstance(metrics, dict):
             raise GapwatchError(f"{file}: results[{shown(task)}] is not a mapping")
         for name, value in metrics.items():

@@ -112,3 +112,19 @@ def test_results_written_by_the_real_harness(tmp_path):
     assert data.series("eval/downstream/tiny_choice/acc/n").loc[1200] == 8
     assert data.series("eval/downstream/tiny_choice/acc/stderr").loc[1200] > 0
     assert not any("sample_len" in k for k in data.scalars.columns)
+
+
+def test_lighteval_results_leave_out_the_mean_over_tasks(tmp_path):
+    # Hugging Face's lighteval: the 0.3 layout, `suite|task|few-shot` names, and `all`.
+    doc = {"config_general": {"model_name": "HuggingFaceTB/SmolLM2-1.7B"},
+           "results": {"leaderboard|arc:challenge|25": {"acc": 0.52, "acc_stderr": 0.0146, "acc_norm": 0.55,
+                                                        "acc_norm_stderr": 0.0145},
+                       "leaderboard|hellaswag|10": {"acc": 0.55, "acc_stderr": 0.005},
+                       "all": {"acc": 0.535, "acc_stderr": 0.0098}},
+           "versions": {"leaderboard|arc:challenge|25": 0, "leaderboard|hellaswag|10": 0}}
+    path = tmp_path / "results_2024-11-01T00-00-00.json"
+    path.write_text(json.dumps(doc))
+    data = load(path, step=2000).to_run_data("le")
+    assert data.series("eval/downstream/leaderboard_arc_challenge_25/acc_norm").to_dict() == {2000: 0.55}
+    assert data.series("eval/downstream/leaderboard_hellaswag_10/acc/stderr").to_dict() == {2000: 0.005}
+    assert not any(k.startswith("eval/downstream/all/") for k in data.scalars.columns)
