@@ -58,6 +58,11 @@ def recognize(probe: Probe) -> bool:
         raise GapwatchError(f"{probe.path}: JSON nested too deep to be lm-eval results") from None
     if sniff(doc):
         return True
+    if isinstance(doc, dict) and doc and all(isinstance(v, (int, float)) for v in doc.values()) and (
+            {"epoch", "train_loss", "eval_loss", "train_runtime"} & set(doc)):
+        raise GapwatchError(f"{probe.path}: a Hugging Face Trainer's final results (all_results.json, "
+                            "train_results.json): values at the end, no history; import the trainer_state.json "
+                            "of the run's last checkpoint instead")
     raise GapwatchError(f"{probe.path}: a JSON file that is not lm-eval results")
 
 

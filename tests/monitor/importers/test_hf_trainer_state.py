@@ -106,3 +106,10 @@ def test_a_state_with_nothing_to_read_is_one_clear_error(tmp_path, text, message
     path.write_text(text)
     with pytest.raises(GapwatchError, match=message):
         load(path)
+
+
+def test_the_final_results_file_points_to_the_state(tmp_path):
+    path = tmp_path / "all_results.json"
+    path.write_text(json.dumps({"epoch": 3.0, "eval_loss": 2.1, "train_loss": 2.3, "train_runtime": 812.5}))
+    with pytest.raises(GapwatchError, match="final results .* import the trainer_state.json"):
+        load(path)
