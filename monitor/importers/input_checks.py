@@ -138,3 +138,15 @@ def csv_header(path: str | os.PathLike, delimiter: str) -> list[str]:
             return next(csv.reader(fh, delimiter=delimiter), [])
     except (OSError, UnicodeDecodeError, csv.Error):
         return []
+
+
+def setting(text: str):
+    """A setting written as text (a Megatron-LM argument, an MLflow param): an int, a finite float,
+    True, False or None where it reads as one, else the text."""
+    for kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        return value if not isinstance(value, float) or math.isfinite(value) else text
+    return {"True": True, "False": False, "None": None}.get(text, text)

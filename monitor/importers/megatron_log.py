@@ -48,7 +48,7 @@ from monitor.schema import MAX_STEP
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import cut, shown
+from .input_checks import cut, setting, shown
 from .logged_rows import LoggedRows
 
 _ITERATION = re.compile(r"\biteration:?\s+(\d+)\s*/\s*\d+\s*$")
@@ -63,7 +63,7 @@ _SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _VALIDATION_SETS = {"validation", "valid", "val"}
 _ARGS_START = re.compile(r"-+ arguments -+\s*$")
 _ARGS_END = re.compile(r"-+ end of arguments -+\s*$")
-_ARG = re.compile(r"\s+(\w+) \.+ (.*?)\s*$")
+_ARG = re.compile(r"(?:^|\s)(\w+) \.{2,} (.*?)\s*$")
 
 
 def _segments(line: str) -> list[str]:
@@ -141,8 +141,8 @@ class _LogParser:
             self.in_arguments = True
         elif self.in_arguments and _ARGS_END.search(line):
             self.in_arguments = False
-        elif self.in_arguments and (m := _ARG.match(line)):
-            self.arguments[m.group(1)] = _setting(m.group(2))
+        elif self.in_arguments and (m := _ARG.search(line)):
+            self.arguments[m.group(1)] = setting(m.group(2))
         else:
             return False
         return True
@@ -202,15 +202,6 @@ class _LogParser:
     def result(self, name_hint: str) -> ImportedRun:
         return ImportedRun(name_hint=name_hint, scalars=self.rows.scalars(), events=self.rows.events,
                            source=self.source, notes=list(self.left_out.values()))
-
-
-def _setting(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"True": True, "False": False, "None": None}.get(text, text)
 
 
 def _tokens_per_step(config: dict) -> float | None:

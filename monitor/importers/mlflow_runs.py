@@ -20,7 +20,6 @@ Rules:
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,7 @@ from monitor.schema import MAX_STEP
 
 from .formats import Format, Probe
 from .imported_run import ImportedRun
-from .input_checks import shown
+from .input_checks import setting, shown
 from .logged_rows import LoggedRows
 
 # RunStatus in MLflow's protos.
@@ -137,18 +136,8 @@ def _params(folder: Path) -> dict:
     for path in sorted((folder / "params").rglob("*")) if (folder / "params").is_dir() else ():
         if path.is_file():
             text = path.read_text(encoding="utf-8", errors="replace").strip()
-            out[path.relative_to(folder / "params").as_posix()] = _setting(text)
+            out[path.relative_to(folder / "params").as_posix()] = setting(text)
     return out
-
-
-def _setting(text: str):
-    for kind in (int, float):
-        try:
-            value = kind(text)
-        except ValueError:
-            continue
-        return value if not isinstance(value, float) or math.isfinite(value) else text
-    return text
 
 
 FORMAT = Format("mlflow", lambda source, options: parse_mlflow_run(source), recognize)
