@@ -7,6 +7,8 @@ Each poll writes what is new, in its own transaction (so a reader sees whole pol
   when the run's state is finished, crashed, failed or killed;
 * both are put on the trainer's step as a whole import puts them (`step_axis.StepAxisInParts`:
   the step key is chosen from the first poll that finds rows);
+* a format with a `tail` reader (Megatron-LM's log) is read from the last whole line the last
+  poll read;
 * every other format is read again from its start (JSONL and CSV logs chunk by chunk, the rest
   whole); the store writer takes only the rows after those it already has (they grow by
   appending), and following ends after `idle_timeout_s` without new rows, if set.
@@ -98,7 +100,11 @@ def _poller(store, name, source, fmt, profile, load_kwargs, api_config):
         return _WandbFilePoller(source, profile, load_kwargs)
     if fmt == "wandb-api":
         return _WandbApiPoller(store, name, source, profile, load_kwargs, api_config)
-    from . import load
+    from . import get_format, load
+
+    tail = get_format(fmt).tail
+    if tail is not None:
+        return _TailPoller(tail(source), profile, load_kwargs, prefer=get_format(fmt).profile)
 
     def reload():
         return load(source, profile, fmt=fmt, **load_kwargs), None, False
@@ -122,6 +128,7 @@ class _WandbFilePoller:
             profile) else profile
         named_key = self.profile.step_key if isinstance(self.profile, Profile) else None
         self.axis = StepAxisInParts(load_kwargs.get("step_key") or named_key)
+        self.prefer: str | None = None  # the profile preferred on a tie: the format's own
 
     def __call__(self):
         from .wandb.run_file import to_imported
@@ -135,7 +142,10 @@ class _WandbFilePoller:
         return run, previous, self.reader.finished
 
     def _map(self, run: ImportedRun) -> ImportedRun:
-        run = self.axis.apply(run)
+        return self._named(self.axis.apply(run))
+
+    def _named(self, run: ImportedRun) -> ImportedRun:
+        """The run under its profile, chosen from the first rows read as a whole import chooses it."""
         if self.tokens_per_step is not None:
             run.tokens_per_step = float(self.tokens_per_step)
         if not isinstance(self.profile, Profile):
@@ -143,9 +153,27 @@ class _WandbFilePoller:
                 return run  # nothing logged yet: the profile is chosen from the first rows
             # As a whole import chooses it, on what the first poll found.
             names = [str(n) for n in pd.unique(run.scalars["key"])]
-            self.profile, _ = pick_profile(None, names, cadences(run.scalars),
+            self.profile, _ = pick_profile(None, names, cadences(run.scalars), prefer=self.prefer,
                                            user_file=self.user_file)
         return apply_profile(run, self.profile)
+
+
+class _TailPoller(_WandbFilePoller):
+    """A format whose `tail` reader reads on from where it stopped, on the trainer's own steps."""
+
+    def __init__(self, reader, profile, load_kwargs, prefer: str | None) -> None:
+        self.reader = reader
+        self._settings(profile, load_kwargs)
+        self.prefer = prefer
+        self.rows = 0
+        self.first = True
+
+    def __call__(self):
+        previous = None if self.first else self.rows
+        run = self._named(self.reader.read())
+        self.first = False
+        self.rows += len(run.scalars)
+        return run, previous, False
 
 
 class _WandbApiPoller(_WandbFilePoller):

@@ -72,6 +72,9 @@ class Format:
     profile: the profile its names usually follow, preferred when detection ties.
     own_keys: its names are gapwatch's keys already: `profile` is taken, not detected.
     streamed: imported chunk by chunk (`table_import`), so memory is bounded by a chunk.
+    tail: for `import --follow`, a reader of the source (source -> object whose `read()` returns
+        an ImportedRun of the rows added since its last read), so that a growing source is not
+        read again from its start at every poll; None: read whole each poll.
     steps: "own" (the reader puts rows on the trainer's step, taking `step_key` if it can),
         "rows" (its steps count rows: the trainer's step key is chosen from its names after
         reading), "asked" (its own steps, unless a step key is named).
@@ -84,6 +87,7 @@ class Format:
     profile: str | None = None
     own_keys: bool = False
     streamed: bool = False
+    tail: Callable[[Any], Any] | None = None
     steps: Literal["own", "rows", "asked"] = "own"
 
 

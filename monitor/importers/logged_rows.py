@@ -128,9 +128,9 @@ class LoggedRows:
         return scalars_frame(self.steps, self.keys, self.values, self.attempts,
                              wall_time=self.walls if with_wall_time else None)
 
-    def take(self) -> pd.DataFrame:
-        """The rows added since the last take (with wall_time), leaving the attempt as it is."""
-        frame = self.scalars(with_wall_time=True)
+    def take(self, with_wall_time: bool = True) -> pd.DataFrame:
+        """The rows added since the last take, leaving the attempt as it is."""
+        frame = self.scalars(with_wall_time=with_wall_time)
         self._empty()
         return frame
 

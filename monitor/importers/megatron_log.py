@@ -83,28 +83,64 @@ def sniff(head: str) -> bool:
 
 
 def parse_megatron_log(path: str | Path) -> ImportedRun:
-    """Parse one Megatron-LM / GPT-NeoX / nanotron training log into an ImportedRun, a line at a
-    time: a log of a million iterations is never held whole."""
-    path = Path(path)
-    parser = _LogParser(str(path))
-    partial = None
-    try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.endswith("\n"):  # a line still being written
-                    partial = number if line.strip() else None
-                    break
-                parser.feed(number, line.rstrip("\r\n"))
-    except OSError as exc:
-        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
-    run = parser.result(path.stem)
-    if partial is not None:
-        run.notes.append(f"{path}: line {partial} has no newline yet (still being written): left out")
-    run.config.update(parser.arguments)
-    run.tokens_per_step = _tokens_per_step(run.config)
+    """Parse one Megatron-LM / GPT-NeoX / nanotron training log into an ImportedRun, a block of
+    lines at a time: a log of a million iterations is never held whole."""
+    tail = LogTail(path)
+    run = tail.read()
+    if tail.unfinished():
+        run.notes.append(f"{path}: line {tail.number + 1} has no newline yet (still being written): left out")
     if not len(run.scalars):
         raise GapwatchError(f"{path}: no Megatron-LM, GPT-NeoX or nanotron iteration lines with values found")
     return run
+
+
+class LogTail:
+    """A log read from where the last read stopped, whole lines only: `import --follow` reads a
+    growing log a poll at a time without reading it again from its start."""
+
+    BLOCK_BYTES = 8 << 20
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.parser = _LogParser(str(self.path))
+        self.offset = 0  # bytes read, up to the end of the last whole line
+        self.number = 0  # lines read
+        self.events_told = 0
+
+    def read(self) -> ImportedRun:
+        """The rows of the whole lines written since the last read."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                while block := fh.read(self.BLOCK_BYTES):
+                    end = block.rfind(b"\n") + 1
+                    if end == 0:  # no whole line in it: a line longer than a block, or one being written
+                        if len(block) < self.BLOCK_BYTES:
+                            break
+                        raise GapwatchError(f"{self.path}: line {self.number + 1} is longer than "
+                                            f"{self.BLOCK_BYTES >> 20} MiB: not a training log")
+                    for line in block[:end].decode("utf-8", errors="replace").split("\n")[:-1]:
+                        self.number += 1
+                        self.parser.feed(self.number, line.rstrip("\r"))
+                    self.offset += end
+                    fh.seek(self.offset)
+        except OSError as exc:
+            raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
+        rows = self.parser.rows
+        events, self.events_told = rows.events[self.events_told:], len(rows.events)
+        config = dict(self.parser.arguments)
+        return ImportedRun(name_hint=self.path.stem, scalars=rows.take(with_wall_time=False), events=events,
+                           source=str(self.path), notes=self.parser.notes(), config=config,
+                           tokens_per_step=_tokens_per_step(config))
+
+    def unfinished(self) -> bool:
+        """Whether the file goes on past the last whole line (a line still being written)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                return bool(fh.read(self.BLOCK_BYTES).strip())
+        except OSError:
+            return False
 
 
 class _LogParser:
@@ -199,9 +235,8 @@ class _LogParser:
     def _leave_out(self, name: str, note: str) -> None:
         self.left_out.setdefault(name, f"{self.source}: {note}")
 
-    def result(self, name_hint: str) -> ImportedRun:
-        return ImportedRun(name_hint=name_hint, scalars=self.rows.scalars(), events=self.rows.events,
-                           source=self.source, notes=list(self.left_out.values()))
+    def notes(self) -> list[str]:
+        return list(self.left_out.values())
 
 
 def _tokens_per_step(config: dict) -> float | None:
@@ -212,4 +247,5 @@ def _tokens_per_step(config: dict) -> float | None:
 
 
 FORMAT = Format("megatron-log", lambda source, options: parse_megatron_log(source),
-                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="megatron")
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="megatron",
+                tail=LogTail)

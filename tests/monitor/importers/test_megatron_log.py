@@ -11,6 +11,9 @@ import pytest
 from monitor import schema
 from monitor.errors import GapwatchError
 from monitor.importers import detect_format, load
+from monitor.importers.follow import FollowConfig, follow
+from monitor.importers.megatron_log import LogTail
+from monitor.store import open_store
 
 
 def _loss(step: int) -> float:
@@ -152,3 +155,35 @@ def test_a_plain_text_file_is_not_taken_for_a_megatron_log(tmp_path):
     path.write_text("we ran iteration 10/20 of the sweep | results below\nnothing else\n")
     with pytest.raises(GapwatchError, match="unrecognised format"):
         detect_format(path)
+
+
+def test_following_a_growing_log_reads_on_from_its_last_whole_line(tmp_path, sqlite_url, monkeypatch):
+    # A training job appending to its log while `import --follow` polls it: each poll reads from
+    # where the last stopped (a line cut short waits for its newline), and the store ends up
+    # holding what a whole import of the finished log holds.
+    path = tmp_path / "train.log"
+    text = ARGUMENTS + "".join(_megatron_iteration(s, _loss(s)) for s in range(10, 301, 10))
+    cuts = [text.index(" iteration      110/"), text.index(" iteration      200/") + 25, len(text)]
+    path.write_text(text[:cuts[0]])
+    starts = []
+    read = LogTail.read
+
+    def spy(self):
+        starts.append(self.offset)
+        return read(self)
+
+    monkeypatch.setattr(LogTail, "read", spy)
+
+    def grow(poll):
+        if poll.poll < len(cuts):
+            path.write_text(text[:cuts[poll.poll]])
+
+    with open_store(sqlite_url) as store:
+        last = follow(store, "live", str(path), "megatron-log", config=FollowConfig(poll_interval_s=0, max_polls=3),
+                      on_poll=grow)
+        followed = store.load_run("live").scalars
+    assert starts[0] == 0 and starts[1] > 0 and starts[2] > starts[1]  # read on, never from the start again
+    whole = load(path)
+    assert last.rows_total == len(whole.scalars)
+    expected = whole.to_run_data("whole").scalars
+    assert set(followed.columns) == set(expected.columns) and followed.equals(expected[followed.columns])
