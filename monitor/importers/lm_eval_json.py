@@ -12,7 +12,9 @@ and an `all` entry averaging every task, which is left out: it is no task of its
 Each value becomes `eval/downstream/<task>/<metric>` (a filter other than `none` is appended to the
 metric: `exact_match_strict-match`), its standard error `.../stderr`, its sample count `.../n`.
 The step comes from `revision=stepN` (or `global_stepN`) in `config.model_args`, as the harness
-records the checkpoint it loaded, unless the caller gives one. Values that are not numbers (`N/A`
+records the checkpoint it loaded, else from the checkpoint folder `pretrained=` names
+(`checkpoint-N` of the Hugging Face Trainer, `stepN` of OLMo, `iter_N` of Megatron-LM,
+`global_stepN` of DeepSpeed), unless the caller gives one. Values that are not numbers (`N/A`
 standard errors) are left out. In a folder, two files that give different values for the same
 step and metric are an error naming both.
 """
@@ -33,6 +35,9 @@ from .imported_run import ImportedRun, scalars_frame
 from .input_checks import RepeatedName, UnfitNumber, loads, shown
 
 _REVISION = re.compile(r"(?:^|[,\s])revision=(?:global_)?step(\d+)(?:$|[,\s])")
+# A checkpoint folder in the path the model was loaded from: its last such part.
+_PRETRAINED = re.compile(r"(?:^|[,\s])pretrained=([^,\s]+)")
+_CHECKPOINT_DIR = re.compile(r"^(?:checkpoint-|global_step|step|iter_)(\d+)(?:-[A-Za-z]+)*$")
 _STDERR_SUFFIX = "_stderr"
 # Bookkeeping fields of a task's results, not metrics (lm-eval 0.4 writes them beside the metrics).
 _NOT_METRICS = {"alias", "name", "sample_len", "sample_count"}
@@ -159,16 +164,24 @@ def _step_of(file: Path, doc: dict) -> int:
     if isinstance(args, dict):
         args = ",".join(f"{k}={v}" for k, v in args.items())
     m = _REVISION.search(str(args))
-    if not m:
+    digits = m.group(1) if m else _checkpoint_folder(str(args))
+    if digits is None:
         raise GapwatchError(
-            f"{file}: no revision=stepN in config.model_args ({shown(str(args))}): "
-            "give the step (--step)"
+            f"{file}: no revision=stepN in config.model_args, nor a checkpoint folder in its path "
+            f"({shown(str(args))}): give the step (--step)"
         )
-    digits = m.group(1)
     if len(digits) > len(str(schema.MAX_STEP)) or int(digits) > schema.MAX_STEP:
-        raise GapwatchError(f"{file}: the step of revision {shown('step' + digits)} is beyond the "
+        raise GapwatchError(f"{file}: the step of checkpoint {shown(digits)} is beyond the "
                             f"largest step a store keeps ({schema.MAX_STEP})")
     return int(digits)
+
+
+def _checkpoint_folder(args: str) -> str | None:
+    """The step of the last checkpoint folder in `pretrained=`'s path (out/checkpoint-2000)."""
+    m = _PRETRAINED.search(args)
+    parts = re.split(r"[/\\]", m.group(1)) if m else []
+    steps = [c.group(1) for part in parts if (c := _CHECKPOINT_DIR.match(part))]
+    return steps[-1] if steps else None
 
 
 def _metrics(file: Path, doc: dict):

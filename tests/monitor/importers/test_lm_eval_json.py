@@ -47,7 +47,7 @@ def test_missing_revision_needs_a_step(tmp_path):
     path = tmp_path / "res.json"
     path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6, "acc_stderr": 0.01}},
                                 "config": {"model_args": "pretrained=m"}}))
-    with pytest.raises(GapwatchError, match="no revision=stepN .* give the step"):
+    with pytest.raises(GapwatchError, match="no revision=stepN .* nor a checkpoint folder .* give the step"):
         load(path)
     data = load(path, step=500).to_run_data("x")
     assert data.series("eval/downstream/piqa/acc").to_dict() == {500: 0.6}
@@ -128,3 +128,24 @@ def test_lighteval_results_leave_out_the_mean_over_tasks(tmp_path):
     assert data.series("eval/downstream/leaderboard_arc_challenge_25/acc_norm").to_dict() == {2000: 0.55}
     assert data.series("eval/downstream/leaderboard_hellaswag_10/acc/stderr").to_dict() == {2000: 0.005}
     assert not any(k.startswith("eval/downstream/all/") for k in data.scalars.columns)
+
+
+@pytest.mark.parametrize("model_args,step", [
+    ("pretrained=out/llama-1b/checkpoint-2000,dtype=bfloat16", 2000),      # Hugging Face Trainer
+    ("pretrained=/ckpt/OLMo-1B/step738020-unsharded-hf", 738020),         # OLMo
+    ("pretrained=/runs/gpt/iter_0005000/hf,trust_remote_code=True", 5000),  # Megatron-LM
+    ({"pretrained": "/ds/global_step1200"}, 1200),                          # DeepSpeed, args as a dict
+])
+def test_the_step_of_the_checkpoint_folder_evaluated(tmp_path, model_args, step):
+    path = tmp_path / "res.json"
+    path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6}}, "config": {"model_args": model_args}}))
+    assert load(path).to_run_data("x").series("eval/downstream/piqa/acc").to_dict() == {step: 0.6}
+
+
+@pytest.mark.parametrize("model_args", ["pretrained=EleutherAI/pythia-1b", "pretrained=/models/step-by-step-llm",
+                                        "pretrained=/m/checkpoint-best"])
+def test_a_path_that_names_no_checkpoint_still_asks_for_the_step(tmp_path, model_args):
+    path = tmp_path / "res.json"
+    path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6}}, "config": {"model_args": model_args}}))
+    with pytest.raises(GapwatchError, match="give the step"):
+        load(path)
