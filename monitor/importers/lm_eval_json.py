@@ -170,8 +170,9 @@ def _step_of(file: Path, doc: dict) -> int:
             f"{file}: no revision=stepN in config.model_args, nor a checkpoint folder in its path "
             f"({shown(str(args))}): give the step (--step)"
         )
+    named = f"revision {shown('step' + digits)}" if m else f"checkpoint folder {shown(digits)}"
     if len(digits) > len(str(schema.MAX_STEP)) or int(digits) > schema.MAX_STEP:
-        raise GapwatchError(f"{file}: the step of checkpoint {shown(digits)} is beyond the "
+        raise GapwatchError(f"{file}: the step of {named} is beyond the "
                             f"largest step a store keeps ({schema.MAX_STEP})")
     return int(digits)
 

@@ -172,7 +172,8 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
         return schema.heldout_key(dataset), "name: Lightning's mean over the held-out set"
     if twin == "epoch":
         return None  # a training loss's mean over an epoch: kept under its own name
-    if "loss" not in w or w[-1] != "loss":
+    # The loss named first is as common ("Loss/train", "Loss/test" in torch's TensorBoard docs).
+    if "loss" not in w or "loss" not in (w[0], w[-1]):
         return None
     rest = [x for x in w if x not in HELDOUT_WORDS and x != "loss"]
     if held:

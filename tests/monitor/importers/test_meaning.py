@@ -188,3 +188,12 @@ def test_a_streamed_import_weighs_the_cadence_too(tmp_path, sqlite_url, capsys):
     table = capsys.readouterr().err
     assert "val/loss    eval/heldout/val/loss  every 50 steps  4      name (val) and cadence" in table
     assert "train/loss  train/loss" in table
+
+
+def test_a_loss_named_before_its_split():
+    # torch.utils.tensorboard's own example logs "Loss/train" and "Loss/test".
+    cad = _cadence(**{"Loss/train": (1, 100), "Loss/test": (25, 4), "loss_val": (25, 4), "loss_scale": (1, 100)})
+    assert infer("Loss/train", cad) == (schema.TRAIN_LOSS, "name and cadence (every step)")
+    assert infer("Loss/test", cad)[0] == schema.heldout_key("test")
+    assert infer("loss_val", cad)[0] == schema.heldout_key("val")
+    assert infer("loss_scale", cad) is None  # the mixed-precision loss scale is no loss
