@@ -9,6 +9,11 @@ Rules:
 * A path to a folder reads every event file under it, oldest (by file name, which starts with the
   creation time) first. Files in different subfolders are different TensorBoard runs: their tags
   are prefixed with the subfolder (`eval/` + `loss`), as TensorBoard shows them.
+* A folder holds one training run when its event folders nest in one (torch's `add_scalars`
+  writes `loss_train/` inside the run's folder) or are its splits (`train/`, `validation/`, as
+  Keras writes them). Sibling folders of their own (`runs/<date>_<host>/` of two launches,
+  Lightning's `version_0/` and `version_1/`) are separate training runs, and importing their parent
+  is refused with their names: one run is imported from its own folder.
 * A tag logged at a step lower than its previous one, or at the same step in a later file, is a
   restart (TensorBoard's own rule for resumed runs): a new attempt starts, its values win, and a
   `restart` event records it. The same tag twice at one step of one file (Lightning logs `epoch`
@@ -48,6 +53,19 @@ def event_files(path: str | Path) -> list[Path]:
     return files
 
 
+# Subfolder names that split one run's logs by data split (Keras' TensorBoard callback).
+SPLIT_FOLDERS = {"train", "training", "validation", "valid", "val", "eval", "test"}
+
+
+def training_runs(folders: set[Path]) -> list[Path]:
+    """The folders of the training runs among event folders: a folder nested in another event
+    folder belongs to it, and sibling split folders (train/, validation/) to their parent."""
+    tops = sorted(f for f in folders if not any(o in f.parents for o in folders))
+    if len(tops) > 1 and all(t.name.lower() in SPLIT_FOLDERS and t.parent == tops[0].parent for t in tops):
+        return [tops[0].parent]
+    return tops
+
+
 def parse_tensorboard(path: str | Path) -> ImportedRun:
     from tensorboard import data_compat
     from tensorboard.compat.proto import event_pb2
@@ -56,6 +74,11 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     root = Path(path)
     files = event_files(root)
     folders = {f.parent for f in files}
+    runs = training_runs(folders)
+    if len(runs) > 1:
+        listed = ", ".join(r.relative_to(root).as_posix() for r in runs[:10]) + (" ..." if len(runs) > 10 else "")
+        raise GapwatchError(f"{path}: a TensorBoard folder of {len(runs)} training runs ({listed}): import one run "
+                            f"from its own folder, such as {runs[0]}")
     steps, keys, values, attempts, walls, events = [], [], [], [], [], []
     last_step: dict[str, int] = {}
     attempt = 1
@@ -64,8 +87,8 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     notes = []
     for file in files:
         prefix = ""
-        if len(folders) > 1 and root.is_dir():
-            rel = file.parent.relative_to(root).as_posix()
+        if len(folders) > 1 and root.is_dir():  # relative to the run's own folder, however deep it lies
+            rel = file.parent.relative_to(runs[0]).as_posix()
             prefix = "" if rel == "." else rel + "/"
         cut: list[str] = []
         for number, raw in enumerate(_records(file, cut), start=1):
@@ -107,7 +130,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
         listed = ", ".join(f"{k} ({n})" for k, n in sorted(skipped.items())[:6])
         notes.append(f"{path}: left out summaries that are not scalars: {listed}")
     return ImportedRun(
-        name_hint=root.name if root.is_dir() else root.parent.name or root.stem,
+        name_hint=runs[0].name if root.is_dir() else root.parent.name or root.stem,
         scalars=scalars_frame(steps, keys, values, attempts, wall_time=walls),
         events=events,
         source=str(root),

@@ -64,6 +64,36 @@ def test_pytorch_writer_with_histograms_and_two_subfolders(tmp_path):
     assert any("weights" in n for n in run.notes)
 
 
+def _launch(folder, offset: float = 0.0) -> None:
+    """One training launch through torch's SummaryWriter: a loss each step, a held-out loss through
+    add_scalars, which writes it to a subfolder of its own (loss_val/)."""
+    writer = SummaryWriter(str(folder))
+    for step in range(1, 101):
+        writer.add_scalar("lr", 1e-3, step)
+        writer.add_scalars("loss", {"train": 3.0 + offset - step * 0.01}, step)
+        if step % 25 == 0:
+            writer.add_scalars("loss", {"val": 3.1 + offset - step * 0.01}, step)
+    writer.close()
+
+
+def test_a_folder_of_two_launches_is_refused_with_their_names(tmp_path):
+    # runs/ as torch's SummaryWriter fills it: one folder a launch.
+    _launch(tmp_path / "runs" / "Dec04_10-00-00_host", 0.0)
+    _launch(tmp_path / "runs" / "Dec05_09-00-00_host", 0.5)
+    with pytest.raises(GapwatchError, match=r"a TensorBoard folder of 2 training runs \(Dec04_10-00-00_host, "
+                                            r"Dec05_09-00-00_host\): import one run from its own folder"):
+        load(tmp_path / "runs")
+    # One launch read from its own folder or from a parent holding only it: the same run.
+    alone = tmp_path / "alone"
+    _launch(alone / "Dec04_10-00-00_host")
+    for source in (tmp_path / "runs" / "Dec04_10-00-00_host", alone):
+        run = load(source)
+        assert run.name_hint == "Dec04_10-00-00_host"
+        data = run.to_run_data("one")
+        assert data.series(schema.TRAIN_LOSS).loc[100] == pytest.approx(2.0)
+        assert list(data.series(schema.heldout_key("val")).index) == [25, 50, 75, 100]
+
+
 def test_resumed_writer_is_a_restart(tmp_path):
     _maxtext_style(tmp_path, 20)
     _maxtext_style(tmp_path, 15, start=10)  # a new process resumed from step 10
