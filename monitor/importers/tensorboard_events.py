@@ -9,11 +9,14 @@ Rules:
 * A path to a folder reads every event file under it, oldest (by file name, which starts with the
   creation time) first. Files in different subfolders are different TensorBoard runs: their tags
   are prefixed with the subfolder (`eval/` + `loss`), as TensorBoard shows them.
-* A folder holds one training run when its event folders nest in one (torch's `add_scalars`
+* A folder holds one training launch when its event folders nest in one (torch's `add_scalars`
   writes `loss_train/` inside the run's folder) or are its splits (`train/`, `validation/`, as
-  Keras writes them). Sibling folders of their own (`runs/<date>_<host>/` of two launches,
-  Lightning's `version_0/` and `version_1/`) are separate training runs, and importing their parent
-  is refused with their names: one run is imported from its own folder.
+  Keras writes them). Sibling launch folders (`runs/<date>_<host>/`, Lightning's `version_N/`) are
+  one run resumed from its checkpoints when, in the order they were started (the time an event
+  file's name begins with), each later one begins above the step the first began at; its tags are
+  read as one run's, under the restart rule below. Launches that each begin where the first did
+  (a sweep, a run started again from scratch) are separate runs, and importing their parent is
+  refused with their names: one run is imported from its own folder.
 * A tag logged at a step lower than its previous one, or at the same step in a later file, is a
   restart (TensorBoard's own rule for resumed runs): a new attempt starts, its values win, and a
   `restart` event records it. The same tag twice at one step of one file (Lightning logs `epoch`
@@ -58,7 +61,7 @@ SPLIT_FOLDERS = {"train", "training", "validation", "valid", "val", "eval", "tes
 
 
 def training_runs(folders: set[Path]) -> list[Path]:
-    """The folders of the training runs among event folders: a folder nested in another event
+    """The folders of the training launches among event folders: a folder nested in another event
     folder belongs to it, and sibling split folders (train/, validation/) to their parent."""
     tops = sorted(f for f in folders if not any(o in f.parents for o in folders))
     if len(tops) > 1 and all(t.name.lower() in SPLIT_FOLDERS and t.parent == tops[0].parent for t in tops):
@@ -67,18 +70,19 @@ def training_runs(folders: set[Path]) -> list[Path]:
 
 
 def parse_tensorboard(path: str | Path) -> ImportedRun:
-    from tensorboard import data_compat
-    from tensorboard.compat.proto import event_pb2
-    from tensorboard.util import tensor_util
-
     root = Path(path)
     files = event_files(root)
     folders = {f.parent for f in files}
-    runs = training_runs(folders)
-    if len(runs) > 1:
-        listed = ", ".join(r.relative_to(root).as_posix() for r in runs[:10]) + (" ..." if len(runs) > 10 else "")
-        raise GapwatchError(f"{path}: a TensorBoard folder of {len(runs)} training runs ({listed}): import one run "
-                            f"from its own folder, such as {runs[0]}")
+    launches = training_runs(folders) if root.is_dir() else [root.parent]
+    launch_of = {f: next(t for t in launches if t == f.parent or t in f.parent.parents) for f in files}
+    if len(launches) > 1:
+        launches = sorted(launches, key=lambda t: _created(next(f for f in files if launch_of[f] == t)))
+        if not _resumed(launches, [next(f for f in files if launch_of[f] == t) for t in launches]):
+            listed = ", ".join(t.relative_to(root).as_posix() for t in launches[:10])
+            raise GapwatchError(f"{path}: a TensorBoard folder of {len(launches)} training runs "
+                                f"({listed}{' ...' if len(launches) > 10 else ''}): import one run from its "
+                                f"own folder, such as {launches[0]}")
+        files = sorted(files, key=lambda f: (launches.index(launch_of[f]), str(f.parent), f.name))
     steps, keys, values, attempts, walls, events = [], [], [], [], [], []
     last_step: dict[str, int] = {}
     attempt = 1
@@ -87,56 +91,83 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     notes = []
     for file in files:
         prefix = ""
-        if len(folders) > 1 and root.is_dir():  # relative to the run's own folder, however deep it lies
-            rel = file.parent.relative_to(runs[0]).as_posix()
+        if len(folders) > 1 and root.is_dir():  # relative to its launch's own folder, however deep
+            rel = file.parent.relative_to(launch_of[file]).as_posix()
             prefix = "" if rel == "." else rel + "/"
         cut: list[str] = []
-        for number, raw in enumerate(_records(file, cut), start=1):
-            try:
-                event = event_pb2.Event.FromString(raw)
-            except Exception:
-                raise GapwatchError(f"{file}: record {number}: not a TensorBoard event") from None
-            if not event.HasField("summary"):
+        for step, tag, scalar, wall in _scalars(file, cut):
+            tag = prefix + tag
+            if scalar is None:
+                skipped[tag] = skipped.get(tag, 0) + 1
                 continue
-            event = data_compat.migrate_event(event)
-            for value in event.summary.value:
-                tag = prefix + value.tag
-                scalar = _scalar(value, tensor_util)
-                if scalar is None:
-                    skipped[tag] = skipped.get(tag, 0) + 1
-                    continue
-                previous = last_step.get(tag)
-                if previous is not None and (event.step < previous or (
-                        event.step == previous and last_file[tag] != file)):
-                    attempt += 1
-                    last_step.clear()
-                    events.append({
-                        "step": int(event.step), "kind": EventKind.RESTART.value,
-                        "attempt": attempt,
-                        "payload": {"reason": f"{tag} went back from step {previous} to "
-                                              f"{event.step}", "file": file.name},
-                    })
-                last_step[tag] = event.step
-                last_file[tag] = file
-                steps.append(event.step)
-                keys.append(tag)
-                values.append(scalar)
-                attempts.append(attempt)
-                walls.append(event.wall_time)
+            previous = last_step.get(tag)
+            if previous is not None and (step < previous or (step == previous and last_file[tag] != file)):
+                attempt += 1
+                last_step.clear()
+                events.append({
+                    "step": step, "kind": EventKind.RESTART.value, "attempt": attempt,
+                    "payload": {"reason": f"{tag} went back from step {previous} to {step}", "file": file.name},
+                })
+            last_step[tag] = step
+            last_file[tag] = file
+            steps.append(step)
+            keys.append(tag)
+            values.append(scalar)
+            attempts.append(attempt)
+            walls.append(wall)
         notes.extend(cut)
     if not steps:
         raise GapwatchError(f"{path}: no scalar summaries in the TensorBoard event files")
     if skipped:
         listed = ", ".join(f"{k} ({n})" for k, n in sorted(skipped.items())[:6])
         notes.append(f"{path}: left out summaries that are not scalars: {listed}")
+    if len(launches) > 1:
+        notes.append(f"{path}: {len(launches)} launches of one run, each resumed where an earlier one had got to: "
+                     + ", ".join(t.relative_to(root).as_posix() for t in launches))
     return ImportedRun(
-        name_hint=runs[0].name if root.is_dir() else root.parent.name or root.stem,
+        name_hint=launches[0].name if root.is_dir() else root.parent.name or root.stem,
         scalars=scalars_frame(steps, keys, values, attempts, wall_time=walls),
         events=events,
         source=str(root),
         notes=notes,
         crashed=any("crashed:" in n for n in notes),
     )
+
+
+def _created(file: Path) -> float:
+    """When an event file was created: the seconds since the epoch its name starts with
+    (events.out.tfevents.<seconds>.<host>...), else its modification time."""
+    try:
+        return float(file.name.split(_MARKER + ".", 1)[1].split(".")[0])
+    except (IndexError, ValueError):
+        return file.stat().st_mtime
+
+
+def _resumed(launches: list[Path], first_files: list[Path]) -> bool:
+    """Whether launch folders, in the order they were started, are one run resumed again and again:
+    each later one begins above the step the first began at (from a checkpoint), where a new run
+    of a sweep or a second launch from scratch begins where the first did."""
+    firsts = [next((step for step, _, value, _ in _scalars(f, []) if value is not None), None) for f in first_files]
+    return None not in firsts and all(later > firsts[0] for later in firsts[1:])
+
+
+def _scalars(file: Path, cut: list[str]):
+    """(step, tag, value or None for a summary that is not a scalar, wall time) of every summary
+    value in one event file, in file order."""
+    from tensorboard import data_compat
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.util import tensor_util
+
+    for number, raw in enumerate(_records(file, cut), start=1):
+        try:
+            event = event_pb2.Event.FromString(raw)
+        except Exception:
+            raise GapwatchError(f"{file}: record {number}: not a TensorBoard event") from None
+        if not event.HasField("summary"):
+            continue
+        event = data_compat.migrate_event(event)
+        for value in event.summary.value:
+            yield int(event.step), value.tag, _scalar(value, tensor_util), event.wall_time
 
 
 def _scalar(value, tensor_util) -> float | None:

@@ -64,11 +64,11 @@ def test_pytorch_writer_with_histograms_and_two_subfolders(tmp_path):
     assert any("weights" in n for n in run.notes)
 
 
-def _launch(folder, offset: float = 0.0) -> None:
-    """One training launch through torch's SummaryWriter: a loss each step, a held-out loss through
-    add_scalars, which writes it to a subfolder of its own (loss_val/)."""
+def _launch(folder, offset: float = 0.0, start: int = 1) -> None:
+    """One training launch through torch's SummaryWriter from step `start`: a loss each step, a
+    held-out loss through add_scalars, which writes it to a subfolder of its own (loss_val/)."""
     writer = SummaryWriter(str(folder))
-    for step in range(1, 101):
+    for step in range(start, 101):
         writer.add_scalar("lr", 1e-3, step)
         writer.add_scalars("loss", {"train": 3.0 + offset - step * 0.01}, step)
         if step % 25 == 0:
@@ -92,6 +92,20 @@ def test_a_folder_of_two_launches_is_refused_with_their_names(tmp_path):
         data = run.to_run_data("one")
         assert data.series(schema.TRAIN_LOSS).loc[100] == pytest.approx(2.0)
         assert list(data.series(schema.heldout_key("val")).index) == [25, 50, 75, 100]
+
+
+def test_launches_that_resume_one_another_are_one_run(tmp_path):
+    # The Hugging Face Trainer's runs/ after a job was killed at step 80 and resumed from its
+    # step-60 checkpoint: a second launch folder that begins above where the first began.
+    _launch(tmp_path / "runs" / "Dec04_10-00-00_host", 0.0)
+    _launch(tmp_path / "runs" / "Dec04_11-00-00_host", 0.5, start=61)
+    run = load(tmp_path / "runs")
+    assert run.attempts == 2 and run.events[0]["step"] == 61
+    assert any("2 launches of one run" in n for n in run.notes)
+    data = run.to_run_data("resumed")
+    loss = data.series(schema.TRAIN_LOSS)
+    assert len(loss) == 100 and loss.loc[60] == pytest.approx(2.4) and loss.loc[61] == pytest.approx(2.89)
+    assert list(data.series(schema.heldout_key("val")).index) == [25, 50, 75, 100]
 
 
 def test_resumed_writer_is_a_restart(tmp_path):
