@@ -1,5 +1,5 @@
 """The stdout training logs of Megatron-LM and its descendants (Megatron-DeepSpeed, GPT-NeoX,
-nanotron): one line per logged iteration, its fields `name: value` between ` | `.
+nanotron, NVIDIA NeMo): one line per logged iteration, its fields `name: value` between ` | `.
 
 Recognised lines (anything else, such as NCCL chatter or the timers' tables, is ignored; a rank
 prefix such as `0: ` or `[default0]:` and a timestamp may come first):
@@ -11,6 +11,8 @@ prefix such as `0: ` or `[default0]:` and a timestamp may come first):
                                                                         GPT-NeoX
     ...]: iteration: 10 / 2000 | consumed_tokens: 1.31M | lm_loss: 10.1 | lr: 0.0003 | ...
                                                                         nanotron
+    Training epoch 0, iteration 10/249 | lr: 2e-05 | global_step: 10 | reduced_train_loss: 1.3 |
+        train_step_timing in s: 2.5 | ...     NVIDIA NeMo (its global_step is the step)
     validation loss at iteration 200 | lm loss value: 3.2E+00 | lm loss PPL: 24.5 |
     validation loss at iteration 200 on test set | ...      (also `[set]`, `for test data`,
     validation results at iteration 200 | lm_loss value: ...  `at the end of training`,
@@ -56,6 +58,7 @@ _VALIDATION = re.compile(
     r"\b(validation|test) (?:loss|results) at (?:iteration (\d+)|the end of training)"
     r"(?: (?:on|for) (\w+) (?:set|data))?(?: \[([^\]]+)\])?\s*$")
 _FIELDS = re.compile(r"\s\|(?:\s|$)")
+_GLOBAL_STEP = re.compile(r"\s*global_step\s*:\s*(\d+)\s*")
 _FIELD = re.compile(r"\s*([^:|]*[^:|\s])\s*:\s*(\S+)\s*")
 _NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))([KMGTP]?)", re.IGNORECASE)
 _SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -160,10 +163,13 @@ class _LogParser:
         for i, segment in enumerate(segments[:2]):
             m = _ITERATION.search(segment)
             if m:
-                step = self._step(number, m.group(1))
-                self.last_step = step
                 # GPT-NeoX writes samples/sec before the iteration: every other segment is a field.
-                self._fields(number, step, segments[:i] + segments[i + 1:], lambda name: name)
+                fields = segments[:i] + segments[i + 1:]
+                # NeMo counts iterations within an epoch; its global_step is the trainer's step.
+                steps = [g.group(1) for f in fields if (g := _GLOBAL_STEP.fullmatch(f))]
+                step = self._step(number, steps[0] if steps else m.group(1))
+                self.last_step = step
+                self._fields(number, step, fields, lambda name: name)
                 return
             m = _VALIDATION.search(segment)
             if m:

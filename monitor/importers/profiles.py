@@ -12,7 +12,8 @@ namespace goes under `extra/`), so nothing a source logged disappears silently. 
 Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
 (the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
 them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
-keys), `torchtitan`, `megatron` (Megatron-LM) and `composer` (MosaicML Composer, llm-foundry). `detect_profile` picks the profile whose own rules explain the most source names, less
+keys), `torchtitan`, `megatron` (Megatron-LM), `composer` (MosaicML Composer, llm-foundry) and `nemo`
+(NVIDIA NeMo). `detect_profile` picks the profile whose own rules explain the most source names, less
 those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
 with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
 `$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
@@ -322,8 +323,19 @@ COMPOSER = Profile(
     ),
 )
 
+NEMO = Profile(
+    name="nemo",
+    description="NVIDIA NeMo's names (reduced_train_loss, train_step_timing in s), in its TensorBoard, W&B and stdout",
+    rules=(
+        Rule(r"reduced_train_loss", "train/loss"),  # the loss all-reduced over data-parallel ranks
+        Rule(r"train_step_timing in s", "perf/step_time_s"),
+        Rule(r"global_step", None),  # the step itself, logged beside the step axis it already is
+        Rule(r"tflops_per_sec_per_gpu", "perf/device_tflops_per_s"),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
-    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, TORCHTITAN, MEGATRON, COMPOSER)
+    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, TORCHTITAN, MEGATRON, COMPOSER, NEMO)
 }
 
 

@@ -187,3 +187,19 @@ def test_following_a_growing_log_reads_on_from_its_last_whole_line(tmp_path, sql
     assert last.rows_total == len(whole.scalars)
     expected = whole.to_run_data("whole").scalars
     assert set(followed.columns) == set(expected.columns) and followed.equals(expected[followed.columns])
+
+
+def test_nemo_steps_are_its_global_step(tmp_path):
+    # NeMo 2 prints Megatron's line shape with an iteration counted within the epoch: its own
+    # global_step is the step, and its names are read by the nemo profile.
+    lines = [f"Training epoch {s // 50}, iteration {s % 50}/49 | lr: 2e-05 | global_batch_size: 8 | global_step: {s} | "
+             f"reduced_train_loss: {_loss(s):.4f} | train_step_timing in s: 2.5 | consumed_samples: {8 * (s + 1)}"
+             for s in range(0, 120)]
+    path = tmp_path / "nemo_log_globalrank-0.txt"
+    path.write_text("\n".join(lines) + "\n")
+    run = load(path)
+    assert run.profile == "nemo"
+    data = run.to_run_data("nemo")
+    assert list(data.series(schema.TRAIN_LOSS).index) == list(range(0, 120))
+    assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(2.5)
+    assert "extra/global_step" not in data.scalars and run.attempts == 1

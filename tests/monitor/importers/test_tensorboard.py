@@ -230,6 +230,28 @@ def test_megatron_metrics(tmp_path, sectioned):
     assert data.series(schema.TRAIN_GRAD_NORM).iloc[0] == pytest.approx(1.5)
 
 
+def test_nemo_metrics(tmp_path):
+    # NeMo's Lightning trainer through its TensorBoard logger: the all-reduced training loss, the
+    # step time with its unit in the name, the step itself, and the validation loss every 50.
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(0, 200):
+        for tag, value in (("reduced_train_loss", 8.0 - step / 100), ("lr", 3e-4), ("global_step", float(step)),
+                           ("consumed_samples", 256.0 * (step + 1)), ("train_step_timing in s", 0.9),
+                           ("train_backward_timing in s", 0.001)):
+            writer.add_scalar(tag, value, step)
+        if step % 50 == 49:
+            writer.add_scalar("val_loss", 8.2 - step / 100, step)
+    writer.close()
+    run = load(tmp_path)
+    assert run.profile == "nemo"
+    data = run.to_run_data("nemo")
+    assert data.series(schema.TRAIN_LOSS).loc[100] == pytest.approx(7.0)
+    assert list(data.series(schema.heldout_key("val")).index) == [49, 99, 149, 199]
+    assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(0.9)
+    assert data.series(schema.OPTIM_LR).iloc[0] == pytest.approx(3e-4)
+    assert not any("global_step" in k for k in data.scalars.columns)
+
+
 def test_composer_metrics(tmp_path):
     # llm-foundry's training through Composer's TensorBoard logger: the optimised loss per batch,
     # cross-entropy and perplexity of the train metrics and of two eval sets every 50 batches,
