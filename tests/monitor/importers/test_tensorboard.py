@@ -161,21 +161,30 @@ def test_bfloat16_and_other_tensor_scalars(tmp_path):
     assert any(n.endswith("left out summaries that are not scalars: odd (4)") for n in run.notes)
 
 
-def test_torchtitan_metrics(tmp_path):
-    # torchtitan's TensorBoard logger writes its metrics through torch's SummaryWriter under these
-    # names, every log_freq steps; validation every 50.
-    writer = SummaryWriter(str(tmp_path))
-    for step in range(10, 201, 10):
-        for tag, value in (("loss_metrics/global_avg_loss", 8.0 - step / 100), ("loss_metrics/global_max_loss", 9.0),
-                           ("grad_norm", 1.5), ("lr", 3e-4), ("throughput(tps)", 5000.0), ("tflops", 120.0),
-                           ("mfu(%)", 38.5), ("time_metrics/end_to_end(s)", 0.8),
-                           ("time_metrics/data_loading(s)", 0.01), ("time_metrics/data_loading(%)", 1.25),
-                           ("memory/max_reserved(GiB)", 60.0), ("memory/max_reserved(%)", 75.0)):
+def _trainer_run(folder, steps, logged):
+    """A trainer's TensorBoard file, written through torch's SummaryWriter (as the trainers named in
+    the tests below write theirs), read back: `logged(step)` is the (tag, value) pairs of a step."""
+    writer = SummaryWriter(str(folder))
+    for step in steps:
+        for tag, value in logged(step):
             writer.add_scalar(tag, value, step)
-        if step % 50 == 0:
-            writer.add_scalar("validation_metrics/loss", 8.2 - step / 100, step)
     writer.close()
-    run = load(tmp_path)
+    return load(folder)
+
+
+def test_torchtitan_metrics(tmp_path):
+    # torchtitan's TensorBoard logger writes its metrics under these names every log_freq steps;
+    # validation every 50.
+    def logged(step):
+        yield from (("loss_metrics/global_avg_loss", 8.0 - step / 100), ("loss_metrics/global_max_loss", 9.0),
+                    ("grad_norm", 1.5), ("lr", 3e-4), ("throughput(tps)", 5000.0), ("tflops", 120.0),
+                    ("mfu(%)", 38.5), ("time_metrics/end_to_end(s)", 0.8),
+                    ("time_metrics/data_loading(s)", 0.01), ("time_metrics/data_loading(%)", 1.25),
+                    ("memory/max_reserved(GiB)", 60.0), ("memory/max_reserved(%)", 75.0))
+        if step % 50 == 0:
+            yield "validation_metrics/loss", 8.2 - step / 100
+
+    run = _trainer_run(tmp_path, range(10, 201, 10), logged)
     assert run.profile == "torchtitan"
     data = run.to_run_data("titan")
     assert data.series(schema.TRAIN_LOSS).loc[200] == pytest.approx(6.0)
@@ -233,16 +242,14 @@ def test_megatron_metrics(tmp_path, sectioned):
 def test_nemo_metrics(tmp_path):
     # NeMo's Lightning trainer through its TensorBoard logger: the all-reduced training loss, the
     # step time with its unit in the name, the step itself, and the validation loss every 50.
-    writer = SummaryWriter(str(tmp_path))
-    for step in range(0, 200):
-        for tag, value in (("reduced_train_loss", 8.0 - step / 100), ("lr", 3e-4), ("global_step", float(step)),
-                           ("consumed_samples", 256.0 * (step + 1)), ("train_step_timing in s", 0.9),
-                           ("train_backward_timing in s", 0.001)):
-            writer.add_scalar(tag, value, step)
+    def logged(step):
+        yield from (("reduced_train_loss", 8.0 - step / 100), ("lr", 3e-4), ("global_step", float(step)),
+                    ("consumed_samples", 256.0 * (step + 1)), ("train_step_timing in s", 0.9),
+                    ("train_backward_timing in s", 0.001))
         if step % 50 == 49:
-            writer.add_scalar("val_loss", 8.2 - step / 100, step)
-    writer.close()
-    run = load(tmp_path)
+            yield "val_loss", 8.2 - step / 100
+
+    run = _trainer_run(tmp_path, range(0, 200), logged)
     assert run.profile == "nemo"
     data = run.to_run_data("nemo")
     assert data.series(schema.TRAIN_LOSS).loc[100] == pytest.approx(7.0)
