@@ -12,8 +12,8 @@ training steps logs below the previous line without going back on itself.
 from __future__ import annotations
 
 import math
-import sys
 from array import array
+from itertools import repeat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,11 +66,14 @@ class SeriesAttempts:
 
 
 class LoggedRows:
-    """Rows added one value at a time (`at_step`, then `add` for each value of the line), kept in
-    typed arrays and one string a series: a million-line log holds 8 bytes a number, not a Python
-    object each."""
+    """Rows added a line at a time (`at_step`, then `add` for each value of the line or `add_line`
+    for all of them), kept in typed arrays with each series' name as a code: a million-line log
+    holds 8 bytes a number and 4 a name, not a Python object each, and becomes a frame whose keys
+    are categorical."""
 
     def __init__(self) -> None:
+        self.names: list[str] = []  # code -> series name
+        self._codes: dict[str, int] = {}
         self._empty()
         self.events: list[dict] = []
         self.series = SeriesAttempts()
@@ -115,17 +118,39 @@ class LoggedRows:
             series.last_of = {}
             for i in range(self._line_start, len(self.steps)):  # the line's earlier values
                 self.attempts[i] = series.attempt
-                series.last_of[self.keys[i]] = self.steps[i]
+                series.last_of[self.names[self.codes[i]]] = self.steps[i]
             self._event(self.line, restart, series.attempt)
         series.last_of[key] = step
         self.steps.append(step)
-        self.keys.append(sys.intern(key))  # one string a series, not one a line
+        self.codes.append(self._code(key))
         self.values.append(value)
         self.attempts.append(series.attempt)
         self.walls.append(wall)
 
+    def add_line(self, step: int, keys: list[str], values: list[float]) -> None:
+        """`add` for the values a line logs at one step, appended together where none goes back."""
+        last_of, n = self.series.last_of, len(keys)
+        if n and max(map(last_of.get, keys, repeat(step, n))) > step:  # a series goes back: a restart
+            for key, value in zip(keys, values):
+                self.add(step, key, value)
+            return
+        last_of.update(dict.fromkeys(keys, step))
+        self.steps.extend(repeat(step, n))
+        self.codes.extend(map(self._code, keys))
+        self.values.extend(values)
+        self.attempts.extend(repeat(self.series.attempt, n))
+        self.walls.extend(repeat(math.nan, n))
+
+    def _code(self, key: str) -> int:
+        code = self._codes.get(key)
+        if code is None:
+            code = self._codes[key] = len(self.names)
+            self.names.append(key)
+        return code
+
     def scalars(self, with_wall_time: bool = False) -> pd.DataFrame:
-        return scalars_frame(self.steps, self.keys, self.values, self.attempts,
+        keys = pd.Categorical.from_codes(np.asarray(self.codes, dtype=np.int32), categories=self.names)
+        return scalars_frame(self.steps, keys, self.values, self.attempts,
                              wall_time=self.walls if with_wall_time else None)
 
     def take(self, with_wall_time: bool = True) -> pd.DataFrame:
@@ -135,8 +160,7 @@ class LoggedRows:
         return frame
 
     def _empty(self) -> None:
-        self.steps, self.values = array("q"), array("d")
-        self.keys: list[str] = []
+        self.steps, self.values, self.codes = array("q"), array("d"), array("i")
         self.attempts, self.walls = array("q"), array("d")
 
 

@@ -59,7 +59,6 @@ _VALIDATION = re.compile(
     r"(?: (?:on|for) (\w+) (?:set|data))?(?: \[([^\]]+)\])?\s*$")
 _FIELDS = re.compile(r"\s\|(?:\s|$)")
 _GLOBAL_STEP = re.compile(r"\s*global_step\s*:\s*(\d+)\s*")
-_FIELD = re.compile(r"\s*([^:|]*[^:|\s])\s*:\s*(\S+)\s*")
 _NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))([KMGTP]?)", re.IGNORECASE)
 _SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 # Sets a validation line names that are the validation set itself.
@@ -73,10 +72,12 @@ def _segments(line: str) -> list[str]:
     return _FIELDS.split(line.rstrip())
 
 
+def _has_fields(line: str) -> bool:
+    return " | " in line or line.rstrip().endswith(" |")
+
+
 def _is_log_line(line: str) -> bool:
-    if " | " not in line and not line.rstrip().endswith(" |"):
-        return False
-    return any(_ITERATION.search(s) or _VALIDATION.search(s) for s in _segments(line)[:2])
+    return _has_fields(line) and any(_ITERATION.search(s) or _VALIDATION.search(s) for s in _segments(line)[:2])
 
 
 def sniff(head: str) -> bool:
@@ -151,13 +152,13 @@ class _LogParser:
         self.source = source
         self.rows = LoggedRows()
         self.last_step: int | None = None
-        self.last_logged: dict[str, int] = {}  # series name -> the step it was last logged at
+        self.last_logged: dict[str, int] = {}  # validation series -> the step it was last logged at
         self.left_out: dict[str, str] = {}  # field name -> the note that says why
         self.arguments: dict = {}
         self.in_arguments = False
 
     def feed(self, number: int, line: str) -> None:
-        if self._argument(line) or not _is_log_line(line):
+        if self._argument(line) or not _has_fields(line):
             return
         segments = _segments(line)
         for i, segment in enumerate(segments[:2]):
@@ -166,10 +167,11 @@ class _LogParser:
                 # GPT-NeoX writes samples/sec before the iteration: every other segment is a field.
                 fields = segments[:i] + segments[i + 1:]
                 # NeMo counts iterations within an epoch; its global_step is the trainer's step.
-                steps = [g.group(1) for f in fields if (g := _GLOBAL_STEP.fullmatch(f))]
+                steps = ([g.group(1) for f in fields if (g := _GLOBAL_STEP.fullmatch(f))]
+                         if "global_step" in line else [])
                 step = self._step(number, steps[0] if steps else m.group(1))
                 self.last_step = step
-                self._fields(number, step, fields, lambda name: name)
+                self._fields(number, step, fields)
                 return
             m = _VALIDATION.search(segment)
             if m:
@@ -179,6 +181,8 @@ class _LogParser:
     def _argument(self, line: str) -> bool:
         """Whether the line belongs to Megatron-LM's argument block: its `name ..... value` lines
         fill `arguments`, numbers and True/False/None read as such."""
+        if not self.in_arguments and "arguments" not in line:
+            return False
         if _ARGS_START.search(line):
             self.in_arguments = True
         elif self.in_arguments and _ARGS_END.search(line):
@@ -205,24 +209,32 @@ class _LogParser:
             ppl = re.match(r"(.*?)[ _](?:ppl|PPL)$", base)
             return f"{ppl.group(1)} validation ppl{where}" if ppl else f"{base} validation{where}"
 
-        self._fields(number, step, fields, name_of, keep_earlier=at_end)
+        self._fields(number, step, fields, name_of, validation=True, keep_earlier=at_end)
 
-    def _fields(self, number: int, step: int, fields: list[str], name_of, keep_earlier: bool = False) -> None:
+    def _fields(self, number: int, step: int, fields: list[str], name_of=None, validation: bool = False,
+                keep_earlier: bool = False) -> None:
+        """The `name: value` fields of a line at `step`, named by `name_of` (a training line's as
+        written). A validation line's steps are remembered, so that the one at the end of training
+        (`keep_earlier`) keeps a periodic value at the same step."""
         self.rows.at_step(number, step)
+        names, values = [], []
         for field in fields:
-            m = _FIELD.fullmatch(field)
-            if not m:
+            raw_name, colon, raw = field.partition(":")
+            raw_name, raw = raw_name.strip(), raw.strip()
+            if not (colon and raw_name and raw):
                 continue
-            raw_name, raw = m.groups()
             value = self._number(raw)
             if value is None:
                 self._leave_out(raw_name, f"{raw_name!r}: value {shown(raw)} (line {number}) is not a number: left out")
                 continue
-            name = name_of(raw_name)
-            if keep_earlier and self.last_logged.get(name) == step:
-                continue
-            self.last_logged[name] = step
-            self.rows.add(step, name, value)
+            name = name_of(raw_name) if name_of else raw_name
+            if validation:
+                if keep_earlier and self.last_logged.get(name) == step:
+                    continue
+                self.last_logged[name] = step
+            names.append(name)
+            values.append(value)
+        self.rows.add_line(step, names, values)
 
     def _step(self, number: int, digits: str) -> int:
         if len(digits) > len(str(MAX_STEP)) or int(digits) > MAX_STEP:
@@ -232,11 +244,15 @@ class _LogParser:
 
     @staticmethod
     def _number(raw: str) -> float | None:
-        m = _NUMBER.fullmatch(raw)
-        if not m:
-            return None
-        value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
-        return value if math.isfinite(value) or m.group(1).lower().lstrip("+-") in ("nan", "inf") else None
+        try:
+            value = float(raw)
+        except ValueError:
+            m = _NUMBER.fullmatch(raw)  # nanotron's 1.31M
+            if not m:
+                return None
+            value = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+        # A number too large for a float is no value; nan and inf written as such are.
+        return value if math.isfinite(value) or raw.lower().lstrip("+-") in ("nan", "inf", "infinity") else None
 
     def _leave_out(self, name: str, note: str) -> None:
         self.left_out.setdefault(name, f"{self.source}: {note}")
