@@ -73,11 +73,11 @@ def parse_mlflow_run(source: str | Path) -> ImportedRun:
     folder = runs[0]
     meta = _meta(folder)
     logged = [_metric(folder, path) for path in sorted((folder / "metrics").rglob("*")) if path.is_file()]
-    if not logged or not sum(len(m[1]) for m in logged):
+    if not logged or not sum(len(m[2]) for m in logged):
         raise GapwatchError(f"{folder}: the MLflow run logged no metric values: nothing to import")
     rows = LoggedRows()
-    keys = np.concatenate([np.full(len(m[1]), i) for i, m in enumerate(logged)])
-    times, steps, values = (np.concatenate([m[1][:, c] for m in logged]) for c in range(3))
+    keys = np.concatenate([np.full(len(m[2]), i) for i, m in enumerate(logged)])
+    times, steps, values = (np.concatenate([m[c] for m in logged]) for c in (1, 2, 3))
     for i in np.lexsort((np.arange(keys.size), times)):  # logging order, a file's own among ties
         rows.at_step(int(i) + 1, int(steps[i]))
         rows.add(int(steps[i]), logged[keys[i]][0], float(values[i]), float(times[i]) / 1000.0)
@@ -90,8 +90,9 @@ def parse_mlflow_run(source: str | Path) -> ImportedRun:
                        source=str(folder), config=_params(folder), notes=notes, live=status == _RUNNING)
 
 
-def _metric(folder: Path, path: Path) -> tuple[str, np.ndarray]:
-    """(key, rows of timestamp, step, value) of one metric file."""
+def _metric(folder: Path, path: Path) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """(key, timestamps, steps, values) of one metric file, the steps as integers (a float would
+    round those above 2**53)."""
     key = path.relative_to(folder / "metrics").as_posix()
     out = []
     try:
@@ -112,7 +113,9 @@ def _metric(folder: Path, path: Path) -> tuple[str, np.ndarray]:
         if not 0 <= step <= MAX_STEP:
             raise GapwatchError(f"{path}: line {number}: step {step} is outside 0..{MAX_STEP}")
         out.append((stamp, step, value))
-    return key, np.array(out, dtype=float).reshape(-1, 3)
+    stamps, steps, values = zip(*out) if out else ((), (), ())
+    return (key, np.array(stamps, dtype=float), np.array(steps, dtype=np.int64),
+            np.array(values, dtype=float))
 
 
 def _meta(folder: Path) -> dict:

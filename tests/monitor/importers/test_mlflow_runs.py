@@ -99,3 +99,10 @@ def test_a_damaged_metric_line_names_its_file_and_line(tracking):
     path.write_text(path.read_text() + "1700000000000 not-a-number 40\n")
     with pytest.raises(GapwatchError, match=r"metrics/loss: line 4: not 'timestamp value step'"):
         load(_folder(run))
+
+
+def test_a_step_beyond_a_floats_precision_is_kept_exact(tracking):
+    step = 2**60 + 1  # MLflow keeps steps as 64-bit integers; a float would round this one
+    with mlflow.start_run(run_name="long") as run:
+        mlflow.log_metric("loss", 2.0, step=step)
+    assert list(load(_folder(run)).to_run_data("r").series(schema.TRAIN_LOSS).index) == [step]
