@@ -24,7 +24,6 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from monitor.schema import MAX_STEP
 
 from .formats import Format, Probe
 from .imported_run import ImportedRun
+from .input_checks import RepeatedName, UnfitNumber, loads
 from .logged_rows import LoggedRows
 
 STATE_FILE = "trainer_state.json"
@@ -68,9 +68,15 @@ def parse_trainer_state(source: str | Path) -> ImportedRun:
     if path is None:
         raise GapwatchError(f"{source}: no {STATE_FILE} in the folder or its checkpoint-N folders")
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnfitNumber as exc:
+        raise GapwatchError(f"{path}: {exc.describe()}") from None
+    except RepeatedName as exc:
+        raise GapwatchError(f"{path}: {exc.msg}") from None
+    except RecursionError:
+        raise GapwatchError(f"{path}: JSON nested too deep to be a Trainer state") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise GapwatchError(f"{path}: not a readable JSON document ({exc})") from None
     history = state.get("log_history") if isinstance(state, dict) else None

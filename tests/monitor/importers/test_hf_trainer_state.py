@@ -100,6 +100,8 @@ def test_odd_entries_cost_only_themselves(tmp_path):
     ('{"log_history": {"step": 1}}', "no log_history list"),
     ('{"log_history": [{"epoch": 1.0}]}', "holds no numbers at a step"),
     ('{"log_history": [', "not a readable JSON document"),
+    ('{"log_history": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deep"),
+    ('{"log_history": [{"loss": 1e999, "step": 1}]}', "does not fit a 64-bit float"),
 ])
 def test_a_state_with_nothing_to_read_is_one_clear_error(tmp_path, text, message):
     path = tmp_path / "trainer_state.json"
