@@ -22,6 +22,7 @@ import os
 import stat
 
 from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
 
 # Characters of a value a one-line message shows before cutting it short.
 SHOWN_CHARS = 80
@@ -150,3 +151,11 @@ def setting(text: str):
             continue
         return value if not isinstance(value, float) or math.isfinite(value) else text
     return {"True": True, "False": False, "None": None}.get(text, text)
+
+
+def step_digits(digits: str, where: str, word: str = "step") -> int:
+    """A step a text log writes as digits; one beyond the largest a store keeps is an error that
+    says `where` it was read."""
+    if len(digits) > len(str(MAX_STEP)) or int(digits) > MAX_STEP:
+        raise GapwatchError(f"{where}: {word} {cut(digits)} is beyond the largest step a store keeps ({MAX_STEP})")
+    return int(digits)

@@ -22,6 +22,7 @@ import pandas as pd
 from monitor.schema import EventKind
 
 from .imported_run import scalars_frame
+from .name_codes import NameCodes
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,7 @@ class LoggedRows:
     are categorical."""
 
     def __init__(self) -> None:
-        self.names: list[str] = []  # code -> series name
-        self._codes: dict[str, int] = {}
+        self.names = NameCodes()
         self._empty()
         self.events: list[dict] = []
         self.series = SeriesAttempts()
@@ -118,11 +118,11 @@ class LoggedRows:
             series.last_of = {}
             for i in range(self._line_start, len(self.steps)):  # the line's earlier values
                 self.attempts[i] = series.attempt
-                series.last_of[self.names[self.codes[i]]] = self.steps[i]
+                series.last_of[self.names.all[self.codes[i]]] = self.steps[i]
             self._event(self.line, restart, series.attempt)
         series.last_of[key] = step
         self.steps.append(step)
-        self.codes.append(self._code(key))
+        self.codes.append(self.names.code(key))
         self.values.append(value)
         self.attempts.append(series.attempt)
         self.walls.append(wall)
@@ -136,20 +136,13 @@ class LoggedRows:
             return
         last_of.update(dict.fromkeys(keys, step))
         self.steps.extend(repeat(step, n))
-        self.codes.extend(map(self._code, keys))
+        self.codes.extend(map(self.names.code, keys))
         self.values.extend(values)
         self.attempts.extend(repeat(self.series.attempt, n))
         self.walls.extend(repeat(math.nan, n))
 
-    def _code(self, key: str) -> int:
-        code = self._codes.get(key)
-        if code is None:
-            code = self._codes[key] = len(self.names)
-            self.names.append(key)
-        return code
-
     def scalars(self, with_wall_time: bool = False) -> pd.DataFrame:
-        keys = pd.Categorical.from_codes(np.asarray(self.codes, dtype=np.int32), categories=self.names)
+        keys = pd.Categorical.from_codes(np.asarray(self.codes, dtype=np.int32), categories=self.names.all)
         return scalars_frame(self.steps, keys, self.values, self.attempts,
                              wall_time=self.walls if with_wall_time else None)
 

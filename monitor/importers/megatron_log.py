@@ -45,12 +45,11 @@ import re
 from pathlib import Path
 
 from monitor.errors import GapwatchError
-from monitor.schema import MAX_STEP
 
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import cut, setting, shown
+from .input_checks import setting, shown, step_digits
 from .logged_rows import LoggedRows
 
 _ITERATION = re.compile(r"\biteration:?\s+(\d+)\s*/\s*\d+\s*$")
@@ -237,10 +236,7 @@ class _LogParser:
         self.rows.add_line(step, names, values)
 
     def _step(self, number: int, digits: str) -> int:
-        if len(digits) > len(str(MAX_STEP)) or int(digits) > MAX_STEP:
-            raise GapwatchError(f"{self.source}: line {number}: iteration {cut(digits)} is beyond the "
-                                f"largest step a store keeps ({MAX_STEP})")
-        return int(digits)
+        return step_digits(digits, f"{self.source}: line {number}", "iteration")
 
     @staticmethod
     def _number(raw: str) -> float | None:

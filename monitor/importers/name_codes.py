@@ -13,12 +13,12 @@ class NameCodes:
         self.all: list[str] = []
         self._code: dict[str, int] = {}
 
+    def code(self, name: str) -> int:
+        code = self._code.get(name)
+        if code is None:
+            code = self._code[name] = len(self.all)
+            self.all.append(name)
+        return code
+
     def codes(self, names) -> np.ndarray:
-        out = np.empty(len(names), dtype=np.int64)
-        for i, name in enumerate(names):
-            code = self._code.get(name)
-            if code is None:
-                code = self._code[name] = len(self.all)
-                self.all.append(name)
-            out[i] = code
-        return out
+        return np.fromiter(map(self.code, names), dtype=np.int64, count=len(names))

@@ -39,12 +39,11 @@ import re
 from pathlib import Path
 
 from monitor.errors import GapwatchError
-from monitor.schema import MAX_STEP
 
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import UnfitNumber, cut, shown, unfit_literal
+from .input_checks import UnfitNumber, shown, step_digits, unfit_literal
 from .logged_rows import LoggedRows
 
 
@@ -160,10 +159,7 @@ class _LogParser:
             self._append(step, "step_time_ms", advance / (step - prev[0]))
 
     def _step_text(self, number: int, digits: str) -> int:
-        if len(digits) > len(str(MAX_STEP)) or int(digits) > MAX_STEP:
-            raise GapwatchError(f"{self.source}: line {number}: step {cut(digits)} is beyond the "
-                                f"largest step a store keeps ({MAX_STEP})")
-        return int(digits)
+        return step_digits(digits, f"{self.source}: line {number}")
 
     def _step(self, number: int, step: int) -> int:
         return self.rows.at_step(number, step)
