@@ -23,11 +23,6 @@ from pathlib import Path
 import yaml
 
 from monitor.detectors import REGISTRY
-from monitor.detectors.data_invariants import DataInvariants
-from monitor.detectors.heldout_divergence import HeldoutDivergence
-from monitor.detectors.memorization import Memorization
-from monitor.detectors.memorization_reread import MemorizationReread
-from monitor.detectors.resume import ResumeConsistency
 from monitor.errors import GapwatchError
 from monitor.schema import Story
 
@@ -37,9 +32,9 @@ RESUMED = "resume-off-by-one"
 RERUN = "clean-rerun"
 
 
-# Detectors of how the machine ran rather than what the run learned: a busy laptop slows steps
-# down, and that is worth showing but is not the run's fault, so these never fail the demo.
-MACHINE_DETECTORS = frozenset(name for name, cls in REGISTRY.items() if cls.story is Story.THROUGHPUT)
+# The story of how the machine ran rather than what the run learned: a busy laptop slows steps
+# down, and that is worth showing but is not the run's fault, so it never fails the demo.
+MACHINE_STORY = Story.THROUGHPUT
 
 # In-loop downstream evals of every run: at every other held-out checkpoint, on the same seeded
 # subset of documents each time. MMLU's subset is taken per subject (57 of them), so its evaluations
@@ -52,30 +47,26 @@ DOWNSTREAM_LIMIT = 40
 
 @dataclass(frozen=True)
 class Expectation:
-    """A detector that must (or must not) fire on a run for the demo to have told the truth."""
+    """A story a run must tell (an incident of it) for the demo to have told the truth."""
 
     run: str
-    detector: str | None  # None: no detector of what the run learned may fire
+    story: Story | None  # None: no incident of what the run learned may open
     why: str
 
 
 EXPECTATIONS = (
-    Expectation(CANDIDATE, DataInvariants.name, "the cursor advances 16x a global batch per step"),
-    Expectation(CANDIDATE, MemorizationReread.name, "records read again score lower than first reads in the same batches, "
+    Expectation(CANDIDATE, Story.DATA, "the cursor advances 16x a global batch per step"),
+    Expectation(CANDIDATE, Story.MEMORIZATION, "records read again score lower than first reads in the same batches, "
                 "while held-out loss is tied"),
-    Expectation(RESUMED, ResumeConsistency.name, "model restored at step N+1, data loader at batch N"),
+    Expectation(RESUMED, Story.DATA, "model restored at step N+1, data loader at batch N"),
     Expectation(RERUN, None, "another seed of the same recipe is not a divergence, a memorization, "
                 "a held-out or a downstream difference"),
 )
 
 
-# Between-run noise measured at the demo's scale, as the detectors' defaults were fitted on repeats
-# of real runs. Two seeds of one recipe differ by 0.2% of the held-out loss at 124M parameters; here,
-# data seeds 2 and 3 of the demo recipe ended up to 0.25 nats from the reference's (seed 0) held-out
-# loss of about 4 nats (2026-11-30; docs/detectors.md): three standard deviations of 2% of the level.
-# A 4.5M-parameter model trained for 200 steps does generalise that differently by seed. The
-# memorization rule that the demo is about compares records inside one batch and needs no such term.
-DETECTOR_PARAMS = {HeldoutDivergence.name: {"noise_level": 0.02}}
+# The watch settings of the demo's scale (the between-run noise of its small model), in the form a
+# user writes them.
+WATCH_SETTINGS = Path(__file__).with_name("demo_watch.yaml")
 
 
 @dataclass
@@ -221,9 +212,10 @@ class Demo:
         self.begin(f"watch service: one detection pass over every run, alerts to {sink}")
         config = self.workdir / "watch.yaml"
         # Alert links open the dashboard this demo serves, on its own host and port.
-        config.write_text(yaml.safe_dump({"detector_params": DETECTOR_PARAMS,
+        settings = yaml.safe_load(WATCH_SETTINGS.read_text())
+        config.write_text(yaml.safe_dump({**settings,
                                           "dashboard_url": f"http://{self.config.host}:{self.config.port}"}))
-        self.say(f"noise floors for this scale: {DETECTOR_PARAMS} (see DETECTOR_PARAMS in app/demo.py)")
+        self.say(f"noise floors for this scale: {settings['detector_params']} (see {WATCH_SETTINGS.name})")
         self.gapwatch("watch", "--all", "--once", "--config", str(config))
 
     def report(self) -> Path:
@@ -234,110 +226,69 @@ class Demo:
         self.say(f"report written to {path} (and {path.with_suffix('.md').name})")
         return path
 
+    def incidents(self, run: str) -> list:
+        """The incidents of `run`'s stored findings, as `gapwatch detect` and the watch service
+        group them, most severe first."""
+        from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
+        from monitor.store import open_store
+
+        with open_store(self.config.store_url) as store:
+            return most_severe_first(group(store.read_detections(run),
+                                           progress_from_marks(run, store.run_marks(run).series)))
+
     def check(self) -> list[tuple[Expectation, bool, str]]:
-        """Compare what the detectors stored with what the demo promises."""
-        from monitor.store import open_store
-
+        """Compare the stories the stored findings tell with what the demo promises."""
         outcomes = []
-        with open_store(self.config.store_url) as store:
-            fired = {run: {d.detector for d in store.read_detections(run)} - MACHINE_DETECTORS
-                     for run in (CANDIDATE, RESUMED, RERUN)}
+        told = {run: [i for i in self.incidents(run) if i.story != MACHINE_STORY]
+                for run in (CANDIDATE, RESUMED, RERUN)}
         for exp in EXPECTATIONS:
-            found = fired.get(exp.run, set())
-            ok = not found if exp.detector is None else exp.detector in found
-            outcomes.append((exp, ok, ", ".join(sorted(found)) or "nothing fired"))
+            found = told[exp.run]
+            ok = not found if exp.story is None else any(i.story == exp.story for i in found)
+            outcomes.append((exp, ok, "; ".join(dict.fromkeys(i.name for i in found)) or "nothing"))
         return outcomes
-
-    def machine_findings(self) -> list[tuple[str, str, str]]:
-        """(run, detector, message) of every finding about how the machine ran: shown, never judged."""
-        from monitor.store import open_store
-
-        with open_store(self.config.store_url) as store:
-            return [(run, d.detector, d.message) for run in (REFERENCE, CANDIDATE, RESUMED, RERUN)
-                    for d in store.read_detections(run) if d.detector in MACHINE_DETECTORS]
 
     def summarize(self, outcomes) -> bool:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title="What the runs learned: what gapwatch caught")
-        for column in ("run", "expected", "why", "detectors that fired", "ok"):
+        from app.findings import headline, steps
+
+        table = Table(title="What the runs learned: what gapwatch told")
+        for column in ("run", "expected story", "why", "incidents", "ok"):
             table.add_column(column)
         for exp, ok, found in outcomes:
-            expected = exp.detector or "nothing"
+            expected = exp.story.value if exp.story else "nothing"
             table.add_row(exp.run, expected, exp.why, found, "[green]yes[/]" if ok else "[red]NO[/]")
         machine = Table(title="How the machine ran (shown, never a failure of the demo)")
-        for column in ("run", "detector", "finding"):
+        for column in ("run", "incident", "finding"):
             machine.add_column(column)
-        for run, detector, message in self.machine_findings() or [("every run", ", ".join(sorted(MACHINE_DETECTORS)), "nothing fired")]:
-            machine.add_row(run, detector, message)
+        found = [(run, i.name, headline(i)) for run in (REFERENCE, CANDIDATE, RESUMED, RERUN)
+                 for i in self.incidents(run) if i.story == MACHINE_STORY]
+        for run, name, finding in found or [("every run", MACHINE_STORY.value, "nothing found")]:
+            machine.add_row(run, name, finding)
         # Piped or logged output has no terminal width to follow; rich's 80 columns would cut run names.
         console = Console(width=None if sys.stdout.isatty() else 120)
         console.print(table)
         console.print(machine)
-        self.say(self.memorization_numbers(CANDIDATE))
-        self.say(self.memorization_verdict(CANDIDATE))
+        for incident in self.incidents(CANDIDATE):
+            if incident.story != MACHINE_STORY:
+                self.say(f"{CANDIDATE}: {incident.name}, steps {steps(incident)}: {headline(incident)}")
+        if not any(i.story == Story.MEMORIZATION for i in self.incidents(CANDIDATE)):
+            self.say(self.no_memorization(CANDIDATE))
         return all(ok for _exp, ok, _found in outcomes)
 
-    def memorization_verdict(self, run: str) -> str:
-        """Whether the reference-based memorization detector fired on `run`, and why (or why not)."""
-        from monitor.judging.align import align_pair
+    def no_memorization(self, run: str) -> str:
+        """Why `run` has no memorization incident: what its detectors could not judge, or that they
+        judged it and found nothing."""
+        from monitor.judging.judge import DetectConfig, detect_stored
         from monitor.store import open_store
 
+        names = [name for name, cls in REGISTRY.items() if cls.story is Story.MEMORIZATION]
         with open_store(self.config.store_url) as store:
-            fired = store.read_detections(run, Memorization.name)
-            aligned_run, aligned_ref = align_pair(store.load_run(run), store.load_run(REFERENCE))
-        head = f"memorization against the W&B reference ({run}):"
-        if fired:
-            return f"{head} fired at steps {fired[0].start_step}-{fired[-1].end_step}: {fired[-1].message}"
-        detector = Memorization()
-        missing = detector.not_judged(aligned_run, aligned_ref)
-        if missing:
-            return f"{head} not judged: " + "; ".join(m.describe() for m in missing)
-        table = detector.table(aligned_run, aligned_ref)
-        table = table[table["judged"].astype(bool)]
-        legs = {"train below": "below", "held-out not better": "not_better",
-                "held-out did not follow": "not_followed", "downstream not better": "downstream_ok"}
-        held = {name: int(table[col].astype(bool).sum()) for name, col in legs.items()}
-        return (f"{head} did not fire (it needs all four legs at {detector.persist_checkpoints} judged "
-                f"checkpoints in a row); of {len(table)} judged checkpoints, "
-                + ", ".join(f"{name} held at {n}" for name, n in held.items()))
-
-    def memorization_numbers(self, run: str) -> str:
-        """What the memorization detectors judged: the train and held-out differences against the
-        reference at the last judged checkpoint, and the last block of the in-batch comparison."""
-        import pandas as pd
-
-        from monitor.judging.align import align_pair
-        from monitor.detectors.memorization import Memorization
-        from monitor.detectors.memorization_reread import MemorizationReread
-        from monitor.store import open_store
-
-        detector, in_batch = Memorization(), MemorizationReread()
-        with open_store(self.config.store_url) as store:
-            data = store.load_run(run)
-            aligned_run, aligned_ref = align_pair(data, store.load_run(REFERENCE))
-        table = detector.table(aligned_run, aligned_ref)
-        table = table[table["judged"].astype(bool)]
-        if table.empty:
-            text = f"{run}: no checkpoint with both train and held-out losses to judge against the reference"
-        else:
-            last = table.iloc[-1]
-            legs = [("train below", last.below), ("held-out not better", last.not_better),
-                    ("held-out did not follow", last.not_followed), ("downstream not better", last.downstream_ok)]
-            downstream = (f", downstream z {last.downstream_z:+.2f}" if pd.notna(last.downstream_z)
-                          else ", no downstream evals at this step")
-            text = (f"{run} at step {int(last.step)}: train loss {last.train_delta:+.3f} and held-out loss "
-                    f"{last.heldout_delta:+.3f} against the reference{downstream}; "
-                    + ", ".join(f"{name}: {'yes' if ok else 'no'}" for name, ok in legs))
-        blocks = in_batch.blocks(data)
-        if len(blocks):
-            b = blocks.iloc[-1]
-            text += (f". Inside its batches, re-read records scored {b.gap:.3f} ± {b.se:.3f} nats lower than "
-                     f"first reads over steps {int(b['first'])}-{int(b['last'])} ({b.gap / b.se:.1f} standard "
-                     f"errors; the rule asks for {in_batch.z_threshold:g} in {in_batch.persist_blocks} "
-                     f"blocks running)")
-        return text
+            result = detect_stored(store, run, REFERENCE, DetectConfig(detectors=names, write_series=False),
+                                   write=False)
+        reasons = "; ".join(item.describe() for item in result.not_judged) or "judged, and none fired"
+        return f"{run}: no memorization incident ({', '.join(names)}): {reasons}"
 
     def dashboard(self) -> None:
         self.begin("live dashboard")

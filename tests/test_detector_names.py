@@ -1,6 +1,7 @@
-"""No code outside monitor/detectors/ names a detector: the report's verdict, its tables and the
-dashboard's panels read what each detector declares (story, sections, verdict role, caveat), so a new
-detector joins them from its own module and one registry line.
+"""No code outside monitor/detectors/ names a detector, by its name or by importing its module: the
+report's verdict, its tables and the dashboard's panels read what each detector declares (story,
+sections, verdict role, caveat, the band its chart draws), so a new detector joins them from its own
+module and one registry line.
 
 Names that are also ordinary words of the product (`resume`, `throughput`, `spike`, `nonfinite`, which
 are event kinds, panels and store columns as well) are left out: a string equal to them says nothing.
@@ -16,11 +17,16 @@ from monitor.detectors import REGISTRY
 REPO = Path(__file__).resolve().parents[1]
 SHARED_WORDS = {"resume", "throughput", "spike", "nonfinite", "memorization"}
 SOURCES = ("app", "monitor", "evals", "trainer")
+# Two report tables are still built on one detector's own definitions (spike scores; the blocks
+# goodput is measured over): the gap the "one detector contract" has left, listed so it can only shrink.
+KNOWN_IMPORTS = {("app/report/spike_table.py", "monitor.detectors.spike"),
+                 ("app/report/throughput_table.py", "monitor.detectors.throughput")}
 
 
 def test_no_detector_name_outside_the_detectors():
     names = set(REGISTRY) - SHARED_WORDS
     assert names, "every detector name is a shared word: this test checks nothing"
+    modules = {cls.__module__ for cls in REGISTRY.values()}
     found = []
     for package in SOURCES:
         for path in (REPO / package).rglob("*.py"):
@@ -29,5 +35,10 @@ def test_no_detector_name_outside_the_detectors():
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
                 if isinstance(node, ast.Constant) and node.value in names:
                     found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
+                imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                            else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                where = str(path.relative_to(REPO))
+                found += [f"{where}:{node.lineno}: imports {m}" for m in imported
+                          if m in modules and (where, m) not in KNOWN_IMPORTS]
     assert not found, "detector names outside monitor/detectors/:\n" + "\n".join(found)
 

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from monitor.detectors.reference_divergence import ReferenceDivergence
+from monitor.detectors import band_drawn_in
 from monitor.detectors.noise import log_slope
 from monitor.detectors.stats import cadence, window_summaries
-from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData, empty_long
+from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData, Section, empty_long
 
 # Most windows of the delta across a view: about one per 6 px of a full-width chart. A zoomed-out
 # view of a million steps would otherwise hold ten thousand detector windows.
@@ -66,20 +66,19 @@ def x_values(frame: pd.DataFrame) -> np.ndarray:
     return frame["x"].to_numpy() if "x" in frame else frame["step"].to_numpy()
 
 
-def reference_delta(run: pd.DataFrame, reference: pd.DataFrame, *, detector: ReferenceDivergence | None = None,
+def reference_delta(run: pd.DataFrame, reference: pd.DataFrame,
                     max_windows: int = DEFAULT_DELTA_WINDOWS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run minus reference where both exist, as the reference-divergence detector judges it.
+    """Run minus reference where both exist, as the detector whose band the train chart draws
+    (`Detector.band_in`) judges it.
 
     Returns (windows, points). `points` (x, delta) is the run minus the reference interpolated at
     the run's points. `windows` (x, delta, band, n) holds the median of that difference in windows
     of the detector's `window_points` logged steps (wider when the view would hold more than
-    `max_windows`), and `band`, the detector's threshold there (`ReferenceDivergence.band`:
-    `z_threshold` times the window's standard error and the between-run spread at the reference's
-    level and slope together). A median outside the band for `persist_windows` windows in a row is
-    what fires the detector. On a downsampled series the points are bucket extremes, whose spread
-    exceeds the per-step noise, so the standard-error part of the band errs wide there.
+    `max_windows`), and `band`, the detector's threshold there (its `band(stderr, level, slope)`;
+    NaN when no detector declares one). On a downsampled series the points are bucket extremes,
+    whose spread exceeds the per-step noise, so the standard-error part of the band errs wide there.
     """
-    detector = detector or ReferenceDivergence()
+    detector = band_drawn_in(Section.TRAIN)
     rx, ry = _finite(run)
     fx, fy = _finite(reference)
     empty = (pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta", "band", "n")}),
@@ -99,11 +98,16 @@ def reference_delta(run: pd.DataFrame, reference: pd.DataFrame, *, detector: Ref
     if len(rx) < 2:
         return empty
     d = ry - np.interp(rx, fx, fy)
-    width = max(detector.window_points * cadence(rx), (rx[-1] - rx[0]) / max_windows)
+    points = detector.window_points if detector is not None else 1
+    width = max(points * cadence(rx), (rx[-1] - rx[0]) / max_windows)
     w = window_summaries(rx, d, width)
-    ref_w = window_summaries(fx, fy, width)
-    level = np.interp(w.mid_step, ref_w.mid_step, ref_w.median)
-    band = detector.band(np.nan_to_num(w.median_se, nan=0.0), level, log_slope(ref_w.mid_step, ref_w.median, w.mid_step))
+    if detector is None:
+        band = np.full(len(w.median), np.nan)
+    else:
+        ref_w = window_summaries(fx, fy, width)
+        level = np.interp(w.mid_step, ref_w.mid_step, ref_w.median)
+        band = detector.band(np.nan_to_num(w.median_se, nan=0.0), level,
+                             log_slope(ref_w.mid_step, ref_w.median, w.mid_step))
     windows = pd.DataFrame({"x": w.mid_step.astype(float), "delta": w.median, "band": band,
                             "n": w.n.astype(float)})
     return windows, pd.DataFrame({"x": rx, "delta": d})

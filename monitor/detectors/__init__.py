@@ -77,6 +77,15 @@ def shown_in(section: Section) -> tuple[str, ...]:
     return tuple(name for name, cls in REGISTRY.items() if section in cls.shown_in)
 
 
+def band_drawn_in(section: Section) -> Detector | None:
+    """The detector, with its default parameters, whose threshold the chart of run - reference in
+    `section` draws (`Detector.band_in`), or None when no detector declares one."""
+    for cls in REGISTRY.values():
+        if cls.band_in is section:
+            return cls()
+    return None
+
+
 def in_section(detections: list[Detection], section: Section, metric: str | None = None) -> list[Detection]:
     """The detections that `section` shows (on `metric`, when given)."""
     detectors = shown_in(section)
@@ -95,6 +104,6 @@ def caveats() -> tuple[str, ...]:
     return tuple(name for name, cls in REGISTRY.items() if cls.caveat)
 
 
-__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "build", "caveats", "in_section", "make_run", "role_of",
+__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "band_drawn_in", "build", "caveats", "in_section", "make_run", "role_of",
            "shown_in", "verdict_roles",
            "state_from_dict", "state_to_dict"]

@@ -59,6 +59,7 @@ class ReferenceDivergence(Detector, Incremental):
     explanation: ClassVar[str] = "train loss diverged from the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN,)
+    band_in: ClassVar[Section | None] = Section.TRAIN
     verdict: ClassVar[VerdictRole] = VerdictRole(50, "diverged_{direction}", "Diverged {direction} the reference")
     reads: ClassVar[Reads] = Reads(prefixes=(HELDOUT_PREFIX,), fields=("metric",))
 

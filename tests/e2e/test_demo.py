@@ -18,7 +18,7 @@ import pytest
 from app.demo import CANDIDATE, REFERENCE, RERUN, RESUMED, Demo, DemoConfig
 from app.report.render_markdown import md
 from evals.data_convert import convert_original
-from monitor.schema import downstream_key
+from monitor.schema import Story, downstream_key
 from monitor.store import open_store
 
 # Two tasks of 8 seeded documents at steps 50 and 100: downstream evals in the loop of every run,
@@ -44,11 +44,15 @@ def demo(tmp_path_factory, shared_data):
     return demo
 
 
-def outcome(demo: Demo, run: str, detector: str | None) -> tuple[bool, str]:
+def outcome(demo: Demo, run: str, story: Story | None) -> tuple[bool, str]:
     for exp, ok, found in demo.check():
-        if exp.run == run and exp.detector == detector:
+        if exp.run == run and exp.story == story:
             return ok, found
-    raise AssertionError(f"the demo expects nothing of {run} / {detector}")
+    raise AssertionError(f"the demo expects nothing of {run} / {story}")
+
+
+def detectors_of(demo: Demo, run: str, story: Story) -> set[str]:
+    return {d.detector for i in demo.incidents(run) if i.story == story for d in i.detections}
 
 
 def test_the_reference_comes_from_the_wandb_offline_run(demo):
@@ -83,13 +87,15 @@ def test_the_report_compares_the_downstream_evals_with_the_reference(demo):
 
 
 def test_double_sharding_trips_the_data_invariants(demo):
-    ok, found = outcome(demo, CANDIDATE, "data_invariants")
+    ok, found = outcome(demo, CANDIDATE, Story.DATA)
     assert ok, found
+    assert "data_invariants" in detectors_of(demo, CANDIDATE, Story.DATA)
 
 
 def test_the_killed_and_resumed_run_trips_the_resume_detector(demo):
-    ok, found = outcome(demo, RESUMED, "resume")
+    ok, found = outcome(demo, RESUMED, Story.DATA)
     assert ok, found
+    assert "resume" in detectors_of(demo, RESUMED, Story.DATA)
     with open_store(demo.config.store_url) as store:
         kinds = set(store.read_events(RESUMED)["kind"])
     assert "resume" in kinds

@@ -86,6 +86,21 @@ def test_reference_delta_follows_the_detectors_threshold():
     assert late["delta"].median() == pytest.approx(-0.15, abs=0.01)
 
 
+def test_reference_delta_draws_the_band_its_detector_declares(monkeypatch):
+    from monitor.detectors import REGISTRY, band_drawn_in
+    from monitor.schema import Section
+
+    # The train chart's band is the one detector that declares it, found by its declaration.
+    assert type(band_drawn_in(Section.TRAIN)) is ReferenceDivergence
+    s = np.arange(1000)
+    monkeypatch.delitem(REGISTRY, ReferenceDivergence.name)
+    assert band_drawn_in(Section.TRAIN) is None
+    # With no detector declaring one, the delta is still drawn, without a band.
+    windows, points = figures.reference_delta(series(s, np.full(len(s), 3.1)), series(s, np.full(len(s), 3.0)))
+    assert len(points) == len(s) and len(windows) > 0
+    assert windows["band"].isna().all() and np.allclose(windows["delta"], 0.1)
+
+
 def test_reference_delta_caps_windows_on_a_long_view_and_uses_only_overlap():
     s = np.arange(0, 1_000_000, 500)  # a downsampled million-step view: 2,000 points
     windows, points = figures.reference_delta(series(s, np.ones(len(s))), series(s[:1000], np.ones(1000)))
