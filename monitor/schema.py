@@ -428,6 +428,21 @@ class Section(str, enum.Enum):
     """Resume consistency."""
 
 
+class Drawing(str, enum.Enum):
+    """A picture of a detector's own statistic that the report and the dashboard draw, and what the
+    detector that declares it provides for it (one detector per drawing)."""
+
+    DELTA_BAND = "delta_band"
+    """The threshold around run - reference on the train chart: `window_points` and
+    `band(stderr, level, slope)`."""
+    SPIKE_SCORES = "spike_scores"
+    """Spike scores of each run: `score_keys` ({metric: score series key}), `score_series(run)`,
+    `score_window` and `definition` (the rule's name)."""
+    GOODPUT = "goodput"
+    """Ideal over actual step time: `step_verdicts(run, times, finished=True)` with an `ideal`
+    and a `time` column."""
+
+
 @dataclass(frozen=True)
 class VerdictRole:
     """How a detector's finding names the report's one-sentence verdict. Findings overturn "tied"

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from monitor.detectors import band_drawn_in
+from monitor.detectors import drawn_by
 from monitor.detectors.noise import log_slope
 from monitor.detectors.stats import cadence, window_summaries
-from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData, Section, empty_long
+from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, Drawing, RunData, empty_long
 
 # Most windows of the delta across a view: about one per 6 px of a full-width chart. A zoomed-out
 # view of a million steps would otherwise hold ten thousand detector windows.
@@ -68,8 +68,8 @@ def x_values(frame: pd.DataFrame) -> np.ndarray:
 
 def reference_delta(run: pd.DataFrame, reference: pd.DataFrame,
                     max_windows: int = DEFAULT_DELTA_WINDOWS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run minus reference where both exist, as the detector whose band the train chart draws
-    (`Detector.band_in`) judges it.
+    """Run minus reference where both exist, as the detector that draws the delta band
+    (`Drawing.DELTA_BAND`) judges it.
 
     Returns (windows, points). `points` (x, delta) is the run minus the reference interpolated at
     the run's points. `windows` (x, delta, band, n) holds the median of that difference in windows
@@ -78,7 +78,7 @@ def reference_delta(run: pd.DataFrame, reference: pd.DataFrame,
     NaN when no detector declares one). On a downsampled series the points are bucket extremes,
     whose spread exceeds the per-step noise, so the standard-error part of the band errs wide there.
     """
-    detector = band_drawn_in(Section.TRAIN)
+    detector = drawn_by(Drawing.DELTA_BAND)
     rx, ry = _finite(run)
     fx, fy = _finite(reference)
     empty = (pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta", "band", "n")}),

@@ -1,4 +1,5 @@
-"""Spike scores of both runs, by the spike detector's own definitions.
+"""Spike scores of both runs, by the definitions of the detector that draws them
+(`Drawing.SPIKE_SCORES`).
 
 Two runs fed the same data order spike at the same steps (the SOAP and Muon runs in
 the real logs both spike at 919 and 947), so the table sets the run's spikes beside the
@@ -12,9 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from monitor.detectors.spike import SCORE_KEYS, SpikeDetector
-from monitor.detectors import in_section
-from monitor.schema import Detection, Section
+from monitor.detectors import Detector, drawn_by, in_section
+from monitor.schema import Detection, Drawing, Section
 
 from app.report.model import Column, Table
 from app.report.pair import ComparedPair
@@ -29,20 +29,22 @@ class SpikeTableConfig:
     shared_within_steps: int = 2
 
 
-def spike_detector(pair: ComparedPair) -> SpikeDetector:
-    """The spike detector as the pair was judged with it (its definition and score window)."""
-    return SpikeDetector(**pair.detect.params.get(SpikeDetector.name, {}))
+def spike_detector(pair: ComparedPair) -> Detector | None:
+    """The detector that scores spikes, as the pair was judged with it (its definition and score
+    window); None when no detector does."""
+    return drawn_by(Drawing.SPIKE_SCORES, pair.detect.params)
 
 
 def spike_scores(pair: ComparedPair) -> dict[str, pd.DataFrame]:
     """Each run's spike-score series (step, key, value) by run name: the series the detectors
     produced when they judged the pair, else computed here (seconds on a million-step run)."""
+    detector = spike_detector(pair)
     out = {}
     for data in (pair.run, pair.reference):
         series = pair.detector_series.get(data.name)
-        if series is None or not series["key"].isin(SCORE_KEYS.values()).any():
-            series = spike_detector(pair).score_series(data)
-        out[data.name] = series
+        if detector is not None and (series is None or not series["key"].isin(detector.score_keys.values()).any()):
+            series = detector.score_series(data)
+        out[data.name] = series if series is not None else pd.DataFrame(columns=["step", "key", "value"])
     return out
 
 
@@ -63,15 +65,18 @@ def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None,
             Column("final_score", "final spike score", fmt=".2%"),
             Column("worst", "largest spike", fmt=""),
         ],
-        note=(f"Spike score: share of the last {detector.score_window:,} logged steps that "
-              f"were spikes ({detector.definition} rule, the OLMo-core statistic). A spike "
-              f"is shared when the other run spiked within {config.shared_within_steps} steps."),
     )
+    if detector is None:
+        table.empty_reason = "no detector scores spikes"
+        return table
+    table.note = (f"Spike score: share of the last {detector.score_window:,} logged steps that "
+                  f"were spikes ({detector.definition} rule, the OLMo-core statistic). A spike "
+                  f"is shared when the other run spiked within {config.shared_within_steps} steps.")
     runs = ((pair.run, pair.detections, pair.reference, pair.reference_detections),
             (pair.reference, pair.reference_detections, pair.run, pair.detections))
     for data, found, other, other_found in runs:
         mine_scores = scores[data.name]
-        for metric, score_key in SCORE_KEYS.items():
+        for metric, score_key in detector.score_keys.items():
             if data.series(metric).empty:
                 continue
             mine = _spikes(found, metric)

@@ -10,17 +10,17 @@ from __future__ import annotations
 import numpy as np
 
 from monitor import schema
-from monitor.detectors.throughput import ThroughputDetector
-from monitor.detectors import in_section
-from monitor.schema import RunData, Section
+from monitor.detectors import Detector, drawn_by, in_section
+from monitor.schema import Drawing, RunData, Section
 
 from app.report.model import Column, Table
 from app.report.pair import ComparedPair
 
 
 def throughput_table(pair: ComparedPair) -> Table:
-    # The detector as the pair was judged with it: its block length and MAD factor define "ideal".
-    detector = ThroughputDetector(**pair.detect.params.get(ThroughputDetector.name, {}))
+    # The detector that measures goodput, as the pair was judged with it: its block length and
+    # MAD factor define "ideal".
+    detector = drawn_by(Drawing.GOODPUT, pair.detect.params)
     table = Table(
         id="throughput",
         title="Throughput, MFU and goodput",
@@ -64,8 +64,10 @@ def _median(data: RunData, key: str) -> float | None:
     return float(np.median(v)) if v.size else None
 
 
-def _goodput(data: RunData, detector: ThroughputDetector) -> float | None:
+def _goodput(data: RunData, detector: Detector | None) -> float | None:
     times = data.series(schema.PERF_STEP_TIME_S)
+    if detector is None:
+        return None
     times = times[np.isfinite(times.to_numpy(dtype=float))]
     if len(times) < 2:
         return None

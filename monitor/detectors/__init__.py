@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitor.schema import CleanRule, Detection, Section, VerdictRole
+from monitor.schema import CleanRule, Detection, Drawing, Section, VerdictRole
 
 from .base import Detector, Reads, ReferenceUse, StoryRole
 from .data_invariants import DataInvariants
@@ -77,12 +77,12 @@ def shown_in(section: Section) -> tuple[str, ...]:
     return tuple(name for name, cls in REGISTRY.items() if section in cls.shown_in)
 
 
-def band_drawn_in(section: Section) -> Detector | None:
-    """The detector, with its default parameters, whose threshold the chart of run - reference in
-    `section` draws (`Detector.band_in`), or None when no detector declares one."""
-    for cls in REGISTRY.values():
-        if cls.band_in is section:
-            return cls()
+def drawn_by(drawing: Drawing, params: dict[str, dict[str, Any]] | None = None) -> Detector | None:
+    """The detector that declares `drawing` (`Detector.draws`), built with its entry of `params`
+    (as the run was judged), or None when no detector declares it."""
+    for name, cls in REGISTRY.items():
+        if drawing in cls.draws:
+            return build([name], params)[0]
     return None
 
 
@@ -104,6 +104,6 @@ def caveats() -> tuple[str, ...]:
     return tuple(name for name, cls in REGISTRY.items() if cls.caveat)
 
 
-__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "band_drawn_in", "build", "caveats", "in_section", "make_run", "role_of",
+__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "build", "drawn_by", "caveats", "in_section", "make_run", "role_of",
            "shown_in", "verdict_roles",
            "state_from_dict", "state_to_dict"]

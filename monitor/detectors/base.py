@@ -24,6 +24,7 @@ from monitor.schema import (
     Clean,
     CleanRule,
     Detection,
+    Drawing,
     NotJudged,
     RunData,
     Section,
@@ -128,9 +129,9 @@ class Detector(abc.ABC):
     """What ends its incidents: steps judged past the last flagged one, or its own clean verdicts."""
     shown_in: ClassVar[tuple[Section, ...]] = ()
     """Where its findings are listed and drawn: the report's tables and the dashboard's panels."""
-    band_in: ClassVar[Section | None] = None
-    """The section whose chart of run - reference draws this detector's threshold around it, from
-    its `window_points` and `band(stderr, level, slope)` (one detector per section)."""
+    draws: ClassVar[tuple[Drawing, ...]] = ()
+    """Pictures of its own statistics that the report and the dashboard draw (each `Drawing` says
+    what the detector provides for it)."""
     verdict: ClassVar[VerdictRole | None] = None
     """How a finding of warning severity or more names the report's verdict (None: it never does)."""
     caveat: ClassVar[bool] = False

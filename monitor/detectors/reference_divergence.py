@@ -33,6 +33,7 @@ from monitor.schema import (
     TRAIN_LOSS,
     Clean,
     CleanRule,
+    Drawing,
     NotJudged,
     RunData,
     Section,
@@ -59,7 +60,7 @@ class ReferenceDivergence(Detector, Incremental):
     explanation: ClassVar[str] = "train loss diverged from the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN,)
-    band_in: ClassVar[Section | None] = Section.TRAIN
+    draws: ClassVar[tuple[Drawing, ...]] = (Drawing.DELTA_BAND,)
     verdict: ClassVar[VerdictRole] = VerdictRole(50, "diverged_{direction}", "Diverged {direction} the reference")
     reads: ClassVar[Reads] = Reads(prefixes=(HELDOUT_PREFIX,), fields=("metric",))
 

@@ -40,6 +40,7 @@ from monitor.schema import (
     SPIKE_SCORE_LOSS,
     TRAIN_GRAD_NORM,
     TRAIN_LOSS,
+    Drawing,
     NotJudged,
     RunData,
     Section,
@@ -81,6 +82,8 @@ class SpikeDetector(Detector, Incremental):
     story: ClassVar[Story] = Story.INSTABILITY
     explanation: ClassVar[str] = "loss spikes"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.GRAD_NORM,)
+    draws: ClassVar[tuple[Drawing, ...]] = (Drawing.SPIKE_SCORES,)
+    score_keys: ClassVar[dict[str, str]] = SCORE_KEYS
     caveat: ClassVar[bool] = True
     reads_events: ClassVar[bool] = False
     reads: ClassVar[Reads] = Reads(fields=("metrics",))

@@ -42,6 +42,7 @@ from monitor.schema import (
     PERF_STEP_TIME_S,
     PERF_TOKENS_PER_S,
     SYS_LOAD_PER_CPU,
+    Drawing,
     NotJudged,
     RunData,
     Section,
@@ -61,6 +62,7 @@ class ThroughputDetector(Detector, Incremental):
     story: ClassVar[Story] = Story.THROUGHPUT
     explanation: ClassVar[str] = "steps slowed down or stalled"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.THROUGHPUT,)
+    draws: ClassVar[tuple[Drawing, ...]] = (Drawing.GOODPUT,)
     caveat: ClassVar[bool] = True
     reads: ClassVar[Reads] = Reads(columns=(PERF_STEP_TIME_S, SYS_LOAD_PER_CPU), fields=("drop_metrics",))
 

@@ -87,14 +87,14 @@ def test_reference_delta_follows_the_detectors_threshold():
 
 
 def test_reference_delta_draws_the_band_its_detector_declares(monkeypatch):
-    from monitor.detectors import REGISTRY, band_drawn_in
-    from monitor.schema import Section
+    from monitor.detectors import REGISTRY, drawn_by
+    from monitor.schema import Drawing
 
     # The train chart's band is the one detector that declares it, found by its declaration.
-    assert type(band_drawn_in(Section.TRAIN)) is ReferenceDivergence
+    assert type(drawn_by(Drawing.DELTA_BAND)) is ReferenceDivergence
     s = np.arange(1000)
-    monkeypatch.delitem(REGISTRY, ReferenceDivergence.name)
-    assert band_drawn_in(Section.TRAIN) is None
+    monkeypatch.setattr("monitor.detectors.REGISTRY", {n: c for n, c in REGISTRY.items() if c is not ReferenceDivergence})
+    assert drawn_by(Drawing.DELTA_BAND) is None
     # With no detector declaring one, the delta is still drawn, without a band.
     windows, points = figures.reference_delta(series(s, np.full(len(s), 3.1)), series(s, np.full(len(s), 3.0)))
     assert len(points) == len(s) and len(windows) > 0

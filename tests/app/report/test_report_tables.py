@@ -120,6 +120,21 @@ def test_spike_table_counts_shared_spikes(synthetic):
     assert clean["spikes"] == 0
 
 
+def test_the_spike_and_goodput_columns_come_from_the_detectors_that_declare_them(synthetic, monkeypatch):
+    from monitor.detectors import REGISTRY
+    from monitor.schema import Drawing
+
+    pair = compare(synthetic(name="run", seed=1, grad_spikes=(1000,), stalls=(100,)), synthetic(name="ref", seed=2))
+    # The report finds them by what they draw, never by name: without such a detector, each table
+    # says so (spikes) or leaves goodput out, and the rest of the table stands.
+    monkeypatch.setattr("monitor.detectors.REGISTRY", {
+        n: cls for n, cls in REGISTRY.items() if not {Drawing.SPIKE_SCORES, Drawing.GOODPUT} & set(cls.draws)})
+    table = spike_table(pair)
+    assert table.rows == [] and table.empty_reason == "no detector scores spikes"
+    rows = {r["run"]: r for r in throughput_table(pair).rows}
+    assert rows["run"]["goodput"] is None and rows["run"]["mfu"] == pytest.approx(0.4, rel=0.01)
+
+
 def test_resume_table_shows_parity_from_the_detector(synthetic):
     good = {"step": 1500, "kind": "resume", "attempt": 2,
             "payload": {"restored_step": 1500, "restored_data_position": 1500 * 8, "global_batch_size": 8}}
