@@ -153,6 +153,25 @@ class RunStatus(str, enum.Enum):
     IMPORTED = "imported"
 
 
+@dataclass(frozen=True)
+class MetricRows:
+    """Metric rows of one write as parallel arrays, each key a code into `names`: what the logging
+    client hands `Store.write_metrics` as it holds them, with no frame built between (the store
+    checks keys and steps as it checks a frame's)."""
+
+    steps: np.ndarray
+    """int64."""
+    codes: np.ndarray
+    """Each row's key, as an index into `names`."""
+    names: list[str]
+    values: np.ndarray
+    """float64; NaN and +/-Inf are values like any other."""
+    wall_times: np.ndarray
+    """Unix seconds, float64."""
+    attempts: np.ndarray
+    """int64: the attempt (process of a resumed run) that logged each row."""
+
+
 class SeriesMark(NamedTuple):
     """A series' high-water mark, kept by the store with every write (and measured on a run held
     in memory the same way): what the watch service and the incident tracker know of its progress."""

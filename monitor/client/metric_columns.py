@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
-import pandas as pd
+
+from monitor.schema import MetricRows
 
 _PLAIN_NUMBERS = frozenset({float, int, np.float64, np.float32, np.int64, np.int32})
 
@@ -98,9 +99,9 @@ class MetricColumns:
         return MetricColumns(np.concatenate([p.steps for p in parts]), np.concatenate(codes), list(names),
                              np.concatenate([p.values for p in parts]), np.concatenate([p.walls for p in parts]))
 
-    def frame(self, attempt: int) -> pd.DataFrame:
-        """The store's rows, keys as a categorical of the codes: a string per row would hold the
-        interpreter lock (and the training thread with it) for as long as the write's own work."""
-        keys = pd.Categorical.from_codes(self.codes, categories=pd.Index(self.names, dtype=object))
-        return pd.DataFrame({"step": self.steps, "key": keys, "value": self.values,
-                             "wall_time": self.walls, "attempt": attempt})
+    def for_store(self, attempt: int) -> MetricRows:
+        """These rows as `Store.write_metrics` takes them, the same arrays with no frame between:
+        a string per row, or a frame's parsing, would hold the interpreter lock (and the training
+        thread with it) for as long as the write's own work."""
+        return MetricRows(self.steps, self.codes, self.names, self.values, self.walls,
+                          np.full(len(self.steps), attempt, dtype=np.int64))

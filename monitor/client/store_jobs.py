@@ -287,7 +287,7 @@ def write_batch(store: Store, run: str, batch: dict, attempt: int, progress=None
     metrics = _columns(batch)
     with store.atomic():
         if len(metrics):
-            store.write_metrics(run, metrics.frame(attempt), progress)
+            store.write_metrics(run, metrics.for_store(attempt), progress)
         if batch.get("events"):
             store.write_events(run, [dict(e, attempt=attempt) for e in batch["events"]])
 

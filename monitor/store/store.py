@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from monitor.errors import GapwatchError
 from monitor.jsonutil import dumps
-from monitor.schema import Detection, RunData, RunInfo, RunStatus, SeriesMark, Severity, is_valid_key
+from monitor.schema import Detection, MetricRows, RunData, RunInfo, RunStatus, SeriesMark, Severity, is_valid_key
 from monitor.store import (
     chunks,
     derived,
@@ -405,8 +405,9 @@ class Store:
         return sorted(names[i] for i in ids)
 
     # --- metrics -------------------------------------------------------------------------------
-    def write_metrics(self, name: str, frame: pd.DataFrame, progress: Callable[[], None] | None = None) -> int:
-        """Store long rows of one run: the write path of the client and the importers.
+    def write_metrics(self, name: str, rows: pd.DataFrame | MetricRows,
+                      progress: Callable[[], None] | None = None) -> int:
+        """Store metric rows of one run: the write path of the client and the importers.
 
         Steps must be integers >= 0 and keys valid metric keys; a bad row rejects the whole batch
         with one error naming it. Within a batch, a repeated (key, step, attempt) keeps its last
@@ -414,7 +415,8 @@ class Store:
 
         Args:
             name: the run (it must exist: `ensure_run`).
-            frame: columns step, key, value, and optionally wall_time and attempt (default 1).
+            rows: a long frame (columns step, key, value, and optionally wall_time and attempt,
+                default 1), or the logging client's `MetricRows` as it holds them.
             progress: called each time the database has answered a part of the write (a phase,
                 a slice of the insert); the logging client tells a slow store from a silent one
                 by it, and stops a write it has left by raising there (the write is undone).
@@ -425,15 +427,14 @@ class Store:
         Raises:
             GapwatchError: a bad step, key or value, or no such run.
         """
-        rows = _validated(name, frame)
+        rows = _checked(name, rows if isinstance(rows, MetricRows) else _from_frame(name, rows))
         if not len(rows.steps):
             return 0
         with self._db.tx() as conn:
             run_id = self._db.run_id(conn, name)
-            # Each distinct name looked up once, not once a row (a map over the string column).
-            codes, names = pd.factorize(rows.keys)
-            ids = self._db.ensure_keys(conn, names)
-            key_ids = np.array([ids[n] for n in names], dtype=np.int64)[codes]
+            # Each distinct name looked up once, not once a row.
+            ids = self._db.ensure_keys(conn, rows.names)
+            key_ids = np.array([ids[n] for n in rows.names], dtype=np.int64)[rows.codes]
             batch = metrics_writer.Batch.of(key_ids, rows.steps, rows.attempts, rows.values, rows.wall_times)
             return metrics_writer.write(conn, run_id, batch, progress)
 
@@ -823,26 +824,15 @@ class Store:
         return json.loads(raw) if raw is not None else None
 
 
-@dataclass(frozen=True)
-class _ValidRows:
-    """A write's rows, checked: each key a valid metric key, each step an integer >= 0, each
-    value a float (NaN and +/-Inf kept)."""
-
-    keys: pd.Series
-    steps: np.ndarray
-    attempts: np.ndarray
-    values: np.ndarray
-    wall_times: np.ndarray
-
-
-def _validated(run: str, frame: pd.DataFrame) -> _ValidRows:
+def _from_frame(run: str, frame: pd.DataFrame) -> MetricRows:
+    """A long frame's rows as arrays: each step an integer, each value a float (NaN and +/-Inf
+    kept), or one error naming the first that is not."""
     missing = {"step", "key", "value"} - set(frame.columns)
     if missing:
         raise GapwatchError(f"metrics for run {run!r} lack column(s) {sorted(missing)}")
     keys = frame["key"]
     if isinstance(keys.dtype, pd.CategoricalDtype):
-        # An importer's names as codes: a string per row would cost more than the write. Only
-        # the names of rows count from here on (unique() and factorize() leave unused ones out).
+        # An importer's names as codes: a string per row would cost more than the write.
         keys = keys.cat.rename_categories(keys.cat.categories.astype(str))
     else:
         keys = keys.astype(str)
@@ -878,13 +868,32 @@ def _validated(run: str, frame: pd.DataFrame) -> _ValidRows:
     else:
         walls = pd.to_numeric(frame["wall_time"], errors="coerce").to_numpy(float, copy=True)
         walls[np.isnan(walls)] = now
-    bad_keys = [k for k in keys.unique() if not is_valid_key(k)]
+    attempts = frame["attempt"].to_numpy(np.int64) if "attempt" in frame else np.ones(len(frame), np.int64)
+    # Only the names of rows count (factorize leaves a categorical's unused ones out).
+    codes, names = pd.factorize(keys)
+    if (codes < 0).any():  # a missing key of a categorical column
+        i = int(np.flatnonzero(codes < 0)[0])
+        raise GapwatchError(f"run {run!r}: metric key {frame['key'].iloc[i]!r} is not of the form namespace/name in "
+                            f"lower snake case")
+    return MetricRows(steps, codes, [str(n) for n in names], values, walls, attempts)
+
+
+def _checked(run: str, rows: MetricRows) -> MetricRows:
+    """`rows` with the names no row uses left out, once every step is >= 0 and every name a valid
+    metric key; else one error naming the first that is not."""
+    negative = np.flatnonzero(rows.steps < 0)
+    if negative.size:
+        raise GapwatchError(f"run {run!r}: step {int(rows.steps[negative[0]])!r} is not a non-negative integer")
+    used = np.bincount(rows.codes, minlength=len(rows.names)) > 0 if len(rows.codes) else np.zeros(0, bool)
+    bad_keys = [n for n, u in zip(rows.names, used) if u and not is_valid_key(n)]
     if bad_keys:
         raise GapwatchError(
             f"run {run!r}: metric key {bad_keys[0]!r} is not of the form namespace/name in lower snake case"
         )
-    attempts = frame["attempt"].to_numpy(np.int64) if "attempt" in frame else np.ones(len(frame), np.int64)
-    return _ValidRows(keys, steps, attempts, values, walls)
+    if used.all():
+        return rows
+    remap = np.cumsum(used) - 1
+    return replace(rows, codes=remap[rows.codes], names=[n for n, u in zip(rows.names, used) if u])
 
 
 def _is_nan_like(v: Any) -> bool:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from monitor.errors import GapwatchError
-from monitor.schema import Detection, Severity
+from monitor.schema import Detection, MetricRows, Severity
 from monitor.store import open_store
 
 
@@ -88,6 +88,35 @@ def test_bad_rows_reject_the_whole_batch_and_keep_what_was_accepted(store_url):
         with pytest.raises(GapwatchError, match="no run named"):
             store.write_metrics("ghost", rows(range(3)))
         assert store.count_rows("r") == 10
+
+
+def metric_rows(steps, codes, names, values, attempt=1) -> MetricRows:
+    n = len(steps)
+    return MetricRows(np.asarray(steps, np.int64), np.asarray(codes, np.int32), names, np.asarray(values, float),
+                      np.full(n, 1e9), np.full(n, attempt, np.int64))
+
+
+def test_the_clients_arrays_are_stored_as_a_frame_of_them_is_and_checked_alike(store_url):
+    with open_store(store_url) as store:
+        for run in ("arrays", "frame"):
+            store.ensure_run(run)
+        # Two keys as codes, a name no row uses (a batch split off a larger one), a NaN, a repeat.
+        names = ["train/loss", "train/grad_norm", "perf/mfu"]
+        given = metric_rows([1, 1, 2, 2, 2], [0, 1, 0, 1, 0], names, [3.0, 1.0, 2.0, math.nan, 2.5])
+        assert store.write_metrics("arrays", given) == 4
+        store.write_metrics("frame", pd.DataFrame({"step": [1, 1, 2, 2, 2], "value": given.values,
+                                                   "key": [names[c] for c in given.codes],
+                                                   "wall_time": 1e9}))
+        read = {run: store.read_scalars([run], names, max_points=100).drop(columns="run")
+                .sort_values(["key", "step"]).reset_index(drop=True) for run in ("arrays", "frame")}
+        pd.testing.assert_frame_equal(read["arrays"], read["frame"])
+        assert read["arrays"]["value"].isna().sum() == 1 and 2.5 in set(read["arrays"]["value"]) and 2.0 not in set(read["arrays"]["value"])
+        assert "perf/mfu" not in store.list_keys("arrays")
+        with pytest.raises(GapwatchError, match="lower snake case"):
+            store.write_metrics("arrays", metric_rows([3], [0], ["Train Loss"], [1.0]))
+        with pytest.raises(GapwatchError, match="non-negative integer"):
+            store.write_metrics("arrays", metric_rows([3, -1], [0, 0], names, [1.0, 1.0]))
+        assert store.count_rows("arrays") == 4
 
 
 def test_atomic_rolls_back_everything(store_url):
