@@ -26,6 +26,7 @@ import zstandard
 from sqlalchemy import Connection, and_, bindparam, delete, func, select
 
 from monitor.store import tables
+from monitor.store.database import insert_rows
 
 # Steps a chunk spans in a new store. The width is recorded in the store when its chunk table is
 # made (`width` reads it back), since every chunk's range depends on it. 8,192 steps: a 1.41M-step
@@ -267,9 +268,8 @@ def write_many(conn: Connection, run_id: int, written: list[tuple[int, int, Chun
         conn.execute(delete(tables.metric_chunks).where(and_(
             _c.run_id == bindparam("r"), _c.key_id == bindparam("k"), _c.chunk == bindparam("c"))), gone)
     steps = width(conn)
-    rows = [{"run_id": run_id, "key_id": k, **encode(c, steps, r)} for k, c, r in written]
-    if rows:
-        conn.execute(tables.metric_chunks.insert(), rows)
+    insert_rows(conn, tables.metric_chunks.insert(),
+                [{"run_id": run_id, "key_id": k, **encode(c, steps, r)} for k, c, r in written])
 
 
 def summary(conn: Connection, run_id: int, key_id: int) -> tuple:

@@ -9,7 +9,9 @@ rows, alerts, the outbox, the watch service's reads) take a `Database`, so none 
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -18,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
-from sqlalchemy import Connection, Engine, create_engine, event, select
+from sqlalchemy import Connection, Engine, create_engine, event, select, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from monitor.errors import GapwatchError
-from monitor.store import tables, tail_cache
+from monitor.store import tables
 
 # --- which database a URL names -------------------------------------------------------------------
 ENV_VAR = "GAPWATCH_STORE"
@@ -135,16 +137,56 @@ def _sqlite_engine(store_url: StoreURL, read_only: bool, statement_timeout_s: fl
         # without waiting: a writer takes the write lock up front and waits its turn instead.
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
-    return _forgetting_on_rollback(engine)
-
-
-def _forgetting_on_rollback(engine: Engine) -> Engine:
-    @event.listens_for(engine, "rollback")
-    def _rollback(conn) -> None:
-        # Rows a connection remembered writing (tail_cache.py) are gone with the transaction.
-        tail_cache.clear(conn.info)
-
     return engine
+
+
+# Rows of one multi-row statement on SQLite, at most (sqlite_rows); fewer where the connection
+# bounds a statement's parameters lower (999 before SQLite 3.32).
+SQLITE_STATEMENT_ROWS = 4096
+_ONE_ROW = re.compile(r"VALUES\s*(\([?,\s]*\))")
+
+
+def sqlite_rows(conn: Connection, sql: str, rows: Iterable[tuple]) -> int:
+    """Run `sql`, an INSERT whose one `VALUES (?, ...)` row stands for each of `rows`, on SQLite,
+    thousands of rows a statement; the number of rows it inserted or updated.
+
+    sqlite3 lets go of the interpreter lock around each step of a statement and takes it back only
+    after the switch interval when another thread runs Python (a trainer's loop): executemany,
+    a step a row, wrote a few hundred rows a second beside such a thread (bench/RESULTS.md,
+    "Client: a flat-out writer"); a multi-row statement steps once for thousands. The rows are
+    taken a statement's worth at a time, so an iterator over columns makes no list of them."""
+    one = _ONE_ROW.search(sql)
+    width = one.group(1).count("?")
+    raw = conn.connection.driver_connection
+    per = max(1, min(SQLITE_STATEMENT_ROWS, raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
+    rows = iter(rows)
+    changed = 0
+    cursor = raw.cursor()
+    try:
+        while params := list(itertools.chain.from_iterable(itertools.islice(rows, per))):
+            statement = sql[:one.start(1)] + ", ".join([one.group(1)] * (len(params) // width)) + sql[one.end(1):]
+            cursor.execute(statement, params)
+            changed += cursor.rowcount
+    finally:
+        cursor.close()
+    return changed
+
+
+def insert_rows(conn: Connection, statement, rows: list[dict]) -> None:
+    """Run an INSERT for each of `rows` ({parameter: value}): a table's `insert()`, or the text of
+    one whose single VALUES row names its parameters (`:name`). On SQLite many rows a statement
+    (sqlite_rows), elsewhere SQLAlchemy's executemany."""
+    if not rows:
+        return
+    if conn.dialect.name != "sqlite":
+        conn.execute(text(statement) if isinstance(statement, str) else statement, rows)
+        return
+    if isinstance(statement, str):
+        names, sql = re.findall(r":(\w+)", statement), re.sub(r":\w+", "?", statement)
+    else:
+        compiled = statement.compile(dialect=conn.dialect, column_keys=list(rows[0]))
+        names, sql = compiled.positiontup, compiled.string
+    sqlite_rows(conn, sql, (tuple(row[n] for n in names) for row in rows))
 
 
 def _check_writable(path: Path) -> None:
@@ -170,7 +212,7 @@ def _postgres_engine(store_url: StoreURL, read_only: bool, statement_timeout_s: 
         options += [f"-c statement_timeout={ms}", f"-c idle_in_transaction_session_timeout={ms}"]
     if options:
         connect_args["options"] = " ".join(options)
-    return _forgetting_on_rollback(create_engine(store_url.url, pool_pre_ping=True, connect_args=connect_args))
+    return create_engine(store_url.url, pool_pre_ping=True, connect_args=connect_args)
 
 
 # --- the connection layer -------------------------------------------------------------------------

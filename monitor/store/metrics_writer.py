@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from monitor.store import chunks, metric_rows, tables, tail_cache
 from monitor.store.chunks import ChunkRows
+from monitor.store.database import insert_rows, sqlite_rows
 from monitor.store.rollups import LEVEL_WIDTHS, aggregate, aggregate_levels
 
 _SQLITE_INSERT = (
@@ -61,7 +62,7 @@ _ROLLUP_MERGE = """
                           THEN excluded.last_value ELSE rollups.last_value END
 """
 
-_SERIES_MERGE = text(
+_SERIES_MERGE = (
     """
     INSERT INTO series (run_id, key_id, first_step, last_step, n, last_wall_time)
     VALUES (:run_id, :key_id, :first_step, :last_step, :n, :last_wall_time)
@@ -317,19 +318,14 @@ def _insert_raw(conn: Connection, run_id: int, batch: Batch, only_appends: bool,
 
 
 def _insert_sqlite(conn: Connection, run_id: int, part: Batch) -> bool:
-    """Straight to sqlite3's executemany (SQLAlchemy's per-row parameter handling would cost
-    several times the insert itself), fed row tuples one at a time from the columns: a list of
-    them would be thousands of objects the garbage collector follows, and promotes into its
-    oldest generation while the insert runs. True if every row was new."""
+    """Straight to the sqlite3 driver, many rows a statement (database.sqlite_rows):
+    SQLAlchemy's per-row parameter handling would cost several times the insert itself. True if
+    every row was new."""
     # NaN -> NULL (see tables.py); an object array so None survives.
     values = np.where(np.isnan(part.values), None, part.values).tolist()
     rows = zip(itertools.repeat(run_id), part.key_ids.tolist(), part.steps.tolist(), part.attempts.tolist(), values,
                part.wall_times.tolist())
-    cursor = conn.connection.driver_connection.cursor()
-    try:
-        return cursor.executemany(_SQLITE_INSERT, rows).rowcount == len(values)
-    finally:
-        cursor.close()
+    return sqlite_rows(conn, _SQLITE_INSERT, rows) == len(values)
 
 
 def _remember_tail(conn: Connection, run_id: int, batch: Batch, complete: bool) -> None:
@@ -435,12 +431,15 @@ _ROLLUP_FIELDS = tuple(re.findall(r":(\w+)", _ROLLUP_MERGE))
 
 
 def _merge_rollup_rows(conn: Connection, rows: list[tuple]) -> None:
-    """Run the rollup merge for rows of _ROLLUP_FIELDS through the driver's executemany:
-    SQLAlchemy's per-row parameter handling cost more than the merge for a wide write."""
+    """Run the rollup merge for rows of _ROLLUP_FIELDS through the driver, many rows a statement
+    on SQLite (database.sqlite_rows), executemany elsewhere: SQLAlchemy's per-row parameter
+    handling cost more than the merge for a wide write."""
     if not rows:
         return
-    mark = "?" if conn.dialect.name == "sqlite" else "%s"
-    conn.exec_driver_sql(re.sub(r":\w+", mark, _ROLLUP_MERGE), rows)
+    if conn.dialect.name == "sqlite":
+        sqlite_rows(conn, re.sub(r":\w+", "?", _ROLLUP_MERGE), rows)
+    else:
+        conn.exec_driver_sql(re.sub(r":\w+", "%s", _ROLLUP_MERGE), rows)
 
 
 def _rollup_params(run_id: int, level: int, agg: dict[str, np.ndarray]) -> list[tuple]:
@@ -481,7 +480,8 @@ def _merge_rollups(conn: Connection, run_id: int, latest: Batch) -> None:
 def _merge_series(conn: Connection, run_id: int, latest: Batch) -> None:
     starts = np.flatnonzero(np.r_[True, latest.key_ids[1:] != latest.key_ids[:-1]])
     ends = np.r_[starts[1:], len(latest.steps)]
-    conn.execute(
+    insert_rows(
+        conn,
         _SERIES_MERGE,
         [
             {"run_id": run_id, "key_id": k, "first_step": first, "last_step": last, "n": n, "last_wall_time": wall}

@@ -54,7 +54,8 @@ def open_store(url: str | None = None, read_only: bool = False, create: bool = T
     path = store_url.sqlite_path
     if not read_only and not create and path is not None and not path.exists():
         raise GapwatchError(f"no gapwatch store at {path}")
-    engine = engine_for(store_url, read_only=read_only, statement_timeout_s=statement_timeout_s)
+    engine = tail_cache.forgotten_on_rollback(engine_for(store_url, read_only=read_only,
+                                                         statement_timeout_s=statement_timeout_s))
     try:
         with engine.begin() as conn:
             if read_only:

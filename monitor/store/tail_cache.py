@@ -12,7 +12,7 @@ falls back to reading the rows.
 from __future__ import annotations
 
 import numpy as np
-from sqlalchemy import Connection, and_, func, select
+from sqlalchemy import Connection, Engine, and_, event, func, select
 
 from monitor.store import tables
 from monitor.store.chunks import ChunkRows
@@ -26,6 +26,16 @@ def _cache(conn: Connection) -> dict:
 
 def clear(conn_info: dict) -> None:
     conn_info.pop(_INFO_KEY, None)
+
+
+def forgotten_on_rollback(engine: Engine) -> Engine:
+    """`engine`, its connections forgetting the rows they remembered writing when a transaction
+    rolls back (the rows are gone with it)."""
+    @event.listens_for(engine, "rollback")
+    def _rollback(conn) -> None:
+        clear(conn.info)
+
+    return engine
 
 
 def add(conn: Connection, run_id: int, key_id: int, rows: ChunkRows) -> None:
