@@ -1,5 +1,6 @@
 """The connection layer every store module shares: which database a URL names, its engine tuned
-per backend, this thread's transaction, and the caches that map run and metric-key names to ids.
+per backend, this thread's transaction, the caches that map run and metric-key names to ids, and
+inserts of many rows (many rows a statement on SQLite).
 
 A command's store is `--store URL`, then `$GAPWATCH_STORE`, then a SQLite file in the per-user
 data directory. `Store` is the public face; the modules that speak SQL for it (reader, metric
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
-from sqlalchemy import Connection, Engine, create_engine, event, select, text
+from sqlalchemy import Connection, Engine, Insert, create_engine, event, select, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, make_url
@@ -172,7 +173,7 @@ def sqlite_rows(conn: Connection, sql: str, rows: Iterable[tuple]) -> int:
     return changed
 
 
-def insert_rows(conn: Connection, statement, rows: list[dict]) -> None:
+def insert_rows(conn: Connection, statement: str | Insert, rows: list[dict]) -> None:
     """Run an INSERT for each of `rows` ({parameter: value}): a table's `insert()`, or the text of
     one whose single VALUES row names its parameters (`:name`). On SQLite many rows a statement
     (sqlite_rows), elsewhere SQLAlchemy's executemany."""
