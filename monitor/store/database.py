@@ -268,7 +268,8 @@ class Database:
     def upsert(self, conn: Connection, table, rows: list[dict] | dict, index: list[str], update: list[str],
                where=None) -> None:
         """INSERT ... ON CONFLICT (index) DO UPDATE the `update` columns (only where the stored row
-        meets `where`, when given), or DO NOTHING without any."""
+        meets `where`, when given), or DO NOTHING without any; a list of rows many a statement on
+        SQLite (insert_rows)."""
         dialect = pg_dialect if conn.dialect.name == "postgresql" else sqlite_dialect
         stmt = dialect.insert(table)
         if update:
@@ -277,7 +278,10 @@ class Database:
             )
         else:
             stmt = stmt.on_conflict_do_nothing(index_elements=index)
-        conn.execute(stmt, rows)
+        if isinstance(rows, list) and where is None:
+            insert_rows(conn, stmt, rows)
+        else:
+            conn.execute(stmt, rows)
 
     # --- run ids -------------------------------------------------------------------------------
     def run_id(self, conn: Connection, name: str) -> int:
