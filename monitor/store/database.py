@@ -176,17 +176,18 @@ def sqlite_rows(conn: Connection, sql: str, rows: Iterable[tuple]) -> int:
 def insert_rows(conn: Connection, statement: str | Insert, rows: list[dict]) -> None:
     """Run an INSERT for each of `rows` ({parameter: value}): a table's `insert()`, or the text of
     one whose single VALUES row names its parameters (`:name`). On SQLite many rows a statement
-    (sqlite_rows), elsewhere SQLAlchemy's executemany."""
+    (sqlite_rows), elsewhere, or where the rows leave a column to its default (which SQLAlchemy
+    fills in as it executes), SQLAlchemy's executemany."""
     if not rows:
-        return
-    if conn.dialect.name != "sqlite":
-        conn.execute(text(statement) if isinstance(statement, str) else statement, rows)
         return
     if isinstance(statement, str):
         names, sql = re.findall(r":(\w+)", statement), re.sub(r":\w+", "?", statement)
     else:
         compiled = statement.compile(dialect=conn.dialect, column_keys=list(rows[0]))
         names, sql = compiled.positiontup, compiled.string
+    if conn.dialect.name != "sqlite" or not set(names) <= rows[0].keys():
+        conn.execute(text(statement) if isinstance(statement, str) else statement, rows)
+        return
     sqlite_rows(conn, sql, (tuple(row[n] for n in names) for row in rows))
 
 

@@ -71,3 +71,14 @@ def test_named_parameters_and_table_inserts_go_the_same_way(sqlite_url):
         insert_rows(conn, merge, [{"k": "a", "n": 5}])
         insert_rows(conn, merge, [])
         assert sorted(raw.execute("SELECT k, n FROM counts").fetchall()) == [("a", 6), ("b", 2)]
+
+
+def test_rows_that_leave_a_column_to_its_default_get_it(sqlite_url):
+    from sqlalchemy import Column, Integer, MetaData, String, Table
+
+    counts = Table("tallies", MetaData(), Column("k", String, primary_key=True), Column("n", Integer, default=7))
+    with open_store(sqlite_url) as store, store.atomic() as conn:
+        counts.create(conn)
+        insert_rows(conn, counts.insert(), [{"k": "a"}, {"k": "b"}])
+        insert_rows(conn, counts.insert(), [{"k": "c", "n": 1}])
+        assert sorted(conn.execute(counts.select()).all()) == [("a", 7), ("b", 7), ("c", 1)]
