@@ -115,13 +115,11 @@ class WandbApiReader:
     url: str
     config: ApiConfig = field(default_factory=ApiConfig)
     last_step: int | None = None
-    key_names: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     state: str | None = None
     run_name: str | None = None
     run_config: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
-    _codes: dict[str, int] = field(default_factory=dict)
     _api: object = None
 
     @property

@@ -140,7 +140,7 @@ class WandbRunReader:
     records: int = 0
     last_step: int | None = None
     rows: int = 0
-    key_names: list[str] = field(default_factory=list)
+    names: NameCodes = field(default_factory=NameCodes)
     summary: dict[str, str] = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     run_name: str | None = None
@@ -153,7 +153,10 @@ class WandbRunReader:
     start_time: float | None = None  # seconds since the epoch, from the run record
     unread: int = 0  # bytes after the last complete record of a file cut short mid-write
     idle_s: float | None = None  # how long the file had not been written when last read whole
-    _codes: dict[str, int] = field(default_factory=dict)
+    @property
+    def key_names(self) -> list[str]:
+        """The history's metric names; a row's `key` is its index here."""
+        return self.names.all
 
     @property
     def source(self) -> str:
@@ -394,7 +397,7 @@ class WandbRunReader:
                 self.skipped[dictionary[c]] = self.skipped.get(dictionary[c], 0) + int(k)
         # Names of this batch's history rows only (the dictionary also holds summary names).
         in_history = np.bincount(codes, minlength=len(dictionary)) > 0
-        to_global = np.array([self._code(name) if used else -1
+        to_global = np.array([self.names.code(name) if used else -1
                               for name, used in zip(dictionary, in_history)], dtype=np.int32)
         return NewRows(
             step=row_step[row_of_item[keep]],
@@ -402,13 +405,6 @@ class WandbRunReader:
             value=nums[keep],
             wall_time=row_time[row_of_item[keep]],
         )
-
-    def _code(self, name: str) -> int:
-        code = self._codes.get(name)
-        if code is None:
-            code = self._codes[name] = len(self.key_names)
-            self.key_names.append(name)
-        return code
 
     def _apply_run_facts(self, exact) -> None:
         for run in exact.runs:
