@@ -1,6 +1,7 @@
 """The connection layer every store module shares: which database a URL names, its engine tuned
-per backend, this thread's transaction, the caches that map run and metric-key names to ids, and
-inserts of many rows (many rows a statement on SQLite).
+per backend, this thread's transaction, the caches that map run and metric-key names to ids,
+inserts of many rows (many rows a statement on SQLite) and reads of many rows as columns (in one
+row on SQLite).
 
 A command's store is `--store URL`, then `$GAPWATCH_STORE`, then a SQLite file in the per-user
 data directory. `Store` is the public face; the modules that speak SQL for it (reader, metric
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import platformdirs
 from sqlalchemy import Connection, Engine, Insert, create_engine, event, select, text
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -189,6 +191,60 @@ def insert_rows(conn: Connection, statement: str | Insert, rows: list[dict]) -> 
         conn.execute(text(statement) if isinstance(statement, str) else statement, rows)
         return
     sqlite_rows(conn, sql, (tuple(row[n] for n in names) for row in rows))
+
+
+# A float as SQLite text that reads back to the same double: 21 significant digits, more than the
+# 17 a double needs, so that SQLite's own rounding of the last ones cannot reach it
+# (tests/monitor/store/test_fetch_columns.py reads back random bit patterns); NULL as NaN.
+_SQLITE_FLOAT_TEXT = "CASE WHEN {0} IS NULL THEN 'nan' ELSE printf('%!.20e', {0}) END"
+
+
+def fetch_columns(conn: Connection, query: str, params: Iterable, dtypes: list, order: int = 0) -> list[np.ndarray]:
+    """The rows of `query`, a SELECT of numbers written with `?` marks, as one array per column of
+    the given dtypes, sorted by their first `order` columns (its own ORDER BY only picks the rows
+    a LIMIT keeps). A NULL reads as NaN, so only float columns may hold one.
+
+    On SQLite the rows come back as one: each column joined into one text by group_concat.
+    sqlite3 lets go of the interpreter lock at each row it steps and takes it back only after the
+    switch interval when another thread runs Python (a dashboard worker drawing a figure), so a
+    fetch a row at a time waited out a switch interval a row (bench/RESULTS.md, "SQLite reads
+    beside a busy thread"). SQLite promises no order for group_concat, hence the sort here."""
+    read = _sqlite_columns if conn.dialect.name == "sqlite" else _driver_columns
+    out = read(conn, query, tuple(params), dtypes)
+    if order and len(out[0]) > 1:
+        at = np.lexsort(out[:order][::-1])
+        out = [c[at] for c in out]
+    return out
+
+
+def _sqlite_columns(conn: Connection, query: str, params: tuple, dtypes: list) -> list[np.ndarray]:
+    names = [f"c{i}" for i in range(len(dtypes))]
+    joined = ", ".join(f"group_concat({_SQLITE_FLOAT_TEXT.format(n) if np.dtype(d).kind == 'f' else n})"
+                       for n, d in zip(names, dtypes))
+    raw = conn.connection.driver_connection
+    n, *texts = raw.execute(f"WITH q({', '.join(names)}) AS ({query}) SELECT count(*), {joined} FROM q",
+                            params).fetchone()
+    # str.split and a conversion by NumPy hold the interpreter lock; np.fromstring lets go of it
+    # again and again, which beside a busy thread costs a switch interval each time.
+    out = [np.array(t.split(",") if t else [], dtype=d) for t, d in zip(texts, dtypes)]
+    if any(len(c) != n for c in out):  # group_concat leaves NULLs out: an integer column held one
+        raise ValueError(f"an integer column of {query!r} holds NULL")
+    return out
+
+
+def _driver_columns(conn: Connection, query: str, params: tuple, dtypes: list) -> list[np.ndarray]:
+    """The rows fetched through the driver's cursor (SQLAlchemy's handling of each row costs more
+    than the query), transposed with zip in C, then converted a column at a time; a NULL becomes
+    NaN."""
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        cursor.execute(query if conn.dialect.paramstyle == "qmark" else query.replace("?", "%s"), params)
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    if not rows:
+        return [np.empty(0, dtype=d) for d in dtypes]
+    return [np.array(col, dtype=d) for col, d in zip(zip(*rows), dtypes)]
 
 
 def _check_writable(path: Path) -> None:

@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, and_, delete, select
 
+from monitor.schema import MAX_STEP
 from monitor.store import metric_rows, tables
+from monitor.store.database import fetch_columns
 
 DERIVED_PREFIX = "detect/"
 """Keys that name a derived series (monitor.schema: detect/spike_score/...)."""
@@ -35,20 +37,20 @@ def key_ids(conn: Connection, run_id: int) -> list[int]:
 
 def read(conn: Connection, run_id: int, key_names: dict[int, str], step_range: tuple[int, int] | None,
          max_points: int) -> pd.DataFrame:
-    """Long frame (key, step, value), at most `max_points` rows per key."""
-    parts = []
-    for key_id, name in key_names.items():
-        cond = and_(_d.run_id == run_id, _d.key_id == key_id)
-        if step_range is not None:
-            cond = and_(cond, _d.step >= step_range[0], _d.step <= step_range[1])
-        got = conn.execute(select(_d.step, _d.value).where(cond).order_by(_d.step)).all()
-        steps = np.array([r[0] for r in got], dtype=np.int64)
-        values = np.array([np.nan if r[1] is None else r[1] for r in got], dtype=float)
-        steps, values = _thin(steps, values, max_points)
-        parts.append(pd.DataFrame({"key": name, "step": steps, "value": values}))
-    if not parts:
+    """Long frame (key, step, value), at most `max_points` rows per key, in one query."""
+    if not key_names:
         return pd.DataFrame({"key": pd.Series(dtype=object), "step": pd.Series(dtype=np.int64),
                              "value": pd.Series(dtype=float)})
+    lo, hi = step_range if step_range is not None else (0, MAX_STEP)
+    ids = list(key_names)
+    keys, steps, values = fetch_columns(
+        conn, f"SELECT key_id, step, value FROM {tables.derived_points.name} WHERE run_id = ? "
+              f"AND key_id IN ({', '.join('?' * len(ids))}) AND step >= ? AND step <= ? ORDER BY key_id, step",
+        (run_id, *ids, lo, hi), [np.int64, np.int64, float], order=2)
+    parts = []
+    for key_id, a, b in zip(ids, np.searchsorted(keys, ids, "left"), np.searchsorted(keys, ids, "right")):
+        kept_steps, kept_values = _thin(steps[a:b], values[a:b], max_points)
+        parts.append(pd.DataFrame({"key": key_names[key_id], "step": kept_steps, "value": kept_values}))
     return pd.concat(parts, ignore_index=True)
 
 

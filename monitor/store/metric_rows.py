@@ -10,36 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy import Connection, and_, func, select
 
 from monitor.store import chunks, tables
+from monitor.store.database import fetch_columns
 from monitor.store.chunks import ChunkRows
 from monitor.store.run_frames import KeyRows, empty_rows, union_steps
 
 _m = tables.metrics.c
 
 
-def columns(rows: list, dtypes: list) -> list[np.ndarray]:
-    """Fetched rows as one array per column. Transposed with zip in C, then converted a column at a
-    time: np.array(rows) probes each SQLAlchemy Row as a mapping first (a caught KeyError a row).
-    A NULL value becomes NaN (see tables.py)."""
-    if not rows:
-        return [np.empty(0, dtype=d) for d in dtypes]
-    return [np.array(col, dtype=d) for col, d in zip(zip(*rows), dtypes)]
-
-
-def _tail_cond(run_id: int, key_id: int | None, lo: int | None, hi: int | None):
-    cond = _m.run_id == run_id
-    if key_id is not None:
-        cond = and_(cond, _m.key_id == key_id)
-    if lo is not None:
-        cond = and_(cond, _m.step >= lo)
-    if hi is not None:
-        cond = and_(cond, _m.step <= hi)
-    return cond
-
-
-_TAIL_QUERY = ("SELECT step, attempt, value, wall_time FROM metrics WHERE run_id = ? AND key_id = ? "
+_TAIL_QUERY = (f"SELECT step, attempt, value, wall_time FROM {tables.metrics.name} WHERE run_id = ? AND key_id = ? "
                "AND step >= ? AND step <= ? ORDER BY step, attempt")
 # PostgreSQL: each column as one bytea of its big-endian binary values (NULL values sent as NaN),
 # so a range of rows crosses the wire as four values that NumPy reads as they are.
@@ -52,23 +33,41 @@ _PG_TAIL_QUERY = "SELECT " + ", ".join(
 
 def tail_rows(conn: Connection, run_id: int, key_id: int, lo: int, hi: int) -> ChunkRows:
     """Rows of the row table (not yet sealed in chunks) with lo <= step <= hi, wall times too:
-    what sealing a chunk moves. Sealing reads back every row a live run wrote, so this goes
-    through the driver: on PostgreSQL as four binary aggregates (fetching row by row cost more
-    than writing the rows had), on SQLite as a plain cursor fetch."""
-    raw = conn.connection.driver_connection
+    what sealing a chunk moves. Sealing reads back every row a live run wrote: on PostgreSQL they
+    come as four binary aggregates (fetching row by row cost more than writing the rows had)."""
     if conn.dialect.name == "postgresql":
-        with raw.cursor() as cur:
+        with conn.connection.driver_connection.cursor() as cur:
             steps, attempts, values, walls = cur.execute(_PG_TAIL_QUERY, (run_id, key_id, lo, hi)).fetchone()
         if steps is None:
-            return ChunkRows(*columns([], [np.int64, np.int64, float, float]))
+            return ChunkRows(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0))
         return ChunkRows(np.frombuffer(steps, ">i8").astype(np.int64), np.frombuffer(attempts, ">i4").astype(np.int64),
                          np.frombuffer(values, ">f8").astype(float), np.frombuffer(walls, ">f8").astype(float))
-    cursor = raw.cursor()
-    try:
-        got = cursor.execute(_TAIL_QUERY, (run_id, key_id, lo, hi)).fetchall()
-    finally:
-        cursor.close()
-    return ChunkRows(*columns(got, [np.int64, np.int64, float, float]))
+    return ChunkRows(*fetch_columns(conn, _TAIL_QUERY, (run_id, key_id, lo, hi),
+                                    [np.int64, np.int64, float, float], order=2))
+
+
+def _tail_where(run_id: int, key_ids: list[int], lo: int | None, hi: int | None,
+                replay: tuple[int, int] | None) -> tuple[str, list[int]]:
+    """The WHERE clause (`?` marks) and parameters of a read of these series' rows in the row
+    table, lo <= step <= hi (either open); `replay` as in series_rows."""
+    where = ["run_id = ?", f"key_id IN ({', '.join('?' * len(key_ids))})"]
+    params = [int(run_id), *(int(k) for k in key_ids)]
+    for clause, value in (("step >= ?", lo), ("step <= ?", hi)):
+        if value is not None:
+            where.append(clause)
+            params.append(int(value))
+    if replay is not None:
+        where.append("(step > ? OR attempt >= ?)")
+        params += [int(x) for x in replay]
+    return " AND ".join(where), params
+
+
+def _tail(conn: Connection, run_id: int, key_id: int, lo: int | None, hi: int | None,
+          replay: tuple[int, int] | None = None) -> KeyRows:
+    """One series' rows in the row table, in (step, attempt) order."""
+    where, params = _tail_where(run_id, [key_id], lo, hi, replay)
+    return KeyRows(*fetch_columns(conn, f"SELECT step, attempt, value FROM {tables.metrics.name} WHERE {where} "
+                                        "ORDER BY step, attempt", params, [np.int64, np.int64, float], order=2))
 
 
 def _joined(parts: list[KeyRows]) -> KeyRows:
@@ -97,12 +96,7 @@ def series_rows(conn: Connection, run_id: int, key_id: int, lo: int | None = Non
     at steps up to `seen`, only rows of that attempt or later: what a replaying attempt logged
     again, not what was read before."""
     parts = [_trim(rows, lo, hi) for rows in chunks.read_series(conn, run_id, key_id, lo, hi)]
-    cond = _tail_cond(run_id, key_id, lo, hi)
-    if replay is not None:
-        cond = and_(cond, or_(_m.step > replay[0], _m.attempt >= replay[1]))
-    got = conn.execute(select(_m.step, _m.attempt, _m.value).where(cond).order_by(_m.step, _m.attempt)).all()
-    parts.append(KeyRows(*columns(got, [np.int64, np.int64, float])))
-    out = _joined(parts)
+    out = _joined(parts + [_tail(conn, run_id, key_id, lo, hi, replay)])
     if replay is not None and len(out):
         keep = (out.steps > replay[0]) | (out.attempts >= replay[1])
         if not keep.all():
@@ -117,8 +111,7 @@ def many_series_rows(conn: Connection, run_id: int, key_ids: list[int], lo: int 
     out: dict[int, list[KeyRows]] = {k: [] for k in key_ids}
     for key_id, _, rows in chunks.read(conn, run_id, key_ids, lo, hi):
         out[key_id].append(_trim(rows, lo, hi))
-    read_tails = _pg_tails if conn.dialect.name == "postgresql" else _tails
-    tails = read_tails(conn, run_id, key_ids, lo, hi, replay)
+    tails = _tails(conn, run_id, key_ids, lo, hi, replay)
     joined = {}
     for key_id in key_ids:
         rows = _joined(out[key_id] + [tails.get(key_id, empty_rows())])
@@ -131,41 +124,28 @@ def many_series_rows(conn: Connection, run_id: int, key_ids: list[int], lo: int 
 
 def _tails(conn: Connection, run_id: int, key_ids: list[int], lo: int | None, hi: int | None,
            replay: tuple[int, int] | None) -> dict[int, KeyRows]:
-    """The row table's rows of these series in one query, per series in (step, attempt) order."""
-    cond = and_(_tail_cond(run_id, None, lo, hi), _m.key_id.in_(key_ids))
-    if replay is not None:
-        cond = and_(cond, or_(_m.step > replay[0], _m.attempt >= replay[1]))
-    got = conn.execute(select(_m.key_id, _m.step, _m.attempt, _m.value).where(cond)
-                       .order_by(_m.key_id, _m.step, _m.attempt)).all()
-    keys, steps, attempts, values = columns(got, [np.int64, np.int64, np.int64, float])
+    """The row table's rows of these series in one query, per series in (step, attempt) order. On
+    PostgreSQL each series' columns come as binary aggregates (_PG_TAIL_QUERY's way), a row a
+    series instead of a row a value, which the watch service's every read of a poll's new rows
+    would otherwise fetch one by one."""
+    where, params = _tail_where(run_id, key_ids, lo, hi, replay)
+    if conn.dialect.name == "postgresql":
+        query = ("SELECT key_id, " + ", ".join(
+            f"string_agg({send}({col}), ''::bytea ORDER BY step, attempt)"
+            for send, col in (("int8send", "step"), ("int4send", "attempt"),
+                              ("float8send", "coalesce(value, 'NaN'::float8)"))
+        ) + f" FROM {tables.metrics.name} WHERE {where.replace('?', '%s')} GROUP BY key_id")
+        with conn.connection.driver_connection.cursor() as cur:
+            found = cur.execute(query, params).fetchall()
+        return {int(key_id): KeyRows(np.frombuffer(steps, ">i8").astype(np.int64),
+                                     np.frombuffer(attempts, ">i4").astype(np.int64),
+                                     np.frombuffer(values, ">f8").astype(float))
+                for key_id, steps, attempts, values in found}
+    keys, steps, attempts, values = fetch_columns(
+        conn, f"SELECT key_id, step, attempt, value FROM {tables.metrics.name} WHERE {where} "
+              "ORDER BY key_id, step, attempt", params, [np.int64, np.int64, np.int64, float], order=3)
     bounds = np.searchsorted(keys, key_ids, "left"), np.searchsorted(keys, key_ids, "right")
     return {key_id: KeyRows(steps[a:b], attempts[a:b], values[a:b]) for key_id, a, b in zip(key_ids, *bounds)}
-
-
-def _pg_tails(conn: Connection, run_id: int, key_ids: list[int], lo: int | None, hi: int | None,
-              replay: tuple[int, int] | None) -> dict[int, KeyRows]:
-    """`_tails` on PostgreSQL: each series' columns as binary aggregates (_PG_TAIL_QUERY's way), a
-    row a series instead of a row a value, which the watch service's every read of a poll's new
-    rows would otherwise fetch one by one."""
-    where, params = ["run_id = %s", "key_id = ANY(%s)"], [int(run_id), [int(k) for k in key_ids]]
-    for clause, value in (("step >= %s", lo), ("step <= %s", hi)):
-        if value is not None:
-            where.append(clause)
-            params.append(int(value))
-    if replay is not None:
-        where.append("(step > %s OR attempt >= %s)")
-        params += [int(x) for x in replay]
-    query = ("SELECT key_id, " + ", ".join(
-        f"string_agg({send}({col}), ''::bytea ORDER BY step, attempt)"
-        for send, col in (("int8send", "step"), ("int4send", "attempt"),
-                          ("float8send", "coalesce(value, 'NaN'::float8)"))
-    ) + " FROM metrics WHERE " + " AND ".join(where) + " GROUP BY key_id")
-    with conn.connection.driver_connection.cursor() as cur:
-        found = cur.execute(query, params).fetchall()
-    return {int(key_id): KeyRows(np.frombuffer(steps, ">i8").astype(np.int64),
-                                 np.frombuffer(attempts, ">i4").astype(np.int64),
-                                 np.frombuffer(values, ">f8").astype(float))
-            for key_id, steps, attempts, values in found}
 
 
 def series_parts(conn: Connection, run_id: int, key_id: int) -> Iterator[KeyRows]:
@@ -174,9 +154,7 @@ def series_parts(conn: Connection, run_id: int, key_id: int) -> Iterator[KeyRows
     in its frame as it comes instead of joining a 1.4M-row series first."""
     for rows in chunks.read_series(conn, run_id, key_id):
         yield KeyRows(rows.steps, rows.attempts, rows.values)
-    got = conn.execute(select(_m.step, _m.attempt, _m.value).where(_tail_cond(run_id, key_id, None, None))
-                       .order_by(_m.step, _m.attempt)).all()
-    yield KeyRows(*columns(got, [np.int64, np.int64, float]))
+    yield _tail(conn, run_id, key_id, None, None)
 
 
 def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarray:
@@ -184,23 +162,22 @@ def logged_steps(conn: Connection, run_id: int, key_ids: list[int]) -> np.ndarra
     of a run's frame, known before a value is read."""
     if not key_ids:
         return np.empty(0, np.int64)
-    tail = conn.execute(select(_m.step).distinct().where(and_(_m.run_id == run_id, _m.key_id.in_(key_ids)))
-                        .order_by(_m.step)).scalars().all()
-    return union_steps([chunks.logged_steps(conn, run_id, key_ids), np.array(tail, dtype=np.int64)])
+    where, params = _tail_where(run_id, key_ids, None, None, None)
+    tail, = fetch_columns(conn, f"SELECT DISTINCT step FROM {tables.metrics.name} WHERE {where} ORDER BY step",
+                          params, [np.int64], order=1)
+    return union_steps([chunks.logged_steps(conn, run_id, key_ids), tail])
 
 
 def latest_tail(conn: Connection, run_id: int, key_id: int, lo: int, hi: int, rows: int = 64):
     """The last few logged steps of a range (latest attempt each), newest last."""
-    got = conn.execute(
-        select(_m.step, _m.value)
-        .where(_tail_cond(run_id, key_id, lo, hi))
-        .order_by(_m.step.desc(), _m.attempt.desc())
-        .limit(rows)
-    ).all()
+    where, params = _tail_where(run_id, [key_id], lo, hi, None)
+    steps, _, values = fetch_columns(conn, f"SELECT step, attempt, value FROM {tables.metrics.name} WHERE {where} "
+                                           f"ORDER BY step DESC, attempt DESC LIMIT {int(rows)}",
+                                     params, [np.int64, np.int64, float], order=2)
     seen: dict[int, float] = {}
-    for step, value in got:
-        seen.setdefault(step, np.nan if value is None else value)
-    if len(got) < rows:  # the range's tail rows are all here: it reaches into sealed chunks
+    for step, value in zip(steps[::-1].tolist(), values[::-1].tolist()):  # newest first: a step's latest attempt
+        seen.setdefault(step, value)
+    if len(steps) < rows:  # the range's tail rows are all here: it reaches into sealed chunks
         seen.update(_newest_sealed(conn, run_id, key_id, lo, hi, rows - len(seen)))
     steps = np.array(sorted(seen)[-rows:], dtype=np.int64)
     return steps, np.array([seen[k] for k in steps.tolist()], dtype=float)

@@ -35,7 +35,7 @@ from monitor.schema import (
     empty_long,
 )
 from monitor.store import metric_rows, tables
-from monitor.store.database import Database
+from monitor.store.database import Database, fetch_columns
 from monitor.store.rollups import LEVEL_WIDTHS, choose_level
 from monitor.store.run_frames import stream_run_data
 
@@ -137,8 +137,8 @@ def read_bucket_means(db: Database, run: str, key: str, step_range=None) -> pd.D
     with db.read() as conn:
         run_id = db.run_id(conn, run)
         key_id = db.key_ids(conn, [key]).get(key)
-        rows = [] if key_id is None else _driver_rows(conn, _MEANS_QUERY, (run_id, key_id, lo // width, hi // width))
-    bucket, finite, total, last = (np.array(c, dtype=float) for c in zip(*rows)) if rows else [np.empty(0)] * 4
+        bucket, finite, total, last = [np.empty(0)] * 4 if key_id is None else fetch_columns(
+            conn, _MEANS_QUERY, (run_id, key_id, lo // width, hi // width), [float] * 4, order=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / finite
     keep = finite > 0
@@ -201,8 +201,8 @@ def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | N
     return (int(steps[finite[-1]]), float(values[finite[-1]])) if len(finite) else None
 
 
-# Rollup reads go through the driver: a run page reads a couple of hundred series this way, and
-# SQLAlchemy's handling of a statement and its rows cost several times the query itself.
+# Rollup reads go through database.fetch_columns: a run page reads a couple of hundred series this
+# way, and SQLAlchemy's handling of a statement and its rows cost several times the query itself.
 _SPARSE_ROLLUPS_QUERY = (f"SELECT n, nonfinite, min_step, min_value, max_step, max_value FROM {tables.rollups.name} "
                          "WHERE run_id = ? AND key_id = ? AND level = 0 AND bucket >= ? AND bucket <= ? "
                          "ORDER BY bucket")
@@ -212,33 +212,19 @@ _ROLLUPS_QUERY = (f"SELECT min_step, min_value, max_step, max_value FROM {tables
                   "WHERE run_id = ? AND key_id = ? AND level = ? AND bucket >= ? AND bucket <= ? ORDER BY bucket")
 
 
-def _driver_rows(conn, query: str, params: tuple) -> list[tuple]:
-    """Rows of a query written with `?` marks, run on the connection's driver cursor."""
-    if conn.dialect.paramstyle != "qmark":
-        query = query.replace("?", "%s")
-    cursor = conn.connection.driver_connection.cursor()
-    try:
-        cursor.execute(query, params)
-        return cursor.fetchall()
-    finally:
-        cursor.close()
-
-
 def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
     """Every logged point of a sparse series (evals every few thousand steps) in [lo, hi], from
     its finest rollups, when they hold them all: each bucket has one point, or two at different
     steps (its minimum and its maximum), and no NaN/Inf (rollups keep finite values only). None
     otherwise. A raw read decodes every chunk the range spans, for a handful of rows each."""
     width = LEVEL_WIDTHS[0]
-    rows = _driver_rows(conn, _SPARSE_ROLLUPS_QUERY, (run_id, key_id, lo // width, hi // width))
-    if not rows:
+    n, nonfinite, min_step, min_value, max_step, max_value = fetch_columns(
+        conn, _SPARSE_ROLLUPS_QUERY, (run_id, key_id, lo // width, hi // width), [np.int64, np.int64] + [float] * 4)
+    if not len(n):
         return np.empty(0, np.int64), np.empty(0, float)
-    n, nonfinite, *extremes = zip(*rows)
-    if any(nonfinite) or max(n) > 2:
+    if nonfinite.any() or n.max() > 2:
         return None  # (a bucket of NaN only has no minimum step either)
-    n = np.array(n, dtype=np.int64)
-    min_step, min_value, max_step, max_value = (np.array(c, dtype=d) for c, d in
-                                                zip(extremes, (np.int64, float, np.int64, float)))
+    min_step, max_step = min_step.astype(np.int64), max_step.astype(np.int64)
     if ((n == 2) & (min_step == max_step)).any():
         return None
     two = n == 2
@@ -252,13 +238,11 @@ def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
 
 def _from_rollups(conn, run_id: int, key_id: int, level: int, lo: int, hi: int):
     width = LEVEL_WIDTHS[level]
-    rows = _driver_rows(conn, _ROLLUPS_QUERY, (run_id, key_id, level, lo // width, hi // width))
-    if not rows:
-        return np.empty(0, np.int64), np.empty(0, float)
-    min_step, min_value, max_step, max_value = zip(*rows)
+    min_step, min_value, max_step, max_value = fetch_columns(
+        conn, _ROLLUPS_QUERY, (run_id, key_id, level, lo // width, hi // width), [float] * 4)
     # A bucket of NaN only has no extremes (NULL): its step -1 lies before every range.
-    steps = np.array([-1 if v is None else v for v in min_step + max_step], dtype=np.int64)
-    values = np.array(min_value + max_value, dtype=float)
+    steps = np.nan_to_num(np.concatenate([min_step, max_step]), nan=-1).astype(np.int64)
+    values = np.concatenate([min_value, max_value])
     # Edge buckets reach past the range: keep only their extremes that fall inside it. A bucket
     # of one point gives it as its minimum and its maximum: each step is kept once.
     inside = (steps >= lo) & (steps <= hi)
