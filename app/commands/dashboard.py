@@ -6,6 +6,13 @@ import argparse
 
 from app.options import add_store_argument
 
+# The server answers requests on threads of one interpreter. A request that waits on the store or
+# on NumPy lets go of the interpreter lock and gets it back only when the thread running Python
+# (another request drawing a figure) reaches the end of its switch interval: once per wait. A
+# shorter interval than Python's 5 ms bounds those waits (bench/RESULTS.md, "SQLite reads beside a
+# busy thread").
+SWITCH_INTERVAL_S = 0.0005
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -28,6 +35,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import logging
+    import sys
 
     from app.dashboard.auth import AuthConfig
     from app.dashboard.config import DashboardConfig
@@ -40,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
                              max_points=args.max_points)
     app = open_app(config, AuthConfig.from_env())
     server = make_server(app, config)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     # A failing callback is logged by Flask (and answered with a 500): show it on stderr.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     host = f"[{args.host}]" if ":" in args.host else args.host

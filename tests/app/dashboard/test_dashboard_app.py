@@ -168,3 +168,31 @@ def test_an_unreachable_store_keeps_the_page_and_says_why(pg_url, demo):
         poll = post_callback(app, "append.data", [{"id": "poll", "property": "n_intervals", "value": 1}],
                              poll_outputs, state=poll_state)
         assert poll == {}  # nothing changes; the next poll tries again
+
+
+def test_the_command_serves_with_a_short_switch_interval(demo_url, monkeypatch):
+    """A request waiting on the store gets the interpreter lock back within the dashboard's switch
+    interval, not Python's 5 ms, while another request draws a figure (bench_busy_reads.py)."""
+    import sys
+
+    import app.dashboard.server as server_module
+    from app.commands.dashboard import SWITCH_INTERVAL_S
+
+    seen = {}
+
+    class Served:
+        effective_port = 8050
+
+        def run(self):
+            seen["interval"] = sys.getswitchinterval()
+
+        def close(self):
+            seen["closed"] = True
+
+    monkeypatch.setattr(server_module, "make_server", lambda app, config: Served())
+    before = sys.getswitchinterval()
+    try:
+        assert main(["dashboard", "--store", demo_url]) == 0
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == {"interval": pytest.approx(SWITCH_INTERVAL_S), "closed": True} and SWITCH_INTERVAL_S < before
