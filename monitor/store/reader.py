@@ -95,6 +95,7 @@ def read_series(db: Database, runs, keys, step_range=None, max_points: int = DEF
                     )
                 )
             }
+            plans = []  # (key, key_id, lo, hi, level, maybe sparse)
             for key, key_id in key_ids.items():
                 if key_id not in marks:
                     continue
@@ -109,9 +110,11 @@ def read_series(db: Database, runs, keys, step_range=None, max_points: int = DEF
                     continue
                 density = n / max(1, last - first + 1)
                 level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE, RAW_READ_FACTOR)
+                plans.append((key, key_id, lo, hi, level, level is None and n * LEVEL_WIDTHS[0] <= hi - lo + 1))
+            sparse = _sparse_from_rollups(conn, run_id, {p[1]: (p[2], p[3]) for p in plans if p[5]})
+            for key, key_id, lo, hi, level, _ in plans:
                 if level is None:
-                    exact = _sparse_from_rollups(conn, run_id, key_id, lo, hi) if n * LEVEL_WIDTHS[0] <= \
-                        hi - lo + 1 else None
+                    exact = sparse.get(key_id)
                     steps, values = exact or metric_rows.series_rows(conn, run_id, key_id, lo, hi).latest()
                     width = 1
                     tail = _last_finite(steps, values)
@@ -203,23 +206,40 @@ def _last_finite(steps: np.ndarray, values: np.ndarray) -> tuple[int, float] | N
 
 # Rollup reads go through database.fetch_columns: a run page reads a couple of hundred series this
 # way, and SQLAlchemy's handling of a statement and its rows cost several times the query itself.
-_SPARSE_ROLLUPS_QUERY = (f"SELECT n, nonfinite, min_step, min_value, max_step, max_value FROM {tables.rollups.name} "
-                         "WHERE run_id = ? AND key_id = ? AND level = 0 AND bucket >= ? AND bucket <= ? "
-                         "ORDER BY bucket")
+_SPARSE_ROLLUPS_QUERY = ("SELECT key_id, bucket, n, nonfinite, min_step, min_value, max_step, max_value "
+                         f"FROM {tables.rollups.name} WHERE run_id = ? AND key_id IN ({{marks}}) AND level = 0 "
+                         "AND bucket >= ? AND bucket <= ?")
 _MEANS_QUERY = (f"SELECT bucket, n - nonfinite, total, last_step FROM {tables.rollups.name} "
                 "WHERE run_id = ? AND key_id = ? AND level = 0 AND bucket >= ? AND bucket <= ? ORDER BY bucket")
 _ROLLUPS_QUERY = (f"SELECT min_step, min_value, max_step, max_value FROM {tables.rollups.name} "
                   "WHERE run_id = ? AND key_id = ? AND level = ? AND bucket >= ? AND bucket <= ? ORDER BY bucket")
 
 
-def _sparse_from_rollups(conn, run_id: int, key_id: int, lo: int, hi: int):
-    """Every logged point of a sparse series (evals every few thousand steps) in [lo, hi], from
-    its finest rollups, when they hold them all: each bucket has one point, or two at different
-    steps (its minimum and its maximum), and no NaN/Inf (rollups keep finite values only). None
-    otherwise. A raw read decodes every chunk the range spans, for a handful of rows each."""
+def _sparse_from_rollups(conn, run_id: int, ranges: dict[int, tuple[int, int]]) -> dict[int, tuple | None]:
+    """{key id: every logged point (steps, values) of a sparse series (evals every few thousand
+    steps) in its range (lo, hi), from its finest rollups, when they hold them all; None
+    otherwise}: each bucket has one point, or two at different steps (its minimum and its
+    maximum), and no NaN/Inf (rollups keep finite values only). A raw read decodes every chunk the
+    range spans, for a handful of rows each. One query for all the series."""
+    if not ranges:
+        return {}
     width = LEVEL_WIDTHS[0]
-    n, nonfinite, min_step, min_value, max_step, max_value = fetch_columns(
-        conn, _SPARSE_ROLLUPS_QUERY, (run_id, key_id, lo // width, hi // width), [np.int64, np.int64] + [float] * 4)
+    ids = sorted(ranges)
+    keys, buckets, n, nonfinite, min_step, min_value, max_step, max_value = fetch_columns(
+        conn, _SPARSE_ROLLUPS_QUERY.format(marks=", ".join("?" * len(ids))),
+        (run_id, *ids, min(lo for lo, _ in ranges.values()) // width, max(hi for _, hi in ranges.values()) // width),
+        [np.int64] * 4 + [float] * 4, order=2)
+    out = {}
+    for key_id, a, b in zip(ids, np.searchsorted(keys, ids, "left"), np.searchsorted(keys, ids, "right")):
+        lo, hi = ranges[key_id]
+        a, b = a + np.searchsorted(buckets[a:b], lo // width, "left"), a + np.searchsorted(buckets[a:b], hi // width, "right")
+        out[key_id] = _sparse_points(n[a:b], nonfinite[a:b], min_step[a:b], min_value[a:b], max_step[a:b],
+                                     max_value[a:b], lo, hi)
+    return out
+
+
+def _sparse_points(n, nonfinite, min_step, min_value, max_step, max_value, lo: int, hi: int):
+    """One series' points from its finest rollup rows (_sparse_from_rollups), or None."""
     if not len(n):
         return np.empty(0, np.int64), np.empty(0, float)
     if nonfinite.any() or n.max() > 2:

@@ -159,6 +159,32 @@ def test_a_sparse_series_is_read_from_its_rollups_exactly(store, monkeypatch):
     assert part["step"].tolist() == [2500, 5000, 7500, 10_000]
 
 
+def test_sparse_series_of_different_spans_read_together_each_come_back_exactly(store, monkeypatch):
+    """A run page reads every eval series of a run at once (one query of their rollups): each
+    keeps its own steps, however the others' spans and cadences differ, and a series that cannot
+    be read from rollups (a NaN) is read raw without taking the others with it."""
+    store.ensure_run("evals")
+    logged = {"eval/a": np.arange(10_000, 300_000, 2500), "eval/b": np.arange(0, 120_000, 4000),
+              "eval/c": np.arange(150_000, 400_000, 5000)}
+    values = {k: np.linspace(1.0, 2.0, len(s)) + i for i, (k, s) in enumerate(logged.items())}
+    values["eval/c"][3] = np.nan
+    for key, steps in logged.items():
+        store.write_metrics("evals", pd.DataFrame({"step": steps, "key": key, "value": values[key]}))
+    raw_reads = []
+    real = reader.metric_rows.series_rows
+    monkeypatch.setattr(reader.metric_rows, "series_rows", lambda conn, run_id, key_id, *a: raw_reads.append(key_id)
+                        or real(conn, run_id, key_id, *a))
+    for step_range in (None, (100_000, 200_000)):
+        got = store.read_scalars("evals", list(logged), step_range=step_range, max_points=2000)
+        for key, steps in logged.items():
+            keep = np.ones(len(steps), bool) if step_range is None else \
+                (steps >= step_range[0]) & (steps <= step_range[1])
+            mine = got[got["key"] == key]
+            np.testing.assert_array_equal(mine["step"], steps[keep])
+            np.testing.assert_array_equal(mine["value"], values[key][keep])
+    assert len(raw_reads) == 2 and len(set(raw_reads)) == 1  # eval/c, once a read
+
+
 def test_a_sparse_series_with_three_points_in_a_bucket_or_a_nan_is_read_raw(store):
     steps = np.array([0, 1, 2, 5000, 10_000, 20_000, 40_000, 80_000])
     values = np.array([1.0, 2.0, 3.0, np.nan, 4.0, 5.0, 6.0, 7.0])
