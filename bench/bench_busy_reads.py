@@ -7,8 +7,9 @@ back only when the running thread's switch interval ends. The reads are timed al
 thread that runs Python without pause, two ways each, side by side in one run:
 
 - row by row: each read's rows fetched one step a row (what the store did before);
-- ours: each read's columns fetched as one row (database.fetch_columns), derived series of a run
-  in one query;
+- ours: each read's columns fetched as one row (database.fetch_columns);
+
+both with the same queries (a run's eval series' rollups and its derived series in one query each);
 
 under Python's default switch interval (5 ms) and under the dashboard's (app/commands/dashboard.py).
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
            "SQLite; the run page's store reads (app.dashboard.queries.load_view, both runs), median of "
            f"{REPEATS}, alone and while another thread runs Python without pause (as a server thread drawing a "
            "figure does). Row by row: every read fetched a step a row, as the store did before; ours: a read's "
-           "columns in one row (database.fetch_columns). Switch interval: Python's default, then the one "
+           "columns in one row (database.fetch_columns); the same queries both ways. Switch interval: Python's default, then the one "
            "`gapwatch dashboard` sets.\n\n" + table(rows))
 
 

@@ -13,8 +13,8 @@ import numpy as np
 from sqlalchemy import Connection, and_, func, select
 
 from monitor.store import chunks, tables
-from monitor.store.database import fetch_columns
 from monitor.store.chunks import ChunkRows
+from monitor.store.database import fetch_columns
 from monitor.store.run_frames import KeyRows, empty_rows, union_steps
 
 _m = tables.metrics.c

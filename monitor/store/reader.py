@@ -111,7 +111,8 @@ def read_series(db: Database, runs, keys, step_range=None, max_points: int = DEF
                 density = n / max(1, last - first + 1)
                 level = choose_level(hi - lo + 1, density, max_points, OVERSAMPLE, RAW_READ_FACTOR)
                 plans.append((key, key_id, lo, hi, level, level is None and n * LEVEL_WIDTHS[0] <= hi - lo + 1))
-            sparse = _sparse_from_rollups(conn, run_id, {p[1]: (p[2], p[3]) for p in plans if p[5]})
+            sparse = _sparse_from_rollups(conn, run_id, {key_id: (lo, hi) for _, key_id, lo, hi, _, maybe in plans
+                                                         if maybe})
             for key, key_id, lo, hi, level, _ in plans:
                 if level is None:
                     exact = sparse.get(key_id)
