@@ -222,8 +222,11 @@ def _sqlite_columns(conn: Connection, query: str, params: tuple, dtypes: list) -
     joined = ", ".join(f"group_concat({_SQLITE_FLOAT_TEXT.format(n) if np.dtype(d).kind == 'f' else n})"
                        for n, d in zip(names, dtypes))
     raw = conn.connection.driver_connection
-    n, *texts = raw.execute(f"WITH q({', '.join(names)}) AS ({query}) SELECT count(*), {joined} FROM q",
-                            params).fetchone()
+    try:
+        n, *texts = raw.execute(f"WITH q({', '.join(names)}) AS ({query}) SELECT count(*), {joined} FROM q",
+                                params).fetchone()
+    except sqlite3.DataError:  # a column's text past SQLite's length limit (1e9 bytes: tens of millions of rows)
+        return _driver_columns(conn, query, params, dtypes)
     # str.split and a conversion by NumPy hold the interpreter lock; np.fromstring lets go of it
     # again and again, which beside a busy thread costs a switch interval each time.
     out = [np.array(t.split(",") if t else [], dtype=d) for t, d in zip(texts, dtypes)]

@@ -5,6 +5,8 @@ value comes back exactly, in order, on both backends, and that a read is one row
 
 from __future__ import annotations
 
+import sqlite3
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,18 @@ def test_a_read_of_many_rows_is_one_aggregate_statement_on_sqlite(sqlite_url):
     assert ids.size == 10_000 and values[3] == 1.0
     # One statement, an aggregate without GROUP BY: it answers one row, whatever the rows it reads.
     assert len(seen) == 1 and "group_concat" in seen[0] and "GROUP BY" not in seen[0].upper(), seen
+
+
+def test_rows_past_sqlites_length_limit_are_fetched_row_by_row(sqlite_url):
+    with open_store(sqlite_url) as store, store.atomic() as conn:
+        conn.exec_driver_sql("CREATE TABLE probe (id INTEGER, value REAL)")
+        raw = conn.connection.driver_connection
+        raw.executemany("INSERT INTO probe VALUES (?, ?)", [(i, i / 3) for i in range(1_000)])
+        limit = raw.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 5_000)  # the 1,000 values' text is ~27,000 bytes
+        try:
+            ids, values = fetch_columns(conn, "SELECT id, value FROM probe", (), [np.int64, float], order=1)
+        finally:
+            raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+    np.testing.assert_array_equal(ids, np.arange(1_000))
+    np.testing.assert_array_equal(values, np.arange(1_000) / 3)
