@@ -11,13 +11,14 @@ thread that runs Python without pause, two ways each, side by side in one run:
 
 both with the same queries (a run's eval series' rollups and its derived series in one query each);
 
-under Python's default switch interval (5 ms) and under the dashboard's (app/commands/dashboard.py).
+under Python's default switch interval (5 ms) and under the dashboard's (app/commands/dashboard.py);
+and the same reads on PostgreSQL, whose driver fetches a result whole, under both intervals.
 
 The pair is bench/wide_pair.py's (101 series), imported from W&B history exports with
 `gapwatch import`, as bench_wide_pages.py does; the reads are app.dashboard.queries.load_view of the
 candidate's run page (both runs, every panel's series), the median of 3.
 
-    python -m bench busy_reads [--steps 30000] [--quick]
+    python -m bench busy_reads [--steps 30000] [--quick] [--pg postgresql://postgres@127.0.0.1:5432/postgres]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from app.commands.dashboard import SWITCH_INTERVAL_S
 from app.dashboard.queries import load_view
 from app.dashboard.routes import ViewSpec
+from bench.bench_client_throughput import drop_pg, fresh_pg
 from bench.bench_end_to_end import cli, wandb_export
 from bench.results import record, table
 from bench.wide_pair import write_pair
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench_busy_reads")
     parser.add_argument("--steps", type=int, default=30_000)
     parser.add_argument("--quick", action="store_true", help="a 3,000-step pair")
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args(argv)
     steps = 3_000 if args.quick else args.steps
     default_interval = sys.getswitchinterval()
@@ -95,34 +98,39 @@ def main(argv: list[str] | None = None) -> None:
         work = Path(tmp)
         print(f"writing the pair ({steps:,} steps)", flush=True)
         write_pair(work / "pair", steps)
-        url = f"sqlite:///{work}/wide.db"
-        for name, reference_of in (("cand", None), ("ref", "cand")):
-            export = wandb_export(work / "pair" / f"{name}.csv", work / f"{name}-wandb.csv")
-            print(f"import {export.name}", flush=True)
-            cli(REPO, "import", export, "--store", url, "--run", name,
-                *(("--reference-of", reference_of) if reference_of else ()))
+        stores = {"SQLite": f"sqlite:///{work}/wide.db", "PostgreSQL": fresh_pg(args.pg)}
         try:
+            for url in stores.values():
+                for name, reference_of in (("cand", None), ("ref", "cand")):
+                    export = wandb_export(work / "pair" / f"{name}.csv", work / f"{name}-wandb.csv")
+                    print(f"import {export.name}", flush=True)
+                    cli(REPO, "import", export, "--store", url, "--run", name,
+                        *(("--reference-of", reference_of) if reference_of else ()))
             for interval in (default_interval, SWITCH_INTERVAL_S):
                 sys.setswitchinterval(interval)
-                for way, patch in (("row by row", row_by_row), ("ours: a row a read", None)):
-                    print(f"{way}, switch interval {interval * 1000:g} ms", flush=True)
-                    with patch() if patch else nullcontext():
-                        alone = page_reads_s(url)
+                ways = (("SQLite", "row by row", row_by_row), ("SQLite", "ours: a row a read", nullcontext),
+                        ("PostgreSQL", "ours", nullcontext))
+                for store, way, patch in ways:
+                    print(f"{store}, {way}, switch interval {interval * 1000:g} ms", flush=True)
+                    with patch():
+                        alone = page_reads_s(stores[store])
                         with busy_thread():
-                            beside = page_reads_s(url)
-                    rows.append({"reads": way, "switch interval (ms)": f"{interval * 1000:g}",
+                            beside = page_reads_s(stores[store])
+                    rows.append({"store": store, "reads": way, "switch interval (ms)": f"{interval * 1000:g}",
                                  "alone (s)": f"{alone:.2f}", "beside a busy thread (s)": f"{beside:.2f}",
                                  "slowdown": f"{beside / alone:.0f}x"})
         finally:
             sys.setswitchinterval(default_interval)
+            drop_pg(args.pg, stores["PostgreSQL"])
     print(table(rows), flush=True)
     record("busy_reads", "SQLite reads beside a busy thread",
            f"A pair of {steps:,} steps x 101 series (bench/wide_pair.py) imported with `gapwatch import` into "
-           "SQLite; the run page's store reads (app.dashboard.queries.load_view, both runs), median of "
+           "SQLite and into PostgreSQL; the run page's store reads (app.dashboard.queries.load_view, both runs), median of "
            f"{REPEATS}, alone and while another thread runs Python without pause (as a server thread drawing a "
            "figure does). Row by row: every read fetched a step a row, as the store did before; ours: a read's "
-           "columns in one row (database.fetch_columns); the same queries both ways. Switch interval: Python's default, then the one "
-           "`gapwatch dashboard` sets.\n\n" + table(rows))
+           "columns in one row (database.fetch_columns); the same queries both ways. Switch interval: Python's "
+           "default, then the one `gapwatch dashboard` sets. PostgreSQL's driver fetches a result whole: its waits are NumPy's and the "
+           "queries' own.\n\n" + table(rows))
 
 
 if __name__ == "__main__":
