@@ -24,7 +24,7 @@ def main() -> int:
         module = importlib.import_module(f"bench.{name}")
         try:
             module.main(["--quick"] if args.quick else [])
-        except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
             failed.append(name)
             print(f"{name} failed: {exc!r}", file=sys.stderr)
         print(f"=== {name}: {time.monotonic() - started:.0f} s ===", flush=True)

@@ -2,7 +2,9 @@
 
 - Latency: a `gapwatch watch` process at its default poll interval (1 s), every detector on, follows
   a run of N steps with its reference; a NaN is logged; the time from the write's commit to the
-  Slack webhook request arriving at a local HTTP server. Goal: < 2 s.
+  Slack webhook request arriving at a local HTTP server. Between trials the run goes clean until
+  the incident resolves and past its cooldown, so that each NaN opens an incident of its own.
+  Goal: < 2 s.
 - Per-poll cost: our incremental poll (only the new rows, detector state carried over) vs the naive
   way (load the whole run and its reference, align them, run every detector over all of it),
   on the same store, side by side.
@@ -28,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from bench.results import record, table
+from monitor.alerting.config import IncidentConfig
 
 REPO = Path(__file__).resolve().parents[1]
 KEYS = ("train/loss", "train/grad_norm", "perf/tokens_per_s")
@@ -37,6 +40,9 @@ sinks:
 """
 # Longest wait for the service to do any one thing (catch up, deliver, stop).
 WAIT_S = 300.0
+# Clean steps between two trials: the incident resolves after its window, and a recurrence within
+# the cooldown after that would open no new incident.
+CLEAN_BETWEEN = IncidentConfig().resolve_after_steps + IncidentConfig().cooldown_steps + 10
 
 
 class Recorder:
@@ -146,6 +152,13 @@ def main(argv: list[str] | None = None) -> None:
         load_before = os.getloadavg()[0]
         rng = np.random.default_rng(0)
         for i in range(trials):
+            if i:
+                # One problem, one incident: the last NaN's incident resolves once the run has gone
+                # clean for its window, and a NaN after the cooldown opens a new one, which is told.
+                before = len(receiver.arrivals)
+                store.write_metrics("bench", frame(last, last + CLEAN_BETWEEN, seed=2))
+                last += CLEAN_BETWEEN
+                wait(lambda: len(receiver.arrivals) > before, "the incident to resolve")
             time.sleep(float(rng.uniform(0.5, 1.5)))  # land anywhere in the poll cycle
             before = len(receiver.arrivals)
             store.write_metrics("bench", frame(last, last + 10, seed=2, extra={f"perf/bench_{i}": float("nan")}))

@@ -101,7 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--detect-steps", type=int, default=1_410_000,
                         help="length of the runs judged whole only (0: skip)")
+    parser.add_argument("--quick", action="store_true", help="a 30,000-step run, none judged whole only")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.detect_steps = 30_000, 0
     n = args.steps
     reference = stories.reference(n)
     rows = []

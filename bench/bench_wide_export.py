@@ -71,7 +71,10 @@ def main(argv: list[str] | None = None) -> None:
                                            "before a change), in the same run")
     parser.add_argument("--no-whole", action="store_true",
                         help="leave out the whole-file reader (gigabytes at 1.41M steps)")
+    parser.add_argument("--quick", action="store_true", help="a 30,000-step export")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.steps = 30_000
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "wide_export.csv"

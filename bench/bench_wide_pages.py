@@ -65,7 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench_wide_pages")
     parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--pair-dir", type=Path, default=None, help="keep the pair's files here and reuse them")
+    parser.add_argument("--quick", action="store_true", help="a 30,000-step pair")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.steps = 30_000
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         pair_dir = args.pair_dir or work / "pair"
