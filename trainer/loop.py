@@ -84,6 +84,9 @@ class TrainResult:
     tokens_per_s: float
     """Mean throughput of this process's steady steps (not compiling, not after periodic work)."""
     checkpoint_dir: Path
+    step_times: list[float] = dataclasses.field(default_factory=list)
+    """Seconds of each steady step, in order (the trainer benchmark and the device check take
+    their medians)."""
 
 
 def train(config: TrainConfig, options: RunOptions) -> TrainResult:
@@ -288,7 +291,8 @@ class _Trainer:
         mngr.wait_until_finished()
         jax.block_until_ready(state)
         mean = float(np.mean(times)) if times else float("nan")
-        return TrainResult(start + 1, cfg.steps, cfg.tokens_per_step / mean, self.options.checkpoint_dir())
+        return TrainResult(start + 1, cfg.steps, cfg.tokens_per_step / mean, self.options.checkpoint_dir(),
+                           times)
 
     def _periodic(self, step, state, hosts, sinks, mngr, evals, packed, records) -> bool:
         """Checkpoint, evals and GC at their steps; True when any of them ran."""

@@ -34,6 +34,11 @@ def test_every_core_metric_is_logged_each_step(clean_run):
     np.testing.assert_allclose(scalars[schema.PERF_MFU].dropna(), perf * per_token / config.peak_flops,
                                rtol=1e-6)
     assert scalars[schema.TRAIN_LOSS].iloc[-5:].mean() < scalars[schema.TRAIN_LOSS].iloc[:5].mean()
+    # The result's steady step times (what the trainer benchmark takes medians of) are the steps
+    # the logged throughput came from, and their mean is the result's throughput.
+    times = clean_run.result.step_times
+    assert len(times) == len(perf) and all(t > 0 for t in times)
+    assert clean_run.result.tokens_per_s == pytest.approx(config.tokens_per_step / np.mean(times))
 
 
 def test_clean_coverage_follows_the_plan(clean_run):
