@@ -42,7 +42,10 @@ sinks:
 WAIT_S = 300.0
 # Clean steps between two trials: the incident resolves after its window, and a recurrence within
 # the cooldown after that would open no new incident.
-CLEAN_BETWEEN = IncidentConfig().resolve_after_steps + IncidentConfig().cooldown_steps + 10
+CLEAN_BETWEEN = IncidentConfig().resolve_after_steps + IncidentConfig().cooldown_steps + 50
+# The metric each trial's NaN is logged on; between trials it is logged clean every step, which is
+# the evidence that resolves the incident.
+PROBE = "perf/bench_probe"
 
 
 class Recorder:
@@ -156,12 +159,14 @@ def main(argv: list[str] | None = None) -> None:
                 # One problem, one incident: the last NaN's incident resolves once the run has gone
                 # clean for its window, and a NaN after the cooldown opens a new one, which is told.
                 before = len(receiver.arrivals)
-                store.write_metrics("bench", frame(last, last + CLEAN_BETWEEN, seed=2))
+                clean = frame(last, last + CLEAN_BETWEEN, seed=2)
+                probe = pd.DataFrame({"step": np.arange(last, last + CLEAN_BETWEEN), "key": PROBE, "value": 1.0})
+                store.write_metrics("bench", pd.concat([clean, probe], ignore_index=True))
                 last += CLEAN_BETWEEN
                 wait(lambda: len(receiver.arrivals) > before, "the incident to resolve")
             time.sleep(float(rng.uniform(0.5, 1.5)))  # land anywhere in the poll cycle
             before = len(receiver.arrivals)
-            store.write_metrics("bench", frame(last, last + 10, seed=2, extra={f"perf/bench_{i}": float("nan")}))
+            store.write_metrics("bench", frame(last, last + 10, seed=2, extra={PROBE: float("nan")}))
             written = time.time()
             last += 10
             wait(lambda: len(receiver.arrivals) > before, "the alert to arrive")
