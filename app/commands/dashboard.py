@@ -8,8 +8,8 @@ from app.options import add_store_argument
 
 # The server answers requests on threads of one interpreter. A request that waits on the store or
 # on NumPy lets go of the interpreter lock and gets it back only when the thread running Python
-# (another request drawing a figure) reaches the end of its switch interval: once per wait. A
-# shorter interval than Python's 5 ms bounds those waits (bench/RESULTS.md, "SQLite reads beside a
+# (another request drawing a figure) reaches the end of its switch interval: once per wait. An
+# interval a tenth of Python's default bounds those waits (bench/RESULTS.md, "SQLite reads beside a
 # busy thread").
 SWITCH_INTERVAL_S = 0.0005
 

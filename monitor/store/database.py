@@ -225,7 +225,7 @@ def _sqlite_columns(conn: Connection, query: str, params: tuple, dtypes: list) -
     try:
         n, *texts = raw.execute(f"WITH q({', '.join(names)}) AS ({query}) SELECT count(*), {joined} FROM q",
                                 params).fetchone()
-    except sqlite3.DataError:  # a column's text past SQLite's length limit (1e9 bytes: tens of millions of rows)
+    except sqlite3.DataError:  # a column's text past SQLite's length limit (SQLITE_LIMIT_LENGTH)
         return _driver_columns(conn, query, params, dtypes)
     # str.split and a conversion by NumPy hold the interpreter lock; np.fromstring lets go of it
     # again and again, which beside a busy thread costs a switch interval each time.

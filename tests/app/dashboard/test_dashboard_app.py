@@ -172,7 +172,7 @@ def test_an_unreachable_store_keeps_the_page_and_says_why(pg_url, demo):
 
 def test_the_command_serves_with_a_short_switch_interval(demo_url, monkeypatch):
     """A request waiting on the store gets the interpreter lock back within the dashboard's switch
-    interval, not Python's 5 ms, while another request draws a figure (bench_busy_reads.py)."""
+    interval, not Python's default, while another request draws a figure (bench_busy_reads.py)."""
     import sys
 
     import app.dashboard.server as server_module
