@@ -23,12 +23,25 @@ _m = tables.metrics.c
 _TAIL_QUERY = (f"SELECT step, attempt, value, wall_time FROM {tables.metrics.name} WHERE run_id = ? AND key_id = ? "
                "AND step >= ? AND step <= ? ORDER BY step, attempt")
 # PostgreSQL: each column as one bytea of its big-endian binary values (NULL values sent as NaN),
-# so a range of rows crosses the wire as four values that NumPy reads as they are.
-_PG_TAIL_QUERY = "SELECT " + ", ".join(
-    f"string_agg({send}({col}), ''::bytea ORDER BY step, attempt)"
-    for send, col in (("int8send", "step"), ("int4send", "attempt"),
-                      ("float8send", "coalesce(value, 'NaN'::float8)"), ("float8send", "wall_time"))
-) + " FROM metrics WHERE run_id = %s AND key_id = %s AND step >= %s AND step <= %s"
+# so a range of rows crosses the wire as a few values that NumPy reads as they are.
+_PG_COLUMNS = (("int8send", "step", ">i8"), ("int4send", "attempt", ">i4"),
+               ("float8send", "coalesce(value, 'NaN'::float8)", ">f8"), ("float8send", "wall_time", ">f8"))
+
+
+def _pg_packed(width: int) -> str:
+    """The first `width` of _PG_COLUMNS as binary aggregates, in (step, attempt) order."""
+    return ", ".join(f"string_agg({send}({col}), ''::bytea ORDER BY step, attempt)"
+                     for send, col, _ in _PG_COLUMNS[:width])
+
+
+def _pg_unpacked(packed: tuple) -> list[np.ndarray]:
+    """The columns of _pg_packed's aggregates (None: no rows) as int64 and float arrays."""
+    return [np.frombuffer(b or b"", fmt).astype(np.int64 if fmt[1] == "i" else float)
+            for b, (_, _, fmt) in zip(packed, _PG_COLUMNS)]
+
+
+_PG_TAIL_QUERY = (f"SELECT {_pg_packed(4)} FROM {tables.metrics.name} "
+                  "WHERE run_id = %s AND key_id = %s AND step >= %s AND step <= %s")
 
 
 def tail_rows(conn: Connection, run_id: int, key_id: int, lo: int, hi: int) -> ChunkRows:
@@ -37,11 +50,7 @@ def tail_rows(conn: Connection, run_id: int, key_id: int, lo: int, hi: int) -> C
     come as four binary aggregates (fetching row by row cost more than writing the rows had)."""
     if conn.dialect.name == "postgresql":
         with conn.connection.driver_connection.cursor() as cur:
-            steps, attempts, values, walls = cur.execute(_PG_TAIL_QUERY, (run_id, key_id, lo, hi)).fetchone()
-        if steps is None:
-            return ChunkRows(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0))
-        return ChunkRows(np.frombuffer(steps, ">i8").astype(np.int64), np.frombuffer(attempts, ">i4").astype(np.int64),
-                         np.frombuffer(values, ">f8").astype(float), np.frombuffer(walls, ">f8").astype(float))
+            return ChunkRows(*_pg_unpacked(cur.execute(_PG_TAIL_QUERY, (run_id, key_id, lo, hi)).fetchone()))
     return ChunkRows(*fetch_columns(conn, _TAIL_QUERY, (run_id, key_id, lo, hi),
                                     [np.int64, np.int64, float, float], order=2))
 
@@ -130,17 +139,11 @@ def _tails(conn: Connection, run_id: int, key_ids: list[int], lo: int | None, hi
     would otherwise fetch one by one."""
     where, params = _tail_where(run_id, key_ids, lo, hi, replay)
     if conn.dialect.name == "postgresql":
-        query = ("SELECT key_id, " + ", ".join(
-            f"string_agg({send}({col}), ''::bytea ORDER BY step, attempt)"
-            for send, col in (("int8send", "step"), ("int4send", "attempt"),
-                              ("float8send", "coalesce(value, 'NaN'::float8)"))
-        ) + f" FROM {tables.metrics.name} WHERE {where.replace('?', '%s')} GROUP BY key_id")
+        query = (f"SELECT key_id, {_pg_packed(3)} FROM {tables.metrics.name} "
+                 f"WHERE {where.replace('?', '%s')} GROUP BY key_id")
         with conn.connection.driver_connection.cursor() as cur:
             found = cur.execute(query, params).fetchall()
-        return {int(key_id): KeyRows(np.frombuffer(steps, ">i8").astype(np.int64),
-                                     np.frombuffer(attempts, ">i4").astype(np.int64),
-                                     np.frombuffer(values, ">f8").astype(float))
-                for key_id, steps, attempts, values in found}
+        return {int(key_id): KeyRows(*_pg_unpacked(packed)) for key_id, *packed in found}
     keys, steps, attempts, values = fetch_columns(
         conn, f"SELECT key_id, step, attempt, value FROM {tables.metrics.name} WHERE {where} "
               "ORDER BY key_id, step, attempt", params, [np.int64, np.int64, np.int64, float], order=3)
