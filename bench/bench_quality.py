@@ -89,6 +89,18 @@ def cadence_table(outcomes: list[cases.Outcome], prefix: str, detector: str) -> 
     return rows
 
 
+def undecided_table(outcomes: list[cases.Outcome]) -> list[dict]:
+    rows = []
+    for fault in cases.pair_faults():
+        mine = [o for o in outcomes if o.fault == fault.name and o.applicable]
+        silent = [o for o in mine if not o.fired["memorization"]]
+        rows.append({"case": fault.name, "cases": len(mine), "memorization did not fire": len(silent),
+                     "said undecided where it did not fire": _rate(sum(o.undecided for o in silent), len(silent)),
+                     "said undecided where it fired": _rate(sum(o.undecided for o in mine if o.fired["memorization"]),
+                                                             len(mine) - len(silent))})
+    return rows
+
+
 def _goal_met(o: cases.Outcome, fault: cases.Fault) -> bool:
     """One story per fault: one opening, at most two escalations, no false resolution, the right
     name; nothing at all for a clean case."""
@@ -162,8 +174,8 @@ def real_pairs_table() -> list[dict]:
     return rows
 
 
-def markdown(pair_rows, cadence_rows, divergence_rows, single_rows, real_rows, story_rows, story_cadence_rows,
-             seconds: float) -> str:
+def markdown(pair_rows, cadence_rows, undecided_rows, divergence_rows, single_rows, real_rows, story_rows,
+             story_cadence_rows, seconds: float) -> str:
     parts = [
         "Every fault injected into every ordered clean pair of the test half (15 pairs of repeats both ways, the "
         "OLMo 1B ladder run and rerun both ways) under each of the cadence patterns below, judged whole; "
@@ -177,6 +189,11 @@ def markdown(pair_rows, cadence_rows, divergence_rows, single_rows, real_rows, s
         "run; `offset`: both every second checkpoint, half an interval apart; `tokens`: the reference has twice "
         "the global batch; `late evals`: the run's held-out rows arrive two intervals late):",
         table(cadence_rows),
+        "Where memorization did not fire, whether it said its evidence was undecided (a \"not judged\" line: at "
+        "the last judged checkpoint train loss is below the reference and held-out loss is not better, but the "
+        "follow test falls short), which `detect`, the report and the dashboard show beside the incident named "
+        "\"train loss below the reference\"; it fired earlier and is undecided at the end in the last column:",
+        table(undecided_rows),
         "The worse run, caught as divergence (reference_divergence) by cadence:",
         table(divergence_rows),
         "Faults of one run, on the test half's single runs (the 6 repeats and llm.c GPT-2 124M, the one that "
@@ -223,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     print("pairs of other recipes ...", flush=True)
     real = real_pairs_table()
     body = markdown(fault_table(outcomes), cadence_table(outcomes, "memorization", "memorization"),
-                    cadence_table(outcomes, "worse", "reference_divergence"), single_table(singles), real,
+                    undecided_table(outcomes), cadence_table(outcomes, "worse", "reference_divergence"), single_table(singles), real,
                     story_table(outcomes + singles), story_cadence_table(outcomes), time.monotonic() - started)
     record("quality", "Detection quality on real runs (test half)", body)
     if not args.quick:

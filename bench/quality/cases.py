@@ -13,6 +13,7 @@ import numpy as np
 from monitor.judging.align import align_pair
 from monitor.judging.judge import DetectConfig, judge
 from monitor.judging.engine import DetectionEngine
+from monitor.detectors.memorization import UNDECIDED
 from monitor.detectors.rundata import slice_rows
 from monitor.schema import RunData
 
@@ -76,6 +77,8 @@ class Outcome:
     latency: float | None = None
     told: Told | None = None
     """What the incident tracker tells a person of this case (bench/quality/told.py)."""
+    undecided: bool = False
+    """The memorization detector said its evidence was undecided (a "not judged" line)."""
 
 
 def pair_cases(half: str, cadences=faults.CADENCE_NAMES) -> Iterator[tuple[Fault, str, RunData, RunData, str]]:
@@ -92,8 +95,9 @@ def judge_pair(fault: Fault, cadence: str, run: RunData, ref: RunData, family: s
     applicable = fault.inject is None or "train/loss" in run.scalars or fault.name.startswith("worse")
     result = judge(a, b, DetectConfig(detectors=list(COMPARING), write_series=False))
     fired = {name: any(d.detector == name for d in result.detections) for name in COMPARING}
+    undecided = any(n.detector == "memorization" and n.reason.startswith(UNDECIDED) for n in result.not_judged)
     out = Outcome(half, family, fault.name, cadence, run.name, ref.name, fired, applicable,
-                  told=_told(result, a, fault, run))
+                  told=_told(result, a, fault, run), undecided=undecided)
     if latency and fault.expected and any(fired[n] for n in fault.expected):
         lag = _lag(cadence, a)
         out.latency = first_alert(a, b, fault.expected, lag) - faults.onset_step(run)

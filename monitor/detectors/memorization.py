@@ -74,6 +74,9 @@ from .rundata import finite, last_points_from
 from .stats import true_runs
 from .train_windows import too_few_between, train_at
 
+UNDECIDED = "undecided"
+"""How a "not judged" line of this detector starts when its evidence neither shows memorization nor
+rules it out (the follow test falls short at the last judged checkpoint)."""
 SUSPECT = ("the signature of repeated training data (data-loader sharding that resamples the "
            "corpus, a wrong epoch boundary)")
 TABLE_COLUMNS = ("step", "train_delta", "train_stderr", "train_tau", "train_z", "heldout_delta", "heldout_stderr",
@@ -268,7 +271,25 @@ class Memorization(Detector, Incremental):
             return [NotJudged(self.name, f"{judged} judged checkpoint(s) of {len(table)} paired; a verdict needs "
                               f"{self.persist_checkpoints} (the held-out noise is known from the {MIN_NOISE_POINTS}th paired one on)", self.metric,
                               f"{self.persist_checkpoints - judged} more judged checkpoints")]
-        return []
+        return self._undecided(table)
+
+    def _undecided(self, table: pd.DataFrame) -> list[NotJudged]:
+        """The last judged checkpoint shows train loss below the reference and held-out loss not
+        better, but the follow test falls short (so no detection reaches it: one ends on a checkpoint
+        whose follow test held): the evidence neither shows memorization nor rules it out, which the
+        person told "train loss below the reference" must hear from this detector, not silence."""
+        last = table[table["judged"].astype(bool)].iloc[-1]
+        if not (last["below"] and last["not_better"] and last["downstream_ok"]) or last["not_followed"]:
+            return []
+        z = last["follow_pooled_z"]
+        short = (f"by {z:.1f} standard deviations of its noise" if np.isfinite(z)
+                 else "by an amount not yet pooled over two checkpoints")
+        return [NotJudged(
+            self.name,
+            f"{UNDECIDED} at step {int(last['step']):,}: train loss is {abs(last['train_delta']):.3f} below the "
+            f"reference and held-out loss is not better ({last['heldout_delta']:+.3f} ± {last['heldout_stderr']:.3f}), "
+            f"but held-out loss failed to follow the train gap {short}, short of the {self.z_threshold:g} that "
+            f"memorization needs", self.metric, "more held-out evaluations, or their standard errors logged with them")]
 
     def _one(self, run: RunData, reference: RunData, table: pd.DataFrame, a: int, b: int, known: int):
         sl = table.iloc[a:b + 1]

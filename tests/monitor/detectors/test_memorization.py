@@ -123,6 +123,20 @@ def test_a_reference_set_of_another_name_is_named_not_called_missing():
     assert "held-out sets (c4) and the reference's (eval) share no name" in why.reason
 
 
+def test_says_when_the_evidence_is_undecided():
+    # Train loss 0.1 below the reference, held-out loss 0.03 lower: not better than the reference
+    # within the margin, yet too close to following half the train gap for the follow test.
+    run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.1, held_offset=-0.03)
+    last = Memorization().table(run_, ref).iloc[-1]
+    assert last["below"] and last["not_better"] and not last["not_followed"]
+    (why,) = Memorization().not_judged(run_, ref)
+    assert why.reason.startswith("undecided at step 8,000: train loss is 0.101 below the reference")
+    assert f"by {last['follow_pooled_z']:.1f} standard deviations" in why.reason and why.needs
+    for clean in (pair(n_steps=8000), pair(n_steps=8000, offset_from=4000, offset=-0.25, held_offset=-0.004),
+                  pair(n_steps=8000, offset_from=4000, offset=-0.25, held_offset=-0.19)):
+        assert Memorization().not_judged(*clean) == []  # tied, memorization shown, a genuine improvement
+
+
 def test_says_what_it_cannot_judge():
     run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.25)
     ref.scalars = ref.scalars.drop(columns=[HELD, STDERR])
