@@ -17,6 +17,7 @@ from app.dashboard.config import DashboardConfig
 from app.dashboard.contain import contained, one_line
 from app.dashboard.routes import ViewSpec, parse_run_path, run_href
 from monitor.errors import GapwatchError
+from monitor.judging.judge import load_not_judged
 from monitor.store import DatabaseError, Store, describe_db_error
 
 PANEL = {"type": "panel", "name": ALL}
@@ -191,7 +192,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         return ViewSpec.from_dict(view["spec"]).replace(start=start, end=end, lo=None, hi=None).search()
 
     @app.callback(
-        Output("alerts-graph", "figure"), Output("alerts-list", "children"),
+        Output("alerts-graph", "figure"), Output("alerts-list", "children"), Output("not-judged-list", "children"),
         Input("view", "data"), Input("alerts-version", "data"),
     )
     def alerts(view, _version):
@@ -203,7 +204,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         figure = figures.alerts_timeline(frame, x_title=axis.title, x_of_step=axis.to_x, x_range=x_range)
         if x_range is not None:
             figure.update_xaxes(range=list(x_range))
-        return figure, layout.alerts_list(frame, spec)
+        return (figure, layout.alerts_list(frame, spec),
+                layout.not_judged_list(load_not_judged(store, spec.run), spec.run))
 
 
 def _zoom(relayout: dict | None):

@@ -10,7 +10,7 @@ from app.report.downstream_table import DownstreamTableConfig, downstream_table
 from app.report.energy import EnergyParams
 from app.report.energy_table import energy_table
 from app.report.figures import FigureConfig, build_figures
-from app.report.findings_table import findings_table
+from app.report.findings_table import findings_table, not_judged_table
 from app.report.heldout_table import HeldoutTableConfig, heldout_table
 from app.report.model import Report
 from app.report.pair import ComparedPair
@@ -48,6 +48,7 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         throughput_table(pair),
         energy_table(pair, config.energy),
         findings_table(pair),
+        not_judged_table(pair),
     ]
     verdict = decide(pair.detections, tables)
     figures = build_figures(pair, tables, scores, config.figures) if config.with_figures else []

@@ -1,7 +1,8 @@
 """Every finding on either run, most severe first, grouped into incidents as the watch service
 alerts on them (monitor/alerting/grouping.py): one row per incident (one story on one run, named by
 its most specific explanation), with how many detections it holds, so 160 pauses of one kind or a
-memorization that train-loss windows and checkpoints both see are one row each."""
+memorization that train-loss windows and checkpoints both see are one row each; then what the
+detectors could not judge, and why, since silence reads as clean."""
 
 from __future__ import annotations
 
@@ -47,4 +48,27 @@ def findings_table(pair: ComparedPair) -> Table:
         })
     if not table.rows:
         table.empty_reason = "no detector fired on either run"
+    return table
+
+
+def not_judged_table(pair: ComparedPair) -> Table:
+    table = Table(
+        id="not_judged",
+        title="Not judged",
+        columns=[
+            Column("run", "run", fmt=""),
+            Column("detector", "detector", fmt=""),
+            Column("metric", "metric", fmt=""),
+            Column("reason", "not judged, because", fmt=""),
+            Column("needs", "what would let it judge", fmt=""),
+        ],
+        note="Where a detector could not judge a run or part of it, or judged it without reaching a conclusion, "
+             "and why: no finding there means that nothing was shown, not that the run is clean.",
+    )
+    for run, items in pair.not_judged.items():
+        for n in items:
+            table.rows.append({"run": run, "detector": n.detector, "metric": n.metric or "(all)", "reason": n.reason,
+                               "needs": n.needs or ""})
+    if not table.rows:
+        table.empty_reason = "every detector judged both runs"
     return table

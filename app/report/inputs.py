@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from monitor.judging.align import align_pair
+from monitor.judging.engine import no_reference
 from monitor.judging.judge import DetectConfig, ProgressCallback, judge, judge_aligned, quiet
 from monitor.judging.side_process import SidePass
 from monitor.errors import GapwatchError
@@ -61,5 +62,7 @@ def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None
         run=run, reference=reference, aligned_run=aligned_run, aligned_reference=aligned_ref,
         axis=meta.axis if meta else "step", axis_reason=meta.reason if meta else "",
         detections=judged.detections, reference_detections=alone.detections, cleans=judged.cleans + alone.cleans,
+        not_judged={run.name: judged.not_judged,
+                    reference.name: [n for n in alone.not_judged if n != no_reference(n.detector)]},
         detector_series={run.name: judged.series, reference.name: alone.series}, detect=detect,
     )

@@ -8,7 +8,7 @@ import pandas as pd
 
 from monitor.judging.judge import DetectConfig
 from monitor.detectors import in_section
-from monitor.schema import Clean, Detection, RunData, Section
+from monitor.schema import Clean, Detection, NotJudged, RunData, Section
 
 
 @dataclass
@@ -24,6 +24,9 @@ class ComparedPair:
     detections: list[Detection] = field(default_factory=list)  # the run, judged against the reference
     reference_detections: list[Detection] = field(default_factory=list)  # the reference on its own
     cleans: list[Clean] = field(default_factory=list)  # clean verdicts of both judgements (end incidents)
+    # What the detectors could not judge, by run name (the reference's without the detectors that
+    # need a reference, which judged it as the run's reference).
+    not_judged: dict[str, list[NotJudged]] = field(default_factory=dict)
     # Series the detectors produced (spike scores), by run name: long frames (step, key, value).
     detector_series: dict[str, pd.DataFrame] = field(default_factory=dict)
     detect: DetectConfig = field(default_factory=DetectConfig)  # how the detectors were set up

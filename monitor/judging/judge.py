@@ -71,10 +71,10 @@ def not_judged_state(run: str) -> str:
     return f"detect/{run}/not_judged"
 
 
-def load_not_judged(store, run: str) -> list[NotJudged]:
-    """What the last stored `detect` of `run` could not judge (empty if it was never judged)."""
+def load_not_judged(store, run: str) -> list[NotJudged] | None:
+    """What the last stored `detect` of `run` could not judge (None if it was never judged)."""
     saved = store.load_state(not_judged_state(run))
-    return [NotJudged.from_dict(n) for n in (saved or {}).get("not_judged", [])]
+    return None if saved is None else [NotJudged.from_dict(n) for n in saved.get("not_judged", [])]
 
 
 def _clean_row(c: Clean) -> list:

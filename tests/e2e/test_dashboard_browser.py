@@ -139,6 +139,8 @@ def test_step_written_while_page_is_open_appears(server, page, store_url):
 def test_alert_appears(server, page, store_url):
     open_run(page, f"{server}/run/{RUN}")
     page.wait_for_selector("li.alert")
+    # The watch service's alerts alone: no whole-run judgement says what could not be judged.
+    assert "No whole-run judgement of this run is stored" in page.locator("#not-judged-list").inner_text()
     message = "held-out <b>c4</b> loss 0.05 above the reference"
     with open_store(store_url) as store:
         add_alert(store, RUN, "heldout_divergence", "eval/heldout/c4_en/loss", "warning", 1200, 1500, message)
@@ -183,6 +185,9 @@ def test_findings_stored_by_detect_show_on_the_overview_and_the_run_view(server,
     assert f"steps {nan_step}–{nan_step}" in item.locator("a.alert-link").inner_text()
     bars = page.evaluate("document.querySelector('#alerts-graph .js-plotly-plot').data.map(t => t.y).flat()")
     assert any("nonfinite" in label for label in bars)
+    # What that detect could not judge is listed under the findings, not left as silence.
+    needs_reference = page.locator("li.not-judged-item", has_text="reference_divergence")
+    assert "compares with a reference run and none was given" in needs_reference.inner_text()
     screenshot(page, "findings-from-detect")
     assert not page.errors, page.errors
 

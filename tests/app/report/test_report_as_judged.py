@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.judging.align import align_pair
+from monitor.judging.engine import no_reference
 from monitor.judging.judge import DetectConfig, detect_stored, judge
 from monitor.importers import load
 from monitor.schema import RunData
@@ -35,6 +36,8 @@ def aligned_twice(run: RunData, reference: RunData) -> ComparedPair:
     return ComparedPair(run=run, reference=reference, aligned_run=aligned_run, aligned_reference=aligned_ref,
                         axis=meta.axis, axis_reason=meta.reason, detections=judged.detections,
                         reference_detections=alone.detections,
+                        not_judged={run.name: judged.not_judged,
+                                    reference.name: [n for n in alone.not_judged if n != no_reference(n.detector)]},
                         detector_series={run.name: judged.series, reference.name: alone.series}, detect=detect)
 
 

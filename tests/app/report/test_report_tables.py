@@ -13,6 +13,7 @@ from monitor import schema
 from app.report.cells import cell
 from app.report.data_table import data_table
 from app.report.downstream_table import downstream_table
+from app.report.findings_table import not_judged_table
 from app.report.heldout_table import heldout_table
 from app.report.inputs import compare
 from app.report.model import Column, Estimate
@@ -208,3 +209,15 @@ def test_reference_with_twice_the_batch_is_compared_at_equal_tokens(synthetic):
     c4 = heldout.rows[0]
     assert c4["checkpoints"] == 30  # every run checkpoint found its reference partner at equal tokens
     assert abs(c4["at_3000"].value) < 4 * c4["at_3000"].stderr
+
+
+def test_not_judged_says_what_no_detector_could_judge_and_why(synthetic):
+    ref = synthetic(name="ref", seed=2)
+    ref.scalars = ref.scalars.drop(columns=[c for c in ref.scalars.columns if c.startswith(schema.HELDOUT_PREFIX)])
+    table = not_judged_table(compare(synthetic(name="run", seed=1), ref))
+    rows = {(r["run"], r["detector"]): r for r in table.rows}
+    assert "reference logs no held-out loss" in rows[("run", "memorization")]["reason"]
+    # The reference is judged on its own: the detectors that compare two runs are not listed for it.
+    assert not any(run == "ref" and d in ("memorization", "reference_divergence") for run, d in rows)
+    both_evaluate = not_judged_table(compare(synthetic(name="run", seed=1), synthetic(name="ref", seed=2)))
+    assert both_evaluate.rows and not any(r["detector"] == "memorization" for r in both_evaluate.rows)

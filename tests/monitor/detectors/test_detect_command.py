@@ -66,7 +66,7 @@ def test_detect_stores_detections_and_spike_scores(store_url):
 
 def test_what_was_not_judged_is_stored_with_the_detections(sqlite_url):
     with open_store(fill(sqlite_url)) as store:
-        assert load_not_judged(store, "reference") == []  # never judged: nothing to say yet
+        assert load_not_judged(store, "reference") is None  # never judged: nothing to say yet
         result = detect_stored(store, "reference")  # no reference of its own
         assert "reference_divergence" in result.skipped
         stored = load_not_judged(store, "reference")
