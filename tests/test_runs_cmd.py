@@ -74,7 +74,7 @@ def test_set_reference_and_clear_it(three_runs, capsys):
 def test_rename_keeps_everything_and_the_runs_that_refer_to_it(three_runs, capsys):
     with open_store(three_runs) as store:
         detect_stored(store, "cand")  # what it could not judge is saved under "cand"
-        assert load_not_judged(store, "cand") != []
+        assert load_not_judged(store, "cand").items
         store.write_detections([nan_detection("cand", reference="ref")])
         store.save_state("watch/cand", {"version": 0})
     assert main(["runs", "rename", "ref", "baseline", "--store", three_runs]) == 0

@@ -50,8 +50,8 @@ li.alert span { margin-right: 10px; }
 .sev-critical { background: #d62728; } .sev-warning { background: #f58518; } .sev-info { background: #4c78a8; }
 .alert .message { color: #444; margin-top: 4px; }
 h3 { font-size: 15px; margin: 16px 0 6px; color: #555; }
-ul.not-judged { list-style: none; padding: 0; }
-li.not-judged-item { padding: 4px 12px; margin-bottom: 4px; border-left: 3px solid #bbb; font-size: 13px; }
+ul.not-judged { list-style: none; padding: 0; font-size: 13px; }
+li.not-judged-item { padding: 4px 12px; margin-bottom: 4px; border-left: 3px solid #bbb; }
 li.not-judged-item .what { font-weight: 600; }
 li.not-judged-item .message { color: #555; }
 .muted { color: #888; }

@@ -199,13 +199,14 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         spec = ViewSpec.from_dict(view["spec"])
         frame = queries.findings(store, spec.run)
         axis = queries.axis_for(store, store.run_info(spec.run), spec.axis) or queries.STEP_AXIS
-        steps = view["range"] or queries.run_extent(store, spec.run)
+        extent = queries.run_extent(store, spec.run)
+        steps = view["range"] or extent
         x_range = tuple(float(x) for x in axis.to_x(list(steps))) if steps else None
         figure = figures.alerts_timeline(frame, x_title=axis.title, x_of_step=axis.to_x, x_range=x_range)
         if x_range is not None:
             figure.update_xaxes(range=list(x_range))
         return (figure, layout.alerts_list(frame, spec),
-                layout.not_judged_list(load_not_judged(store, spec.run), spec.run))
+                layout.not_judged_list(load_not_judged(store, spec.run), spec.run, extent[1] if extent else None))
 
 
 def _zoom(relayout: dict | None):

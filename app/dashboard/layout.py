@@ -15,7 +15,7 @@ from app.dashboard.panels import PANELS
 from app.dashboard.routes import ViewSpec, run_href
 from app.figures.evals import DEFAULT_MAX_TASKS
 from app.figures.style import EVENT_COLORS, EVENT_DASH
-from monitor.schema import NotJudged
+from monitor.judging.judge import NotJudgedAsOf
 
 HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",
                  "crashed": "#d62728", "had critical": "#9d5a5a"}
@@ -125,7 +125,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
         html.H2("Alerts and findings"),
         dcc.Graph(id="alerts-graph", config={"displaylogo": False}),
         html.Ul(id="alerts-list", className="alerts"),
-        html.H3("Not judged, as of the last gapwatch detect"),
+        html.H3("Not judged"),
         html.Ul(id="not-judged-list", className="not-judged"),
         dcc.Store(id="view", data=view),
         dcc.Store(id="live"),
@@ -166,18 +166,24 @@ def alerts_list(alerts: pd.DataFrame, spec: ViewSpec) -> list:
     return items
 
 
-def not_judged_list(items: list[NotJudged] | None, run: str) -> list:
-    """What the last whole-run judgement (`gapwatch detect`) could not judge, one item each: where
-    nothing was found, this says whether that is because nothing could be."""
-    if items is None:
-        return [html.Li(["No whole-run judgement of this run is stored: ", html.Code(f"gapwatch detect --run {run}"),
+def not_judged_list(judged: NotJudgedAsOf | None, run: str, last_step: int | None) -> list:
+    """What the last whole-run judgement (`gapwatch detect`) could not judge, one item each, after
+    a line saying how far the run had got then: where nothing was found, this says whether that is
+    because nothing could be."""
+    again = html.Code(f"gapwatch detect --run {run}")
+    if judged is None:
+        return [html.Li(["No whole-run judgement of this run is stored: ", again,
                          " says what its detectors could not judge."], className="muted")]
-    if not items:
-        return [html.Li("The last gapwatch detect judged every detector on this run.", className="muted")]
-    return [html.Li([html.Span(n.detector, className="what"),
-                     *([html.Span(f" on {n.metric}", className="metric")] if n.metric else []),
-                     html.Div(n.reason + (f" (needs {n.needs})" if n.needs else ""), className="message")],
-                    className="not-judged-item") for n in items]
+    when = "The last gapwatch detect judged " + (f"to step {judged.to_step:,}" if judged.to_step is not None
+                                                 else "this run")
+    if judged.to_step is not None and last_step is not None and last_step > judged.to_step:
+        said = [f"{when}; the run is at step {last_step:,} now: ", again, " judges it again."]
+    else:
+        said = [f"{when}." if judged.items else f"{when}: every detector judged it."]
+    return [html.Li(said, className="muted")] + [html.Li([html.Span(n.detector, className="what"),
+                              *([html.Span(f" on {n.metric}", className="metric")] if n.metric else []),
+                              html.Div(n.reason + (f" (needs {n.needs})" if n.needs else ""), className="message")],
+                             className="not-judged-item") for n in judged.items]
 
 
 def not_found(path: str) -> html.Div:

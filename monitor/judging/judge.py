@@ -6,6 +6,7 @@ alignment; the engine composes them, this module adds the store.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from monitor.detectors import REGISTRY
 from monitor.judging.engine import DetectConfig, DetectionEngine, DetectResult, empty_series
@@ -61,6 +62,7 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
             if len(result.series):
                 store.write_derived(run, result.series)
             store.save_state(not_judged_state(run), {"reference": result.reference,
+                                                     "to_step": int(run_data.scalars.index[-1]),
                                                      "not_judged": [n.to_dict() for n in result.not_judged],
                                                      "cleans": [_clean_row(c) for c in result.cleans]})
     return result
@@ -71,10 +73,21 @@ def not_judged_state(run: str) -> str:
     return f"detect/{run}/not_judged"
 
 
-def load_not_judged(store, run: str) -> list[NotJudged] | None:
+@dataclass(frozen=True)
+class NotJudgedAsOf:
+    """What the last stored `detect` of a run could not judge, and how far the run had got then."""
+
+    items: tuple[NotJudged, ...]
+    to_step: int | None
+    """The run's last step when it was judged (None for a judgement stored without it)."""
+
+
+def load_not_judged(store, run: str) -> NotJudgedAsOf | None:
     """What the last stored `detect` of `run` could not judge (None if it was never judged)."""
     saved = store.load_state(not_judged_state(run))
-    return None if saved is None else [NotJudged.from_dict(n) for n in saved.get("not_judged", [])]
+    if saved is None:
+        return None
+    return NotJudgedAsOf(tuple(NotJudged.from_dict(n) for n in saved.get("not_judged", [])), saved.get("to_step"))
 
 
 def _clean_row(c: Clean) -> list:
@@ -97,4 +110,4 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
 
 
 __all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "judge_aligned",
-           "load_cleans", "load_not_judged", "severity_counts"]
+           "NotJudgedAsOf", "load_cleans", "load_not_judged", "severity_counts"]

@@ -188,6 +188,7 @@ def test_findings_stored_by_detect_show_on_the_overview_and_the_run_view(server,
     # What that detect could not judge is listed under the findings, not left as silence.
     needs_reference = page.locator("li.not-judged-item", has_text="reference_divergence")
     assert "compares with a reference run and none was given" in needs_reference.inner_text()
+    assert "The last gapwatch detect judged to step 399." in page.locator("#not-judged-list").inner_text()
     screenshot(page, "findings-from-detect")
     assert not page.errors, page.errors
 

@@ -196,3 +196,28 @@ def test_the_command_serves_with_a_short_switch_interval(demo_url, monkeypatch):
     finally:
         sys.setswitchinterval(before)
     assert seen == {"interval": pytest.approx(SWITCH_INTERVAL_S), "closed": True} and SWITCH_INTERVAL_S < before
+
+
+def test_not_judged_says_how_far_the_last_detect_judged(tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url) as store:
+        store.ensure_run("r")
+        store.write_metrics("r", pd.DataFrame({"step": np.arange(300), "key": TRAIN_LOSS, "value": 3.0}))
+    outputs = [{"id": "alerts-graph", "property": "figure"}, {"id": "alerts-list", "property": "children"},
+               {"id": "not-judged-list", "property": "children"}]
+    inputs = [{"id": "view", "property": "data", "value": {"spec": {"run": "r"}, "range": None}},
+              {"id": "alerts-version", "property": "data", "value": 0}]
+
+    def listed() -> str:
+        with open_store(url, read_only=True) as store:
+            items = post_callback(create_app(store), "not-judged-list.children", inputs, outputs)
+        return json.dumps(items["not-judged-list"]["children"])
+
+    assert "No whole-run judgement of this run is stored" in listed()
+    assert main(["detect", "--run", "r", "--store", url]) == 0
+    fresh = listed()
+    assert "judged to step 299." in fresh and "it compares with a reference run" in fresh and "now" not in fresh
+    with open_store(url) as store:
+        store.write_metrics("r", pd.DataFrame({"step": np.arange(300, 500), "key": TRAIN_LOSS, "value": 3.0}))
+    stale = listed()
+    assert "judged to step 299; the run is at step 499 now" in stale and "gapwatch detect --run r" in stale

@@ -70,7 +70,8 @@ def test_what_was_not_judged_is_stored_with_the_detections(sqlite_url):
         result = detect_stored(store, "reference")  # no reference of its own
         assert "reference_divergence" in result.skipped
         stored = load_not_judged(store, "reference")
-        assert stored == result.not_judged and any(n.detector == "heldout_divergence" for n in stored)
+        assert list(stored.items) == result.not_judged and any(n.detector == "heldout_divergence" for n in stored.items)
+        assert stored.to_step == store.load_run("reference").scalars.index[-1]
 
 
 def test_cli_json(memorizing_store, capsys):
