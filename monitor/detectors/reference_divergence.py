@@ -15,7 +15,7 @@ gets a z against two kinds of noise:
 
 A window counts when |z| > `z_threshold`; a detection is `persist_windows` consecutive counting
 windows of one sign. The direction is reported: below the reference is what repeated data looks
-like when held-out loss did not follow (see memorization), above is slower learning.
+like when held-out loss did not follow (which the memorization detector tests), above is slower learning.
 """
 
 from __future__ import annotations
@@ -253,8 +253,8 @@ class ReferenceDivergence(Detector, Incremental):
         evidence["heldout_delta_median"] = followed
         if followed <= 0.5 * typical:
             return f"held-out loss followed ({followed:+.3f}): a better run, not repeated data"
-        return (f"held-out loss did not follow ({followed:+.3f}): the signature of repeated data "
-                f"(see memorization)")
+        return (f"held-out loss did not follow ({followed:+.3f}): the signature of repeated data, which "
+                f"the memorization detector tests at held-out checkpoints")
 
 
 def _noise_evidence(r, f, limit: int) -> dict:

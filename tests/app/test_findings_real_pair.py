@@ -54,7 +54,7 @@ def test_the_train_finding_gives_the_median_gap_and_the_band_each_window_cleared
     assert "median of the window medians" in train["message"]  # not the peak
     assert f"±{train['evidence']['band_median']:.3f}" in train["message"]
     assert train["evidence"]["delta_median"] == pytest.approx(-0.21, abs=0.01)
-    assert "see memorization" not in train["message"]  # held-out loss followed
+    assert "memorization detector" not in train["message"] and "a better run" in train["message"]  # held-out followed
 
 
 def test_detect_rows_in_a_pipe_are_one_line_each(real_pair, capsys):
