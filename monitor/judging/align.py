@@ -128,13 +128,17 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
 
 # --- choosing the axis ----------------------------------------------------------------------------
 def _tokens_per_step(data: RunData) -> float | None:
+    """The run's tokens per step: declared, else the mean rate of its `train/tokens` series; None
+    when neither is known or the series does not grow (a counter stuck at one value gives no
+    token axis)."""
     if data.info.tokens_per_step:
         return float(data.info.tokens_per_step)
     tok = data.series(schema.TRAIN_TOKENS)
     tok = tok[np.isfinite(tok.to_numpy())]
     steps = tok.index.to_numpy(dtype="float64")
     if len(tok) >= 2 and steps[-1] > steps[0]:
-        return float((tok.iloc[-1] - tok.iloc[0]) / (steps[-1] - steps[0]))
+        rate = float((tok.iloc[-1] - tok.iloc[0]) / (steps[-1] - steps[0]))
+        return rate if rate > 0 else None
     return None
 
 
@@ -146,12 +150,12 @@ def _choose_axis(run, reference, axis, config) -> tuple[str, str]:
         if a is None or b is None:
             missing = run.name if a is None else reference.name
             raise GapwatchError(
-                f"cannot align on tokens: run {missing!r} has neither tokens_per_step nor a "
+                f"cannot align on tokens: run {missing!r} has neither tokens_per_step nor a growing "
                 f"{schema.TRAIN_TOKENS} series"
             )
         return "tokens", "asked for"
     if a is None or b is None:
-        return "step", "tokens per step unknown for at least one run"
+        return "step", "tokens per step unknown for at least one run (or its token count does not grow)"
     if abs(a - b) <= config.batch_rel_tol * max(a, b):
         return "step", f"same tokens per step ({a:.0f})"
     return "tokens", f"tokens per step differ ({a:.0f} vs {b:.0f})"

@@ -186,6 +186,17 @@ def test_tokens_axis_needs_token_information():
         align_pair(run, ref, axis="time")
 
 
+def test_a_token_count_that_does_not_grow_aligns_on_steps():
+    # A run whose train/tokens is stuck at one value (a counter never advanced) beside one whose
+    # count grows: auto judges them on steps rather than refusing the pair.
+    stuck = _run("stuck", {schema.TRAIN_LOSS: {s: 1.0 for s in range(5)}, schema.TRAIN_TOKENS: {s: 4096.0 for s in range(5)}})
+    ref = _run("ref", {schema.TRAIN_LOSS: {s: 1.0 for s in range(5)}, schema.TRAIN_TOKENS: {s: 4096.0 * s for s in range(5)}})
+    a, _ = align_pair(stuck, ref)
+    assert a.info.alignment.axis == "step" and "does not grow" in a.info.alignment.reason
+    with pytest.raises(GapwatchError, match="cannot align on tokens: run 'stuck' has neither tokens_per_step nor a growing"):
+        align_pair(stuck, ref, axis="tokens")
+
+
 def test_train_tokens_series_handles_a_batch_size_change():
     # The run doubles its batch at step 10: tokens 0..10k at 1k/step, then 2k/step.
     tokens = {s: (s * 1000 if s <= 10 else 10000 + (s - 10) * 2000) for s in range(0, 21)}
