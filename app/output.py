@@ -9,12 +9,26 @@ command is doing.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
+
+
+def ago(seconds: float | None) -> str:
+    """How long ago, in the unit a person reads at a glance ("—" when unknown)."""
+    if seconds is None or math.isnan(seconds):
+        return "—"
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 86400:.1f} days ago"
 
 
 # Narrowest a wrapped free-text column may get in a table before rows are printed one below the other.

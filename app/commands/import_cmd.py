@@ -1,4 +1,4 @@
-"""`gapwatch import SOURCE --run NAME`: bring a reference run (or any run) into the store."""
+"""`gapwatch import SOURCE [--run NAME]`: bring a reference run (or any run) into the store."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ def register(subparsers) -> None:
     )
     parser.add_argument("source", metavar="SOURCE", help="file, folder or wandb:// URL")
     parser.add_argument("--run", metavar="NAME",
-                        help="run name in the store; for a W&B panel export of several runs, "
-                        "the run (column prefix) to import, stored under that name")
+                        help="run name in the store (default: the name the source gives it: a "
+                        "W&B run's display name, a TensorBoard run's folder, a file's stem); for "
+                        "a W&B panel export of several runs, the run (column prefix) to import, "
+                        "stored under that name")
     parser.add_argument("--all-runs", action="store_true",
                         help="import every run of a W&B panel export, each under its own name")
     parser.add_argument("--dry-run", action="store_true",
@@ -103,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str, str | None]]:
-    """(store run name, panel run or None) of each run the command imports; runs: the run
+def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str | None, str | None]]:
+    """(store run name or None for the source's own, panel run or None) of each run the command
+    imports; runs: the run
     names of a W&B panel export ([] for any other source)."""
     from monitor.errors import GapwatchError
 
@@ -117,9 +120,9 @@ def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str, str | None]]:
         return [(r, r) for r in runs]
     if len(runs) > 1 and args.run in runs:
         return [(args.run, args.run)]
-    if not args.run and not args.dry_run:
-        raise GapwatchError("--run NAME is required (the run's name in the store)")
-    return [(args.run or "", None)]
+    if args.follow and not args.run:
+        raise GapwatchError("--follow needs --run NAME: the run every poll adds to")
+    return [(args.run, None)]
 
 
 def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_config, console,
@@ -176,13 +179,13 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                 def announce(name, done, total):
                     if name == "writing" and name not in announced:
                         announced.add(name)
-                        phase(f"writing {total:,} rows as {args.run}")
+                        phase(f"writing {total:,} rows" + (f" as {args.run}" if args.run else ""))
 
                 # read and written chunk by chunk
                 streamed = (get_format(fmt).streamed
                             or is_streamed_export(fmt, args.source, wandb_run))
-                phase(f"importing {args.source} ({fmt}) as {args.run}" if streamed
-                      else f"reading {args.source} ({fmt})")
+                phase(f"importing {args.source} ({fmt})" + (f" as {args.run}" if args.run else "")
+                      if streamed else f"reading {args.source} ({fmt})")
                 result, imported = import_source(store, args.run, args.source, args.profile,
                                                  progress=announce, **import_kwargs)
         if imported.mapping and table:
@@ -192,8 +195,9 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
             label = "warning" if "crashed:" in note else "note"
             console.print(f"{label}: {note}", highlight=False, markup=False, soft_wrap=True)
         what = "created" if result.created else "updated"
+        named = "" if args.run else " (the source's name; --run NAME names it otherwise)"
         console.print(
-            f"{what} run {args.run!r} from {imported.source} (profile {imported.profile}): "
+            f"{what} run {result.run!r}{named} from {imported.source} (profile {imported.profile}): "
             # Source rows count those a profile drops and repeats that the store keeps once.
             f"{result.rows_new:,} new rows, {result.rows_total:,} source rows in all, "
             f"{len(imported.keys)} metrics" + (", still running" if imported.live else "")

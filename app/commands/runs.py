@@ -55,7 +55,7 @@ def list_runs(args: argparse.Namespace) -> int:
 
     from monitor.store import open_store
 
-    from app.output import Column, print_rows
+    from app.output import Column, ago, print_rows
 
     with open_store(args.store, read_only=True) as store:
         runs = store.list_runs()
@@ -66,10 +66,10 @@ def list_runs(args: argparse.Namespace) -> int:
     rows = []
     for r in runs.to_dict("records"):
         last_seen = _present(r["last_wall_time"])
-        ago = f"{now - last_seen:.0f} s ago" if last_seen is not None else "-"
+        since = ago(now - last_seen) if last_seen is not None else "-"
         last = _present(r["last_step"])
         rows.append([r["name"], r["status"], r["source"], _present(r["reference"]) or "-",
-                     str(int(last)) if last is not None else "-", ago, str(r["attempts"]), str(r["open_alerts"])])
+                     str(int(last)) if last is not None else "-", since, str(r["attempts"]), str(r["open_alerts"])])
     print_rows([Column(c, right=c in ("last step", "attempts", "open alerts")) for c in COLUMNS], rows,
                title=f"runs in {store.url.redacted()}")
     return 0

@@ -15,6 +15,7 @@ from app.dashboard.panels import PANELS
 from app.dashboard.routes import ViewSpec, run_href
 from app.figures.evals import DEFAULT_MAX_TASKS
 from app.figures.style import EVENT_COLORS, EVENT_DASH
+from app.output import ago
 from monitor.judging.judge import NotJudgedAsOf
 
 HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",
@@ -70,7 +71,7 @@ def runs_table(frame: pd.DataFrame) -> html.Table | html.P:
             html.Td(reference),
             html.Td(_int(r.last_step)),
             html.Td([_si(r.tokens), *([html.Div(r.note, className="cell-note")] if isinstance(r.note, str) else [])]),
-            html.Td(_age(r.since_last_s)),
+            html.Td(ago(r.since_last_s)),
             html.Td(str(r.open_alerts), className="alerts-count" + (" hot" if r.open_alerts else "")),
         ], className="run-row"))
     return html.Table([head, html.Tbody(body)], className="runs")
@@ -213,14 +214,3 @@ def _si(v) -> str:
             return f"{v / scale:.2f}{unit}"
     return f"{v:.0f}"
 
-
-def _age(seconds) -> str:
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-        return "—"
-    if seconds < 90:
-        return f"{seconds:.0f} s ago"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min ago"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h ago"
-    return f"{seconds / 86400:.1f} days ago"

@@ -127,14 +127,16 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     return run
 
 
-def import_source(store, name: str, source: str | os.PathLike, profile: str | Profile | None = None,
+def import_source(store, name: str | None, source: str | os.PathLike, profile: str | Profile | None = None,
                   *, fmt: str | None = None, tokens_per_step: float | None = None,
                   step: int | None = None, profiles_file: str | os.PathLike | None = None,
                   api_config=None, project: str | None = None, reference_of: str | None = None,
                   progress=None, step_key: str | None = None, wandb_run: str | None = None):
     """Read `source` and write it into `store` as run `name`: (WriteResult, ImportSummary).
 
-    Arguments as for `load` and `store_writer.write_run`. progress: called with (phase, done,
+    name: None stores it under the name the source gives it (`ImportedRun.name_hint`: a W&B run's
+    display name, a TensorBoard run's folder, a file's stem), which `WriteResult.run` reports.
+    Other arguments as for `load` and `store_writer.write_run`. progress: called with (phase, done,
     total): phase "importing" (bytes of a streamed log), else "reading" then "writing" (rows).
     The summary's `mapping` lists what each source name became (`meaning.mapping_rows`).
     """
@@ -144,6 +146,7 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
     fmt = fmt or detect_format(source)
     if get_format(fmt).streamed or is_streamed_export(fmt, source, wandb_run):
         check_source(source)
+        name = name or Path(source).stem  # what the streamed formats' name_hint says
         on_bytes = None if progress is None else (
             lambda done, total: progress("importing", done, total))
         return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,
@@ -156,6 +159,9 @@ def import_source(store, name: str, source: str | os.PathLike, profile: str | Pr
                step_key=step_key, wandb_run=wandb_run)
     if run.scalars.empty:
         raise GapwatchError(f"{run.source}: no values to import ({'; '.join(run.notes) or 'none logged'})")
+    name = name or run.name_hint
+    if not name:
+        raise GapwatchError(f"{run.source} does not name its run: give it a name (--run NAME)")
     result = write_run(store, name, run, project=project, reference_of=reference_of,
                        progress=writing)
     return result, ImportSummary(run.source, run.profile, run.keys, list(run.notes), run.live,

@@ -23,6 +23,24 @@ def test_import_then_again(sqlite_url, shared_data, capsys):
     store.close()
 
 
+def test_a_run_without_run_is_stored_under_the_name_its_source_gives(sqlite_url, shared_data, tmp_path, capsys):
+    folder = shared_data / "wild/wandb/14_nanogpt_muon_2026/wandb/run-20260329_130713-zi7a94pe"
+    assert main(["import", str(folder), "--store", sqlite_url]) == 0
+    # The W&B run's display name, as the W&B UI shows it; said so, with how to choose another.
+    assert "created run 'cosine' (the source's name; --run NAME names it otherwise)" in capsys.readouterr().err
+    assert main(["import", str(folder), "--store", sqlite_url]) == 0
+    assert "updated run 'cosine'" in (out := capsys.readouterr().err) and "0 new rows" in out
+    log = tmp_path / "seed-7.jsonl"  # a streamed log: its file's stem
+    log.write_text("".join(json.dumps({"step": s, "train/loss": 3.0 - s / 100}) + "\n" for s in range(1, 6)))
+    assert main(["import", str(log), "--store", sqlite_url]) == 0
+    assert "created run 'seed-7'" in capsys.readouterr().err
+    with open_store(sqlite_url) as store:
+        assert len(store.load_run("cosine").series(schema.TRAIN_LOSS)) > 0
+        assert len(store.load_run("seed-7").series(schema.TRAIN_LOSS)) == 5
+    assert main(["import", str(log), "--follow", "--store", sqlite_url]) == 2
+    assert "--follow needs --run NAME" in capsys.readouterr().err
+
+
 def test_errors_are_one_line_with_exit_code_2(sqlite_url, tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("_step,train/loss\n2,1.0\n1,0.9\n")
