@@ -187,7 +187,9 @@ def markdown(pair_rows, cadence_rows, undecided_rows, divergence_rows, single_ro
         table(pair_rows),
         "Memorization caught, by cadence (`ref 2x less`: the reference evaluates every second checkpoint of the "
         "run; `offset`: both every second checkpoint, half an interval apart; `tokens`: the reference has twice "
-        "the global batch; `late evals`: the run's held-out rows arrive two intervals late):",
+        "the global batch; `late evals`: the run's held-out rows arrive two intervals late; `train at evals`: both "
+        "log train loss only when they evaluate, the mean since the last log, as HF Trainer does with "
+        "logging_steps = eval_steps):",
         table(cadence_rows),
         "Where memorization did not fire, whether it said its evidence was undecided (a \"not judged\" line: at "
         "the last judged checkpoint train loss is below the reference and held-out loss is not better, but the "

@@ -166,6 +166,8 @@ CADENCES = (
     Cadence("stderr logged", "both log a held-out standard error (0.002)"),
     Cadence("tokens", "the reference has twice the global batch: its step k is the run's 2k"),
     Cadence("late evals", "the run's held-out evaluations arrive two eval intervals late"),
+    Cadence("train at evals", "both log train loss only when they evaluate, as the mean since the last "
+            "log (HF Trainer with logging_steps = eval_steps)"),
 )
 CADENCE_NAMES = tuple(c.name for c in CADENCES)
 
@@ -208,6 +210,25 @@ def double_batch(run: RunData) -> RunData:
     return out
 
 
+def train_at_evals(run: RunData) -> RunData:
+    """Train loss logged only at the held-out evaluations, each value the mean of the steps since the
+    one before (what HF Trainer logs when logging_steps = eval_steps)."""
+    out = _copy(run, run.name)
+    s = out.scalars
+    keys = heldout_keys(out)
+    if TRAIN_LOSS not in s or not keys:
+        return out
+    held = s[keys]
+    evals = held.index[np.isfinite(held.to_numpy(dtype=float)).any(axis=1) & (held.index > 0)]
+    train = s[TRAIN_LOSS].dropna()
+    interval = np.searchsorted(evals.to_numpy(), train.index.to_numpy(), side="left")
+    inside = interval < evals.size  # steps after the last evaluation are never logged
+    means = train[inside].groupby(interval[inside]).mean()
+    s[TRAIN_LOSS] = np.nan
+    s.loc[evals[means.index.to_numpy()], TRAIN_LOSS] = means.to_numpy()
+    return out
+
+
 def apply_cadence(cadence: str, run: RunData, reference: RunData) -> tuple[RunData, RunData]:
     if cadence in ("same", "late evals"):
         return run, reference
@@ -219,6 +240,8 @@ def apply_cadence(cadence: str, run: RunData, reference: RunData) -> tuple[RunDa
         return thin_evals(run, 2), reference
     if cadence == "offset":
         return thin_evals(run, 2, 0), thin_evals(reference, 2, 1)
+    if cadence == "train at evals":
+        return train_at_evals(run), train_at_evals(reference)
     if cadence == "stderr logged":
         return with_stderr(run), with_stderr(reference)
     if cadence == "tokens":

@@ -21,7 +21,8 @@ def train_at(run: RunData, metric: str, steps: np.ndarray, window_points: int, w
     over the last `window_points` logged steps up to it, none older than `window_checkpoints`
     intervals between checkpoints (a median describes the middle of its window: on a run with
     evals every few dozen steps, 100 steps of train loss would describe training long before the
-    held-out loss it is set against); its standard error (MAD and lag-1 autocorrelation), the
+    held-out loss it is set against), or, for run - other, at least MIN_WINDOW_POINTS of them; its
+    standard error (MAD and lag-1 autocorrelation), the
     median of `other` itself over the same window (the level the difference is relative to), and
     the points used. NaN where the window holds too few points."""
     x = finite(run, metric)
@@ -41,7 +42,16 @@ def train_at(run: RunData, metric: str, steps: np.ndarray, window_points: int, w
     hi = np.searchsorted(idx, steps, side="right")
     lo = np.searchsorted(idx, since, side="right")
     bounded = np.isfinite(since)
-    n = np.minimum(hi - lo, window_points)
+    n = hi - lo
+    if other is not None:
+        # A trainer that logs train loss hardly more often than it evaluates (HF Trainer with
+        # logging_steps = eval_steps logs the mean since its last log) leaves fewer than
+        # MIN_WINDOW_POINTS in those intervals. The difference of two runs of one recipe is flat
+        # (their shared fall cancels), so a window reaching back to that many logged steps
+        # describes it as well; a run's own train loss falls across such a window, and its
+        # median would lag the held-out loss it is set against.
+        n = np.maximum(n, np.minimum(MIN_WINDOW_POINTS, hi))
+    n = np.minimum(n, window_points)
     pos = hi[:, None] - window_points + np.arange(window_points)[None, :]
     inside = pos >= (hi - n)[:, None]
     take = np.clip(pos, 0, None)

@@ -120,6 +120,19 @@ def test_pieces_report_what_the_whole_run_reports(name):
             assert kept <= (limit + 1 if limit is not None else 0.6 * logged), (name, column, kept, limit, logged)
 
 
+def test_memorization_in_pieces_when_train_loss_is_logged_only_at_evaluations():
+    # Its train window then reaches back over several checkpoints: what the state keeps covers it.
+    run, ref = faulty_pair()
+    for data in (run, ref):
+        s = data.scalars
+        s.loc[s[heldout_key("c4", "loss")].isna(), TRAIN_LOSS] = np.nan
+    (detector,) = build(["memorization"])
+    whole = detector.detect(run, ref)
+    assert whole
+    for size in (250, 1111):
+        assert [key(d) for d in judged_in_pieces(detector, run, ref, size)[0]] == [key(d) for d in whole], size
+
+
 def test_state_is_plain_json_with_nan_and_inf_kept_apart():
     run, ref = faulty_pair()
     run.scalars.loc[5950, PERF_MFU] = np.inf

@@ -137,6 +137,23 @@ def test_says_when_the_evidence_is_undecided():
         assert Memorization().not_judged(*clean) == []  # tied, memorization shown, a genuine improvement
 
 
+def test_judges_runs_that_log_train_loss_only_when_they_evaluate():
+    # HF Trainer with logging_steps = eval_steps, nanoGPT's W&B run: train loss only where held-out
+    # loss is. The pair's train difference is flat, so its window reaches back over as many
+    # checkpoints as a median needs: memorization is judged, not "logged too seldom".
+    def at_evaluations(run_, ref):
+        for data in (run_, ref):
+            data.scalars.loc[data.scalars[HELD].isna(), TRAIN_LOSS] = np.nan
+        return run_, ref
+
+    (d,) = Memorization().detect(*at_evaluations(*pair(n_steps=8000, offset_from=4000, offset=-0.25,
+                                                         held_offset=-0.004)))
+    assert d.evidence["heldout"] == "tied" and 4000 <= d.start_step <= 5500
+    for clean in (pair(n_steps=8000), pair(n_steps=8000, offset_from=4000, offset=-0.25, held_offset=-0.19)):
+        run_, ref = at_evaluations(*clean)
+        assert Memorization().detect(run_, ref) == [] and Memorization().not_judged(run_, ref) == []
+
+
 def test_says_what_it_cannot_judge():
     run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.25)
     ref.scalars = ref.scalars.drop(columns=[HELD, STDERR])
@@ -149,8 +166,3 @@ def test_says_what_it_cannot_judge():
     assert "no checkpoint of the run can be paired" in why.reason
     run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.25)
     assert Memorization().not_judged(run_, ref) == []
-    # Train loss logged only where held-out loss is (nanoGPT's W&B run): no window holds enough.
-    run_.scalars.loc[run_.scalars[HELD].isna(), TRAIN_LOSS] = np.nan
-    assert Memorization().detect(run_, ref) == []
-    (why,) = Memorization().not_judged(run_, ref)
-    assert why.reason.startswith("train loss is logged too seldom between held-out evaluations") and why.needs is None

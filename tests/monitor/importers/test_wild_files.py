@@ -13,6 +13,7 @@ import pytest
 
 from app.cli import main
 from monitor import schema
+from monitor.detectors.memorization import Memorization
 from monitor.detectors.memorization_trend import MemorizationTrend
 from monitor.detectors.throughput import ThroughputDetector
 from monitor.errors import GapwatchError
@@ -98,12 +99,16 @@ def test_custom_loop_evaluation_row_joins_its_step(shared_data):
 
 
 @pytest.mark.parametrize("case", ["11_cs336_custom_2025", "14_nanogpt_muon_2026"])
-def test_held_out_loss_as_often_as_train_loss_says_why_memorization_is_not_judged(shared_data, case):
+def test_held_out_loss_as_often_as_train_loss_is_judged_against_a_reference_only(shared_data, case):
     # cs336 evaluates at every logged step, nanoGPT estimates train loss at evaluations only: no
-    # checkpoint has the train window a median needs, and the reason says so, not "more checkpoints".
+    # checkpoint has the train window the run's own trend needs, and the reason says so, not "more
+    # checkpoints".
     data = load(_run_folder(shared_data, case)).to_run_data(case)
     (why,) = MemorizationTrend().not_judged(data)
     assert why.reason.startswith("train loss is logged too seldom between held-out evaluations") and why.needs is None
+    # Against a reference the train difference is flat, so its window may reach back further: judged.
+    reference = load(_run_folder(shared_data, case)).to_run_data("reference")
+    assert Memorization().not_judged(data, reference) == [] and Memorization().table(data, reference)["judged"].any()
 
 
 def test_lightning_tensorboard(shared_data):
