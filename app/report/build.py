@@ -50,7 +50,8 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         findings_table(pair),
         not_judged_table(pair),
     ]
-    verdict = decide(pair.detections, tables)
+    verdict = decide(pair.detections, tables, cleans=[c for c in pair.cleans if c.run == pair.run.name],
+                     not_judged=pair.not_judged.get(pair.run.name, []))
     figures = build_figures(pair, tables, scores, config.figures) if config.with_figures else []
     notes = [f"{t.title}: {t.empty_reason}." for t in tables if not t.rows and t.empty_reason]
     return Report(

@@ -4,8 +4,12 @@ The verdict is named by the most telling finding of the detectors (monitor/detec
 judgement of its own. Each detector declares how its findings name the verdict and in what order of
 precedence (`Detector.verdict`, schema.VerdictRole); findings of caveat detectors (`Detector.caveat`:
 spikes, stalls) do not change whether two runs learned the same thing, so on their own they leave
-the verdict at "tied" and are listed as caveats. When nothing fired, the sentence says how close
-the runs are, from the tables.
+the verdict at "tied" and are listed as caveats.
+
+When nothing fired, "tied" needs evidence of its own: a clean verdict of a detector that compares
+the run with its reference (an equivalence test that passed). Without one the verdict is
+"undecided", with what kept the comparing detectors from judging; a divergence that no test could
+judge is never called a tie. Either way the sentence says how close the runs are, from the tables.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from __future__ import annotations
 import math
 
 from monitor.alerting.grouping import group
-from monitor.detectors import caveats, verdict_roles
-from monitor.schema import Detection, Severity, VerdictRole
+from monitor.detectors import caveats, comparing, verdict_roles
+from monitor.schema import Clean, Detection, NotJudged, Severity, VerdictRole
 
 from app.report import cells
 from app.report.model import Estimate, Table, Verdict
@@ -24,14 +28,24 @@ from app.report.model import Estimate, Table, Verdict
 MIN_VERDICT_SEVERITY = Severity.WARNING
 
 
-def decide(detections: list[Detection], tables: list[Table]) -> Verdict:
-    """The verdict for a run from its detections (against the reference) and the report tables."""
+# Reasons the undecided sentence quotes before it points at the "Not judged" table.
+REASONS_SHOWN = 3
+
+
+def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Clean],
+           not_judged: list[NotJudged]) -> Verdict:
+    """The verdict for a run from its detections, clean verdicts and "not judged" lines (judged
+    against the reference) and the report tables."""
     strong = [d for d in detections if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank]
     fired = [(rule, _top([d for d in strong if d.detector == name])) for name, rule in verdict_roles()]
     fired = [(rule, d) for rule, d in fired if d is not None]
     if fired:
         return _finding_verdict(fired)
-    return _tied_verdict(detections, {t.id: t for t in tables})
+    compared = comparing()
+    unjudged = [n for n in not_judged if n.detector in compared]
+    if any(c.detector in compared for c in cleans):
+        return _tied_verdict(detections, {t.id: t for t in tables}, unjudged)
+    return _undecided_verdict(detections, {t.id: t for t in tables}, unjudged)
 
 
 def _top(candidates: list[Detection]) -> Detection | None:
@@ -84,7 +98,58 @@ def _clause(d: Detection) -> str:
     return f"{message} ({d.metric}, {where})"
 
 
-def _tied_verdict(detections: list[Detection], tables: dict[str, Table]) -> Verdict:
+def _tied_verdict(detections: list[Detection], tables: dict[str, Table], unjudged: list[NotJudged]) -> Verdict:
+    parts, evidence = _closeness(tables)
+    qualifying = _caveats(detections)
+    kind = "tied_with_caveats" if qualifying else "tied"
+    headline = "Tied with the reference"
+    sentence = f"{headline}: no divergence, memorization, data or resume finding"
+    sentence += ("; " + ", ".join(parts) + ".") if parts else "."
+    sentence += _caveat_clause(qualifying)
+    if unjudged:
+        names = sorted({n.detector for n in unjudged})
+        sentence += f" Not judged: {', '.join(names)} (see Not judged)."
+    return Verdict(kind=kind, headline=headline, sentence=sentence, evidence=evidence,
+                   detections=qualifying, severity="warning" if qualifying else "info")
+
+
+def _caveats(detections: list[Detection]) -> list[Detection]:
+    names = caveats()
+    return [d for d in detections if d.detector in names]
+
+
+def _caveat_clause(qualifying: list[Detection]) -> str:
+    if not qualifying:
+        return ""
+    names = sorted({d.detector for d in qualifying})
+    # Counted as incidents, as the findings table lists them (spikes and stalls are logged every
+    # step, so the tracker's default spacing is theirs).
+    return f" Caveats: {len(group(qualifying))} {' and '.join(names)} incident(s), listed below."
+
+
+def _undecided_verdict(detections: list[Detection], tables: dict[str, Table],
+                       unjudged: list[NotJudged]) -> Verdict:
+    """Nothing fired and nothing was shown alike: the tables' numbers, and why no test decided."""
+    parts, evidence = _closeness(tables)
+    headline = "Undecided"
+    sentence = f"{headline}: no finding, but no test showed the run alike to the reference either"
+    if unjudged:
+        first: dict[str, NotJudged] = {}
+        for n in unjudged:
+            first.setdefault(n.detector, n)
+        why = [f"{n.detector} not judged ({n.reason})" for n in list(first.values())[:REASONS_SHOWN]]
+        more = len(first) - len(why)
+        sentence += ": " + "; ".join(why) + (f"; {more} more under Not judged" if more else "")
+    sentence += ("; " + ", ".join(parts) + ".") if parts else "."
+    qualifying = _caveats(detections)
+    sentence += _caveat_clause(qualifying)
+    evidence += [f"{n.detector} on {n.metric or '(all)'}: not judged, {n.reason}" for n in unjudged]
+    return Verdict(kind="undecided", headline=headline, sentence=sentence, evidence=evidence,
+                   detections=qualifying, severity="warning")
+
+
+def _closeness(tables: dict[str, Table]) -> tuple[list[str], list[str]]:
+    """How close the runs are by the report's tables: clauses for the sentence, evidence lines."""
     parts, evidence = [], []
     train = tables.get("train_delta")
     if train is not None and train.rows:
@@ -119,21 +184,7 @@ def _tied_verdict(detections: list[Detection], tables: dict[str, Table]) -> Verd
         if len(logged) < n:
             parts.append(f"{n - len(logged)} downstream metrics have no logged error bars "
                          f"({hinted} differ by errors estimated from checkpoint scatter)")
-    caveat_names = caveats()
-    qualifying = [d for d in detections if d.detector in caveat_names]
-    kind = "tied_with_caveats" if qualifying else "tied"
-    headline = "Tied with the reference"
-    sentence = f"{headline}: no divergence, memorization, data or resume finding"
-    sentence += ("; " + ", ".join(parts) + ".") if parts else "."
-    if qualifying:
-        names = sorted({d.detector for d in qualifying})
-        # Counted as incidents, as the findings table lists them (spikes and stalls are logged every
-        # step, so the tracker's default spacing is theirs).
-        sentence += f" Caveats: {len(group(qualifying))} {' and '.join(names)} incident(s), listed below."
-    if not parts:
-        sentence += " The two runs share no compared metric, so this says little."
-    return Verdict(kind=kind, headline=headline, sentence=sentence, evidence=evidence,
-                   detections=qualifying, severity="warning" if qualifying else "info")
+    return parts, evidence
 
 
 def _est(e: Estimate) -> str:

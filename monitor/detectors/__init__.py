@@ -99,11 +99,17 @@ def verdict_roles() -> list[tuple[str, VerdictRole]]:
     return sorted(named, key=lambda pair: pair[1].precedence)
 
 
+def comparing() -> tuple[str, ...]:
+    """Names of the detectors that judge a run against its reference: only their clean verdicts
+    show two runs alike, and their "not judged" lines say why no comparison was made."""
+    return tuple(name for name, cls in REGISTRY.items() if cls.reference_use is ReferenceUse.REQUIRED)
+
+
 def caveats() -> tuple[str, ...]:
     """Names of the detectors whose findings qualify a "tied" verdict rather than overturn it."""
     return tuple(name for name, cls in REGISTRY.items() if cls.caveat)
 
 
-__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "build", "drawn_by", "caveats", "in_section", "make_run", "role_of",
+__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "build", "drawn_by", "caveats", "comparing", "in_section", "make_run", "role_of",
            "shown_in", "verdict_roles",
            "state_from_dict", "state_to_dict"]

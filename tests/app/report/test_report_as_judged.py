@@ -35,7 +35,7 @@ def aligned_twice(run: RunData, reference: RunData) -> ComparedPair:
     meta = aligned_run.info.alignment
     return ComparedPair(run=run, reference=reference, aligned_run=aligned_run, aligned_reference=aligned_ref,
                         axis=meta.axis, axis_reason=meta.reason, detections=judged.detections,
-                        reference_detections=alone.detections,
+                        reference_detections=alone.detections, cleans=judged.cleans + alone.cleans,
                         not_judged={run.name: judged.not_judged,
                                     reference.name: [n for n in alone.not_judged if n != no_reference(n.detector)]},
                         detector_series={run.name: judged.series, reference.name: alone.series}, detect=detect)

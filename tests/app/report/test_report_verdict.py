@@ -1,11 +1,12 @@
-"""The verdict: named by the most telling detection, or "tied" with the numbers that show it."""
+"""The verdict: named by the most telling detection, "tied" with the numbers that show it when a
+comparing detector's test showed the runs alike, else "undecided" with why."""
 
 from __future__ import annotations
 
-from monitor.schema import Detection, Severity
+from monitor.schema import Clean, Detection, NotJudged, Severity
 
 from app.report.model import Column, Estimate, Table
-from app.report.verdict import decide
+from app.report import verdict
 
 
 def det(detector: str, metric: str = "train/loss", severity=Severity.WARNING, start=900, end=1000,
@@ -13,6 +14,13 @@ def det(detector: str, metric: str = "train/loss", severity=Severity.WARNING, st
     return Detection(run="run", detector=detector, metric=metric, start_step=start, end_step=end,
                      peak_step=(start + end) // 2, score=2.0, severity=severity, message=message,
                      evidence=evidence)
+
+
+def decide(detections, tables_, cleans=None, not_judged=()):
+    """The verdict, by default with a clean verdict of the train-loss comparison behind a tie."""
+    if cleans is None:
+        cleans = [Clean("run", "reference_divergence", "train/loss", 1, 1000)]
+    return verdict.decide(detections, tables_, cleans=cleans, not_judged=list(not_judged))
 
 
 def tables() -> list[Table]:
@@ -88,6 +96,29 @@ def test_most_severe_then_highest_score_names_the_verdict():
     assert v.kind == "heldout_diverged" and "wiki moved a lot" in v.sentence
 
 
-def test_no_shared_metric_says_so():
-    v = decide([], [])
-    assert v.kind == "tied" and "share no compared metric" in v.sentence
+def test_undecided_when_no_test_showed_the_runs_alike():
+    # A run 1.6 nats above its reference whose comparison could not be judged (too few windows) is
+    # never called tied: the verdict says why nothing decided, with the tables' numbers.
+    train = Table("train_delta", "train", [Column("delta", "d")], rows=[
+        {"window": "0–18", "delta": Estimate(0.278, 0.10)}, {"window": "38–56", "delta": Estimate(1.603, 0.55)}])
+    why = [NotJudged("reference_divergence", "1 complete window(s) of 100 steps; a verdict needs 3", "train/loss"),
+           NotJudged("memorization", "the run logs no held-out loss", "train/loss"),
+           NotJudged("heldout_divergence", "the run logs no held-out loss"),
+           NotJudged("spike", "only 150 logged values", "train/loss")]  # not a comparison
+    v = decide([det("spike", severity=Severity.WARNING)], [train], cleans=[], not_judged=why)
+    assert v.kind == "undecided" and v.severity == "warning" and v.headline == "Undecided"
+    assert v.sentence.startswith("Undecided: no finding, but no test showed the run alike to the reference "
+                                 "either: reference_divergence not judged (1 complete window(s) of 100 steps")
+    assert "memorization not judged" in v.sentence and "heldout_divergence not judged" in v.sentence
+    assert "spike not judged" not in v.sentence and "Caveats: 1 spike incident(s)" in v.sentence
+    assert "train loss within 1.603 of the reference in every one of 2 windows" in v.sentence
+    # Clean verdicts of the single-run detectors show nothing about the pair.
+    assert decide([], [train], cleans=[Clean("run", "spike", "train/loss", 1, 150)]).kind == "undecided"
+    # With a comparison shown alike, the tie stands and names what was not judged.
+    tied = decide([], [train], not_judged=why[1:])
+    assert tied.kind == "tied" and "Not judged: heldout_divergence, memorization (see Not judged)." in tied.sentence
+
+
+def test_no_shared_metric_is_undecided():
+    v = decide([], [], cleans=[])
+    assert v.kind == "undecided" and v.sentence == "Undecided: no finding, but no test showed the run alike to the reference either."
