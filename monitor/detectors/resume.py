@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -28,7 +28,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import Detector, Reads, ReferenceUse
+from .base import Detector, Reads, ReferenceUse, StoryRole
 from .incremental import Incremental
 from .rundata import finite
 from .stats import cadence
@@ -62,6 +62,19 @@ class ResumeConsistency(Detector, Incremental):
     def history_points(self, column: str) -> int:
         # The cursor logged before a resume (its counting convention) and the steps around a gap.
         return 4
+
+    def role(self, detection) -> StoryRole:
+        """Each rule names what it shows: a resume that restored the model and the data loader at
+        different places; a replay that did not reproduce the run; or steps missing from the record,
+        which need no resume at all (a crash, an export that samples its rows) and so explain the
+        least of the data story."""
+        base = super().role(detection)
+        rule = detection.evidence.get("rule")
+        if rule == "replay":
+            return replace(base, explanation="a replay after a restart logged another loss")
+        if rule == "gap":
+            return replace(base, explanation="steps missing from the record", specificity=0)
+        return base
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         out = self._resumes(run) + self._replays(run) + self._gaps(run)

@@ -64,3 +64,19 @@ def test_gaps_are_lost_progress():
     (d,) = ResumeConsistency().detect(r)
     assert (d.start_step, d.end_step, d.evidence["missing_steps"]) == (500, 599, 100)
     assert d.severity == Severity.INFO
+
+
+def test_each_rule_names_its_incident_for_what_it_shows():
+    # A gap needs no resume (a crash, a sampled W&B export): its incident is never named after one,
+    # and any more specific finding of the data story names the incident instead.
+    detector = ResumeConsistency()
+    gap = resumed_run(1200, 1200 * BATCH)
+    gap.scalars = gap.scalars.drop(index=range(500, 600))
+    (d,) = detector.detect(gap)
+    assert detector.role(d).explanation == "steps missing from the record" and detector.role(d).specificity == 0
+    (d,) = detector.detect(resumed_run(1201, 1200 * BATCH))
+    assert detector.role(d).explanation == "the resume did not restore where the run stopped"
+    steps = np.arange(1151, 1201)
+    same = train_loss(steps, 3)
+    (d,) = detector.detect(resumed_run(1150, 1150 * BATCH, repeats=replayed(same, np.roll(same, -1), steps)))
+    assert detector.role(d).explanation == "a replay after a restart logged another loss"
