@@ -157,7 +157,8 @@ class ResumeConsistency(Detector, Incremental):
             evidence = {"rule": "gap", "last_step_before": int(steps[i]), "next_step": int(steps[i + 1]),
                         "missing_steps": lost, "cadence": usual}
             message = (f"no {self.gap_metric} logged between steps {steps[i]} and {steps[i + 1]}: "
-                       f"{lost} steps of progress are missing from the record")
+                       + (f"{lost} steps of progress are" if lost != 1 else "1 step of progress is")
+                       + " missing from the record")
             out.append(self._detection(run, None, self.gap_metric, steps[i] + 1, steps[i + 1] - 1,
                                        steps[i] + 1, float(lost), Severity.INFO, message, evidence))
         return out

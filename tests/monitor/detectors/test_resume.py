@@ -63,7 +63,9 @@ def test_gaps_are_lost_progress():
     r.scalars = r.scalars.drop(index=range(500, 600))
     (d,) = ResumeConsistency().detect(r)
     assert (d.start_step, d.end_step, d.evidence["missing_steps"]) == (500, 599, 100)
-    assert d.severity == Severity.INFO
+    assert d.severity == Severity.INFO and "100 steps of progress are missing" in d.message
+    r.scalars = r.scalars.drop(index=[1500])
+    assert "1 step of progress is missing" in ResumeConsistency().detect(r)[-1].message
 
 
 def test_each_rule_names_its_incident_for_what_it_shows():
