@@ -176,7 +176,9 @@ class MemorizationTrend(Detector, Incremental):
             what = "held-out loss" if self.metric in run.scalars.columns else self.metric
             return [NotJudged(self.name, f"the run logs no {what}", HELDOUT_TRAIN_GAP)]
         if len(table) > self.skip_checkpoints and table["train"].iloc[self.skip_checkpoints:].isna().all():
-            return [NotJudged(self.name, too_few_between(self.window_checkpoints), HELDOUT_TRAIN_GAP)]
+            return [NotJudged(self.name, too_few_between(self.window_checkpoints), HELDOUT_TRAIN_GAP,
+                              "train loss logged several times between held-out evaluations (against "
+                              "a reference, memorization judges this cadence)")]
         usable = int(self.usable(table, run).sum())
         need = self.min_trend_checkpoints + 1
         if usable < need:
