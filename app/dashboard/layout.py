@@ -19,7 +19,7 @@ from app.output import ago
 from monitor.judging.judge import NotJudgedAsOf
 
 HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",
-                 "crashed": "#d62728", "had critical": "#9d5a5a"}
+                 "crashed": "#d62728", "had critical": "#9d5a5a", "not judged": "#b0b0b0"}
 BORDER_STYLE = {"dot": "dotted", "dash": "dashed", "solid": "solid"}
 
 

@@ -23,7 +23,7 @@ from app.report.pair import ComparedPair
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
 from monitor.alerting.ledger import stored_alerts
 from monitor.judging.align import align_pair
-from monitor.judging.judge import load_cleans
+from monitor.judging.judge import judged_runs, load_cleans
 from monitor.errors import GapwatchError
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
@@ -38,6 +38,7 @@ from monitor.schema import (
 )
 from app.figures.smoothing import ema_debiased
 from monitor.store import KeyRows, Store, run_data
+from monitor.watch.run_watcher import watched_runs
 
 # What the run page draws, by key prefix. The reference contributes only what is compared.
 RUN_KEY_PREFIXES = (TRAIN_LOSS, TRAIN_GRAD_NORM, "perf/", "data/", "detect/spike_score/", HELDOUT_PREFIX,
@@ -347,9 +348,12 @@ def new_points(store: Store, run: str, last: dict[str, int], max_points: int) ->
 def overview(store: Store, now: float | None = None, stale_after_s: float = 600.0) -> pd.DataFrame:
     """One row per run: name, status, last step, tokens, seconds since its last metric, open
     alerts, the worst open severity, health (critical / warning / crashed / stale / had critical /
-    ok), and a note saying why a cell could not be filled (None when all could)."""
+    ok, or not judged where nothing ever judged the run: no watch service, no stored `detect`,
+    no alert or finding),
+    and a note saying why a cell could not be filled (None when all could)."""
     now = time.time() if now is None else now
     runs = store.list_runs()
+    judged = watched_runs(store) | judged_runs(store)
     rows = []
     for r in runs.itertuples(index=False):
         last_step = None if pd.isna(r.last_step) else int(r.last_step)
@@ -367,6 +371,8 @@ def overview(store: Store, now: float | None = None, stale_after_s: float = 600.
         elif r.worst_severity == "critical":
             # Nothing open now, but `detect` or a resolved incident found something critical.
             health = "had critical"
+        elif r.name not in judged and not isinstance(r.worst_severity, str):
+            health = "not judged"  # no finding, no judgement: "ok" would claim what nothing looked at
         else:
             health = "ok"
         reference = r.reference if isinstance(r.reference, str) and r.reference else None

@@ -68,9 +68,18 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
     return result
 
 
+NOT_JUDGED_STATE = "detect/{run}/not_judged"
+
+
 def not_judged_state(run: str) -> str:
     """Name under which the store keeps what the last `detect` of `run` could not judge."""
-    return f"detect/{run}/not_judged"
+    return NOT_JUDGED_STATE.format(run=run)
+
+
+def judged_runs(store) -> set[str]:
+    """The runs a stored `gapwatch detect` has judged."""
+    head, tail = NOT_JUDGED_STATE.split("{run}")
+    return {name.removeprefix(head).removesuffix(tail) for name in store.state_names(head) if name.endswith(tail)}
 
 
 @dataclass(frozen=True)
@@ -110,4 +119,4 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
 
 
 __all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "judge_aligned",
-           "NotJudgedAsOf", "load_cleans", "load_not_judged", "severity_counts"]
+           "NotJudgedAsOf", "judged_runs", "load_cleans", "load_not_judged", "severity_counts"]

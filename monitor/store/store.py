@@ -809,6 +809,20 @@ class Store:
         with self._db.tx() as conn:
             conn.execute(delete(tables.service_state).where(tables.service_state.c.name.in_(list(names))))
 
+    def state_names(self, prefix: str) -> list[str]:
+        """Names of the saved service states that start with `prefix`.
+
+        Args:
+            prefix: the start of the names (taken literally: `%` and `_` are no wildcards).
+
+        Returns:
+            The names, sorted.
+        """
+        name = tables.service_state.c.name
+        with self._db.read() as conn:
+            # Sorted here: a database's collation may order punctuation its own way.
+            return sorted(conn.execute(select(name).where(name.startswith(prefix, autoescape=True))).scalars())
+
     def load_state(self, name: str) -> dict | None:
         """A service's saved state.
 

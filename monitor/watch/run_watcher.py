@@ -47,6 +47,11 @@ def state_name(run: str) -> str:
     return f"watch/{run}"
 
 
+def watched_runs(store) -> set[str]:
+    """The runs the watch service has judged (it keeps a state for each)."""
+    return {name.removeprefix(state_name("")) for name in store.state_names(state_name(""))}
+
+
 class RunWatcher:
     def __init__(self, store, run: str, reference: str | None, engine: DetectionEngine,
                  window_steps: int = 50_000) -> None:

@@ -10,8 +10,10 @@ import pytest
 
 from app.dashboard import panels, queries
 from app.dashboard.routes import ViewSpec
+from monitor.judging.judge import detect_stored, judged_runs
 from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS
 from monitor.store import open_store
+from monitor.watch.run_watcher import state_name, watched_runs
 
 RUN, REFERENCE = "olmo-repro", "olmo-reference"
 
@@ -98,7 +100,19 @@ def test_overview_health(tmp_path, demo):
     assert rows.loc["quiet", "health"] == "stale"
     assert rows.loc["quiet", "tokens"] == 10.0 and rows.loc["quiet", "since_last_s"] == pytest.approx(3600, abs=5)
     assert rows.loc["fell-over", "health"] == "crashed"
-    assert pd.isna(rows.loc["empty", "last_step"]) and rows.loc["empty", "health"] == "ok"
+    # Nothing ever judged it: no watch service, no stored detect. "ok" would be a claim.
+    assert pd.isna(rows.loc["empty", "last_step"]) and rows.loc["empty", "health"] == "not judged"
+    with open_store(url) as store:
+        for name in ("judged/by detect", "watched"):
+            store.ensure_run(name)
+            store.write_metrics(name, pd.DataFrame({"step": np.arange(1, 301), "key": TRAIN_LOSS,
+                                                    "value": 3.0 + 1.0 / np.arange(1, 301)}))
+        detect_stored(store, "judged/by detect")
+        store.save_state(state_name("watched"), {})  # as the watch service keeps one per run
+        assert "judged/by detect" in judged_runs(store) and watched_runs(store) == {"watched"}
+    with open_store(url, read_only=True) as store:
+        rows = queries.overview(store, now=now).set_index("name")
+    assert rows.loc["judged/by detect", "health"] == "ok" and rows.loc["watched", "health"] == "ok"
     with open_store(url) as store:
         demo.add_alert(store, "quiet", "throughput", "perf/step_time_s", "warning", 0, 1, "slow")
         demo.add_alert(store, "olmo-repro", "spike", TRAIN_LOSS, "critical", 5, 5, "spike", state="resolved")

@@ -195,6 +195,11 @@ def test_service_state_round_trip(store_url):
         store.save_state("watch", {"spike": {"window": [1.0, 2.0]}})
         store.save_state("watch", {"spike": {"window": [3.0]}})
         assert store.load_state("watch") == {"spike": {"window": [3.0]}}
+        for name in ("watch/a_b", "watch/a%b", "watch/axb", "detect/a_b/not_judged"):
+            store.save_state(name, {})
+        assert store.state_names("watch/") == ["watch/a%b", "watch/a_b", "watch/axb"]
+        assert store.state_names("watch/a_") == ["watch/a_b"]  # `_` and `%` are no wildcards
+        assert store.state_names("watch/a%") == ["watch/a%b"] and store.state_names("none/") == []
 
 
 def test_a_write_reports_its_progress_and_stopping_there_leaves_nothing(store_url):
