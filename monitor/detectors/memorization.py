@@ -17,8 +17,8 @@ the between-run noise of monitor/detectors/noise.py in every leg:
    change smaller than that did not follow the train change). The lower end of the difference's
    1 - 2 x `tie_alpha` interval must lie above -margin: the run did not generalise better. When the
    upper end also lies below the margin, held-out loss is tied (the two one-sided tests of TOST);
-   when the whole interval lies above zero, it is worse, which overfitting to repeated data can
-   also do. A missing held-out standard error is estimated from the difference curve, never taken
+   when it lies above zero by more than two seeds differ (its interval, widened by the between-run
+   spread, lies above zero), it is worse, which overfitting to repeated data can also do. A missing held-out standard error is estimated from the difference curve, never taken
    as zero;
 3. held-out did not follow: held-out minus `max_heldout_share` x train difference is above zero by
    more than `z_threshold` standard deviations of its noise (a genuine improvement moves held-out
@@ -187,6 +187,8 @@ class Memorization(Detector, Incremental):
         z_tost = sps.norm.isf(self.tie_alpha)
         margin = np.fmax(self.tie_sigmas * tau_h, share * np.abs(dt))
         low, high = dh - z_tost * se_h, dh + z_tost * se_h
+        # A persistent offset between two seeds is no sign of overfitting: "worse" must clear it too.
+        worse = dh - z_tost * np.hypot(se_h, tau_h) > 0
         follow_se = np.hypot(se_h, share * se_t)
         with np.errstate(invalid="ignore", divide="ignore"):
             train_z = dt / np.hypot(se_t, tau_t)
@@ -203,7 +205,7 @@ class Memorization(Detector, Incremental):
                 "follow_pooled": pooled, "follow_pooled_z": pooled_z, "downstream_z": down_z, "sets": held["sets"].to_numpy(),
                 "interpolated": ~held["exact"].to_numpy(dtype=bool), "judged": judged,
                 "below": train_z < -self.z_threshold, "not_better": low > -margin,
-                "tied": (low > -margin) & (high < margin), "worse": low > 0,
+                "tied": (low > -margin) & (high < margin), "worse": worse,
                 "not_followed": pooled_z > self.z_threshold, "downstream_ok": ~(down_z > self.z_threshold),
             })
         return table
@@ -330,8 +332,8 @@ class Memorization(Detector, Incremental):
 
 
 def _heldout_verdict(row) -> str:
-    """What held-out loss did: worse (its interval lies above zero), tied (inside the margin), or
-    only not better."""
+    """What held-out loss did: worse (above zero by more than two seeds differ), tied (inside the
+    margin), or only not better."""
     if row["worse"]:
         return "worse"
     return "tied" if row["tied"] else "not better"

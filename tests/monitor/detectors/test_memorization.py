@@ -12,6 +12,7 @@ from monitor.judging.align import align_pair
 from monitor.detectors.memorization import Memorization
 from monitor.schema import DATA_SEEN_2PLUS_FRACTION, TRAIN_LOSS, Severity, heldout_key
 
+from . import real_results as rr
 from .synth import downstream, heldout, pair, run, train_loss
 
 HELD, STDERR = heldout_key("c4", "loss"), heldout_key("c4", "stderr")
@@ -85,6 +86,21 @@ def test_heldout_worse_while_train_is_lower_still_counts():
     run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.25, held_offset=+0.05)
     (d,) = Memorization().detect(run_, ref)
     assert d.evidence["heldout"] == "worse" and "worse" in d.message
+
+
+def test_heldout_above_the_reference_by_a_seed_offset_is_tied_not_worse(shared_data):
+    # Two real repeats of one recipe: the run's held-out loss sits 0.004 above the reference's,
+    # precisely measured (a fixed 10M-token set) but well within what two seeds differ by. With
+    # train loss pushed 0.1 below, memorization fires, and calls held-out loss tied.
+    run_, ref = rr.repeats()[1], rr.repeats()[3]
+    run_ = run(run_.name, run_.scalars.copy())
+    ramp = np.clip((run_.scalars.index.to_numpy() - 459) / 459.0, 0, 1)
+    run_.scalars[TRAIN_LOSS] -= 0.1 * ramp
+    table = Memorization().table(run_, ref)
+    last = table[table["judged"].astype(bool)].iloc[-1]
+    assert last["heldout_low"] > 0 and not last["worse"]  # above zero by its own error alone
+    (d,) = Memorization().detect(run_, ref)
+    assert d.evidence["heldout"] == "tied" and "held-out loss is tied" in d.message
 
 
 def test_a_missing_stderr_is_estimated_not_zero():
