@@ -155,7 +155,7 @@ def _choose_axis(run, reference, axis, config) -> tuple[str, str]:
             )
         return "tokens", "asked for"
     if a is None or b is None:
-        return "step", "tokens per step unknown for at least one run (or its token count does not grow)"
+        return "step", "tokens per step unknown for at least one run, or its token count does not grow"
     if abs(a - b) <= config.batch_rel_tol * max(a, b):
         return "step", f"same tokens per step ({a:.0f})"
     return "tokens", f"tokens per step differ ({a:.0f} vs {b:.0f})"
