@@ -31,15 +31,20 @@ def three_runs(store_url):
 def test_lists_runs_with_and_without_references(three_runs, capsys):
     assert main(["runs", "--store", three_runs]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
-    assert header.split("\t") == ["run", "status", "source", "reference", "last step", "last metric", "attempts",
-                                  "open alerts"]
+    assert header.split("\t") == ["run", "health", "status", "source", "reference", "last step", "last metric",
+                                  "attempts", "open alerts"]
     rows = {line.split("\t")[0]: line.split("\t") for line in lines}
-    assert rows["cand"][3:5] == ["ref", "2"] and rows["ref"][3:5] == ["-", "2"] and rows["other"][4] == "-"
+    assert rows["cand"][4:6] == ["ref", "2"] and rows["ref"][4:6] == ["-", "2"] and rows["other"][5] == "-"
+    assert {r[1] for r in rows.values()} == {"not judged"}  # nothing has judged any of them yet
+    with open_store(three_runs) as store:
+        detect_stored(store, "cand")
     assert main(["runs", "--store", three_runs, "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["cand"]["reference"] == "ref" and rows["cand"]["last_step"] == 2
     assert rows["other"]["reference"] == "ref" and rows["other"]["last_step"] is None
     assert rows["ref"]["reference"] is None
+    # As the dashboard's runs table says (app/run_health.py): judged by detect, nothing found.
+    assert rows["cand"]["health"] == "ok" and rows["ref"]["health"] == "not judged"
 
 
 def test_long_names_are_whole_in_a_pipe(sqlite_url):

@@ -11,7 +11,7 @@ import time
 
 from app.options import add_store_argument
 
-COLUMNS = ("run", "status", "source", "reference", "last step", "last metric", "attempts", "open alerts")
+COLUMNS = ("run", "health", "status", "source", "reference", "last step", "last metric", "attempts", "open alerts")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,19 +56,23 @@ def list_runs(args: argparse.Namespace) -> int:
     from monitor.store import open_store
 
     from app.output import Column, ago, print_rows
+    from app.run_health import health, judged
 
     with open_store(args.store, read_only=True) as store:
         runs = store.list_runs()
+        judged_runs = judged(store)
+    now = time.time()
+    seen = [_present(w) for w in runs["last_wall_time"]]
+    runs["health"] = [health(r, judged_runs, None if w is None else now - w)
+                      for r, w in zip(runs.itertuples(index=False), seen)]
     if args.json:
         print(json.dumps(runs.astype(object).where(runs.notna(), None).to_dict("records"), default=str))
         return 0
-    now = time.time()
     rows = []
-    for r in runs.to_dict("records"):
-        last_seen = _present(r["last_wall_time"])
+    for r, last_seen in zip(runs.to_dict("records"), seen):
         since = ago(now - last_seen) if last_seen is not None else "-"
         last = _present(r["last_step"])
-        rows.append([r["name"], r["status"], r["source"], _present(r["reference"]) or "-",
+        rows.append([r["name"], r["health"], r["status"], r["source"], _present(r["reference"]) or "-",
                      str(int(last)) if last is not None else "-", since, str(r["attempts"]), str(r["open_alerts"])])
     print_rows([Column(c, right=c in ("last step", "attempts", "open alerts")) for c in COLUMNS], rows,
                title=f"runs in {store.url.redacted()}")

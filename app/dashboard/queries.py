@@ -20,10 +20,11 @@ from app.dashboard.routes import ViewSpec
 from app.figures.markers import DEFAULT_KINDS
 from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
+from app.run_health import STALE_AFTER_S, health, judged
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
 from monitor.alerting.ledger import stored_alerts
 from monitor.judging.align import align_pair
-from monitor.judging.judge import judged_runs, load_cleans
+from monitor.judging.judge import load_cleans
 from monitor.errors import GapwatchError
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
@@ -38,7 +39,6 @@ from monitor.schema import (
 )
 from app.figures.smoothing import ema_debiased
 from monitor.store import KeyRows, Store, run_data
-from monitor.watch.run_watcher import watched_runs
 
 # What the run page draws, by key prefix. The reference contributes only what is compared.
 RUN_KEY_PREFIXES = (TRAIN_LOSS, TRAIN_GRAD_NORM, "perf/", "data/", "detect/spike_score/", HELDOUT_PREFIX,
@@ -345,40 +345,23 @@ def new_points(store: Store, run: str, last: dict[str, int], max_points: int) ->
     return pd.concat(frames, ignore_index=True)
 
 
-def overview(store: Store, now: float | None = None, stale_after_s: float = 600.0) -> pd.DataFrame:
+def overview(store: Store, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> pd.DataFrame:
     """One row per run: name, status, last step, tokens, seconds since its last metric, open
-    alerts, the worst open severity, health (critical / warning / crashed / stale / had critical /
-    ok, or not judged where nothing ever judged the run: no watch service, no stored `detect`,
-    no alert or finding),
-    and a note saying why a cell could not be filled (None when all could)."""
+    alerts, health (app/run_health.py), and a note saying why a cell could not be filled (None
+    when all could)."""
     now = time.time() if now is None else now
     runs = store.list_runs()
-    judged = watched_runs(store) | judged_runs(store)
+    judged_runs = judged(store)
     rows = []
     for r in runs.itertuples(index=False):
         last_step = None if pd.isna(r.last_step) else int(r.last_step)
         tokens, note = contained("tokens", lambda: _tokens(store, r.name, r.tokens_per_step, last_step))
         age = None if pd.isna(r.last_wall_time) else max(0.0, now - float(r.last_wall_time))
-        severity = r.worst_open_severity if isinstance(r.worst_open_severity, str) else None
-        if severity == "critical":
-            health = "critical"
-        elif r.status == "crashed":
-            health = "crashed"
-        elif severity is not None:
-            health = "warning"
-        elif r.status == "running" and age is not None and age > stale_after_s:
-            health = "stale"
-        elif r.worst_severity == "critical":
-            # Nothing open now, but `detect` or a resolved incident found something critical.
-            health = "had critical"
-        elif r.name not in judged and not isinstance(r.worst_severity, str):
-            health = "not judged"  # no finding, no judgement: "ok" would claim what nothing looked at
-        else:
-            health = "ok"
+        state = health(r, judged_runs, age, stale_after_s)
         reference = r.reference if isinstance(r.reference, str) and r.reference else None
         rows.append({"name": r.name, "status": r.status, "reference": reference, "last_step": last_step,
                      "tokens": tokens, "since_last_s": age, "open_alerts": int(r.open_alerts),
-                     "health": health, "project": r.project, "source": r.source, "note": note})
+                     "health": state, "project": r.project, "source": r.source, "note": note})
     return pd.DataFrame(rows, columns=["name", "status", "reference", "last_step", "tokens", "since_last_s",
                                        "open_alerts", "health", "project", "source", "note"])
 
