@@ -117,7 +117,7 @@ def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
     order = sorted(range(len(steps)), key=lambda i: steps[i])
     config = dict(docs[0][1].get("config") or {})
     return ImportedRun(
-        name_hint=path.stem if path.is_file() else path.name,
+        name_hint=_model_name([doc for _, doc in docs]) or (path.stem if path.is_file() else path.name),
         scalars=scalars_frame([steps[i] for i in order], [keys[i] for i in order],
                               [values[i] for i in order]),
         config={"lm_eval": _plain(config)},
@@ -159,10 +159,31 @@ def _check_shape(file: Path, doc: dict) -> None:
             raise GapwatchError(f"{file}: 'n-samples'[{shown(task)}] is a {type(counts).__name__}, not a mapping")
 
 
-def _step_of(file: Path, doc: dict) -> int:
+def _model_args(doc: dict) -> str:
     args = (doc.get("config") or {}).get("model_args", "")
     if isinstance(args, dict):
         args = ",".join(f"{k}={v}" for k, v in args.items())
+    return str(args)
+
+
+def _model_name(docs: list[dict]) -> str | None:
+    """The model every file evaluated, by its hub id (`model_name`, else the `pretrained=` of
+    model_args: `EleutherAI/pythia-160m`); None when the files name different ones, or a local
+    path (a checkpoint folder is a step, not a run), or none."""
+    names = set()
+    for doc in docs:
+        name = doc.get("model_name")
+        if not isinstance(name, str) or not name:
+            m = _PRETRAINED.search(_model_args(doc))
+            name = m.group(1) if m else None
+        hub_id = (name is not None and not name.startswith(("/", ".", "~")) and name.count("/") <= 1
+                  and not any(_CHECKPOINT_DIR.match(part) for part in name.split("/")))
+        names.add(name if hub_id else None)
+    return names.pop() if len(names) == 1 else None
+
+
+def _step_of(file: Path, doc: dict) -> int:
+    args = _model_args(doc)
     m = _REVISION.search(str(args))
     digits = m.group(1) if m else _checkpoint_folder(str(args))
     if digits is None:

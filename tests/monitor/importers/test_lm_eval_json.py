@@ -26,6 +26,19 @@ def test_every_pythia_folder(shared_data):
         assert len(run.events) == len(list(folder.glob("*.json")))
 
 
+def test_the_run_is_named_after_the_model_its_files_evaluated(shared_data, tmp_path):
+    # What a person knows the run by: the hub id every file names, not the folder ("zero-shot").
+    folder = shared_data / "runs/pythia-evals/pythia-160m-deduped/zero-shot"
+    assert load(folder).name_hint == "EleutherAI/pythia-v1.1-160m-deduped"
+    lm_eval_04 = shared_data / "wild/lm_eval/03_v04_qwen25_many_tasks_2025/results/Qwen__Qwen2.5-1.5B"
+    assert load(lm_eval_04, step=0).name_hint == "Qwen/Qwen2.5-1.5B"  # its model_name
+    # A checkpoint folder or a local path is no run's name: the file's stem is.
+    for args in ("pretrained=out/llama-1b/checkpoint-2000", "pretrained=/models/llm,revision=step5"):
+        path = tmp_path / "res-7.json"
+        path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6}}, "config": {"model_args": args}}))
+        assert load(path, step=1).name_hint == "res-7"
+
+
 def test_pythia_160m_regresses_late_on_lambada(shared_data):
     data = load(shared_data / "runs/pythia-evals/pythia-160m/zero-shot").to_run_data("160m")
     ppl = data.series(LAMBADA_PPL)
