@@ -107,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str | None, str | None]]:
     """(store run name or None for the source's own, panel run or None) of each run the command
-    imports; runs: the run
-    names of a W&B panel export ([] for any other source)."""
+    imports; runs: the run names of a W&B panel export ([] for any other source)."""
     from monitor.errors import GapwatchError
 
     if args.dry_run and not args.run and len(runs) > 1:

@@ -22,9 +22,9 @@ def train_at(run: RunData, metric: str, steps: np.ndarray, window_points: int, w
     intervals between checkpoints (a median describes the middle of its window: on a run with
     evals every few dozen steps, 100 steps of train loss would describe training long before the
     held-out loss it is set against), or, for run - other, at least MIN_WINDOW_POINTS of them; its
-    standard error (MAD and lag-1 autocorrelation), the
-    median of `other` itself over the same window (the level the difference is relative to), and
-    the points used. NaN where the window holds too few points."""
+    standard error (MAD and lag-1 autocorrelation), the median of `other` itself over the same
+    window (the level the difference is relative to), and the points used. NaN where the window
+    holds too few points."""
     x = finite(run, metric)
     level_src = None
     if other is not None:
