@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.run_health import STALE_AFTER_S
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8050
 
@@ -24,7 +26,7 @@ class DashboardConfig:
     """Points per series at the default view: ~2 per pixel of a full-width chart (≈30 KB each)."""
     full_refresh_s: float = 60.0
     """Seconds between full re-renders of a live view, which re-downsample what polling appended."""
-    stale_after_s: float = 600.0
+    stale_after_s: float = STALE_AFTER_S
     """A running run whose last metric is older than this shows as stale in the overview."""
     threads: int = 8
     """Waitress worker threads: a page load fires a few callbacks at once."""

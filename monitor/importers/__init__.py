@@ -146,7 +146,6 @@ def import_source(store, name: str | None, source: str | os.PathLike, profile: s
     fmt = fmt or detect_format(source)
     if get_format(fmt).streamed or is_streamed_export(fmt, source, wandb_run):
         check_source(source)
-        name = name or Path(source).stem  # what the streamed formats' name_hint says
         on_bytes = None if progress is None else (
             lambda done, total: progress("importing", done, total))
         return import_table(store, name, source, fmt, profile, tokens_per_step=tokens_per_step,

@@ -53,13 +53,14 @@ class _ProfileRevised(Exception):
         self.profile = profile
 
 
-def import_table(store, name: str, source: str | os.PathLike, fmt: str,
+def import_table(store, name: str | None, source: str | os.PathLike, fmt: str,
                  profile: str | Profile | None = None, *, tokens_per_step: float | None = None,
                  profiles_file: str | os.PathLike | None = None, project: str | None = None,
                  reference_of: str | None = None, progress=None,
                  step_key: str | None = None) -> tuple[WriteResult, ImportSummary]:
     """Import a `jsonl` or `csv` log, or a W&B history export (`wandb-csv` with a `_step`
-    column), as run `name` (arguments as for `load` and `write_run`).
+    column), as run `name` (None: the name the file gives it; arguments as for `load` and
+    `write_run`).
 
     progress: called with (bytes_read, bytes_total) after each chunk.
     step_key: the column that holds the step (default: the profile's, else `generic_rows`').
@@ -113,7 +114,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
     # closing(): an error here stops the reader at once, not when the traceback lets go of it.
     held = freed_memory.HeldMemory()
     with store.atomic(), closing(read_ahead(_read(stream, axis, source_id))) as chunks:
-        writer = ImportWriter(store, name, source_id)
+        writer = ImportWriter(store, name or stream.name_hint, source_id)
         for raw, cadence in chunks:
             if progress is not None:
                 progress(stream.bytes_read, stream.bytes_total)
