@@ -489,7 +489,9 @@ class CleanRule(str, enum.Enum):
 @dataclass
 class Clean:
     """A unit (window, checkpoint) in which a detector judged `metric` and found its condition gone,
-    by a test with the power stated in `evidence` (the band the effect was shown to lie within)."""
+    by a test with the power stated in `evidence` (the band the effect was shown to lie within).
+    `reference` names the run this unit shows `run` alike to (an equivalence test against it);
+    None for a verdict of the run alone or a one-sided one (not worse, perhaps much better)."""
 
     run: str
     detector: str
@@ -497,6 +499,7 @@ class Clean:
     start_step: int
     end_step: int
     evidence: dict[str, Any] = field(default_factory=dict)
+    reference: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "evidence": readable(self.evidence)}

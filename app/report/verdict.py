@@ -6,9 +6,9 @@ precedence (`Detector.verdict`, schema.VerdictRole); findings of caveat detector
 spikes, stalls) do not change whether two runs learned the same thing, so on their own they leave
 the verdict at "tied" and are listed as caveats.
 
-When nothing fired, "tied" needs evidence of its own: a clean verdict of a detector that compares
-the run with its reference (an equivalence test that passed). Without one the verdict is
-"undecided", with what kept the comparing detectors from judging; a divergence that no test could
+When nothing fired, "tied" needs evidence of its own: a clean verdict that shows the run alike to
+its reference (`Clean.reference`: an equivalence test against it that passed). Without one the
+verdict is "undecided", with what kept the comparing detectors from judging; a divergence that no test could
 judge is never called a tie. Either way the sentence says how close the runs are, from the tables.
 """
 
@@ -43,7 +43,7 @@ def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Cle
         return _finding_verdict(fired)
     compared = comparing()
     unjudged = [n for n in not_judged if n.detector in compared]
-    if any(c.detector in compared for c in cleans):
+    if any(c.reference is not None for c in cleans):
         return _tied_verdict(detections, {t.id: t for t in tables}, unjudged)
     return _undecided_verdict(detections, {t.id: t for t in tables}, unjudged)
 

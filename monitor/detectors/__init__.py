@@ -100,8 +100,8 @@ def verdict_roles() -> list[tuple[str, VerdictRole]]:
 
 
 def comparing() -> tuple[str, ...]:
-    """Names of the detectors that judge a run against its reference: only their clean verdicts
-    show two runs alike, and their "not judged" lines say why no comparison was made."""
+    """Names of the detectors that judge nothing without a reference: their "not judged" lines say
+    why no comparison was made."""
     return tuple(name for name, cls in REGISTRY.items() if cls.reference_use is ReferenceUse.REQUIRED)
 
 

@@ -177,9 +177,11 @@ class Detector(abc.ABC):
         an inconclusive unit is in neither this list nor the detections."""
         return []
 
-    def _clean(self, run: RunData, metric: str, start: int, end: int, evidence: dict[str, Any]) -> Clean:
+    def _clean(self, run: RunData, metric: str, start: int, end: int, evidence: dict[str, Any],
+                alike_to: RunData | None = None) -> Clean:
+        """A clean verdict; `alike_to`: the reference it shows the run alike to, if any."""
         return Clean(run=run.name, detector=self.name, metric=metric, start_step=int(start), end_step=int(end),
-                     evidence=evidence)
+                     evidence=evidence, reference=None if alike_to is None else alike_to.name)
 
     def columns(self, run: RunData) -> list[str]:
         """The columns of `run` that this detector reads (`reads`), in the run's order."""

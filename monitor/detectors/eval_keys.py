@@ -136,13 +136,14 @@ def oriented_difference(run: RunData, reference: RunData, m: DownstreamMetric,
 def downstream_aggregate(run: RunData, reference: RunData, steps: np.ndarray) -> pd.DataFrame:
     """Per step, the mean relative advantage of the run over the reference across tasks.
 
-    Columns: step, tasks, mean_rel (positive = run better), z (the mean over its standard error:
-    from the logged error bars where every task has them, else from the spread across tasks, a
-    one-sample t statistic on one value per task).
+    Columns: step, tasks, mean_rel (positive = run better), se (its standard error: from the
+    logged error bars where every task has them, else from the spread across tasks), logged
+    (whether the error bars gave it), z (mean_rel / se: normal where logged, else a one-sample t
+    statistic on one value per task).
     """
     metrics = downstream_metrics(set(run.scalars.columns) & set(reference.scalars.columns))
     if not metrics or len(steps) == 0:
-        return pd.DataFrame(columns=["step", "tasks", "mean_rel", "z"])
+        return pd.DataFrame(columns=["step", "tasks", "mean_rel", "se", "logged", "z"])
     rel, rel_se, task_of = [], [], []
     for m in metrics:
         d, se, f = oriented_difference(run, reference, m, steps)
@@ -163,5 +164,6 @@ def downstream_aggregate(run: RunData, reference: RunData, steps: np.ndarray) ->
         have_se = np.all(np.isfinite(per_task_se) | ~np.isfinite(per_task), axis=0)
         se_logged = np.sqrt(np.nansum(per_task_se ** 2, axis=0)) / np.maximum(n, 1)
         spread = np.nanstd(per_task, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1))
-        z = np.where(have_se, mean / se_logged, mean / spread)
-    return pd.DataFrame({"step": steps, "tasks": n, "mean_rel": mean, "z": z})
+        se = np.where(have_se, se_logged, spread)
+        z = mean / se
+    return pd.DataFrame({"step": steps, "tasks": n, "mean_rel": mean, "se": se, "logged": have_se, "z": z})

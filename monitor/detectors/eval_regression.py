@@ -18,6 +18,12 @@ evaluation, since early evals wander around chance) by both the z bound and the 
 regressed since that checkpoint.
 
 Metrics without a better direction (bias scores) are left alone.
+
+A checkpoint is clean (the regression is gone) where the run is shown not worse than its yardstick
+by the effect floor: the lower end of the relative difference's 90% interval lies above minus the
+floor. Against the reference, a checkpoint whose whole interval lies within the floor also shows
+the two runs alike (`Clean.reference`, which a report's "tied" needs); a run far ahead is not worse,
+but not alike either.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from scipy import stats as sps
 
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
+    Clean,
     CleanRule,
     NotJudged,
     RunData,
@@ -41,7 +48,7 @@ from monitor.schema import (
     VerdictRole,
 )
 
-from .base import Detector, Reads
+from .base import CLEAN_Z, Detector, Reads
 from .incremental import Incremental
 from .eval_keys import (
     DownstreamMetric,
@@ -100,6 +107,52 @@ class EvalRegression(Detector, Incremental):
                 for m in alone:
                     out.extend(self._within(run, m, self._bound(run, m)))
         return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
+        """Checkpoints shown not worse than the reference (per task, over all tasks), or than the
+        run's own best (metrics the reference does not log), by the effect floor."""
+        metrics = downstream_metrics(run.scalars.columns)
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            theirs = set() if reference is None else set(reference.scalars.columns)
+            shared = [m for m in metrics if m.key in theirs]
+            for m in shared:
+                steps = matching_steps(run, reference, m.key)
+                d, se, f = oriented_difference(run, reference, m, steps)
+                out += self._cleans(run, reference, m.key, steps, d / np.abs(f), se / np.abs(f), CLEAN_Z,
+                                    self.min_relative_effect)
+            if shared:
+                steps = np.unique(np.concatenate([matching_steps(run, reference, m.key) for m in shared]))
+                agg = downstream_aggregate(run, reference, steps)
+                agg = agg[agg["tasks"] >= 2]
+                n = agg["tasks"].to_numpy(dtype=float)
+                # Normal where error bars were logged, Student t across tasks otherwise (as _aggregate).
+                q = np.where(agg["logged"].to_numpy(dtype=bool), CLEAN_Z, sps.t.isf(0.05, np.maximum(n - 1, 1)))
+                out += self._cleans(run, reference, "eval/downstream/all", agg["step"].to_numpy(),
+                                    agg["mean_rel"].to_numpy(dtype=float), agg["se"].to_numpy(dtype=float), q,
+                                    self.min_aggregate_effect)
+            if self.within_run:
+                for m in (m for m in metrics if m.key not in theirs):
+                    frame = self.within_frame(run, m, self._bound(run, m))
+                    if frame is None:
+                        continue
+                    best = np.abs(frame["best"].to_numpy(dtype=float))
+                    gap = (frame["v"] - frame["best"]).to_numpy(dtype=float)
+                    se = np.hypot(frame["se"].to_numpy(dtype=float), frame["best_se"].to_numpy(dtype=float))
+                    out += self._cleans(run, None, m.key, frame["step"].to_numpy(), gap / best, se / best, CLEAN_Z,
+                                        self.min_relative_effect)
+        return out
+
+    def _cleans(self, run: RunData, reference: RunData | None, metric: str, steps, rel, rel_se, q, floor: float):
+        """The checkpoints whose relative difference `rel` (positive: the run better), with its
+        one-sided interval `q` x `rel_se`, lies above -`floor`; alike where it lies within +-`floor`."""
+        with np.errstate(invalid="ignore"):
+            not_worse = rel - q * rel_se >= -floor
+            alike = np.abs(rel) + q * rel_se <= floor
+        return [self._clean(run, metric, s, s, {"relative": float(r), "stderr": float(e), "band": floor},
+                            alike_to=reference if same else None)
+                for s, r, e, ok, same in zip(steps, rel, rel_se, not_worse, alike) if ok]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:
         metrics = downstream_metrics(run.scalars.columns)

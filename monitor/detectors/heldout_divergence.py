@@ -143,7 +143,8 @@ class HeldoutDivergence(Detector, Incremental):
         with np.errstate(invalid="ignore"):
             tied = np.abs(d) + CLEAN_Z * se <= band
         metric = ALL_SETS if stat == "loss" else ALL_SETS + "_bpb"
-        return [self._clean(run, metric, step, step, {"delta": float(x), "stderr": float(e), "band": float(b)})
+        return [self._clean(run, metric, step, step, {"delta": float(x), "stderr": float(e), "band": float(b)},
+                            alike_to=reference)
                 for step, x, e, b, ok in zip(frame["step"], d, se, band, tied) if ok]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:

@@ -246,7 +246,7 @@ class Memorization(Detector, Incremental):
         band = self.z_threshold * np.hypot(se, tau)
         tied = np.abs(d) + CLEAN_Z * se <= band
         return [self._clean(run, self.metric, step, step, {"train_delta": float(x), "train_stderr": float(e),
-                                                          "band": float(b)})
+                                                          "band": float(b)}, alike_to=reference)
                 for step, x, e, b, ok in zip(table["step"], d, se, band, tied) if ok]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:

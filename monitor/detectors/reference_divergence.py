@@ -177,7 +177,8 @@ class ReferenceDivergence(Detector, Incremental):
         band = self.band(se, w["level"], w["slope"])
         with np.errstate(invalid="ignore"):
             tied = np.abs(delta) + CLEAN_Z * se <= band
-        return [self._clean(run, self.metric, first, last, {"delta": float(d), "stderr": float(e), "band": float(b)})
+        return [self._clean(run, self.metric, first, last, {"delta": float(d), "stderr": float(e), "band": float(b)},
+                            alike_to=reference)
                 for first, last, d, e, b, ok in zip(w["first_step"], w["last_step"], delta, se, band, tied) if ok]
 
     def not_judged(self, run: RunData, reference: RunData | None = None) -> list[NotJudged]:

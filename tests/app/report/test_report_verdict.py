@@ -1,5 +1,5 @@
 """The verdict: named by the most telling detection, "tied" with the numbers that show it when a
-comparing detector's test showed the runs alike, else "undecided" with why."""
+test showed the run alike to its reference, else "undecided" with why."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def det(detector: str, metric: str = "train/loss", severity=Severity.WARNING, st
 def decide(detections, tables_, cleans=None, not_judged=()):
     """The verdict, by default with a clean verdict of the train-loss comparison behind a tie."""
     if cleans is None:
-        cleans = [Clean("run", "reference_divergence", "train/loss", 1, 1000)]
+        cleans = [Clean("run", "reference_divergence", "train/loss", 1, 1000, reference="ref")]
     return verdict.decide(detections, tables_, cleans=cleans, not_judged=list(not_judged))
 
 
@@ -112,8 +112,10 @@ def test_undecided_when_no_test_showed_the_runs_alike():
     assert "memorization not judged" in v.sentence and "heldout_divergence not judged" in v.sentence
     assert "spike not judged" not in v.sentence and "Caveats: 1 spike incident(s)" in v.sentence
     assert "train loss within 1.603 of the reference in every one of 2 windows" in v.sentence
-    # Clean verdicts of the single-run detectors show nothing about the pair.
+    # Clean verdicts of the run alone, or one-sided ones ("not worse"), show nothing alike.
     assert decide([], [train], cleans=[Clean("run", "spike", "train/loss", 1, 150)]).kind == "undecided"
+    not_worse = Clean("run", "eval_regression", "eval/downstream/piqa/acc", 1000, 1000)
+    assert decide([], [train], cleans=[not_worse]).kind == "undecided"
     # With a comparison shown alike, the tie stands and names what was not judged.
     tied = decide([], [train], not_judged=why[1:])
     assert tied.kind == "tied" and "Not judged: heldout_divergence, memorization (see Not judged)." in tied.sentence

@@ -84,3 +84,53 @@ def test_nothing_without_downstream_keys():
     frame = pd.DataFrame({"train/loss": np.ones(10)}, index=np.arange(10))
     assert EvalRegression().detect(run("r", frame), run("ref", frame)) == []
     assert all(not c.startswith(DOWNSTREAM_PREFIX) for c in frame)
+
+
+def test_checkpoints_shown_not_worse_are_clean_and_alike_ones_name_the_reference():
+    detector = EvalRegression(within_run=False)
+    key = downstream_key("hellaswag", "acc")
+    # 100,000 items a task: a 90% interval of about +-0.7% relative, well inside the 3% floor.
+    ours, theirs = evals(1, tasks=TASKS, n=100_000), evals(2, tasks=TASKS, n=100_000)
+    cleans = detector.clean(run("r", ours), run("ref", theirs))
+    per_task = [c for c in cleans if c.metric == key]
+    assert len(per_task) == 20 and all(c.reference == "ref" for c in per_task)
+    assert {c.start_step for c in cleans if c.metric == "eval/downstream/all"} == set(range(1000, 20_001, 1000))
+    # A task that regressed is not clean while it stays down; far ahead, it is not worse but not alike.
+    worse = ours.copy()
+    worse.loc[worse.index >= 12_000, key] -= 0.08
+    assert max(c.start_step for c in detector.clean(run("r", worse), run("ref", theirs)) if c.metric == key) < 12_000
+    ahead = ours.copy()
+    ahead.loc[ahead.index >= 12_000, key] += 0.08
+    late = [c for c in detector.clean(run("r", ahead), run("ref", theirs)) if c.metric == key and c.start_step >= 12_000]
+    assert len(late) == 9 and all(c.reference is None for c in late)
+
+
+def test_small_eval_sets_show_nothing_alike_at_one_checkpoint():
+    # 500 items a task: a 90% interval of about +-9% relative, wider than the 3% floor.
+    cleans = EvalRegression(within_run=False).clean(run("r", evals(1, n=500)), run("ref", evals(2, n=500)))
+    assert all(c.reference is None for c in cleans)
+
+
+def test_within_run_clean_until_it_regresses():
+    frame = evals(1, n=5000)
+    key = downstream_key("piqa", "acc")
+    frame.loc[frame.index >= 16_000, key] -= 0.1
+    steps = [c.start_step for c in EvalRegression().clean(run("r", frame)) if c.metric == key]
+    assert steps and max(steps) < 16_000 and all(c.reference is None for c in EvalRegression().clean(run("r", frame)))
+
+
+def test_a_regression_that_recovers_resolves_and_one_that_persists_stays_open():
+    from monitor.alerting.grouping import group, progress_from_marks
+
+    key = downstream_key("piqa", "acc")
+    theirs = evals(2, n=20_000)
+    marks = {key: (1000, 20_000, 20), "eval/downstream/all": (1000, 20_000, 20)}
+    for recovers in (True, False):
+        ours = evals(1, n=20_000)
+        ours.loc[(ours.index >= 8_000) & ((ours.index < 12_000) | (not recovers)), key] -= 0.08
+        detector = EvalRegression(within_run=False)
+        pair = run("r", ours), run("ref", theirs)
+        found = [d for d in detector.detect(*pair) if d.metric == key]
+        assert [d.start_step for d in found] == [8_000]
+        (incident,) = [i for i in group(found, progress_from_marks("r", marks), cleans=detector.clean(*pair))]
+        assert incident.resolved is recovers

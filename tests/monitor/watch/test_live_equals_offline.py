@@ -74,9 +74,9 @@ def with_faults(run: RunData, faulty: bool) -> RunData:
         growth = 1 + 2 * np.clip((every10 - 800) / 300.0, 0, 1)
         s.loc[every10, TRAIN_GRAD_NORM] = grad * growth
         s.loc[every10[every10 > RESUME_AT], DATA_CURSOR] += BATCH  # the loader resumed one batch ahead
-        for task in ("piqa", "arc_easy"):
+        for task in ("piqa", "arc_easy"):  # down for two evaluations, then recovered
             key = downstream_key(task, "acc")
-            s.loc[every250[every250 >= 1000], key] -= 0.1
+            s.loc[every250[(every250 >= 750) & (every250 < 1250)], key] -= 0.1
         share = np.clip((steps - 600) / 2000.0, 0, 0.5)
         s[DATA_BATCH_REREAD_FRACTION] = share
         s[TRAIN_REREAD_LOSS_GAP] = np.where(share > 0, 0.3 + rng.normal(0, 0.3, steps.size), 0.0)
@@ -164,6 +164,8 @@ def test_the_watch_service_reaches_what_detect_reaches(tmp_path_factory, shared_
                                         "memorization_reread"}
     assert live == offline, (sorted(live - offline), sorted(offline - live))
     assert alerts == offline_alerts(whole, stored)
+    # The evals' incident resolved on their clean verdicts once they recovered, live as offline.
+    assert {state for *_, detector, _, _, _, state in alerts if detector == "eval_regression"} == {"resolved"}
 
 
 
