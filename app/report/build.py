@@ -10,7 +10,7 @@ from app.report.downstream_table import DownstreamTableConfig, downstream_table
 from app.report.energy import EnergyParams
 from app.report.energy_table import energy_table
 from app.report.figures import FigureConfig, build_figures
-from app.report.findings_table import findings_table, not_judged_table
+from app.report.findings_table import findings_table, incidents_of, not_judged_table
 from app.report.heldout_table import HeldoutTableConfig, heldout_table
 from app.report.model import Report
 from app.report.pair import ComparedPair
@@ -38,6 +38,7 @@ class ReportConfig:
 def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Report:
     config = config or ReportConfig()
     scores = spike_scores(pair)
+    incidents = incidents_of(pair)
     tables = [
         train_delta_table(pair, config.train),
         heldout_table(pair, config.heldout),
@@ -47,11 +48,12 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         data_table(pair),
         throughput_table(pair),
         energy_table(pair, config.energy),
-        findings_table(pair),
+        findings_table(pair, incidents),
         not_judged_table(pair),
     ]
     verdict = decide(pair.detections, tables, cleans=[c for c in pair.cleans if c.run == pair.run.name],
-                     not_judged=pair.not_judged.get(pair.run.name, []))
+                     not_judged=pair.not_judged.get(pair.run.name, []),
+                     resolved=[i for i in incidents if i.resolved and i.run == pair.run.name])
     figures = build_figures(pair, tables, scores, config.figures) if config.with_figures else []
     notes = [f"{t.title}: {t.empty_reason}." for t in tables if not t.rows and t.empty_reason]
     return Report(

@@ -6,7 +6,7 @@ detectors could not judge, and why, since silence reads as clean."""
 
 from __future__ import annotations
 
-from monitor.alerting.grouping import group, marks_of, most_severe_first, progress_from_marks
+from monitor.alerting.grouping import Incident, group, marks_of, most_severe_first, progress_from_marks
 from monitor.schema import Severity
 
 from app.findings import headline, steps
@@ -14,7 +14,15 @@ from app.report.model import Column, Table
 from app.report.pair import ComparedPair
 
 
-def findings_table(pair: ComparedPair) -> Table:
+def incidents_of(pair: ComparedPair) -> list[Incident]:
+    """The incidents of both runs' findings, as the watch service's tracker makes them."""
+    progress = {**progress_from_marks(pair.run.name, marks_of(pair.run)),
+                **progress_from_marks(pair.reference.name, marks_of(pair.reference))}
+    return group(list(pair.detections) + list(pair.reference_detections), progress, cleans=pair.cleans)
+
+
+def findings_table(pair: ComparedPair, incidents: list[Incident]) -> Table:
+    """One row per incident of `incidents` (incidents_of(pair)), the run's first."""
     table = Table(
         id="findings",
         title="All findings",
@@ -34,9 +42,6 @@ def findings_table(pair: ComparedPair) -> Table:
              "reference; the reference is judged on its own (spikes, data, resumes, throughput).",
         flag_key="flagged",
     )
-    progress = {**progress_from_marks(pair.run.name, marks_of(pair.run)),
-                **progress_from_marks(pair.reference.name, marks_of(pair.reference))}
-    incidents = group(list(pair.detections) + list(pair.reference_detections), progress, cleans=pair.cleans)
     ordered = most_severe_first(incidents)
     ordered.sort(key=lambda i: (-i.severity.rank, i.run != pair.run.name))  # stable: start steps stay in order
     for i in ordered:

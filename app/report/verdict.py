@@ -8,18 +8,25 @@ the verdict at "tied" and are listed as caveats.
 
 When nothing fired, "tied" needs evidence of its own: a clean verdict that shows the run alike to
 its reference (`Clean.reference`: an equivalence test against it that passed). Without one the
-verdict is "undecided", with what kept the comparing detectors from judging; a divergence that no test could
-judge is never called a tie. Either way the sentence says how close the runs are, from the tables.
+verdict is "undecided", with what kept the comparing detectors from judging; a divergence that no
+test could judge is never called a tie. Either way the sentence says how close the runs are, from
+the tables.
+
+A finding whose incident resolved (the run later showed its condition gone, by its detector's own
+clean verdicts) names no verdict: the sentence lists it as resolved, so an early wobble does not
+headline a run that matched or beat its reference from then on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from monitor.alerting.grouping import group
+from monitor.alerting.grouping import Incident, group
 from monitor.detectors import caveats, comparing, verdict_roles
 from monitor.schema import Clean, Detection, NotJudged, Severity, VerdictRole
 
+from app.findings import steps
 from app.report import cells
 from app.report.model import Estimate, Table, Verdict
 
@@ -33,19 +40,44 @@ REASONS_SHOWN = 3
 
 
 def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Clean],
-           not_judged: list[NotJudged]) -> Verdict:
+           not_judged: list[NotJudged], resolved: list[Incident] = ()) -> Verdict:
     """The verdict for a run from its detections, clean verdicts and "not judged" lines (judged
-    against the reference) and the report tables."""
-    strong = [d for d in detections if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank]
+    against the reference) and the report tables. Findings of the `resolved` incidents (the run
+    showed their condition gone later) name no verdict; the sentence lists them as resolved."""
+    gone = {_key(d) for i in resolved for d in i.detections}
+    strong = [d for d in detections
+              if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank and _key(d) not in gone]
     fired = [(rule, _top([d for d in strong if d.detector == name])) for name, rule in verdict_roles()]
     fired = [(rule, d) for rule, d in fired if d is not None]
+    earlier = _resolved_clause(resolved)
     if fired:
-        return _finding_verdict(fired)
+        return _with(_finding_verdict(fired), earlier)
     compared = comparing()
     unjudged = [n for n in not_judged if n.detector in compared]
     if any(c.reference is not None for c in cleans):
-        return _tied_verdict(detections, {t.id: t for t in tables}, unjudged)
-    return _undecided_verdict(detections, {t.id: t for t in tables}, unjudged)
+        return _with(_tied_verdict(detections, {t.id: t for t in tables}, unjudged, open_only=bool(earlier)),
+                     earlier)
+    return _with(_undecided_verdict(detections, {t.id: t for t in tables}, unjudged, open_only=bool(earlier)),
+                 earlier)
+
+
+def _key(d: Detection) -> tuple:
+    return (d.detector, d.metric, int(d.start_step), int(d.end_step))
+
+
+def _resolved_clause(resolved: list[Incident]) -> str:
+    """The resolved incidents whose findings would have named the verdict, for its sentence."""
+    named = {name for name, _ in verdict_roles()}
+    told = [i for i in resolved
+            if any(d.detector in named and Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank
+                   for d in i.detections)]
+    if not told:
+        return ""
+    return " Resolved: " + "; ".join(f"{i.name} (steps {steps(i)}, shown gone after)" for i in told) + "."
+
+
+def _with(verdict: Verdict, clause: str) -> Verdict:
+    return dataclasses.replace(verdict, sentence=verdict.sentence + clause) if clause else verdict
 
 
 def _top(candidates: list[Detection]) -> Detection | None:
@@ -98,12 +130,13 @@ def _clause(d: Detection) -> str:
     return f"{message} ({d.metric}, {where})"
 
 
-def _tied_verdict(detections: list[Detection], tables: dict[str, Table], unjudged: list[NotJudged]) -> Verdict:
+def _tied_verdict(detections: list[Detection], tables: dict[str, Table], unjudged: list[NotJudged],
+                 open_only: bool = False) -> Verdict:
     parts, evidence = _closeness(tables)
     qualifying = _caveats(detections)
     kind = "tied_with_caveats" if qualifying else "tied"
     headline = "Tied with the reference"
-    sentence = f"{headline}: no divergence, memorization, data or resume finding"
+    sentence = f"{headline}: no divergence, memorization, data or resume finding" + (" open" if open_only else "")
     sentence += ("; " + ", ".join(parts) + ".") if parts else "."
     sentence += _caveat_clause(qualifying)
     if unjudged:
@@ -128,11 +161,12 @@ def _caveat_clause(qualifying: list[Detection]) -> str:
 
 
 def _undecided_verdict(detections: list[Detection], tables: dict[str, Table],
-                       unjudged: list[NotJudged]) -> Verdict:
+                       unjudged: list[NotJudged], open_only: bool = False) -> Verdict:
     """Nothing fired and nothing was shown alike: the tables' numbers, and why no test decided."""
     parts, evidence = _closeness(tables)
     headline = "Undecided"
-    sentence = f"{headline}: no finding, but no test showed the run alike to the reference either"
+    sentence = (f"{headline}: no {'open ' if open_only else ''}finding, but no test showed the run alike to the "
+                "reference either")
     if unjudged:
         first: dict[str, NotJudged] = {}
         for n in unjudged:

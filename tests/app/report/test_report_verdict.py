@@ -124,3 +124,17 @@ def test_undecided_when_no_test_showed_the_runs_alike():
 def test_no_shared_metric_is_undecided():
     v = decide([], [], cleans=[])
     assert v.kind == "undecided" and v.sentence == "Undecided: no finding, but no test showed the run alike to the reference either."
+
+
+def test_a_resolved_finding_names_no_verdict_and_is_listed_as_resolved():
+    from monitor.alerting.grouping import group
+
+    early = det("reference_divergence", start=100, end=400, direction="above", delta=0.2)
+    alike = [Clean("run", "reference_divergence", "train/loss", s, s + 99, reference="ref") for s in (500, 600)]
+    (incident,) = group([early], cleans=alike)
+    assert incident.resolved
+    v = verdict.decide([early], tables(), cleans=alike, not_judged=[], resolved=[incident])
+    assert v.kind == "tied" and "no divergence, memorization, data or resume finding open" in v.sentence
+    assert v.sentence.endswith("Resolved: train loss above the reference (steps 100–400, shown gone after).")
+    # Still open, the same finding names the verdict.
+    assert verdict.decide([early], tables(), cleans=alike[:1], not_judged=[]).kind == "diverged_above"
