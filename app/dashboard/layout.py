@@ -116,7 +116,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
         html.Div(id="notices", className="notices"),
         html.Div([html.Span(id="resolution"), marker_key()], className="resolution"),
         html.Div([
-            html.Label("downstream tasks"),
+            html.Label("downstream metrics"),
             dcc.Dropdown(id="task-select", options=[{"label": t, "value": t} for t in tasks], multi=True,
                          placeholder=(f"all {len(tasks)}" if len(tasks) <= DEFAULT_MAX_TASKS
                                       else f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}, most different first"),

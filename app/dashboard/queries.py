@@ -305,7 +305,8 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     """What was found on `run`: its alerts (the watch service's incidents), then the stored
     detections that no alert of the same detector and metric overlaps (those `gapwatch detect`
     stored, or recurrences the watch folded into a cool-down), grouped into incidents by the watch
-    service's rule (monitor/alerting/grouping.py) with state "found". Columns as `read_alerts`, plus
+    service's rule (monitor/alerting/grouping.py) with state "found", or "resolved" where the run
+    showed the condition gone later (as `gapwatch detect` lists it). Columns as `read_alerts`, plus
     `name` and `incident_id` (as `gapwatch detect` and the notifications give them), `source`
     ("alert" or "detection") and `count` (detections in the row)."""
     alerts = store.read_alerts(run).assign(source="alert", count=1)
@@ -320,7 +321,7 @@ def findings(store: Store, run: str) -> pd.DataFrame:
         return alerts
     incidents = most_severe_first(group(loose, progress_from_marks(run, store.run_marks(run).series),
                                         cleans=load_cleans(store, run)))
-    found = pd.DataFrame([{**i.to_dict(), "state": "found", "source": "detection"} for i in incidents])
+    found = pd.DataFrame([{**i.to_dict(), "state": "resolved" if i.resolved else "found", "source": "detection"} for i in incidents])
     found["severity"] = found["severity"].map(lambda s: getattr(s, "value", s))
     found = found[[c for c in alerts.columns if c in found.columns]]
     frame = pd.concat([alerts, found], ignore_index=True) if len(alerts) else found.reset_index(drop=True)

@@ -1,4 +1,5 @@
-"""Downstream evals: one small panel per task, run against reference, with error bars."""
+"""Downstream evals: one small panel per task metric, run against reference, with error bars; a
+lower-is-better metric that spans decades (perplexity from millions at the start) on a log axis."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from monitor.detectors.eval_keys import lower_is_better
+
 from app.figures.frames import x_values
-from app.figures.style import REFERENCE_COLOR, RUN_COLOR, TEMPLATE, base_figure, note_empty, text
+from app.figures.style import REFERENCE_COLOR, RUN_COLOR, TEMPLATE, base_figure, log_y_axis_if_wide, note_empty, text
 
 # Panels per row, and the most tasks drawn at once: past a dozen small panels none is readable.
 COLUMNS = 3
@@ -48,8 +51,11 @@ def downstream_figure(run: pd.DataFrame, reference: pd.DataFrame | None = None, 
                 error_y=dict(type="data", array=np.nan_to_num(stderr, nan=0.0), visible=True, thickness=1.1, width=3)
                 if np.isfinite(stderr).any() else None,
             ), row=row, col=col)
+        if lower_is_better(task.rsplit("/", 1)[-1]):  # perplexity falls from millions at the start
+            values = np.concatenate([f.loc[f["task"] == task, "value"].to_numpy(dtype=float) for f in (run, reference)])
+            log_y_axis_if_wide(fig, values, row=row, col=col)
     more = len(available) - len(chosen)
-    title = "downstream evals (±1 s.e.)" + (f" — {len(chosen)} of {len(available)} tasks" if more > 0 else "")
+    title = "downstream evals (±1 s.e.)" + (f" — {len(chosen)} of {len(available)} metrics" if more > 0 else "")
     height, top, bottom = 200 + 190 * rows, 100, 40
     # Subplot titles sit just above each panel: the legend goes on a line of its own above them.
     fig.update_layout(template=TEMPLATE, height=height, title_text=title, margin=dict(t=top, b=bottom),

@@ -9,16 +9,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.figures.frames import x_values
-from app.figures.style import REFERENCE_COLOR, RUN_COLOR, base_figure, clip_transient, log_y_axis, note_empty, text
+from app.figures.style import REFERENCE_COLOR, RUN_COLOR, base_figure, clip_transient, log_y_axis_if_wide, note_empty, text
 from monitor.schema import TRAIN_LOSS
 
 # The logged line behind a smoothed one: there to show the noise, not to be read.
 RAW_OPACITY = 0.25
-
-
-# Switch to a log axis when the series spans more than this ratio (max/min): below it a linear
-# axis shows the late-training detail well enough.
-LOG_AXIS_RATIO = 4.0
 
 
 def series_uid(role: str, key: str) -> str:
@@ -79,25 +74,10 @@ def loss_overlay(run: pd.DataFrame, reference: pd.DataFrame | None = None, *, ru
     if not len(fig.data):
         return note_empty(fig, empty_reason)
     values = np.concatenate([f["value"].to_numpy(dtype=float) for f in (run, reference) if f is not None and len(f)])
-    if _all_positive(run, reference) and _spans_decades(run, reference):
-        # Early loss is 10x the late loss; a log axis keeps the part that matters readable.
-        log_y_axis(fig, values[np.isfinite(values) & (values > 0)])
+    log_y_axis_if_wide(fig, values)  # early loss is 10x the late loss
     if not full_y:
         xs = np.concatenate([x_values(f) for f in (run, reference) if f is not None and len(f)])
         extra = [(x_values(f), f["value"].to_numpy(dtype=float)) for f in (run_smoothed, reference_smoothed)
                  if f is not None and len(f)]
         clip_transient(fig, xs, values, extra=extra)
     return fig
-
-
-def _all_positive(*frames: pd.DataFrame | None) -> bool:
-    values = [f["value"].to_numpy(dtype=float) for f in frames if f is not None and len(f)]
-    finite = [v[np.isfinite(v)] for v in values]
-    return bool(finite) and all(len(v) == 0 or v.min() > 0 for v in finite)
-
-
-
-def _spans_decades(*frames: pd.DataFrame | None) -> bool:
-    values = np.concatenate([f["value"].to_numpy(dtype=float) for f in frames if f is not None and len(f)])
-    values = values[np.isfinite(values)]
-    return len(values) > 0 and values.max() / values.min() > LOG_AXIS_RATIO

@@ -89,13 +89,23 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return best
 
 
-def log_y_axis(fig: go.Figure, values: np.ndarray) -> go.Figure:
-    """A log y axis with readable round ticks for these (positive, finite) values."""
+# Switch to a log axis when positive values span more than this ratio (max/min): below it a linear
+# axis shows the late-training detail well enough.
+LOG_AXIS_RATIO = 4.0
+
+
+def log_y_axis_if_wide(fig: go.Figure, values: np.ndarray, row: int | None = None, col: int | None = None) -> bool:
+    """A log y axis with readable round ticks (on one subplot, given `row` and `col`) when the
+    finite `values` are all positive and span more than LOG_AXIS_RATIO, as early loss and
+    perplexity do; returns whether it switched."""
+    values = values[np.isfinite(values)]
+    if not len(values) or values.min() <= 0 or values.max() / values.min() <= LOG_AXIS_RATIO:
+        return False
     ticks = log_ticks(float(np.min(values)), float(np.max(values)))
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", row=row, col=col)
     if ticks:
-        fig.update_yaxes(tickmode="array", tickvals=ticks, ticktext=[f"{t:.3g}" for t in ticks])
-    return fig
+        fig.update_yaxes(tickmode="array", tickvals=ticks, ticktext=[f"{t:.3g}" for t in ticks], row=row, col=col)
+    return True
 
 
 def side_legend(fig: go.Figure) -> go.Figure:

@@ -63,13 +63,18 @@ class DownstreamMetric:
 
     @property
     def lower_is_better(self) -> bool:
-        return bool(LOWER_IS_BETTER.search(self.metric.lower()))
+        return lower_is_better(self.metric)
 
     @property
     def oriented(self) -> bool:
         """Whether the metric has a better direction at all."""
         name = self.metric.lower()
         return bool(LOWER_IS_BETTER.search(name) or HIGHER_IS_BETTER.search(name))
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller value of this downstream metric (bpb, perplexity, loss...) is better."""
+    return bool(LOWER_IS_BETTER.search(metric.lower()))
 
 
 def downstream_metrics(columns) -> list[DownstreamMetric]:

@@ -11,7 +11,7 @@ import pytest
 from app.dashboard import panels, queries
 from app.dashboard.routes import ViewSpec
 from monitor.judging.judge import detect_stored, judged_runs
-from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS
+from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, downstream_key
 from monitor.store import open_store
 from monitor.watch.run_watcher import state_name, watched_runs
 
@@ -153,6 +153,27 @@ def test_findings_are_alerts_and_the_stored_detections_no_alert_covers(tmp_path,
     assert spikes[["start_step", "end_step", "count"]].values.tolist() == [
         [runs.spike_steps[1], runs.spike_steps[2], 2]]
     assert found["start_step"].dtype == "int64"
+
+
+def test_a_stored_finding_the_run_recovered_from_reads_resolved(tmp_path):
+    """A downstream eval down for two evaluations, then back level with the reference: `detect`
+    calls its incident resolved, and so does the run's page."""
+    key = downstream_key("piqa", "acc")
+    steps = np.arange(1000, 10_001, 1000)
+    rng = np.random.default_rng(3)
+    level = 0.6 + rng.normal(0, 0.001, steps.size)
+    run = np.where((steps >= 3000) & (steps < 5000), level - 0.1, level)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        for name, values in (("ref", level), ("run", run)):
+            store.ensure_run(name, reference="ref" if name == "run" else None)
+            store.write_metrics(name, pd.DataFrame({"step": np.concatenate([steps, steps]),
+                                                    "key": [key] * steps.size + [key + "/n"] * steps.size,
+                                                    "value": np.concatenate([values, np.full(steps.size, 20_000.0)])}))
+        detect_stored(store, "run")
+    with open_store(url, read_only=True) as store:
+        found = queries.findings(store, "run")
+    assert found[["detector", "state"]].values.tolist() == [["eval_regression", "resolved"]]
 
 
 def test_read_alerts_newest_first(tmp_path, demo):

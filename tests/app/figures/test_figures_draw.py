@@ -120,10 +120,20 @@ def test_downstream_figure_one_panel_per_task_up_to_the_limit():
     fig = figures.downstream_figure(frame, frame, run_name="run", reference_name="ref")
     titles = [a.text for a in fig.layout.annotations]
     assert titles == ["arc/acc", "boolq/acc", "hellaswag/acc", "mmlu/acc", "piqa/acc", "sciq/acc"]
-    assert "6 of 7 tasks" in fig.layout.title.text
+    assert "6 of 7 metrics" in fig.layout.title.text
     chosen = figures.downstream_figure(frame, None, run_name="run", tasks=["piqa/acc"])
     assert [a.text for a in chosen.layout.annotations] == ["piqa/acc"]
     assert list(chosen.data[0].error_y.array) == [0.02, 0.02]
+
+
+def test_perplexity_from_millions_is_drawn_on_a_log_axis_and_accuracy_is_not():
+    rows = {downstream_key("lambada", "ppl"): ([0, 1000, 2000], [4e6, 30.0, 25.0]),
+            downstream_key("lambada", "acc"): ([0, 1000, 2000], [0.01, 0.3, 0.35])}
+    frame = figures.downstream_frame(long(rows))
+    fig = figures.downstream_figure(frame, None, run_name="run")
+    titles = [a.text for a in fig.layout.annotations]
+    axes = {titles[i]: fig.layout["yaxis" if i == 0 else f"yaxis{i + 1}"].type for i in range(len(titles))}
+    assert axes == {"lambada/acc": None, "lambada/ppl": "log"}
 
 
 def test_grad_norm_marks_each_spike_at_its_value():
