@@ -44,8 +44,10 @@ from monitor.store import KeyRows, Store, run_data
 RUN_KEY_PREFIXES = (TRAIN_LOSS, TRAIN_GRAD_NORM, "perf/", "data/", "detect/spike_score/", HELDOUT_PREFIX,
                     DOWNSTREAM_PREFIX)
 REFERENCE_KEY_PREFIXES = (TRAIN_LOSS, HELDOUT_PREFIX, DOWNSTREAM_PREFIX)
-# Counts of sequences (`.../n`) and bits per byte are not drawn; the loss and its stderr are.
-SKIPPED_SUFFIXES = ("/n", "/bpb")
+# Counts of sequences (`.../n`) are not drawn, nor held-out bits per byte (the held-out panel draws
+# the loss and its stderr); a downstream task's bpb is a metric of its own, offered and drawn.
+COUNT_SUFFIX = "/n"
+HELDOUT_BPB_SUFFIX = "/bpb"
 # Sparse series: a new point changes a derived panel (held-out gap, evals), so it re-renders the view.
 SPARSE_PREFIXES = (HELDOUT_PREFIX, DOWNSTREAM_PREFIX)
 # A link to a step range shows this share of the range again on each side, as context.
@@ -62,7 +64,8 @@ DETECTION_COLUMNS = ["detector", "metric", "start_step", "end_step", "peak_step"
 
 
 def wanted_keys(all_keys: list[str], prefixes: tuple[str, ...]) -> list[str]:
-    return [k for k in all_keys if k.startswith(prefixes) and not k.endswith(SKIPPED_SUFFIXES)]
+    return [k for k in all_keys if k.startswith(prefixes) and not k.endswith(COUNT_SUFFIX)
+            and not (k.startswith(HELDOUT_PREFIX) and k.endswith(HELDOUT_BPB_SUFFIX))]
 
 
 def downstream_tasks(store: Store, run: str, reference: str | None,

@@ -19,6 +19,10 @@ from app.figures.style import (
 )
 
 
+# Legend swatches of the sets: the marker alone, in a colour of neither run.
+SET_KEY_COLOR = "#555555"
+
+
 def _points(frame: pd.DataFrame, y_col: str, name: str, color: str, *, dash: str | None, group: str,
             symbol: str, stderr: np.ndarray | None = None) -> go.Scatter:
     error = None
@@ -26,19 +30,33 @@ def _points(frame: pd.DataFrame, y_col: str, name: str, color: str, *, dash: str
         error = dict(type="data", array=np.nan_to_num(stderr, nan=0.0), visible=True, thickness=1.2, width=3)
     return go.Scatter(
         x=x_values(frame), y=frame[y_col].to_numpy(dtype=float), mode="lines+markers", name=name,
-        legendgroup=group, line=dict(color=color, width=1.4, dash=dash), marker=dict(size=6, color=color, symbol=symbol),
-        error_y=error, hovertemplate="%{y:.4f}",
+        legendgroup=group, showlegend=False, line=dict(color=color, width=1.4, dash=dash),
+        marker=dict(size=6, color=color, symbol=symbol), error_y=error, hovertemplate="%{y:.4f}",
     )
+
+
+def _key(name: str, *, group: str, line: dict | None = None, symbol: str | None = None) -> go.Scatter:
+    """A legend entry with no points of its own."""
+    marker = dict(size=7, color=SET_KEY_COLOR, symbol=symbol) if symbol else None
+    return go.Scatter(x=[None], y=[None], mode="markers" if symbol else "lines", name=name, legendgroup=group,
+                      line=line, marker=marker, hoverinfo="skip")
 
 
 def _add_sets(fig: go.Figure, run: pd.DataFrame, reference: pd.DataFrame, y_col: str, *, run_name: str,
               reference_name: str | None, stderr: bool) -> None:
-    """One line per set and run, in the run's or the reference's colour, a marker per set."""
+    """One line per set and run, in the run's or the reference's colour, a marker per set. The
+    legend names each run once (its colour and dash) and each set once (its marker; a click hides
+    both runs' lines of it): 11 sets of two runs are 13 short entries, not 22 long ones."""
     sets = sorted(set(run["set"]) | set(reference["set"]))
+    runs = [(frame, who, color, dash) for frame, who, color, dash in
+            ((reference, reference_name or "reference", REFERENCE_COLOR, "dash"), (run, run_name, RUN_COLOR, None))
+            if len(frame)]
+    for _, who, color, dash in runs:
+        fig.add_trace(_key(text(who), group=f"run:{who}", line=dict(color=color, width=1.8, dash=dash)))
     for i, name in enumerate(sets):
         symbol = SET_SYMBOLS[i % len(SET_SYMBOLS)]
-        for frame, who, color, dash in ((reference, reference_name or "reference", REFERENCE_COLOR, "dash"),
-                                        (run, run_name, RUN_COLOR, None)):
+        fig.add_trace(_key(text(name), group=name, symbol=symbol))
+        for frame, who, color, dash in runs:
             part = frame[frame["set"] == name]
             if len(part):
                 fig.add_trace(_points(part, y_col, f"{text(name)} · {text(who)}", color, dash=dash, group=name,

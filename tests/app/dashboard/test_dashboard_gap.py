@@ -43,7 +43,8 @@ def test_the_gap_of_each_run_stands_out_of_the_train_loss_scatter(url, max_point
         view = queries.load_view(store, ViewSpec(run="memorizing", reference="reference"), max_points, step_range)
     gap = panels.build(view).figures["gap"]
     for run, truth in GAP.items():
-        y = np.concatenate([np.asarray(t.y, dtype=float) for t in gap.data if t.name and run in t.name])
+        # The run's lines ("<set> · <run>"), not its legend entry.
+        y = np.concatenate([np.asarray(t.y, dtype=float) for t in gap.data if t.name and t.name.endswith(f" · {run}")])
         assert len(y) >= 30, run
         # Against a downsampled chart's min/max points the gap scattered by 0.3 nats and more; here
         # no checkpoint of either run comes near the other run's gap, 0.1 away.

@@ -10,8 +10,9 @@ import pytest
 
 from app.dashboard import panels, queries
 from app.dashboard.routes import ViewSpec
+from app.figures.frames import downstream_frame
 from monitor.judging.judge import detect_stored, judged_runs
-from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, downstream_key
+from monitor.schema import TRAIN_GRAD_NORM, TRAIN_LOSS, downstream_key, heldout_key
 from monitor.store import open_store
 from monitor.watch.run_watcher import state_name, watched_runs
 
@@ -197,9 +198,22 @@ def test_new_points_reads_only_after_each_keys_last_step(demo_url):
     assert rows[rows["key"] == TRAIN_GRAD_NORM]["step"].tolist() == list(range(2996, 3000))
 
 
-def test_downstream_tasks_come_in_the_reports_order_most_different_first(tmp_path):
-    from monitor.schema import downstream_key
+def test_every_downstream_metric_offered_is_drawn_and_held_out_bpb_is_not(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    keys = [downstream_key("arc_easy", "acc"), downstream_key("arc_easy", "bpb"), downstream_key("arc_easy", "acc", "n"),
+            heldout_key("c4", "loss"), heldout_key("c4", "bpb")]
+    with open_store(url) as store:
+        store.ensure_run("run")
+        store.write_metrics("run", pd.DataFrame([{"step": s, "key": k, "value": 0.5} for s in (1000, 2000) for k in keys]))
+    with open_store(url, read_only=True) as store:
+        offered = queries.downstream_tasks(store, "run", None)
+        drawn = queries.load_view(store, ViewSpec(run="run"), 2000, None).run.long
+    assert offered == ["arc_easy/acc", "arc_easy/bpb"]  # OLMo's downstream bpb is a metric of its own
+    assert sorted(downstream_frame(drawn)["task"].unique()) == offered
+    assert heldout_key("c4", "bpb") not in set(drawn["key"])
 
+
+def test_downstream_tasks_come_in_the_reports_order_most_different_first(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     scores = {"arc_easy": (0.50, 0.50), "hellaswag": (0.60, 0.40), "boolq": (0.53, 0.50)}
     with open_store(url) as store:

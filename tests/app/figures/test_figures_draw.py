@@ -105,7 +105,10 @@ def test_heldout_figure_has_error_bars_per_set_and_run():
         heldout_key("pile", "loss"): ([100, 200], [2.9, 2.8]),
     }))
     fig = figures.heldout_figure(frame, frame, run_name="run", reference_name="ref")
-    assert len(fig.data) == 4
+    drawn = [t for t in fig.data if t.showlegend is False]
+    assert len(drawn) == 4 and all(len(t.x) == 2 for t in drawn)
+    # The legend names each run and each set once, not every pair of them.
+    assert [t.name for t in fig.data if t.showlegend is not False] == ["ref", "run", "c4_en", "pile"]
     c4_run = next(t for t in fig.data if t.name == "c4_en · run")
     assert list(c4_run.error_y.array) == [0.01, 0.02]
     assert next(t for t in fig.data if t.name == "pile · run").error_y.array is None  # no stderr logged
