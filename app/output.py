@@ -28,7 +28,12 @@ def ago(seconds: float | None) -> str:
         return f"{seconds / 60:.0f} min ago"
     if seconds < 2 * 86400:
         return f"{seconds / 3600:.1f} h ago"
-    return f"{seconds / 86400:.1f} days ago"
+    days = seconds / 86400
+    if days < 60:
+        return f"{days:.1f} days ago"
+    if days < 2 * 365.25:
+        return f"{days / (365.25 / 12):.0f} months ago"
+    return f"{days / 365.25:.1f} years ago"
 
 
 # Narrowest a wrapped free-text column may get in a table before rows are printed one below the other.

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from app.output import Column, phases, print_rows
+from app.output import Column, ago, phases, print_rows
 
 NAMES = ["olmo1b-ladder-run-with-a-name-too-long-to-fit", "olmo1b-ladder-rerun-with-a-name-too-long-to-fit"]
 COLUMNS = [Column("run"), Column("steps", right=True), Column("finding", wraps=True)]
@@ -42,3 +42,9 @@ def test_phases_print_a_line_each_into_a_log():
         progress("  spike")
     lines = log.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("gapwatch detect: [") and lines[1].endswith("] spike")
+
+
+def test_ago_reads_in_the_unit_of_its_size():
+    day = 86400
+    assert [ago(s) for s in (None, 30, 600, 7200, 3 * day, 90 * day, 923.6 * day)] == [
+        "—", "30 s ago", "10 min ago", "2.0 h ago", "3.0 days ago", "3 months ago", "2.5 years ago"]
