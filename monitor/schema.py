@@ -30,6 +30,9 @@ PERF_STEP_TIME_S = "perf/step_time_s"
 PERF_TOKENS_PER_S = "perf/tokens_per_s"
 PERF_DEVICE_TOKENS_PER_S = "perf/device_tokens_per_s"  # one device's (GPU's, rank's) share of it
 PERF_MFU = "perf/mfu"  # a fraction in [0, 1], not a percentage
+# Quantities that cannot be negative: a negative value of one in another trainer's log is its mark
+# for "not measured yet" (nanoGPT logs MFU as -100% before its first estimate), and is not imported.
+NON_NEGATIVE_KEYS = (PERF_STEP_TIME_S, PERF_TOKENS_PER_S, PERF_DEVICE_TOKENS_PER_S, PERF_MFU)
 
 # --- the host ---------------------------------------------------------------------------------
 # The host's 1-minute load average (os.getloadavg) divided by its CPU count: above 1, more tasks

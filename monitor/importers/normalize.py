@@ -25,9 +25,7 @@ def apply_profile(run: ImportedRun, profile: Profile) -> ImportedRun:
     run.scalars = mapper.apply(run.scalars)
     run.profile = profile.name
     run.key_map = mapper.key_map
-    dropped = mapper.dropped_note()
-    if dropped:
-        run.notes.append(dropped)
+    run.notes += [n for n in (mapper.dropped_note(), mapper.unmeasured_note()) if n]
     if run.tokens_per_step is None:
         tokens = TokensPerStep()
         tokens.add(run.scalars)
@@ -45,6 +43,7 @@ class NameMapper:
         self.names: dict[str, None] = {}  # every source name seen, in order
         self._mapping: dict[str, tuple[str, float]] = {}
         self._taken: dict[str, str] = {}
+        self.unmeasured: Counter = Counter()  # key -> values left out as "not measured yet"
 
     @property
     def key_map(self) -> dict[str, str]:
@@ -84,13 +83,25 @@ class NameMapper:
             scales = keys.map({src: scale for src, (_, scale) in self._mapping.items()}).to_numpy(
                 dtype="float64")
         values = frame["value"].to_numpy(dtype="float64")
-        return scalars_frame(
+        out = scalars_frame(
             frame["step"].to_numpy(),
             new_keys,
             np.where(scales == 1.0, values, values * scales),
             frame["attempt"].to_numpy(),
             wall_time=frame["wall_time"].to_numpy() if "wall_time" in frame else None,
         )
+        unmeasured = out["key"].isin(schema.NON_NEGATIVE_KEYS).to_numpy() & (out["value"].to_numpy() < 0)
+        if unmeasured.any():
+            self.unmeasured.update(out.loc[unmeasured, "key"].astype(str).tolist())
+            out = out[~unmeasured].reset_index(drop=True)
+        return out
+
+    def unmeasured_note(self) -> str | None:
+        """What `apply` left out as a trainer's "not measured yet" mark, if anything."""
+        if not self.unmeasured:
+            return None
+        counts = ", ".join(f"{n} of {key}" for key, n in sorted(self.unmeasured.items()))
+        return f"left out negative values of quantities that cannot be negative (a trainer's 'not measured yet'): {counts}"
 
     def dropped_note(self) -> str | None:
         dropped = sorted(n for n in self.names

@@ -152,8 +152,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
                 raise collision
         notes = list(stream.notes)
         dropped = mapper.dropped_note()
-        if dropped:
-            notes.append(dropped)
+        notes += [n for n in (dropped, mapper.unmeasured_note()) if n]
         result = writer.finish(events=stream.events, reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))
         if not result.rows_total:  # a run of no history is not imported (rolled back)

@@ -118,3 +118,13 @@ def test_user_profile_key_that_is_not_valid(tmp_path):
     log.write_text('{"step": 1, "x": 2}\n')
     with pytest.raises(GapwatchError, match="not a valid metric key"):
         load(log, profile="bad", profiles_file=path)
+
+
+def test_a_negative_value_of_what_cannot_be_negative_is_left_out(tmp_path):
+    # nanoGPT's W&B keys: MFU in percent, -100 before its first estimate.
+    path = tmp_path / "nanogpt.csv"
+    path.write_text("iter,train/loss,mfu\n0,5.0,-100\n10,4.0,20.5\n20,3.5,21.0\n")
+    run = load(path, profile="nanogpt")
+    mfu = run.to_run_data("n").series(schema.PERF_MFU).dropna()
+    assert list(mfu.index) == [10, 20] and list(mfu) == pytest.approx([0.205, 0.21])
+    assert any("1 of perf/mfu" in note for note in run.notes)

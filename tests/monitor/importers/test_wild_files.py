@@ -67,6 +67,14 @@ def test_wandb_run_folder(shared_data, case, step_key, first, last, heldout):
     assert checked >= 3
 
 
+def test_nanogpt_mfu_before_its_first_estimate_is_not_a_measurement(shared_data):
+    # nanoGPT logs MFU as -100% until its running estimate exists (iteration 0 here).
+    run = load(_run_folder(shared_data, "14_nanogpt_muon_2026"))
+    mfu = run.to_run_data("nanogpt").series(schema.PERF_MFU).dropna()
+    assert mfu.min() > 0 and mfu.index[0] > 0
+    assert any("1 of perf/mfu" in note for note in run.notes)
+
+
 def test_hf_trainer_final_aggregates_are_not_per_step_metrics(shared_data):
     run = load(_run_folder(shared_data, "08_alpaca_hftrainer_2023"))
     assert run.profile == "hf"
