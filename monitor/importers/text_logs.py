@@ -15,8 +15,8 @@ Source names as emitted (the `llmc` profile maps them): the llm.c/modded names a
 training clock), `step_time_ms` (derived: the training clock's advance between consecutive train
 lines divided by the steps between them; omitted where the clock went back, which modded-nanogpt
 does on purpose after step 10 to leave compilation out), and for nanoGPT `loss`, `time_ms`,
-`mfu_percent` (nanoGPT prints -100% until its running MFU estimate exists: those are omitted),
-`eval_train_loss`, `eval_val_loss`. `step_avg` is a running mean of step_time_ms and is not kept.
+`mfu_percent` (nanoGPT prints -100% until its running MFU estimate exists: the import leaves
+those out, as every negative MFU), `eval_train_loss`, `eval_val_loss`. `step_avg` is a running mean of step_time_ms and is not kept.
 
 Rules:
 * A line that starts like a log line but does not parse is an error naming the line.
@@ -118,9 +118,8 @@ class _LogParser:
             step = self._step(number, self._step_text(number, m.group(1)))
             self._add(number, step, "loss", m.group(2))
             self._add(number, step, "time_ms", m.group(3))
-            mfu = self._number(number, "mfu", m.group(4))
-            if mfu >= 0:  # nanoGPT prints -100% before its first MFU estimate
-                self._append(step, "mfu_percent", mfu)
+            # -100% before its first estimate: the import leaves negative MFU out (normalize.py).
+            self._add(number, step, "mfu_percent", m.group(4))
             return
         m = _NANOGPT_EVAL.fullmatch(line)
         if m:
