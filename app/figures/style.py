@@ -101,11 +101,16 @@ def log_y_axis_if_wide(fig: go.Figure, values: np.ndarray, row: int | None = Non
     values = values[np.isfinite(values)]
     if not len(values) or values.min() <= 0 or values.max() / values.min() <= LOG_AXIS_RATIO:
         return False
-    ticks = log_ticks(float(np.min(values)), float(np.max(values)))
     fig.update_yaxes(type="log", row=row, col=col)
+    _log_ticks_over(fig, float(np.min(values)), float(np.max(values)), row=row, col=col)
+    return True
+
+
+def _log_ticks_over(fig: go.Figure, lo: float, hi: float, row: int | None = None, col: int | None = None) -> None:
+    """Round ticks on a log y axis for the values lo..hi it shows."""
+    ticks = log_ticks(lo, hi)
     if ticks:
         fig.update_yaxes(tickmode="array", tickvals=ticks, ticktext=[f"{t:.3g}" for t in ticks], row=row, col=col)
-    return True
 
 
 def side_legend(fig: go.Figure) -> go.Figure:
@@ -181,4 +186,6 @@ def clip_transient(fig: go.Figure, x: np.ndarray, y: np.ndarray, *,
     span = steady_range(x, y, extra=extra, log=log)
     if span is not None:
         fig.update_yaxes(range=list(span), autorange=False)
+        if log:  # ticks for the range shown: the whole run's leave one or none in a narrow steady range
+            _log_ticks_over(fig, 10 ** span[0], 10 ** span[1])
     return fig

@@ -67,6 +67,16 @@ def test_overlay_switches_to_log_axis_only_for_a_wide_range():
     assert figures.loss_overlay(series(s, 3 - s * 0.001), run_name="a").layout.yaxis.type is None
 
 
+def test_a_log_axis_clipped_to_the_steady_range_keeps_several_ticks_inside_it():
+    # A char-level LSTM's loss: 1.5 at the start, 0.2 to 0.35 for most of the run.
+    s = np.arange(2000)
+    loss = 0.25 + 1.25 * np.exp(-s / 30.0) + 0.05 * np.sin(s)
+    fig = figures.loss_overlay(series(s, loss), run_name="a", full_y=False)
+    lo, hi = (10 ** v for v in fig.layout.yaxis.range)
+    shown = [t for t in fig.layout.yaxis.tickvals if lo <= t <= hi]
+    assert fig.layout.yaxis.type == "log" and hi < 0.4 and len(shown) >= 3
+
+
 def test_names_are_escaped_in_every_figure_that_shows_them():
     s = np.arange(10)
     overlay = figures.loss_overlay(series(s, s), series(s, s), run_name=HOSTILE, reference_name=HOSTILE)
