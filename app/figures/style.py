@@ -184,8 +184,13 @@ def clip_transient(fig: go.Figure, x: np.ndarray, y: np.ndarray, *,
     """Set the figure's y range to `steady_range` (on its log or linear axis)."""
     log = fig.layout.yaxis.type == "log"
     span = steady_range(x, y, extra=extra, log=log)
+    if span is not None and log and span[1] - span[0] < math.log10(LOG_AXIS_RATIO):
+        # The log axis was for the transient; the steady range left is narrow, and a linear axis
+        # reads it better (a log one's round ticks left one label in it).
+        log, span = False, steady_range(x, y, extra=extra)
+        fig.update_yaxes(type="linear", tickmode="auto", tickvals=None, ticktext=None)
     if span is not None:
         fig.update_yaxes(range=list(span), autorange=False)
-        if log:  # ticks for the range shown: the whole run's leave one or none in a narrow steady range
+        if log:  # ticks for the range shown, not the whole run's
             _log_ticks_over(fig, 10 ** span[0], 10 ** span[1])
     return fig
