@@ -214,7 +214,9 @@ def _closeness(tables: dict[str, Table]) -> tuple[list[str], list[str]]:
         significant = sum(bool(r.get("significant")) for r in logged)
         hinted = sum(bool(r.get("significant_estimated")) for r in downstream.rows)
         if logged:
-            parts.append(f"{significant} of {len(logged)} downstream metrics with error bars differ significantly")
+            ahead = sum(r.get("better") == "run" for r in logged if r.get("significant"))
+            parts.append(f"{significant} of {len(logged)} downstream metrics with error bars differ significantly"
+                         + (f" (the run better on {ahead}, the reference on {significant - ahead})" if significant else ""))
         if len(logged) < n:
             parts.append(f"{n - len(logged)} downstream metrics have no logged error bars "
                          f"({hinted} differ by errors estimated from checkpoint scatter)")
