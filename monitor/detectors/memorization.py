@@ -211,8 +211,7 @@ class Memorization(Detector, Incremental):
         return table
 
     def _downstream_z(self, run: RunData, reference: RunData, steps: np.ndarray) -> np.ndarray:
-        shared = {c for c in run.scalars.columns if c.startswith(DOWNSTREAM_PREFIX)} & set(reference.scalars.columns)
-        if not shared:
+        if not _shares_downstream(run, reference):
             return np.full(len(steps), np.nan)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -319,7 +318,11 @@ class Memorization(Detector, Incremental):
             evidence["seen_2plus_fraction"] = share
             extra = f"; {share:.0%} of the corpus has been seen twice or more"
         held = _heldout_verdict(row)
-        down = ("downstream evals are not better" if np.isfinite(row["downstream_z"])
+        # Downstream evals are often sparser than held-out ones: say where they were compared.
+        compared = int(np.isfinite(sl["downstream_z"].to_numpy(dtype=float)).sum())
+        evidence["downstream_compared"] = compared
+        down = (f"downstream evals are not better at the {compared} of its {b - a + 1} checkpoints that have them"
+                if compared else "no downstream eval at these checkpoints" if _shares_downstream(run, reference)
                 else "no downstream evals to compare")
         message = (f"train loss {abs(evidence['train_delta_median']):.3f} below the reference (had to clear "
                    f"{np.median(band):.3f}) while held-out loss is {held} ({row['heldout_delta']:+.3f}, 90% interval "
@@ -329,6 +332,10 @@ class Memorization(Detector, Incremental):
         return self._detection(run, reference, self.metric, sl["step"].iloc[0], sl["step"].iloc[-1], row["step"],
                                score, severity_for(score, self.critical_ratio), message, evidence,
                                known=table["step"].iloc[known])
+
+
+def _shares_downstream(run: RunData, reference: RunData) -> bool:
+    return any(c.startswith(DOWNSTREAM_PREFIX) and c in reference.scalars.columns for c in run.scalars.columns)
 
 
 def _heldout_verdict(row) -> str:

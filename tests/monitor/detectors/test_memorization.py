@@ -72,6 +72,15 @@ def test_silent_when_downstream_evals_improve_too():
     run_.scalars = run_.scalars.join(downstream(steps, 500, 1, delta=0.0, n=20_000), how="outer")
     (d,) = Memorization().detect(run_, ref)
     assert "downstream evals are not better" in d.message
+    # Downstream evals every 1,000 steps, held-out every 500: the message counts where they were
+    # compared, not "no downstream evals" when the worst checkpoint has none.
+    for r, seed in ((run_, 1), (ref, 2)):
+        r.scalars = r.scalars.drop(columns=[c for c in r.scalars if c.startswith("eval/downstream")])
+        r.scalars = r.scalars.join(downstream(steps, 1000, seed, n=20_000), how="outer")
+    (d,) = Memorization().detect(run_, ref)
+    compared = d.evidence["downstream_compared"]
+    assert 0 < compared < d.evidence["n"]
+    assert f"downstream evals are not better at the {compared} of its {d.evidence['n']} checkpoints" in d.message
 
 
 def test_silent_on_seed_noise_and_on_a_worse_run():
