@@ -1,5 +1,5 @@
 """`gapwatch runs` on a store with runs that have, and lack, a reference and metrics; setting a
-reference, renaming and removing runs; a mistyped store path is one error and creates nothing."""
+reference and a run's facts, renaming and removing runs; a mistyped store path is one error and creates nothing."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import pandas as pd
 import pytest
 
 from app.cli import main
+from monitor.detectors.data_invariants import DataInvariants
 from monitor.judging.judge import detect_stored, load_not_judged
 from monitor.errors import GapwatchError
-from monitor.schema import Detection, Severity
+from monitor.schema import DATA_CURSOR, Detection, Severity
 from monitor.store import open_store
+from monitor.watch.run_watcher import state_name
 
 
 @pytest.fixture
@@ -119,7 +121,7 @@ def test_rm_keeps_a_reference_others_use_unless_forced(three_runs, capsys):
 
 
 @pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["runs", "rename", "a", "b"], ["runs", "rm", "a"],
-                                  ["runs", "set-reference", "a", "b"], ["detect", "--run", "a"],
+                                  ["runs", "set-reference", "a", "b"], ["runs", "set", "a", "--global-batch-size", "8"], ["detect", "--run", "a"],
                                   ["detect", "--run", "a", "--no-write"], ["report", "--run", "a"],
                                   ["watch", "--run", "a", "--once"]])
 def test_a_mistyped_store_path_is_one_error_and_creates_nothing(tmp_path, capsys, argv):
@@ -135,3 +137,33 @@ def test_an_empty_postgresql_database_is_not_a_store_to_change(pg_url, capsys):
     assert "holds no gapwatch store yet" in capsys.readouterr().err
     with pytest.raises(GapwatchError, match="holds no gapwatch store yet"):
         open_store(pg_url, read_only=True)  # still empty: nothing was created
+
+
+def test_set_records_the_facts_a_source_did_not_say_and_the_data_checks_use_them(store_url, capsys):
+    steps = list(range(1, 301))
+    cursor = [8 * s + (8 if s >= 150 else 0) for s in steps]  # the loader skipped one batch at step 150
+    with open_store(store_url) as store:
+        store.ensure_run("imported", config={"lr": 3e-4})
+        store.write_metrics("imported", pd.DataFrame({"step": steps, "key": DATA_CURSOR, "value": cursor}))
+        store.save_state(state_name("imported"), {"judged": "with other facts"})
+        before = store.load_run("imported")
+    (why,) = DataInvariants().not_judged(before)
+    assert why.needs == "the global batch size: gapwatch runs set imported --global-batch-size N"
+    assert DataInvariants().detect(before) == []
+
+    assert main(["runs", "set", "imported", "--global-batch-size", "8", "--tokens-per-step", "16384",
+                 "--store", store_url]) == 0
+    assert capsys.readouterr().out.strip() == "imported: global_batch_size 8, tokens_per_step 16,384"
+    with open_store(store_url) as store:
+        after = store.load_run("imported")
+        assert store.load_state(state_name("imported")) is None  # the watch service starts again
+        assert store.get_run("imported")["config"] == {"lr": 3e-4, "global_batch_size": 8}
+    assert (after.info.global_batch_size, after.info.tokens_per_step) == (8, 16384)
+    assert DataInvariants().not_judged(after) == []
+    assert [d.start_step for d in DataInvariants().detect(after)] == [150]
+    capsys.readouterr()
+    assert main(["runs", "set", "imported", "--store", store_url]) == 2
+    assert "give at least one of --global-batch-size" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["runs", "set", "imported", "--global-batch-size", "0", "--store", store_url])
+    assert "must be positive, not 0" in capsys.readouterr().err

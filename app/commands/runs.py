@@ -1,4 +1,4 @@
-"""`gapwatch runs`: the runs in a store, one line each; `runs set-reference | rename | rm` change them.
+"""`gapwatch runs`: the runs in a store, one line each; `runs set-reference | set | rename | rm` change them.
 
 Listing only reads: it never creates a store (a mistyped path is one clear error). The changes
 need an existing store and existing runs, and never create either.
@@ -31,6 +31,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--none", action="store_true", help="the run has no reference")
     add_store_argument(ref, default=argparse.SUPPRESS)
     ref.set_defaults(func=set_reference)
+
+    facts = actions.add_parser("set", help="record facts of a run that its source did not say",
+                               description="Record a run's global batch size, records per epoch or tokens per "
+                                           "step: the data-loader checks and the token axis need them, and an "
+                                           "imported log rarely says them. The watch service then judges the run "
+                                           "again from its first step.")
+    facts.add_argument("run", metavar="RUN")
+    facts.add_argument("--global-batch-size", type=_positive(int), metavar="N",
+                       help="records (sequences) in one optimizer step, over every data host")
+    facts.add_argument("--records-per-epoch", type=_positive(int), metavar="N",
+                       help="records in one pass over the training split")
+    facts.add_argument("--tokens-per-step", type=_positive(float), metavar="N", help="tokens in one optimizer step")
+    add_store_argument(facts, default=argparse.SUPPRESS)
+    facts.set_defaults(func=set_facts)
 
     rename = actions.add_parser("rename", help="rename a run",
                                 description="Rename a run; its metrics, detections and alerts follow, and runs "
@@ -86,6 +100,37 @@ def set_reference(args: argparse.Namespace) -> int:
         store.set_reference(args.run, None if args.none else args.reference)
     print(f"{args.run}: reference {'cleared' if args.none else args.reference}")
     return 0
+
+
+def set_facts(args: argparse.Namespace) -> int:
+    from monitor.errors import GapwatchError
+    from monitor.schema import CONFIG_GLOBAL_BATCH_SIZE, CONFIG_RECORDS_PER_EPOCH
+    from monitor.store import open_store
+
+    given = {CONFIG_GLOBAL_BATCH_SIZE: args.global_batch_size, CONFIG_RECORDS_PER_EPOCH: args.records_per_epoch}
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given and args.tokens_per_step is None:
+        raise GapwatchError("give at least one of --global-batch-size, --records-per-epoch, --tokens-per-step")
+    with open_store(args.store, create=False) as store:
+        store.run_id(args.run)
+        config = {**store.get_run(args.run)["config"], **given}
+        with store.atomic():
+            store.update_run(args.run, config=config, tokens_per_step=args.tokens_per_step)
+            # Judged with other facts: the watch service and detect start again from the data.
+            store.delete_states(_states_of(args.run))
+    said = [f"{k} {v:,}" for k, v in given.items()]
+    said += [f"tokens_per_step {args.tokens_per_step:,g}"] if args.tokens_per_step is not None else []
+    print(f"{args.run}: {', '.join(said)}")
+    return 0
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+    return parse
 
 
 def rename_run(args: argparse.Namespace) -> int:

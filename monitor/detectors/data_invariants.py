@@ -103,11 +103,13 @@ class DataInvariants(Detector, Incremental):
         epoch_records = self.records_per_epoch or run.info.records_per_epoch
         out = []
         if DATA_CURSOR in run.scalars.columns and not batch:
-            out.append(NotJudged(self.name, "the global batch size is unknown (set global_batch_size in the run's "
-                                 "config)", DATA_CURSOR))
+            out.append(NotJudged(self.name, "the global batch size is unknown (the run's config has no "
+                                 "global_batch_size)", DATA_CURSOR,
+                                 f"the global batch size: gapwatch runs set {run.name} --global-batch-size N"))
         if DATA_UNIQUE_FRACTION in run.scalars.columns and not epoch_records:
-            out.append(NotJudged(self.name, "the records per epoch are unknown (set records_per_epoch in the run's "
-                                 "config)", DATA_UNIQUE_FRACTION))
+            out.append(NotJudged(self.name, "the records per epoch are unknown (the run's config has no "
+                                 "records_per_epoch)", DATA_UNIQUE_FRACTION,
+                                 f"the records per epoch: gapwatch runs set {run.name} --records-per-epoch N"))
         return out
 
     # --- cursor --------------------------------------------------------------------------------
