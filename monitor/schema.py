@@ -34,6 +34,10 @@ PERF_MFU = "perf/mfu"  # a fraction in [0, 1], not a percentage
 # for "not measured yet" (nanoGPT logs MFU as -100% before its first estimate), and is not imported.
 NON_NEGATIVE_KEYS = (PERF_STEP_TIME_S, PERF_TOKENS_PER_S, PERF_DEVICE_TOKENS_PER_S, PERF_MFU)
 
+# Wall time of a row whose source logged no time (a W&B CSV export, most CSV and JSONL logs): the
+# store's column needs a number, and an import time would read as "the run logged 3 s ago".
+UNKNOWN_WALL_TIME = 0.0
+
 # --- the host ---------------------------------------------------------------------------------
 # The host's 1-minute load average (os.getloadavg) divided by its CPU count: above 1, more tasks
 # wanted a CPU than there were CPUs, so slow steps may be the machine's, not the run's.

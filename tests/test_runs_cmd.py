@@ -167,3 +167,19 @@ def test_set_records_the_facts_a_source_did_not_say_and_the_data_checks_use_them
     with pytest.raises(SystemExit):
         main(["runs", "set", "imported", "--global-batch-size", "0", "--store", store_url])
     assert "must be positive, not 0" in capsys.readouterr().err
+
+
+def test_a_log_without_times_has_no_last_metric_time_and_one_with_times_keeps_its_own(sqlite_url, tmp_path, capsys):
+    untimed, timed = tmp_path / "untimed.csv", tmp_path / "timed.csv"
+    untimed.write_text("step,train/loss\n1,3.0\n2,2.9\n")
+    timed.write_text("step,train/loss,timestamp\n1,3.0,1700000000\n2,2.9,1700000060\n")
+    for path in (untimed, timed):
+        assert main(["import", str(path), "--store", sqlite_url]) == 0
+    capsys.readouterr()
+    assert main(["runs", "--json", "--store", sqlite_url]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    # Imported now, logged who knows when: not "3 s ago".
+    assert rows["untimed"]["last_wall_time"] is None and rows["timed"]["last_wall_time"] == 1700000060
+    assert main(["runs", "--store", sqlite_url]) == 0
+    lines = {line.split("\t")[0]: line.split("\t") for line in capsys.readouterr().out.splitlines()[1:]}
+    assert lines["untimed"][6] == "-" and lines["timed"][6].endswith("years ago")

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from monitor.errors import GapwatchError
-from monitor.schema import RunStatus
+from monitor.schema import UNKNOWN_WALL_TIME, RunStatus
 
 from .imported_run import ImportedRun
 
@@ -226,7 +226,7 @@ class ImportWriter:
             # Slices of a whole run: a categorical key column becomes strings a slice at a time.
             # A source that repeats a (key, step) within one attempt stores it once (the last
             # value wins, as the importer's note says): what counts is what the store took.
-            self._stored += self.store.write_metrics(self.name, _store_frame(rows.iloc[lo:hi]))
+            self._stored += self.store.write_metrics(self.name, _store_frame(rows.iloc[lo:hi], self.live))
             lo = hi
             if progress is not None:
                 progress(hi, total)
@@ -257,8 +257,10 @@ def _joined(first: pd.DataFrame, then: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([first, then], ignore_index=True)
 
 
-def _store_frame(scalars: pd.DataFrame) -> pd.DataFrame:
-    """The columns the store takes, sharing the rows' arrays (the store only reads them)."""
+def _store_frame(scalars: pd.DataFrame, live: bool) -> pd.DataFrame:
+    """The columns the store takes, sharing the rows' arrays (the store only reads them). A row
+    the source logged no time for is stored at UNKNOWN_WALL_TIME, unless the source is live: then
+    the store's stamp (now) is when it arrived, close to when it was logged."""
     columns = {
         "step": scalars["step"].to_numpy(),
         "key": scalars["key"],  # a categorical stays one: the store makes strings of it once
@@ -266,5 +268,8 @@ def _store_frame(scalars: pd.DataFrame) -> pd.DataFrame:
         "attempt": scalars["attempt"].to_numpy(),
     }
     if "wall_time" in scalars:
-        columns["wall_time"] = scalars["wall_time"].to_numpy()
+        walls = scalars["wall_time"].to_numpy()
+        columns["wall_time"] = walls if live else np.where(np.isnan(walls), UNKNOWN_WALL_TIME, walls)
+    elif not live:
+        columns["wall_time"] = np.full(len(scalars), UNKNOWN_WALL_TIME)
     return pd.DataFrame(columns, copy=False)

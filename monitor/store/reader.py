@@ -26,6 +26,7 @@ from monitor.schema import (
     CONFIG_RECORDS_PER_EPOCH,
     CONFIG_TOKENS_PER_STEP,
     MAX_STEP,
+    UNKNOWN_WALL_TIME,
     Detection,
     RunData,
     RunInfo,
@@ -306,6 +307,8 @@ def list_runs(db: Database) -> pd.DataFrame:
         frame = pd.DataFrame(conn.execute(query).mappings().all(), columns=[
             "name", "project", "source", "status", "reference", "tokens_per_step", "attempts", "created_at",
             "updated_at", "last_step", "last_wall_time", "open_alerts", "worst_rank", "ever_rank"])
+    # A run whose source logged no times has none to show (see UNKNOWN_WALL_TIME).
+    frame["last_wall_time"] = frame["last_wall_time"].astype(float).where(frame["last_wall_time"] > UNKNOWN_WALL_TIME)
     names = {rank: name for name, rank in SEVERITY_RANK.items()}
     frame["worst_open_severity"] = [names.get(int(r)) if pd.notna(r) else None for r in frame.pop("worst_rank")]
     frame["worst_severity"] = [names.get(int(r)) if pd.notna(r) else None for r in frame.pop("ever_rank")]
