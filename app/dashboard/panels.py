@@ -231,7 +231,10 @@ def _appendable(fig: go.Figure) -> list[list]:
 
 
 def resolution_text(view: ViewData) -> str:
-    """What the train-loss panel shows: every step, or downsampled buckets of how many steps."""
+    """What the train-loss panel shows: every step, or downsampled buckets of how many steps;
+    nothing for a run that logs no train loss (the notices say so)."""
+    if TRAIN_LOSS not in view.run.keys:
+        return ""
     width = view.run.bucket_width.get(TRAIN_LOSS)
     if width is None:
         return "no train loss logged in this range"

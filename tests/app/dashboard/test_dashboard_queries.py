@@ -207,7 +207,9 @@ def test_every_downstream_metric_offered_is_drawn_and_held_out_bpb_is_not(tmp_pa
         store.write_metrics("run", pd.DataFrame([{"step": s, "key": k, "value": 0.5} for s in (1000, 2000) for k in keys]))
     with open_store(url, read_only=True) as store:
         offered = queries.downstream_tasks(store, "run", None)
-        drawn = queries.load_view(store, ViewSpec(run="run"), 2000, None).run.long
+        view = queries.load_view(store, ViewSpec(run="run"), 2000, None)
+    drawn = view.run.long
+    assert panels.resolution_text(view) == ""  # no train loss at all: the notices say so, once
     assert offered == ["arc_easy/acc", "arc_easy/bpb"]  # OLMo's downstream bpb is a metric of its own
     assert sorted(downstream_frame(drawn)["task"].unique()) == offered
     assert heldout_key("c4", "bpb") not in set(drawn["key"])
