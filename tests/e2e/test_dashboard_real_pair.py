@@ -81,7 +81,7 @@ def test_smoothed_lines_over_faint_raw_ones_in_each_runs_colour(server, page):
     assert np.std(np.diff(smooth["y"][200:])) < 0.2 * np.std(np.diff(raw["y"][200:]))
     # The same two colours in the held-out panel: run and reference, never a colour per set.
     wait_for_panel(page, "heldout")
-    held = traces(page, "heldout")
+    held = [t for t in traces(page, "heldout") if " · " in t["name"]]  # "<set> · <run>": the lines, not legend keys
     assert {t["color"] for t in held} == {RUN_COLOR, REFERENCE_COLOR}
     assert all(t["color"] == RUN_COLOR for t in held if RUN in t["name"])
     # The early transient (loss ~11 at step 0) does not set the y range.
