@@ -12,9 +12,11 @@ verdict is "undecided", with what kept the comparing detectors from judging; a d
 test could judge is never called a tie. Either way the sentence says how close the runs are, from
 the tables.
 
-A finding whose incident resolved (the run later showed its condition gone, by its detector's own
-clean verdicts) names no verdict: the sentence lists it as resolved, so an early wobble does not
-headline a run that matched or beat its reference from then on.
+A finding whose incident the run later showed gone by its detectors' own clean verdicts (a
+comparison that found the runs apart, then alike or not worse) names no verdict: the sentence lists
+it as resolved, so an early wobble does not headline a run that matched or beat its reference from
+then on. A transient fault (a NaN, a stall) resolves once it has passed, but the run had it: it
+still names the verdict.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import math
 
 from monitor.alerting.grouping import Incident, group
 from monitor.detectors import caveats, comparing, verdict_roles
-from monitor.schema import Clean, Detection, NotJudged, Severity, VerdictRole
+from monitor.schema import Clean, CleanRule, Detection, NotJudged, Severity, VerdictRole
 
 from app.findings import steps
 from app.report import cells
@@ -43,7 +45,9 @@ def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Cle
            not_judged: list[NotJudged], resolved: list[Incident] = ()) -> Verdict:
     """The verdict for a run from its detections, clean verdicts and "not judged" lines (judged
     against the reference) and the report tables. Findings of the `resolved` incidents (the run
-    showed their condition gone later) name no verdict; the sentence lists them as resolved."""
+    showed their condition gone later, by clean verdicts) name no verdict; the sentence lists them
+    as resolved."""
+    resolved = [i for i in resolved if _shown_gone(i)]
     gone = {_key(d) for i in resolved for d in i.detections}
     strong = [d for d in detections
               if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank and _key(d) not in gone]
@@ -59,6 +63,12 @@ def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Cle
                      earlier)
     return _with(_undecided_verdict(detections, {t.id: t for t in tables}, unjudged, open_only=bool(earlier)),
                  earlier)
+
+
+def _shown_gone(incident: Incident) -> bool:
+    """Resolved by clean verdicts (equivalence tests), not by a transient fault having passed."""
+    return incident.resolved and incident.alert is not None and all(
+        m.clean_rule == CleanRule.CLEAN_VERDICTS.value for m in incident.alert.members.values())
 
 
 def _key(d: Detection) -> tuple:

@@ -3,6 +3,7 @@ test showed the run alike to its reference, else "undecided" with why."""
 
 from __future__ import annotations
 
+from monitor.alerting.grouping import Progress, group
 from monitor.schema import Clean, Detection, NotJudged, Severity
 
 from app.report.model import Column, Estimate, Table
@@ -128,8 +129,6 @@ def test_no_shared_metric_is_undecided():
 
 
 def test_a_resolved_finding_names_no_verdict_and_is_listed_as_resolved():
-    from monitor.alerting.grouping import group
-
     early = det("reference_divergence", start=100, end=400, direction="above", delta=0.2)
     alike = [Clean("run", "reference_divergence", "train/loss", s, s + 99, reference="ref") for s in (500, 600)]
     (incident,) = group([early], cleans=alike)
@@ -139,3 +138,11 @@ def test_a_resolved_finding_names_no_verdict_and_is_listed_as_resolved():
     assert v.sentence.endswith("Resolved: train loss above the reference (steps 100–400, shown gone after).")
     # Still open, the same finding names the verdict.
     assert verdict.decide([early], tables(), cleans=alike[:1], not_judged=[]).kind == "diverged_above"
+
+
+def test_a_transient_fault_that_passed_still_names_the_verdict():
+    nan = det("nonfinite", severity=Severity.CRITICAL, start=120, end=120, message="train/loss logged nan")
+    (incident,) = group([nan], {("run", "train/loss"): Progress(5000)})
+    assert incident.resolved  # thousands of finite steps since
+    v = verdict.decide([nan], tables(), cleans=[], not_judged=[], resolved=[incident])
+    assert v.severity == "critical" and "Resolved" not in v.sentence
