@@ -35,7 +35,7 @@ PERF_MFU = "perf/mfu"  # a fraction in [0, 1], not a percentage
 NON_NEGATIVE_KEYS = (PERF_STEP_TIME_S, PERF_TOKENS_PER_S, PERF_DEVICE_TOKENS_PER_S, PERF_MFU)
 
 # Wall time of a row whose source logged no time (a W&B CSV export, most CSV and JSONL logs): the
-# store's column needs a number, and an import time would read as "the run logged 3 s ago".
+# store's column needs a number, and the moment of the import would read as when the run logged it.
 UNKNOWN_WALL_TIME = 0.0
 
 # --- the host ---------------------------------------------------------------------------------

@@ -178,7 +178,7 @@ def test_a_log_without_times_has_no_last_metric_time_and_one_with_times_keeps_it
     capsys.readouterr()
     assert main(["runs", "--json", "--store", sqlite_url]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    # Imported now, logged who knows when: not "3 s ago".
+    # Imported now, logged at a time the file does not say: no time, rather than the import's.
     assert rows["untimed"]["last_wall_time"] is None and rows["timed"]["last_wall_time"] == 1700000060
     assert main(["runs", "--store", sqlite_url]) == 0
     lines = {line.split("\t")[0]: line.split("\t") for line in capsys.readouterr().out.splitlines()[1:]}
