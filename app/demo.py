@@ -207,10 +207,15 @@ class Demo:
         self.begin("clean rerun of the reference recipe with another seed")
         self.train(RERUN, "--seed", "1", "--reference", REFERENCE)
 
+    @property
+    def watch_config(self) -> Path:
+        """The watch service's settings, written by watch() and read again by report()."""
+        return self.workdir / "watch.yaml"
+
     def watch(self) -> None:
         sink = "Slack and the console" if os.environ.get("SLACK_WEBHOOK_URL") else "the console"
         self.begin(f"watch service: one detection pass over every run, alerts to {sink}")
-        config = self.workdir / "watch.yaml"
+        config = self.watch_config
         # Alert links open the dashboard this demo serves, on its own host and port.
         settings = yaml.safe_load(WATCH_SETTINGS.read_text())
         config.write_text(yaml.safe_dump({**settings,
@@ -221,8 +226,10 @@ class Demo:
     def report(self) -> Path:
         self.begin("offline report: the candidate against the reference")
         path = self.workdir / "report.html"
-        self.gapwatch("report", "--run", CANDIDATE, "--reference", REFERENCE, "-o", str(path))
-        self.gapwatch("report", "--run", CANDIDATE, "--reference", REFERENCE, "-o", str(path.with_suffix(".md")))
+        # Judged with the watch service's settings, so the report tells what the alerts told.
+        config = str(self.watch_config)
+        for output in (path, path.with_suffix(".md")):
+            self.gapwatch("report", "--run", CANDIDATE, "--reference", REFERENCE, "--config", config, "-o", str(output))
         self.say(f"report written to {path} (and {path.with_suffix('.md').name})")
         return path
 

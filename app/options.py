@@ -34,3 +34,30 @@ def fails(fail_on: str | None, severities: Iterable) -> bool:
         return False
     bar = Severity(fail_on).rank
     return any(Severity(s).rank >= bar for s in severities)
+
+
+def add_watch_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", metavar="FILE", default=None,
+        help="the watch service's config file (YAML or TOML): its detectors, detector_params, axis and "
+        "incidents settings judge the run, so the findings are the ones `gapwatch watch --config FILE` "
+        "reaches (--detectors and --axis, when given, override it)",
+    )
+
+
+def judging_settings(args: argparse.Namespace):
+    """(DetectConfig, IncidentConfig or None) from --config FILE (the watch service's), then
+    --detectors and --axis where they were given."""
+    from dataclasses import replace
+
+    from monitor.judging.engine import DetectConfig, DetectionEngine
+    from monitor.watch.config import load_judging
+
+    detect, incidents = load_judging(args.config) if args.config else (DetectConfig(), None)
+    names = getattr(args, "detectors", None)
+    if names:
+        detect = replace(detect, detectors=[n.strip() for n in names.split(",") if n.strip()])
+        DetectionEngine(detect)  # a bad name is one line, before any run is loaded
+    if getattr(args, "axis", None):
+        detect = replace(detect, axis=args.axis)
+    return detect, incidents

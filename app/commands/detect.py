@@ -11,7 +11,14 @@ import argparse
 
 from monitor.jsonutil import plain
 
-from app.options import FAIL_EXIT, add_fail_on_argument, add_store_argument, fails
+from app.options import (
+    FAIL_EXIT,
+    add_fail_on_argument,
+    add_store_argument,
+    add_watch_config_argument,
+    fails,
+    judging_settings,
+)
 
 JSON_KEYS = ("detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message",
              "evidence")
@@ -32,10 +39,11 @@ def register(subparsers) -> None:
     parser.add_argument("--reference", default=None,
                         help="reference run (default: the reference recorded for the run, if any)")
     add_store_argument(parser)
+    add_watch_config_argument(parser)
     parser.add_argument("--detectors", default=None, metavar="A,B",
-                        help="comma-separated detector names (default: all)")
-    parser.add_argument("--axis", default="auto", choices=("auto", "step", "tokens"),
-                        help="axis on which the run meets its reference (default: auto)")
+                        help="comma-separated detector names (default: the config's, else all)")
+    parser.add_argument("--axis", default=None, choices=("auto", "step", "tokens"),
+                        help="axis on which the run meets its reference (default: the config's, else auto)")
     parser.add_argument("--json", action="store_true",
                         help="print the findings as a JSON list instead of rows")
     parser.add_argument("--ungrouped", action="store_true",
@@ -52,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
-    from monitor.judging.judge import DetectConfig, detect_stored, severity_counts
+    from dataclasses import replace
+
+    from monitor.judging.judge import detect_stored, severity_counts
     from monitor.store import open_store
 
     from app.heap import collect_less, keep_freed_memory
@@ -60,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
     keep_freed_memory()  # whole runs in memory: freed pages are reused (app/heap.py)
     collect_less()
-    names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
-    config = DetectConfig(detectors=names, axis=args.axis, replace=args.replace, write_series=not args.no_write)
+    detect, incidents_config = judging_settings(args)
+    config = replace(detect, replace=args.replace, write_series=not args.no_write)
     # Judging needs a stored run: a mistyped store path is an error, never a new empty store.
     store = open_store(args.store, read_only=args.no_write, create=False)
     try:
@@ -72,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
             marks = store.run_marks(args.run).series
     finally:
         store.close()
-    incidents = most_severe_first(group(result.detections, progress_from_marks(args.run, marks), cleans=result.cleans))
+    incidents = most_severe_first(group(result.detections, progress_from_marks(args.run, marks), incidents_config,
+                                        cleans=result.cleans))
     if args.json:
         if args.ungrouped:
             rows = [{k: d.to_dict()[k] for k in JSON_KEYS} for d in result.detections]

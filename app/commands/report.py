@@ -11,7 +11,7 @@ from pathlib import Path
 
 from monitor.errors import GapwatchError
 
-from app.options import add_store_argument
+from app.options import add_store_argument, add_watch_config_argument, judging_settings
 
 FORMATS = ("html", "md", "json")
 SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
@@ -34,8 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=FORMATS,
                         help="output format (default: from the output file's suffix, else html)")
     add_store_argument(parser)
-    parser.add_argument("--axis", choices=("auto", "step", "tokens"), default="auto",
-                        help="compare at equal steps or equal tokens (default: tokens when the batch sizes differ)")
+    add_watch_config_argument(parser)
+    parser.add_argument("--axis", choices=("auto", "step", "tokens"), default=None,
+                        help="compare at equal steps or equal tokens (default: the config's, else tokens when the "
+                             "batch sizes differ)")
     parser.add_argument("--windows", type=int, metavar="N", help="windows of the train-loss table (default 8)")
     parser.add_argument("--no-figures", action="store_true", help="leave the charts out of the HTML")
     energy = parser.add_argument_group("energy estimate (OLMo 2's method; defaults from its report)")
@@ -61,7 +63,6 @@ def choose_format(fmt: str | None, output: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from monitor.judging.judge import DetectConfig
     from monitor.store import open_store
 
     from app.heap import collect_less, keep_freed_memory
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
             raise GapwatchError(f"--windows must be at least 1, not {args.windows}")
         config.train = replace(config.train, windows=args.windows)
     with open_store(args.store, read_only=True) as store:
-        pair = load_pair(store, args.run, args.reference, detect=DetectConfig(axis=args.axis), progress=progress)
+        detect, incidents = judging_settings(args)
+        pair = load_pair(store, args.run, args.reference, detect=detect, incidents=incidents, progress=progress)
     progress("building tables, verdict and charts")
     report = build_report(pair, config)
     progress(f"writing {fmt}")

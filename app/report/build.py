@@ -53,7 +53,7 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
     ]
     verdict = decide(pair.detections, tables, cleans=[c for c in pair.cleans if c.run == pair.run.name],
                      not_judged=pair.not_judged.get(pair.run.name, []),
-                     resolved=[i for i in incidents if i.resolved and i.run == pair.run.name])
+                     incidents=[i for i in incidents if i.run == pair.run.name])
     figures = build_figures(pair, tables, scores, config.figures) if config.with_figures else []
     notes = [f"{t.title}: {t.empty_reason}." for t in tables if not t.rows and t.empty_reason]
     return Report(

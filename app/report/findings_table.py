@@ -18,7 +18,8 @@ def incidents_of(pair: ComparedPair) -> list[Incident]:
     """The incidents of both runs' findings, as the watch service's tracker makes them."""
     progress = {**progress_from_marks(pair.run.name, marks_of(pair.run)),
                 **progress_from_marks(pair.reference.name, marks_of(pair.reference))}
-    return group(list(pair.detections) + list(pair.reference_detections), progress, cleans=pair.cleans)
+    return group(list(pair.detections) + list(pair.reference_detections), progress, pair.incidents,
+                 cleans=pair.cleans)
 
 
 def findings_table(pair: ComparedPair, incidents: list[Incident]) -> Table:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from monitor.alerting.config import IncidentConfig
 from monitor.judging.align import align_pair
 from monitor.judging.engine import no_reference
 from monitor.judging.judge import DetectConfig, ProgressCallback, judge, judge_aligned, quiet
@@ -22,7 +23,7 @@ from monitor.schema import RunData
 from app.report.pair import ComparedPair
 
 def load_pair(store, run: str, reference: str | None = None, detect: DetectConfig | None = None,
-              progress: ProgressCallback = quiet) -> ComparedPair:
+              incidents: IncidentConfig | None = None, progress: ProgressCallback = quiet) -> ComparedPair:
     """The stored run and its reference (given, else the one recorded with the run), compared."""
     info = store.get_run(run)
     if info is None:
@@ -38,12 +39,13 @@ def load_pair(store, run: str, reference: str | None = None, detect: DetectConfi
     run_data = store.load_run(run)
     progress(f"loading {reference}")
     ref_data = store.load_run(reference)
-    return compare(run_data, ref_data, detect=detect, progress=progress)
+    return compare(run_data, ref_data, detect=detect, incidents=incidents, progress=progress)
 
 
 def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None,
-            progress: ProgressCallback = quiet) -> ComparedPair:
-    """Align two runs for the tables and judge them with the detectors."""
+            incidents: IncidentConfig | None = None, progress: ProgressCallback = quiet) -> ComparedPair:
+    """Align two runs for the tables and judge them with the detectors (set up by `detect`; their
+    findings grouped into incidents by `incidents`, as a watch service with those settings does)."""
     detect = replace(detect or DetectConfig(), write_series=True)
     if run.scalars.empty:
         raise GapwatchError(f"run {run.name!r} has no metrics to compare")
@@ -65,4 +67,5 @@ def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None
         not_judged={run.name: judged.not_judged,
                     reference.name: [n for n in alone.not_judged if n != no_reference(n.detector)]},
         detector_series={run.name: judged.series, reference.name: alone.series}, detect=detect,
+        incidents=incidents or IncidentConfig(),
     )

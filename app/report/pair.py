@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from monitor.alerting.config import IncidentConfig
 from monitor.judging.judge import DetectConfig
 from monitor.detectors import in_section
 from monitor.schema import Clean, Detection, NotJudged, RunData, Section
@@ -30,6 +31,7 @@ class ComparedPair:
     # Series the detectors produced (spike scores), by run name: long frames (step, key, value).
     detector_series: dict[str, pd.DataFrame] = field(default_factory=dict)
     detect: DetectConfig = field(default_factory=DetectConfig)  # how the detectors were set up
+    incidents: IncidentConfig = field(default_factory=IncidentConfig)  # how findings group into incidents
 
     def findings(self, section: Section, metric: str | None = None) -> list[Detection]:
         """The run's detections that `section` shows, as their detectors declare (on this metric,

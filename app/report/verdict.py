@@ -42,12 +42,12 @@ REASONS_SHOWN = 3
 
 
 def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Clean],
-           not_judged: list[NotJudged], resolved: list[Incident] = ()) -> Verdict:
+           not_judged: list[NotJudged], incidents: list[Incident] = ()) -> Verdict:
     """The verdict for a run from its detections, clean verdicts and "not judged" lines (judged
-    against the reference) and the report tables. Findings of the `resolved` incidents (the run
-    showed their condition gone later, by clean verdicts) name no verdict; the sentence lists them
-    as resolved."""
-    resolved = [i for i in resolved if _shown_gone(i)]
+    against the reference) and the report tables. `incidents` are the run's, as the findings table
+    lists them: the findings of a resolved one (the run showed its condition gone later, by clean
+    verdicts) name no verdict, and the sentence lists it as resolved; caveats are counted in them."""
+    resolved = [i for i in incidents if _shown_gone(i)]
     gone = {_key(d) for i in resolved for d in i.detections}
     strong = [d for d in detections
               if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank and _key(d) not in gone]
@@ -59,10 +59,10 @@ def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Cle
     compared = comparing()
     unjudged = [n for n in not_judged if n.detector in compared]
     if any(c.reference is not None for c in cleans):
-        return _with(_tied_verdict(detections, {t.id: t for t in tables}, unjudged, open_only=bool(earlier)),
-                     earlier)
-    return _with(_undecided_verdict(detections, {t.id: t for t in tables}, unjudged, open_only=bool(earlier)),
-                 earlier)
+        return _with(_tied_verdict(detections, {t.id: t for t in tables}, unjudged, incidents,
+                                   open_only=bool(earlier)), earlier)
+    return _with(_undecided_verdict(detections, {t.id: t for t in tables}, unjudged, incidents,
+                                    open_only=bool(earlier)), earlier)
 
 
 def _shown_gone(incident: Incident) -> bool:
@@ -141,14 +141,14 @@ def _clause(d: Detection) -> str:
 
 
 def _tied_verdict(detections: list[Detection], tables: dict[str, Table], unjudged: list[NotJudged],
-                 open_only: bool = False) -> Verdict:
+                  incidents: list[Incident], open_only: bool = False) -> Verdict:
     parts, evidence = _closeness(tables)
     qualifying = _caveats(detections)
     kind = "tied_with_caveats" if qualifying else "tied"
     headline = "Tied with the reference"
     sentence = f"{headline}: no divergence, memorization, data or resume finding" + (" open" if open_only else "")
     sentence += ("; " + ", ".join(parts) + ".") if parts else "."
-    sentence += _caveat_clause(qualifying)
+    sentence += _caveat_clause(qualifying, incidents)
     if unjudged:
         names = sorted({n.detector for n in unjudged})
         sentence += f" Not judged: {', '.join(names)} (see Not judged)."
@@ -161,17 +161,20 @@ def _caveats(detections: list[Detection]) -> list[Detection]:
     return [d for d in detections if d.detector in names]
 
 
-def _caveat_clause(qualifying: list[Detection]) -> str:
+def _caveat_clause(qualifying: list[Detection], incidents: list[Incident]) -> str:
+    """The caveats counted as incidents, as the findings table lists them (grouped here when the
+    incidents are not given)."""
     if not qualifying:
         return ""
     names = sorted({d.detector for d in qualifying})
-    # Counted as incidents, as the findings table lists them (spikes and stalls are logged every
-    # step, so the tracker's default spacing is theirs).
-    return f" Caveats: {len(group(qualifying))} {' and '.join(names)} incident(s), listed below."
+    keys = {_key(d) for d in qualifying}
+    count = (sum(any(_key(d) in keys for d in i.detections) for i in incidents) if incidents
+             else len(group(qualifying)))
+    return f" Caveats: {count} {' and '.join(names)} incident(s), listed below."
 
 
-def _undecided_verdict(detections: list[Detection], tables: dict[str, Table],
-                       unjudged: list[NotJudged], open_only: bool = False) -> Verdict:
+def _undecided_verdict(detections: list[Detection], tables: dict[str, Table], unjudged: list[NotJudged],
+                       incidents: list[Incident], open_only: bool = False) -> Verdict:
     """Nothing fired and nothing was shown alike: the tables' numbers, and why no test decided."""
     parts, evidence = _closeness(tables)
     headline = "Undecided"
@@ -186,7 +189,7 @@ def _undecided_verdict(detections: list[Detection], tables: dict[str, Table],
         sentence += ": " + "; ".join(why) + (f"; {more} more under Not judged" if more else "")
     sentence += ("; " + ", ".join(parts) + ".") if parts else "."
     qualifying = _caveats(detections)
-    sentence += _caveat_clause(qualifying)
+    sentence += _caveat_clause(qualifying, incidents)
     evidence += [f"{n.detector} on {n.metric or '(all)'}: not judged, {n.reason}" for n in unjudged]
     return Verdict(kind="undecided", headline=headline, sentence=sentence, evidence=evidence,
                    detections=qualifying, severity="warning")

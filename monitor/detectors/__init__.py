@@ -53,6 +53,10 @@ def build(names: list[str] | None = None, params: dict[str, dict[str, Any]] | No
     unknown = [n for n in chosen if n not in REGISTRY]
     if unknown:
         raise KeyError(f"unknown detector(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
+    # Settings for a detector that does not exist would change nothing, silently (a misspelt name).
+    unset = [n for n in params if n not in REGISTRY]
+    if unset:
+        raise KeyError(f"settings for unknown detector(s) {', '.join(unset)}; known: {', '.join(REGISTRY)}")
     # A list of metrics from a YAML or JSON file becomes the tuple the fields are declared as.
     return [REGISTRY[n](**{k: tuple(v) if isinstance(v, list) else v for k, v in params.get(n, {}).items()})
             for n in chosen]

@@ -53,6 +53,8 @@ SLACK_ENV = "SLACK_WEBHOOK_URL"
 SLACK_BOT_ENV = "SLACK_BOT_TOKEN"
 # Where alert links point when the file does not say (the dashboard's public address).
 DASHBOARD_ENV = "GAPWATCH_DASHBOARD_URL"
+# The top-level settings that decide what is found (load_judging reads them, and `incidents`).
+JUDGING_KEYS = ("detectors", "detector_params", "axis")
 
 
 @dataclass
@@ -92,6 +94,29 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
         raise GapwatchError(f"watch config {where}: {exc}") from None
 
 
+def load_judging(path: str | Path) -> tuple[DetectConfig, IncidentConfig]:
+    """What decides the findings and their incidents in the watch config at `path` (its
+    `detectors`, `detector_params`, `axis` and `incidents`), for `gapwatch detect` and `gapwatch
+    report` to judge as the watch service does. Sinks are not read: their secrets need not be set
+    where a report is written."""
+    raw = _read(Path(path))
+    try:
+        return _detect(raw), _fill(IncidentConfig, raw.get("incidents", {}) or {}, "incidents")
+    except (TypeError, ValueError) as exc:
+        raise GapwatchError(f"watch config {path}: {exc}") from None
+
+
+def _detect(raw: Mapping[str, Any]) -> DetectConfig:
+    detect = DetectConfig(detectors=_coerce(raw.get("detectors"), "list[str] | None", "detectors"),
+                          params=_coerce(raw.get("detector_params") or {}, "dict", "detector_params"),
+                          axis=_coerce(raw.get("axis", "auto"), "str", "axis"))
+    try:
+        DetectionEngine(detect)
+    except GapwatchError as exc:  # a bad detector name or setting is an error of the file, in one line
+        raise ValueError(str(exc)) from None
+    return detect
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -125,10 +150,9 @@ def _build(raw: dict[str, Any], env: Mapping[str, str]) -> WatchConfig:
     silences = [_silence(s, i) for i, s in enumerate(silences_raw)]
     alerting = AlertingConfig(dashboard_url=str(dashboard_url), incidents=incidents, delivery=delivery,
                               sinks=sinks, silences=silences)
-    detect = DetectConfig(detectors=_coerce(raw.pop("detectors", None), "list[str] | None", "detectors"),
-                          params=_coerce(raw.pop("detector_params", {}) or {}, "dict", "detector_params"),
-                          axis=_coerce(raw.pop("axis", "auto"), "str", "axis"))
-    DetectionEngine(detect)  # a bad detector name or setting is an error of the file, in one line
+    detect = _detect(raw)
+    for key in JUDGING_KEYS:
+        raw.pop(key, None)
     watch = _fill(WatchConfig, raw, "the top level", exclude=("alerting", "detect"))
     watch.alerting = alerting
     watch.detect = detect

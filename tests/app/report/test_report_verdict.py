@@ -133,7 +133,7 @@ def test_a_resolved_finding_names_no_verdict_and_is_listed_as_resolved():
     alike = [Clean("run", "reference_divergence", "train/loss", s, s + 99, reference="ref") for s in (500, 600)]
     (incident,) = group([early], cleans=alike)
     assert incident.resolved
-    v = verdict.decide([early], tables(), cleans=alike, not_judged=[], resolved=[incident])
+    v = verdict.decide([early], tables(), cleans=alike, not_judged=[], incidents=[incident])
     assert v.kind == "tied" and "no divergence, memorization, data or resume finding open" in v.sentence
     assert v.sentence.endswith("Resolved: train loss above the reference (steps 100–400, shown gone after).")
     # Still open, the same finding names the verdict.
@@ -144,5 +144,5 @@ def test_a_transient_fault_that_passed_still_names_the_verdict():
     nan = det("nonfinite", severity=Severity.CRITICAL, start=120, end=120, message="train/loss logged nan")
     (incident,) = group([nan], {("run", "train/loss"): Progress(5000)})
     assert incident.resolved  # thousands of finite steps since
-    v = verdict.decide([nan], tables(), cleans=[], not_judged=[], resolved=[incident])
+    v = verdict.decide([nan], tables(), cleans=[], not_judged=[], incidents=[incident])
     assert v.severity == "critical" and "Resolved" not in v.sentence
