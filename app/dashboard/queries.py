@@ -306,8 +306,8 @@ def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> p
 
 def findings(store: Store, run: str) -> pd.DataFrame:
     """What was found on `run`: its alerts (the watch service's incidents), then the stored
-    detections that no alert of the same detector and metric overlaps (those `gapwatch detect`
-    stored, or recurrences the watch folded into a cool-down), grouped into incidents by the watch
+    detections that no member of an alert (a detector and metric of its story) overlaps (those
+    `gapwatch detect` stored, or recurrences the watch folded into a cool-down), grouped into incidents by the watch
     service's rule (monitor/alerting/grouping.py) with state "found", or "resolved" where the run
     showed the condition gone later (as `gapwatch detect` lists it). Columns as `read_alerts`, plus
     `name` and `incident_id` (as `gapwatch detect` and the notifications give them), `source`
@@ -316,10 +316,12 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     described = {a.id: a for a in stored_alerts(store, run)}
     alerts["name"] = [described[i].name if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
     alerts["incident_id"] = [described[i].incident_id if i in described else "" for i in alerts["id"]]
+    # An incident holds the findings of every detector and metric of its story: each member's span.
+    spans = [(m.detector, m.metric, m.start_step, m.end_step) for a in described.values()
+             for m in (a.members.values() or [a])]
     stored = store.read_detections(run)
-    covered = [any(d.detector == a.detector and d.metric == a.metric and d.start_step <= a.end_step
-                   and d.end_step >= a.start_step for a in alerts.itertuples(index=False)) for d in stored]
-    loose = [d for d, c in zip(stored, covered) if not c]
+    loose = [d for d in stored if not any(d.detector == detector and d.metric == metric and d.start_step <= end
+                                          and d.end_step >= start for detector, metric, start, end in spans)]
     if not loose:
         return alerts
     incidents = most_severe_first(group(loose, progress_from_marks(run, store.run_marks(run).series),

@@ -8,7 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from app.cli import main
 from app.dashboard import panels, queries
+from bench.bench_stories import long_rows
+from bench.quality import stories
 from app.dashboard.routes import ViewSpec
 from app.figures.frames import downstream_frame
 from monitor.judging.judge import detect_stored, judged_runs
@@ -154,6 +157,24 @@ def test_findings_are_alerts_and_the_stored_detections_no_alert_covers(tmp_path,
     assert spikes[["start_step", "end_step", "count"]].values.tolist() == [
         [runs.spike_steps[1], runs.spike_steps[2], 2]]
     assert found["start_step"].dtype == "int64"
+
+
+def test_one_incident_is_one_row_whatever_detectors_and_metrics_it_holds(tmp_path):
+    """A worse run: train and held-out loss both above the reference. The watch service opens one
+    divergence incident for both (named by held-out loss); the train-loss findings it holds are
+    part of it, not a second row "found" beside it."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        store.ensure_run("reference")
+        store.write_metrics("reference", long_rows(stories.reference(30_000)))
+        store.ensure_run("worse", reference="reference")
+        store.write_metrics("worse", long_rows(stories.worse(30_000)))
+    assert main(["watch", "--run", "worse", "--store", url, "--once"]) == 0
+    with open_store(url, read_only=True) as store:
+        stored = {d.detector for d in store.read_detections("worse")}
+        found = queries.findings(store, "worse")
+    assert stored == {"reference_divergence", "heldout_divergence"}
+    assert found[["source", "state"]].values.tolist() == [["alert", "open"]]
 
 
 def test_a_stored_finding_the_run_recovered_from_reads_resolved(tmp_path):
