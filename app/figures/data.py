@@ -40,7 +40,9 @@ def data_figure(data: pd.DataFrame, *, x_title: str = "step",
     if not (has_cursor or has_coverage):
         return note_empty(base_figure("data loader", x_title), empty_reason)
     rows = int(has_cursor) + int(has_coverage)
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+    # With both parts, the coverage lines get a legend of their own above their part: one legend of
+    # seven entries would wrap into the panel's title.
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.22 if rows == 2 else 0.08,
                         specs=[[{"secondary_y": True}]] * rows)
     row = 1
     if has_cursor:
@@ -50,17 +52,24 @@ def data_figure(data: pd.DataFrame, *, x_title: str = "step",
         if DATA_EPOCH in keys:
             fig.add_trace(line_trace(series_frame(data, DATA_EPOCH), "epoch", SERIES_COLORS[1], dash="dot",
                                      uid=series_uid("run", DATA_EPOCH)), row=1, col=1, secondary_y=True)
-            fig.update_yaxes(title_text="epoch", row=1, col=1, secondary_y=True, showgrid=False, dtick=1,
-                             rangemode="tozero")
+            # Ticks as plotly picks them: most pre-training runs stay under one epoch, a bug can reach dozens.
+            fig.update_yaxes(title_text="epoch", row=1, col=1, secondary_y=True, showgrid=False, rangemode="tozero",
+                             tickmode="auto")
         fig.update_yaxes(title_text="records", row=1, col=1, secondary_y=False)
         row += 1
     if has_coverage:
+        legend = "legend2" if has_cursor else "legend"
         for i, (key, label, dash) in enumerate(COVERAGE):
             if key in keys:
-                fig.add_trace(line_trace(series_frame(data, key), label, SERIES_COLORS[2 + i], dash=dash,
-                                         uid=series_uid("run", key)), row=row, col=1)
+                trace = line_trace(series_frame(data, key), label, SERIES_COLORS[2 + i], dash=dash,
+                                   uid=series_uid("run", key))
+                trace.legend = legend
+                fig.add_trace(trace, row=row, col=1)
         fig.update_yaxes(title_text="share", range=[0, 1.02], row=row, col=1, secondary_y=False)
+        if has_cursor:
+            top = fig.get_subplot(row, 1).yaxis.domain[1]
+            fig.update_layout(legend2={**TEMPLATE.layout.legend.to_plotly_json(), "y": top + 0.01})
     fig.update_xaxes(title_text=x_title, row=rows, col=1)
-    fig.update_layout(template=TEMPLATE, height=170 + 150 * rows,
+    fig.update_layout(template=TEMPLATE, height=170 + 150 * rows + (60 if rows == 2 else 0),
                       title_text="data loader: cursor and coverage")
     return fig

@@ -9,10 +9,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app import figures
+from app.figures.data import COVERAGE
 from app.figures.overlay import parse_series_uid, series_uid
 from monitor.schema import (
     DATA_BATCH_REREAD_FRACTION,
     DATA_CURSOR,
+    DATA_EPOCH,
     DATA_UNIQUE_FRACTION,
     PERF_DEVICE_TOKENS_PER_S,
     PERF_MFU,
@@ -193,6 +195,23 @@ def test_data_figure_splits_cursor_and_coverage():
     cover = figures.data_figure(long({DATA_UNIQUE_FRACTION: (s, s / 200), DATA_BATCH_REREAD_FRACTION: (s, s / 400)}))
     assert len({t.xaxis for t in cover.data}) == 1
     assert [t.name for t in cover.data] == ["seen ≥ once", "of each batch: read before"]
+
+
+def test_data_figure_gives_each_part_its_own_legend_and_epochs_plain_ticks():
+    """Seven entries in one legend wrap into the title; epoch ticks of 1 crowd a run that reached
+    14 epochs (a double-sharded loader) and show one tick on a run that stays under one."""
+    s = np.arange(200)
+    keys = {DATA_CURSOR: (s, s * 256), DATA_EPOCH: (s, s * 0.07)}
+    keys.update({key: (s, s / 400) for key, _, _ in COVERAGE})
+    fig = figures.data_figure(long(keys))
+    legends = {t.name: t.legend or "legend" for t in fig.data}
+    assert legends["cursor (records)"] == legends["epoch"] == "legend"
+    assert {legends[label] for _, label, _ in COVERAGE} == {"legend2"}
+    coverage_top = fig.layout.yaxis3.domain[1]
+    cursor_bottom = fig.layout.yaxis.domain[0]
+    assert coverage_top < fig.layout.legend2.y < cursor_bottom  # between the two parts
+    epoch_axis = next(a for a in (fig.layout.yaxis2, fig.layout.yaxis4) if a.title.text == "epoch")
+    assert epoch_axis.dtick is None and epoch_axis.tickmode == "auto"
 
 
 def test_event_markers_on_every_panel_with_checkpoints_thinned():
