@@ -57,6 +57,7 @@ def grad_norm_figure(grad_norm: pd.DataFrame, *, spikes: pd.DataFrame | None = N
             hovertemplate="score %{y:.4f}", uid=series_uid("run", SPIKE_SCORE_GRAD_NORM),
         ))
         fig.update_layout(yaxis2=dict(overlaying="y", side="right", title_text="spike score",
-                                      showgrid=False, rangemode="tozero", tickformat=".2~%"))
+                                      showgrid=False, rangemode="tozero", tickformat=".2~%",
+                                      tickmode="auto"))
         fig.update_layout(margin=dict(r=60))
     return fig

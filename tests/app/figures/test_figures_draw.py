@@ -165,6 +165,8 @@ def test_grad_norm_marks_each_spike_at_its_value():
     spikes = next(t for t in fig.data if t.name.startswith("spikes"))
     assert list(spikes.x) == [400] and list(spikes.y) == [2.0]
     assert next(t for t in fig.data if t.name == "spike score").yaxis == "y2"
+    # Its own round ticks, not ones placed at the grad norm's grid lines (0.71%, 5.96%, ...).
+    assert fig.layout.yaxis2.tickmode == "auto"
 
 
 def test_a_grad_norm_of_nan_only_is_named_not_drawn_as_empty_axes():
