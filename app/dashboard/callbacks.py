@@ -206,7 +206,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         if x_range is not None:
             figure.update_xaxes(range=list(x_range))
         return (figure, layout.alerts_list(frame, spec),
-                layout.not_judged_list(load_not_judged(store, spec.run), spec.run, extent[1] if extent else None))
+                layout.not_judged_list(load_not_judged(store, spec.run), spec.run, extent[1] if extent else None,
+                                       watched=queries.is_watched(store, spec.run)))
 
 
 def _zoom(relayout: dict | None):

@@ -167,11 +167,16 @@ def alerts_list(alerts: pd.DataFrame, spec: ViewSpec) -> list:
     return items
 
 
-def not_judged_list(judged: NotJudgedAsOf | None, run: str, last_step: int | None) -> list:
+def not_judged_list(judged: NotJudgedAsOf | None, run: str, last_step: int | None, watched: bool = False) -> list:
     """What the last whole-run judgement (`gapwatch detect`) could not judge, one item each, after
     a line saying how far the run had got then: where nothing was found, this says whether that is
-    because nothing could be."""
+    because nothing could be. A run only the watch service judges says so: its alerts are its
+    findings, and `detect` says what could not be judged."""
     again = html.Code(f"gapwatch detect --run {run}")
+    if judged is None and watched:
+        return [html.Li(["The watch service judges this run as it logs (its alerts are above); no whole-run "
+                         "judgement is stored to say what its detectors could not judge yet: ", again,
+                         " does."], className="muted")]
     if judged is None:
         return [html.Li(["No whole-run judgement of this run is stored: ", again,
                          " says what its detectors could not judge."], className="muted")]

@@ -198,7 +198,7 @@ def test_the_command_serves_with_a_short_switch_interval(demo_url, monkeypatch):
     assert seen == {"interval": pytest.approx(SWITCH_INTERVAL_S), "closed": True} and SWITCH_INTERVAL_S < before
 
 
-def test_not_judged_says_how_far_the_last_detect_judged(tmp_path):
+def test_not_judged_says_how_far_the_last_detect_judged_and_whether_the_watch_service_judges(tmp_path):
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with open_store(url) as store:
         store.ensure_run("r")
@@ -214,6 +214,10 @@ def test_not_judged_says_how_far_the_last_detect_judged(tmp_path):
         return json.dumps(items["not-judged-list"]["children"])
 
     assert "No whole-run judgement of this run is stored" in listed()
+    # Watched, it was judged: its alerts are what was found, and detect says what could not be judged.
+    assert main(["watch", "--run", "r", "--store", url, "--once"]) == 0
+    watched = listed()
+    assert "The watch service judges this run as it logs" in watched and "gapwatch detect --run r" in watched
     assert main(["detect", "--run", "r", "--store", url]) == 0
     fresh = listed()
     assert "judged to step 299." in fresh and "it compares with a reference run" in fresh and "now" not in fresh
