@@ -189,7 +189,8 @@ def markdown(pair_rows, cadence_rows, undecided_rows, divergence_rows, single_ro
         "run; `offset`: both every second checkpoint, half an interval apart; `tokens`: the reference has twice "
         "the global batch; `late evals`: the run's held-out rows arrive two intervals late; `train at evals`: both "
         "log train loss only when they evaluate, the mean since the last log, as HF Trainer does with "
-        "logging_steps = eval_steps):",
+        "logging_steps = eval_steps; `train every 25`: both log train loss every 25 steps, the mean since the "
+        "last log):",
         table(cadence_rows),
         "Where memorization did not fire, whether it said its evidence was undecided (a \"not judged\" line: at "
         "the last judged checkpoint train loss is below the reference and held-out loss is not better, but the "

@@ -459,8 +459,8 @@ class Drawing(str, enum.Enum):
     detector that declares it provides for it (one detector per drawing)."""
 
     DELTA_BAND = "delta_band"
-    """The threshold around run - reference on the train chart: `window_points` and
-    `band(stderr, level, slope)`."""
+    """The threshold around run - reference on the train chart: `window_width(interval)` (steps
+    per window for a metric logged every `interval` steps) and `band(stderr, level, slope)`."""
     SPIKE_SCORES = "spike_scores"
     """Spike scores of each run: `score_keys` ({metric: score series key}), `score_series(run)`,
     `score_window` and `definition` (the rule's name)."""

@@ -72,9 +72,9 @@ def reference_delta(run: pd.DataFrame, reference: pd.DataFrame,
     (`Drawing.DELTA_BAND`) judges it.
 
     Returns (windows, points). `points` (x, delta) is the run minus the reference interpolated at
-    the run's points. `windows` (x, delta, band, n) holds the median of that difference in windows
-    of the detector's `window_points` logged steps (wider when the view would hold more than
-    `max_windows`), and `band`, the detector's threshold there (its `band(stderr, level, slope)`;
+    the run's points. `windows` (x, delta, band, n) holds the median of that difference in the
+    detector's windows (`window_width(logging interval)` steps; wider when the view would hold
+    more than `max_windows`), and `band`, the detector's threshold there (its `band(stderr, level, slope)`;
     NaN when no detector declares one). On a downsampled series the points are bucket extremes,
     whose spread exceeds the per-step noise, so the standard-error part of the band errs wide there.
     """
@@ -98,8 +98,9 @@ def reference_delta(run: pd.DataFrame, reference: pd.DataFrame,
     if len(rx) < 2:
         return empty
     d = ry - np.interp(rx, fx, fy)
-    points = detector.window_points if detector is not None else 1
-    width = max(points * cadence(rx), (rx[-1] - rx[0]) / max_windows)
+    interval = cadence(rx)
+    width = max(detector.window_width(interval) if detector is not None else interval,
+                (rx[-1] - rx[0]) / max_windows)
     w = window_summaries(rx, d, width)
     if detector is None:
         band = np.full(len(w.median), np.nan)

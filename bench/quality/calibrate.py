@@ -26,7 +26,7 @@ from monitor.detectors.memorization_trend import MemorizationTrend
 from monitor.detectors.noise import BetweenRunNoise, fit_noise
 from monitor.detectors.reference_divergence import ReferenceDivergence
 
-from . import corpus
+from . import corpus, faults
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,21 @@ def interpolation_error_correlation(half: str) -> float:
     return float(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1])
 
 
+def sparse_logging_alarms(half: str, floors=(2, 4, 8, 16), every=(10, 25)) -> dict[tuple[int, int], int]:
+    """Clean repeat pairs (both ways) on which reference_divergence fires when train loss is logged
+    every k steps as the mean since the last log, by (k, min_window_points): what the floor on a
+    window's values would have to prevent."""
+
+    pairs = list(itertools.permutations(corpus.repeats(half), 2))
+    fired = {}
+    for k in every:
+        logged = [(faults.train_every(a, k), faults.train_every(b, k)) for a, b in pairs]
+        for floor in floors:
+            det = ReferenceDivergence(min_window_points=floor)
+            fired[(k, floor)] = sum(bool(det.detect(a, b)) for a, b in logged)
+    return fired
+
+
 def widest(fits: list[BetweenRunNoise]) -> BetweenRunNoise:
     return BetweenRunNoise(level=max(f.level for f in fits), timing=max(f.timing for f in fits))
 
@@ -159,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
           f"correlated {c.interp_error_correlation:.2f} at consecutive checkpoints "
           f"({interpolation_error_correlation('test'):.2f} on the test half); "
           f"points {c.points}")
+    alarms = sparse_logging_alarms("calibration")
+    print("clean pairs on which reference_divergence fired, train loss logged every k steps as a mean, by "
+          "(k, min_window_points): " + ", ".join(f"{key}: {n}" for key, n in alarms.items()))
     return 0
 
 

@@ -168,7 +168,11 @@ CADENCES = (
     Cadence("late evals", "the run's held-out evaluations arrive two eval intervals late"),
     Cadence("train at evals", "both log train loss only when they evaluate, as the mean since the last "
             "log (HF Trainer with logging_steps = eval_steps)"),
+    Cadence("train every 25", "both log train loss every 25 steps, the mean since the last log (HF "
+            "Trainer's logging_steps, Megatron's log interval)"),
 )
+# Steps between the train-loss logs of the "train every 25" cadence.
+TRAIN_LOG_EVERY = 25
 CADENCE_NAMES = tuple(c.name for c in CADENCES)
 
 
@@ -229,6 +233,22 @@ def train_at_evals(run: RunData) -> RunData:
     return out
 
 
+def train_every(run: RunData, every: int = TRAIN_LOG_EVERY) -> RunData:
+    """Train loss logged every `every` steps, each value the mean of the steps since the last log
+    (what HF Trainer logs with logging_steps = `every`); a last partial interval is logged too."""
+    out = _copy(run, run.name)
+    s = out.scalars
+    if TRAIN_LOSS not in s:
+        return out
+    train = s[TRAIN_LOSS].dropna()
+    interval = (train.index.to_numpy() - 1) // every
+    means = train.groupby(interval).mean()
+    logged_at = train.index.to_series().groupby(interval).max()
+    s[TRAIN_LOSS] = np.nan
+    s.loc[logged_at.to_numpy(), TRAIN_LOSS] = means.to_numpy()
+    return out
+
+
 def apply_cadence(cadence: str, run: RunData, reference: RunData) -> tuple[RunData, RunData]:
     if cadence in ("same", "late evals"):
         return run, reference
@@ -242,6 +262,8 @@ def apply_cadence(cadence: str, run: RunData, reference: RunData) -> tuple[RunDa
         return thin_evals(run, 2, 0), thin_evals(reference, 2, 1)
     if cadence == "train at evals":
         return train_at_evals(run), train_at_evals(reference)
+    if cadence == "train every 25":
+        return train_every(run), train_every(reference)
     if cadence == "stderr logged":
         return with_stderr(run), with_stderr(reference)
     if cadence == "tokens":

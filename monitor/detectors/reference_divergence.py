@@ -1,9 +1,13 @@
 """Reference divergence: the run's train loss leaves its reference's, persistently and by more
 than two runs of one recipe differ.
 
-On the aligned axis, d = run - reference is cut into windows of `window_points` logged steps
-(aligned on the step axis, so a run judged whole or in pieces meets the same windows; the logging
-interval that sets their width is read from the first `cadence_points` logged steps). Each
+On the aligned axis, d = run - reference is cut into windows of `window_steps` steps, or of
+`min_window_points` logged values where the metric is logged so seldom that fewer would fall in
+that many steps (aligned on the step axis, so a run judged whole or in pieces meets the same
+windows; the logging interval that sets their width is read from the first `cadence_points` logged
+steps). A trainer that logs every step fills a window with `window_steps` values; one that logs the
+mean loss every 500 steps (Hugging Face's default) or an estimate at each evaluation (nanoGPT) has
+each value average many steps already, and its windows hold fewer, longer-averaged values. Each
 complete window's median of d (a median, so spikes either run has, shared or not, cannot move it)
 gets a z against two kinds of noise:
 
@@ -66,8 +70,16 @@ class ReferenceDivergence(Detector, Incremental):
 
     metric: str = TRAIN_LOSS
     """The metric compared with the reference."""
-    window_points: int = 100
-    """Logged steps per window: enough points for a median that one spike cannot move."""
+    window_steps: int = 100
+    """Steps per window: a run that logs every step has 100 values in each, enough for a median
+    that one spike cannot move."""
+    min_window_points: int = 8
+    """Logged values a window holds at least, where the metric is logged so seldom that fewer
+    would fall in `window_steps` (each such value is then usually a mean over its interval). A
+    window's standard error comes from its own spread, whose median absolute deviation is uncertain
+    by about 1.17/sqrt(n) of itself for normal noise: 41% at eight values. Not a false-alarm fit: on
+    the calibration half no clean pair fired at any floor from 2 to 16 with train loss logged every
+    10 or 25 steps as a mean (`python -m bench.quality.calibrate` prints it)."""
     cadence_points: int = 32
     """The logging interval, which sets the window width in steps, is the median spacing of the
     metric's first 32 logged steps: fixed once known, so live and whole-run judgements agree."""
@@ -79,9 +91,11 @@ class ReferenceDivergence(Detector, Incremental):
     """Three standard deviations of the between-run noise: a 0.27% two-sided chance per window for
     two runs of one recipe."""
     persist_windows: int = 3
-    """Consecutive counting windows of one sign that make a detection: 300 steps at the default."""
+    """Consecutive counting windows of one sign that make a detection: 300 steps of a run that logs
+    every step."""
     min_window_fill: float = 0.5
-    """A window needs at least half its points to be judged (a gap in the log leaves fewer)."""
+    """A window needs at least half the values its width holds to be judged (a gap in the log
+    leaves fewer)."""
     critical_ratio: float = 3.0
     """An effect three times the threshold it had to clear is CRITICAL."""
     evidence_points: int = 20_000
@@ -96,7 +110,7 @@ class ReferenceDivergence(Detector, Incremental):
         # The windows a run of counting windows may reach back over, and the one still growing;
         # held-out checkpoints only name what held-out loss did in the message.
         if column == self.metric:
-            return (self.persist_windows + 2) * self.window_points
+            return (self.persist_windows + 2) * max(self.window_steps, self.min_window_points)
         return 4 * self.persist_windows
 
     def settled_before(self, run: RunData, first_new: float) -> float:
@@ -104,10 +118,15 @@ class ReferenceDivergence(Detector, Incremental):
 
     # --- the windows ---------------------------------------------------------------------------
     def width(self, run: RunData) -> float | None:
-        """Window width in steps: window_points logging intervals of the metric's first
-        `cadence_points` logged steps (None until that many are logged)."""
+        """Window width in steps, for the logging interval of the metric's first `cadence_points`
+        logged steps (None until that many are logged)."""
         interval = logging_interval(run, self.metric, self.cadence_points)
-        return None if interval is None else self.window_points * interval
+        return None if interval is None else self.window_width(interval)
+
+    def window_width(self, interval: float) -> float:
+        """Steps per window for a metric logged every `interval` steps: `window_steps`, or
+        `min_window_points` intervals where that holds fewer values."""
+        return max(float(self.window_steps), self.min_window_points * float(interval))
 
     def windows(self, run: RunData, reference: RunData) -> pd.DataFrame:
         """One row per window with steps of both runs: the median of d, its standard error, the
@@ -126,9 +145,10 @@ class ReferenceDivergence(Detector, Incremental):
         tau = self.noise.tau(level, slope)
         se = w.median_se
         z = self.noise.z(w.median, se, level, slope)
-        step_cadence = width / self.window_points
+        step_cadence = logging_interval(run, self.metric, self.cadence_points)
         last_logged = float(r.index[-1])
-        complete = ((w.ids + 1) * width - step_cadence <= last_logged) & (w.n >= self.min_window_fill * self.window_points)
+        complete = (((w.ids + 1) * width - step_cadence <= last_logged)
+                    & (w.n >= self.min_window_fill * width / step_cadence))
         return pd.DataFrame({"window": w.ids, "first_step": w.first_step, "last_step": w.last_step,
                              "mid_step": w.mid_step, "n": w.n, "delta": w.median, "stderr": se, "level": level,
                              "slope": slope, "tau": tau, "z": z, "complete": complete,

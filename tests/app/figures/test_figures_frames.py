@@ -78,8 +78,8 @@ def test_reference_delta_follows_the_detectors_threshold():
     # standard deviations at the reference's level.
     assert (np.abs(windows["delta"]) < windows["band"]).all()
     assert (windows["band"] >= detector.z_threshold * detector.noise_level * 3.0).all()
-    # Each window spans the detector's window of logged steps (100 at one step apart).
-    assert np.median(np.diff(windows["x"])) == pytest.approx(detector.window_points, rel=0.05)
+    # Each window spans the detector's window (100 steps of a run logged every step).
+    assert np.median(np.diff(windows["x"])) == pytest.approx(detector.window_steps, rel=0.05)
     low, _ = figures.reference_delta(below, series(s, ref))
     late = low[low["x"] > 1000]
     assert (late["delta"] < -late["band"]).all()

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.quality.faults import train_every
 from monitor.detectors import REGISTRY, build, state_from_dict, state_to_dict
 from monitor.detectors.rundata import slice_rows
 from monitor.schema import (
@@ -130,6 +131,17 @@ def test_memorization_in_pieces_when_train_loss_is_logged_only_at_evaluations():
     whole = detector.detect(run, ref)
     assert whole
     for size in (250, 1111):
+        assert [key(d) for d in judged_in_pieces(detector, run, ref, size)[0]] == [key(d) for d in whole], size
+
+
+def test_reference_divergence_in_pieces_when_train_loss_is_logged_every_50_steps_as_a_mean():
+    # Windows of eight values, 400 steps: longer than some pieces, fixed once the interval is known.
+    run, ref = (train_every(data, 50) for data in faulty_pair())
+    (detector,) = build(["reference_divergence"])
+    assert detector.width(run) == 400
+    whole = detector.detect(run, ref)
+    assert whole
+    for size in (150, 1111):  # steps per piece
         assert [key(d) for d in judged_in_pieces(detector, run, ref, size)[0]] == [key(d) for d in whole], size
 
 

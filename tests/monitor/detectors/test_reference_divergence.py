@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench.quality.faults import train_every
 from monitor.detectors.reference_divergence import ReferenceDivergence
 from monitor.schema import TRAIN_LOSS, Severity
 
@@ -112,3 +113,18 @@ def test_only_complete_windows_are_judged():
 
 def run_of(name, loss):
     return run(name, pd.DataFrame({TRAIN_LOSS: loss}, index=np.arange(1, loss.size + 1)))
+
+
+def test_a_run_logged_every_250_steps_as_a_mean_is_judged_in_windows_of_eight_values():
+    """Hugging Face Trainer logs the mean loss every `logging_steps` (500 by default), nanoGPT an
+    estimate at each evaluation: in windows of 100 logged values such a run would never have the
+    three complete windows a verdict needs."""
+    det = ReferenceDivergence()
+    clean = [train_every(x, 250) for x in pair(n_steps=20_000, same_order=False)]
+    assert det.width(clean[0]) == 8 * 250
+    assert det.detect(*clean) == [] and det.not_judged(*clean) == []
+    worse = [train_every(x, 250) for x in pair(n_steps=20_000, offset_from=8000, offset=0.05, same_order=False)]
+    (d,) = det.detect(*worse)
+    assert d.evidence["direction"] == "above" and d.start_step >= 8000
+    # A run logged every step keeps its windows of 100 steps.
+    assert det.width(pair()[0]) == 100
