@@ -58,10 +58,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
     import sys
-
-    from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
     from dataclasses import replace
 
+    from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
     from monitor.judging.judge import detect_stored, severity_counts
     from monitor.store import open_store
 

@@ -308,8 +308,9 @@ def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> p
 def findings(store: Store, run: str) -> pd.DataFrame:
     """What was found on `run`: its alerts (the watch service's incidents), then the stored
     detections that no member of an alert (a detector and metric of its story) overlaps (those
-    `gapwatch detect` stored, or recurrences the watch folded into a cool-down), grouped into incidents by the watch
-    service's rule (monitor/alerting/grouping.py) with state "found", or "resolved" where the run
+    `gapwatch detect` stored, or recurrences the watch folded into a cool-down), grouped into
+    incidents by the watch service's rule (monitor/alerting/grouping.py) with state "found", or
+    "resolved" where the run
     showed the condition gone later (as `gapwatch detect` lists it). Columns as `read_alerts`, plus
     `name` and `incident_id` (as `gapwatch detect` and the notifications give them), `source`
     ("alert" or "detection") and `count` (detections in the row)."""
