@@ -310,10 +310,10 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     detections that no member of an alert (a detector and metric of its story) overlaps (those
     `gapwatch detect` stored, or recurrences the watch folded into a cool-down), grouped into
     incidents by the watch service's rule (monitor/alerting/grouping.py) with state "found", or
-    "resolved" where the run
-    showed the condition gone later (as `gapwatch detect` lists it). Columns as `read_alerts`, plus
-    `name` and `incident_id` (as `gapwatch detect` and the notifications give them), `source`
-    ("alert" or "detection") and `count` (detections in the row)."""
+    "resolved" where the run showed the condition gone later (as `gapwatch detect` lists it).
+    Columns as `read_alerts`, plus `name` and `incident_id` (as `gapwatch detect` and the
+    notifications give them), `source` ("alert" or "detection") and `count` (detections in the
+    row)."""
     alerts = store.read_alerts(run).assign(source="alert", count=1)
     described = {a.id: a for a in stored_alerts(store, run)}
     alerts["name"] = [described[i].name if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
