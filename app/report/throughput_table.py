@@ -74,4 +74,6 @@ def _goodput(data: RunData, detector: Detector | None) -> float | None:
     v = detector.step_verdicts(data, times, finished=True)
     judged = v[np.isfinite(v["ideal"].to_numpy())]  # steps of a block with an ideal to judge them by
     total = float(judged["time"].sum())
-    return float(judged["ideal"].sum() / total) if total > 0 else None
+    # Lost time is never negative: steps faster than the ideal (the block before theirs set it, or
+    # the sums round differently) lost none.
+    return min(1.0, float(judged["ideal"].sum() / total)) if total > 0 else None

@@ -298,7 +298,8 @@ class ThroughputDetector(Detector, Incremental):
         complete = ((blocks.index.to_numpy() + 1) * width - interval <= float(steps[-1])) \
             & (blocks["n"].to_numpy() >= self.block_points // 2)
         blocks = blocks[complete]
-        goodput = (blocks["ideal"] / blocks["actual"]).to_numpy()
+        # Lost time is never negative: a block faster than the ideal the block before it set lost none.
+        goodput = np.minimum(1.0, (blocks["ideal"] / blocks["actual"]).to_numpy())
         out = []
         for a, b in signed_runs(goodput < self.min_goodput, -np.ones(goodput.size), blocks.index.to_numpy(), 1):
             k = a + int(np.argmin(goodput[a:b + 1]))

@@ -187,6 +187,16 @@ def test_throughput_table_goodput_drops_with_stalls(synthetic):
     assert rows["ref"]["mfu"] == pytest.approx(0.4, rel=0.01)
 
 
+def test_goodput_of_a_run_that_got_faster_is_at_most_one(synthetic):
+    # Each block of step times is judged by the ideal of the block before it: a run that sped up
+    # beats that ideal, but it lost no time, and no time is never more than all of it.
+    run = synthetic(name="run", seed=1)
+    times = run.scalars[schema.PERF_STEP_TIME_S]
+    run.scalars.loc[run.scalars.index >= 1500, schema.PERF_STEP_TIME_S] = times * 0.7
+    rows = {r["run"]: r for r in throughput_table(compare(run, synthetic(name="ref", seed=2))).rows}
+    assert rows["run"]["goodput"] == 1.0
+
+
 def test_estimates_render_with_their_marker():
     col = Column("d", "d", fmt=".4f", signed=True)
     assert cell(Estimate(-0.004, 0.0061), col) == "−0.0040 ± 0.0061"
