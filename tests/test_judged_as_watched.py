@@ -90,7 +90,7 @@ def test_detect_groups_findings_with_the_watch_configs_incident_settings(tmp_pat
     ("incidents: {resolve_after: 3}\n", "unknown setting(s) ['resolve_after'] in incidents"),
 ])
 def test_a_config_whose_settings_would_change_nothing_is_one_clear_error(tmp_path, capsys, text, says):
-    url = store_with(tmp_path, stories.clean(STEPS))
+    url = f"sqlite:///{tmp_path / 'no-such-store.db'}"  # the config is read first
     config = config_file(tmp_path, text)
     for command in (["detect", "--no-write"], ["report", "-o", str(tmp_path / "r.md")]):
         assert main([command[0], "--run", "clean", "--store", url, "--config", config, *command[1:]]) == 2

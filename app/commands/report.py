@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
         if args.windows < 1:
             raise GapwatchError(f"--windows must be at least 1, not {args.windows}")
         config.train = replace(config.train, windows=args.windows)
+    detect, incidents = judging_settings(args)  # a bad config is its error, before any store is opened
     with open_store(args.store, read_only=True) as store:
-        detect, incidents = judging_settings(args)
         pair = load_pair(store, args.run, args.reference, detect=detect, incidents=incidents, progress=progress)
     progress("building tables, verdict and charts")
     report = build_report(pair, config)
