@@ -209,7 +209,7 @@ class Demo:
 
     @property
     def watch_config(self) -> Path:
-        """The watch service's settings, written by watch() and read again by report()."""
+        """The watch service's settings, written by watch() and read again by report() and dashboard()."""
         return self.workdir / "watch.yaml"
 
     def watch(self) -> None:
@@ -301,11 +301,14 @@ class Demo:
         self.begin("live dashboard")
         url = f"http://{self.config.host}:{self.config.port}/"
         if not self.config.serve:
-            self.say(f"not serving (--no-serve); `gapwatch dashboard --store {self.config.store_url}` would serve {url}")
+            self.say(f"not serving (--no-serve); `gapwatch dashboard --store {self.config.store_url} --config "
+                     f"{self.watch_config}` would serve {url}")
             return
         self.say(f"dashboard at {url}  (Ctrl-C to stop)")
         try:
-            self.gapwatch("dashboard", "--host", self.config.host, "--port", str(self.config.port))
+            # Its thresholds drawn with the watch service's settings, as the alerts were judged.
+            self.gapwatch("dashboard", "--host", self.config.host, "--port", str(self.config.port),
+                          "--config", str(self.watch_config))
         except KeyboardInterrupt:
             pass
 

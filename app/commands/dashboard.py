@@ -30,6 +30,9 @@ def register(subparsers) -> None:
                         help="seconds between live updates of an open page (default: 2)")
     parser.add_argument("--max-points", type=int, default=2000,
                         help="points per series in a view (default: 2000)")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="the watch service's config file (YAML or TOML): its detector_params set the "
+                        "thresholds the charts draw, as the alerts were judged")
     parser.set_defaults(func=run)
 
 
@@ -41,11 +44,13 @@ def run(args: argparse.Namespace) -> int:
     from app.dashboard.config import DashboardConfig
     from app.dashboard.server import make_server, open_app
     from monitor.errors import GapwatchError
+    from monitor.watch.config import load_judging
 
     if args.poll <= 0 or args.max_points < 100:
         raise GapwatchError("--poll must be positive and --max-points at least 100")
+    params = load_judging(args.config)[0].params if args.config else {}
     config = DashboardConfig(store_url=args.store, host=args.host, port=args.port, poll_interval_s=args.poll,
-                             max_points=args.max_points)
+                             max_points=args.max_points, detector_params=params)
     app = open_app(config, AuthConfig.from_env())
     server = make_server(app, config)
     sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -149,7 +149,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             kept = [no_update] * len(ctx.outputs_list[0])
             return kept, kept, no_update, no_update, [f"{one_line(exc)}."]
         # No pick: the first tasks in the report's order (most different from the reference first).
-        rendered = panels.build(data, tasks or view.get("tasks"))
+        rendered = panels.build(data, tasks or view.get("tasks"), params=config.detector_params)
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
         hidden = {"display": "none"}

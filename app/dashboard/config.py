@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from app.run_health import STALE_AFTER_S
 
@@ -32,3 +33,6 @@ class DashboardConfig:
     """Waitress worker threads: a page load fires a few callbacks at once."""
     title: str = "gapwatch"
     """Browser tab title."""
+    detector_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The watch service's detector settings ({detector: {argument: value}}): the thresholds the
+    charts draw are the ones the alerts were judged by."""

@@ -59,8 +59,9 @@ class RenderedView:
         return "Not drawn: " + ", ".join(f"{PANEL_NAMES[p]} ({why})" for p, why in self.left_out.items())
 
 
-def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
-    """Every panel of the run page; `tasks` picks the downstream evals shown (None: the first few)."""
+def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = None) -> RenderedView:
+    """Every panel of the run page; `tasks` picks the downstream evals shown (None: the first few);
+    `params` are the detector settings the run was judged with (the thresholds drawn)."""
     run, ref = view.run, view.reference
     x_title = run.axis.title
     long = run.long
@@ -80,7 +81,7 @@ def build(view: ViewData, tasks: list[str] | None = None) -> RenderedView:
     stalls = detections[detections["detector"].isin(shown_in(Section.THROUGHPUT))]
 
     def delta() -> go.Figure:
-        windows, points = figures.reference_delta(train, ref_train)
+        windows, points = figures.reference_delta(train, ref_train, params=params)
         if smooth is not None and ref_smooth is not None:
             # The faint line is the smoothed difference; the window medians stay the detector's.
             points = figures.reference_delta(smooth, ref_smooth)[1]

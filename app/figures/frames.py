@@ -66,19 +66,21 @@ def x_values(frame: pd.DataFrame) -> np.ndarray:
     return frame["x"].to_numpy() if "x" in frame else frame["step"].to_numpy()
 
 
-def reference_delta(run: pd.DataFrame, reference: pd.DataFrame,
-                    max_windows: int = DEFAULT_DELTA_WINDOWS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def reference_delta(run: pd.DataFrame, reference: pd.DataFrame, max_windows: int = DEFAULT_DELTA_WINDOWS,
+                    params: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run minus reference where both exist, as the detector that draws the delta band
     (`Drawing.DELTA_BAND`) judges it.
 
     Returns (windows, points). `points` (x, delta) is the run minus the reference interpolated at
     the run's points. `windows` (x, delta, band, n) holds the median of that difference in the
     detector's windows (`window_width(logging interval)` steps; wider when the view would hold
-    more than `max_windows`), and `band`, the detector's threshold there (its `band(stderr, level, slope)`;
-    NaN when no detector declares one). On a downsampled series the points are bucket extremes,
-    whose spread exceeds the per-step noise, so the standard-error part of the band errs wide there.
+    more than `max_windows`), and `band`, the detector's threshold there (its
+    `band(stderr, level, slope)`; NaN when no detector declares one), the detector built with its
+    entry of `params` (as the run was judged). On a downsampled series the points are bucket
+    extremes, whose spread exceeds the per-step noise, so the standard-error part of the band errs
+    wide there.
     """
-    detector = drawn_by(Drawing.DELTA_BAND)
+    detector = drawn_by(Drawing.DELTA_BAND, params)
     rx, ry = _finite(run)
     fx, fy = _finite(reference)
     empty = (pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta", "band", "n")}),

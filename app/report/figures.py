@@ -105,7 +105,7 @@ def _train_figures(pair: ComparedPair, config: FigureConfig, x_title: str) -> li
                       section="train_delta")]
     # The detector's own windows and threshold (app.figures.reference_delta); the pointwise
     # difference underneath is thinned like every other series.
-    windows, points = F.reference_delta(F.series_frame(loss_run), F.series_frame(ref_loss))
+    windows, points = F.reference_delta(F.series_frame(loss_run), F.series_frame(ref_loss), params=pair.detect.params)
     if len(windows):
         points = thin(points.set_index("x")["delta"], config.max_points).rename(columns={"step": "x", "value": "delta"})
         fig = F.delta_figure(windows, points, run_name=run_name, reference_name=ref_name, x_title=x_title)

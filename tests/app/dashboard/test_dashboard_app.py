@@ -225,3 +225,37 @@ def test_not_judged_says_how_far_the_last_detect_judged_and_whether_the_watch_se
         store.write_metrics("r", pd.DataFrame({"step": np.arange(300, 500), "key": TRAIN_LOSS, "value": 3.0}))
     stale = listed()
     assert "judged to step 299; the run is at step 499 now" in stale and "gapwatch detect --run r" in stale
+
+
+def test_the_thresholds_drawn_are_the_ones_the_watch_config_judges_by(demo_url, tmp_path, monkeypatch):
+    """`gapwatch dashboard --config watch.yaml` draws the train-delta band with the watch
+    service's detector settings, as its alerts were judged; without it, with the defaults."""
+    import app.dashboard.server as server_module
+    from app.dashboard import panels, queries
+    from app.dashboard.routes import ViewSpec
+
+    config = tmp_path / "watch.yaml"
+    config.write_text("detector_params: {reference_divergence: {noise_level: 0.02}}\n")
+    served = {}
+
+    class Served:
+        effective_port = 8050
+
+        def run(self):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(server_module, "make_server", lambda app, config: served.update(config=config) or Served())
+    assert main(["dashboard", "--store", demo_url, "--config", str(config)]) == 0
+    params = served["config"].detector_params
+    assert params == {"reference_divergence": {"noise_level": 0.02}}
+    with open_store(demo_url, read_only=True) as store:
+        view = queries.load_view(store, ViewSpec(run="olmo-repro"), 2000, None)
+
+    def band(settings) -> np.ndarray:
+        figure = panels.build(view, params=settings).figures["delta"]
+        return np.abs(np.asarray(next(t for t in figure.data if t.fill == "tonexty").y, dtype=float))
+
+    assert (band(params) > 2 * band(None)).all()

@@ -101,6 +101,16 @@ def test_reference_delta_draws_the_band_its_detector_declares(monkeypatch):
     assert windows["band"].isna().all() and np.allclose(windows["delta"], 0.1)
 
 
+def test_reference_delta_draws_the_band_with_the_settings_the_run_was_judged_with():
+    s = np.arange(3000)
+    run, ref = series(s, np.full(len(s), 3.0)), series(s, np.full(len(s), 3.0))
+    default, _ = figures.reference_delta(run, ref)
+    wider, _ = figures.reference_delta(run, ref, params={"reference_divergence": {"noise_level": 0.02}})
+    # A noiseless, flat pair: the band is all between-run spread, which scales with the setting.
+    detector = ReferenceDivergence()
+    assert np.allclose(wider["band"], default["band"] * 0.02 / detector.noise_level, rtol=1e-6)
+
+
 def test_reference_delta_caps_windows_on_a_long_view_and_uses_only_overlap():
     s = np.arange(0, 1_000_000, 500)  # a downsampled million-step view: 2,000 points
     windows, points = figures.reference_delta(series(s, np.ones(len(s))), series(s[:1000], np.ones(1000)))
