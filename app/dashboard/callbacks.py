@@ -19,6 +19,7 @@ from app.dashboard.routes import ViewSpec, parse_run_path, run_href
 from monitor.errors import GapwatchError
 from monitor.judging.judge import load_not_judged
 from monitor.store import DatabaseError, Store, describe_db_error
+from monitor.watch.run_watcher import is_watched
 
 PANEL = {"type": "panel", "name": ALL}
 # Plotly reports a zoom as `xaxis.range[0]`/`xaxis.range[1]` (or `xaxis2...` on a lower panel of a
@@ -207,7 +208,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             figure.update_xaxes(range=list(x_range))
         return (figure, layout.alerts_list(frame, spec),
                 layout.not_judged_list(load_not_judged(store, spec.run), spec.run, extent[1] if extent else None,
-                                       watched=queries.is_watched(store, spec.run)))
+                                       watched=is_watched(store, spec.run)))
 
 
 def _zoom(relayout: dict | None):

@@ -25,7 +25,6 @@ from monitor.alerting.grouping import group, most_severe_first, progress_from_ma
 from monitor.alerting.ledger import stored_alerts
 from monitor.judging.align import align_pair
 from monitor.judging.judge import load_cleans
-from monitor.watch.run_watcher import state_name
 from monitor.errors import GapwatchError
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
@@ -333,11 +332,6 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     found = found[[c for c in alerts.columns if c in found.columns]]
     frame = pd.concat([alerts, found], ignore_index=True) if len(alerts) else found.reset_index(drop=True)
     return frame.astype({"start_step": "int64", "end_step": "int64", "peak_step": "int64", "count": "int64"})
-
-
-def is_watched(store: Store, run: str) -> bool:
-    """Whether the watch service has judged `run` (it keeps a state for each run it watches)."""
-    return state_name(run) in store.state_names(state_name(run))
 
 
 def run_extent(store: Store, run: str) -> tuple[int, int] | None:

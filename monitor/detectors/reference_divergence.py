@@ -132,7 +132,8 @@ class ReferenceDivergence(Detector, Incremental):
         """One row per window with steps of both runs: the median of d, its standard error, the
         reference's level and log-step slope there, the between-run tau, z, and whether the window
         is complete (its last step has been logged, and it holds `min_window_fill` of its points)."""
-        width = self.width(run)
+        interval = logging_interval(run, self.metric, self.cadence_points)
+        width = None if interval is None else self.window_width(interval)
         r, f = finite(run, self.metric), finite(reference, self.metric)
         common = r.index.intersection(f.index)
         if width is None or common.empty:
@@ -145,10 +146,9 @@ class ReferenceDivergence(Detector, Incremental):
         tau = self.noise.tau(level, slope)
         se = w.median_se
         z = self.noise.z(w.median, se, level, slope)
-        step_cadence = logging_interval(run, self.metric, self.cadence_points)
         last_logged = float(r.index[-1])
-        complete = (((w.ids + 1) * width - step_cadence <= last_logged)
-                    & (w.n >= self.min_window_fill * width / step_cadence))
+        complete = (((w.ids + 1) * width - interval <= last_logged)
+                    & (w.n >= self.min_window_fill * width / interval))
         return pd.DataFrame({"window": w.ids, "first_step": w.first_step, "last_step": w.last_step,
                              "mid_step": w.mid_step, "n": w.n, "delta": w.median, "stderr": se, "level": level,
                              "slope": slope, "tau": tau, "z": z, "complete": complete,

@@ -52,6 +52,11 @@ def watched_runs(store) -> set[str]:
     return {name.removeprefix(state_name("")) for name in store.state_names(state_name(""))}
 
 
+def is_watched(store, run: str) -> bool:
+    """Whether the watch service has judged `run`, reading only the names of its own states."""
+    return state_name(run) in store.state_names(state_name(run))
+
+
 class RunWatcher:
     def __init__(self, store, run: str, reference: str | None, engine: DetectionEngine,
                  window_steps: int = 50_000) -> None:
