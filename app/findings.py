@@ -1,8 +1,9 @@
-"""Grouped findings as `gapwatch detect` and the report print them: one line per incident.
+"""Incidents in one line each, as `gapwatch detect`, the report and the dashboard's alert list print
+them.
 
 The words are the detectors': a lone detection is its own message, and an incident of several is
 headed by its worst one (for a divergence, the message gives the window median and the band it had
-to clear). Only the counting is said here.
+to clear). Only the counting, and what else the incident holds, are said here.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 
 from monitor.alerting.grouping import Incident
+from monitor.alerting.incidents import Alert
 
 
 def steps(incident: Incident) -> str:
@@ -18,15 +20,32 @@ def steps(incident: Incident) -> str:
 
 
 def headline(incident: Incident) -> str:
+    """The naming finding's words, how often it recurred, and what else the incident holds.
+
+    "N times" counts only the naming detector's findings on the naming metric: a divergence that
+    holds a held-out and a train-loss finding is one held-out divergence, with the train loss
+    named after it, not "2 times"."""
     worst = incident.worst
-    if incident.count == 1:
-        return worst.message
+    same = [d for d in incident.detections if (d.detector, d.metric) == (worst.detector, worst.metric)]
     lost = [d.evidence.get("lost_s") for d in incident.detections]
     total = (f", {sum(lost):,.0f} s lost in all" if all(isinstance(x, (int, float)) and math.isfinite(x) for x in lost)
              else "")
-    if incident.period_steps is not None:
-        head = (f"{incident.count} times in {incident.episodes} bursts, one every ~{incident.period_steps:,.0f} "
-                f"steps{total}")
+    if len(same) == 1:
+        text = worst.message
+    elif incident.period_steps is not None:
+        text = (f"{len(same)} times in {incident.episodes} bursts, one every ~{incident.period_steps:,.0f} "
+                f"steps{total}; worst at step {int(worst.peak_step):,}: {worst.message}")
     else:
-        head = f"{incident.count} times{total}"
-    return f"{head}; worst at step {int(worst.peak_step):,}: {worst.message}"
+        text = f"{len(same)} times{total}; worst at step {int(worst.peak_step):,}: {worst.message}"
+    return text + (also(incident.alert) if incident.alert is not None else "")
+
+
+def also(alert: Alert) -> str:
+    """"; also: ..." naming the incident's members other than the one that names it (another
+    detector by its explanation, the naming detector on another metric by that metric); "" when
+    it has none."""
+    naming = (alert.detector, alert.metric)
+    others = [m.explanation if m.detector != alert.detector else f"{m.detector} on {m.metric}"
+              for m in alert.members.values() if (m.detector, m.metric) != naming]
+    others = list(dict.fromkeys(others))
+    return f"; also: {'; '.join(others)}" if others else ""

@@ -157,8 +157,6 @@ def alerts_list(alerts: pd.DataFrame, spec: ViewSpec) -> list:
             html.Span(a.severity, className=f"sev sev-{a.severity}"),
             html.Span(a.state, className="state"),
             html.Span(a.name, className="what", title=f"{a.incident_id}: {a.detector} on {a.metric}"),
-            *([html.Span(f"{a.count}×", className="count", title=f"{a.count} detections in this incident")]
-              if getattr(a, "count", 1) > 1 else []),
             dcc.Link(f"steps {a.start_step:,}–{a.end_step:,}",
                      href=spec.replace(start=int(a.start_step), end=int(a.end_step), lo=None, hi=None).href(),
                      className="alert-link"),

@@ -17,6 +17,7 @@ from app.dashboard.axis import STEP_AXIS, AxisMap, interpolated_tokens, linear_t
 from app.dashboard.config import DashboardConfig
 from app.dashboard.contain import contained
 from app.dashboard.routes import ViewSpec
+from app.findings import also, headline
 from app.figures.markers import DEFAULT_KINDS
 from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
@@ -317,6 +318,7 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     described = {a.id: a for a in stored_alerts(store, run)}
     alerts["name"] = [described[i].name if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
     alerts["incident_id"] = [described[i].incident_id if i in described else "" for i in alerts["id"]]
+    alerts["message"] = [m + also(described[i]) if i in described else m for i, m in zip(alerts["id"], alerts["message"])]
     # An incident holds the findings of every detector and metric of its story: each member's span.
     spans = [(m.detector, m.metric, m.start_step, m.end_step) for a in described.values()
              for m in (a.members.values() or [a])]
@@ -327,7 +329,8 @@ def findings(store: Store, run: str) -> pd.DataFrame:
         return alerts
     incidents = most_severe_first(group(loose, progress_from_marks(run, store.run_marks(run).series),
                                         cleans=load_cleans(store, run)))
-    found = pd.DataFrame([{**i.to_dict(), "state": "resolved" if i.resolved else "found", "source": "detection"} for i in incidents])
+    found = pd.DataFrame([{**i.to_dict(), "message": headline(i), "state": "resolved" if i.resolved else "found",
+                           "source": "detection"} for i in incidents])
     found["severity"] = found["severity"].map(lambda s: getattr(s, "value", s))
     found = found[[c for c in alerts.columns if c in found.columns]]
     frame = pd.concat([alerts, found], ignore_index=True) if len(alerts) else found.reset_index(drop=True)

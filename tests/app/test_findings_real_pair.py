@@ -65,6 +65,11 @@ def test_detect_rows_in_a_pipe_are_one_line_each(real_pair, capsys):
     assert 0 < len(lines) <= A_FEW_DOZEN and all(len(line.split("\t")) == 7 for line in lines)
     stall = next(line for line in lines if "\tsteps slowed down or stalled\t" in line)
     assert "160 times in" in stall and "s lost in all" in stall
+    # One held-out divergence with the train-loss finding named after it: not "2 times".
+    divergence = next(line for line in lines if "\theld-out loss diverged from the reference\t" in line)
+    finding = divergence.split("\t")[-1]
+    assert finding.startswith("held-out") and "times" not in finding, finding
+    assert finding.endswith("; also: train loss below the reference"), finding
     assert "muon-1.5b against adamw-1.5b" in captured.err
 
 

@@ -156,6 +156,7 @@ def test_findings_are_alerts_and_the_stored_detections_no_alert_covers(tmp_path,
     spikes = found[(found["detector"] == "spike") & (found["source"] == "detection")]
     assert spikes[["start_step", "end_step", "count"]].values.tolist() == [
         [runs.spike_steps[1], runs.spike_steps[2], 2]]
+    assert spikes["message"].iloc[0].startswith("2 times; worst at step")  # as `detect` words it
     assert found["start_step"].dtype == "int64"
 
 
@@ -175,6 +176,8 @@ def test_one_incident_is_one_row_whatever_detectors_and_metrics_it_holds(tmp_pat
         found = queries.findings(store, "worse")
     assert stored == {"reference_divergence", "heldout_divergence"}
     assert found[["source", "state"]].values.tolist() == [["alert", "open"]]
+    # Its one row says what else it holds, as `detect` does.
+    assert found["message"][0].endswith("; also: train loss above the reference"), found["message"][0]
 
 
 def test_a_stored_finding_the_run_recovered_from_reads_resolved(tmp_path):
