@@ -158,12 +158,34 @@ class EvalRegression(Detector, Incremental):
         metrics = downstream_metrics(run.scalars.columns)
         if not metrics:
             return [NotJudged(self.name, "the run logs no downstream evals")]
-        if reference is not None:
-            theirs = {m.key for m in downstream_metrics(reference.scalars.columns)}
-            if not any(m.key in theirs for m in metrics):
-                return [NotJudged(self.name, "the run and the reference share no downstream metric; the run is judged "
-                                  "against its own best only")]
-        return []
+        out = []
+        theirs = set() if reference is None else {m.key for m in downstream_metrics(reference.scalars.columns)}
+        shared = [m for m in metrics if m.key in theirs]
+        if reference is not None and not shared:
+            out.append(NotJudged(self.name, "the run and the reference share no downstream metric; the run is judged "
+                                 "against its own best only"))
+        if shared:
+            paired = max(matching_steps(run, reference, m.key).size for m in shared)
+            if paired < self.persist_checkpoints:
+                out.append(NotJudged(
+                    self.name, f"{paired} evaluation(s) at steps the reference evaluated too; a regression against "
+                               f"it is {self.persist_checkpoints} worse evaluations in a row",
+                    needs=f"{self.persist_checkpoints - paired} more evaluation(s) at the reference's steps"))
+        alone = [m for m in metrics if m.key not in theirs]
+        if self.within_run and alone:
+            # A regression within the run falls from a best (a running median of `best_smoothing`
+            # evaluations) for `persist_checkpoints` evaluations after it.
+            evaluations = max(finite(run, m.key).size for m in alone)
+            least = self.best_smoothing + self.persist_checkpoints
+            if evaluations < least:
+                which = "downstream evaluation(s)" if reference is None else \
+                    "evaluation(s) of the metrics the reference does not log"
+                out.append(NotJudged(
+                    self.name, f"{evaluations} {which}; a regression within the run is "
+                               f"{self.persist_checkpoints} evaluations below its best (a median of "
+                               f"{self.best_smoothing})",
+                    needs=f"{least - evaluations} more evaluation(s)"))
+        return out
 
     # --- per task vs reference -----------------------------------------------------------------------
     def _per_task(self, run, reference, m: DownstreamMetric, bound: float) -> list:

@@ -134,3 +134,17 @@ def test_a_regression_that_recovers_resolves_and_one_that_persists_stays_open():
         assert [d.start_step for d in found] == [8_000]
         (incident,) = [i for i in group(found, progress_from_marks("r", marks), cleans=detector.clean(*pair))]
         assert incident.resolved is recovers
+
+
+def test_too_few_evaluations_are_not_judged_and_say_how_many_more_it_needs():
+    # One lm-eval results file: one evaluation, nothing to fall from.
+    once = evals(1).loc[[1000]]
+    (reason,) = EvalRegression().not_judged(run("r", once))
+    assert reason.reason.startswith("1 downstream evaluation(s)") and reason.needs == "4 more evaluation(s)"
+    assert EvalRegression().detect(run("r", once)) == []
+    # Against a reference that evaluated once at the same step: nothing in a row to compare.
+    (reason,) = EvalRegression().not_judged(run("r", once), run("ref", evals(2)))
+    assert "at steps the reference evaluated too" in reason.reason and reason.needs.startswith("1 more")
+    # Enough evaluations, alone or against the reference: judged, nothing to say.
+    assert EvalRegression().not_judged(run("r", evals(1).loc[:5000])) == []
+    assert EvalRegression().not_judged(run("r", evals(1)), run("ref", evals(2))) == []
