@@ -14,7 +14,16 @@ from plotly.subplots import make_subplots
 from monitor.detectors.eval_keys import lower_is_better
 
 from app.figures.frames import x_values
-from app.figures.style import REFERENCE_COLOR, RUN_COLOR, TEMPLATE, base_figure, log_y_axis_if_wide, note_empty, text
+from app.figures.style import (
+    REFERENCE_COLOR,
+    RUN_COLOR,
+    TEMPLATE,
+    base_figure,
+    log_y_axis_if_wide,
+    note_empty,
+    text,
+    ticks_at_few_points,
+)
 
 # Panels per row, and the most tasks drawn at once: past a dozen small panels none is readable.
 COLUMNS = 3
@@ -51,6 +60,8 @@ def downstream_figure(run: pd.DataFrame, reference: pd.DataFrame | None = None, 
                 error_y=dict(type="data", array=np.nan_to_num(stderr, nan=0.0), visible=True, thickness=1.1, width=3)
                 if np.isfinite(stderr).any() else None,
             ), row=row, col=col)
+        ticks_at_few_points(fig, np.concatenate([x_values(f[f["task"] == task]) for f in (run, reference) if len(f)]),
+                            row=row, col=col)
         if lower_is_better(task.rsplit("/", 1)[-1]):  # perplexity falls from millions at the start
             values = np.concatenate([f.loc[f["task"] == task, "value"].to_numpy(dtype=float) for f in (run, reference)])
             log_y_axis_if_wide(fig, values, row=row, col=col)

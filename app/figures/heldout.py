@@ -16,6 +16,7 @@ from app.figures.style import (
     note_empty,
     side_legend,
     text,
+    ticks_at_few_points,
 )
 
 
@@ -72,6 +73,7 @@ def heldout_figure(run: pd.DataFrame, reference: pd.DataFrame | None = None, *, 
     if not len(run) and not len(reference):
         return note_empty(fig, empty_reason)
     _add_sets(fig, run, reference, "loss", run_name=run_name, reference_name=reference_name, stderr=True)
+    ticks_at_few_points(fig, np.concatenate([x_values(f) for f in (run, reference) if len(f)]))
     if not full_y:
         both = pd.concat([run, reference], ignore_index=True)
         clip_transient(fig, x_values(both), both["loss"].to_numpy(dtype=float))
@@ -90,6 +92,7 @@ def gap_figure(run_gap: pd.DataFrame, reference_gap: pd.DataFrame | None = None,
     if not len(run_gap) and not len(reference_gap):
         return note_empty(fig, empty_reason)
     _add_sets(fig, run_gap, reference_gap, "gap", run_name=run_name, reference_name=reference_name, stderr=False)
+    ticks_at_few_points(fig, np.concatenate([x_values(f) for f in (run_gap, reference_gap) if len(f)]))
     if not full_y:
         both = pd.concat([run_gap, reference_gap], ignore_index=True)
         clip_transient(fig, x_values(both), both["gap"].to_numpy(dtype=float))

@@ -132,6 +132,20 @@ def base_figure(title: str, x_title: str, y_title: str = "", height: int = 320) 
     return fig
 
 
+# Fewer distinct steps than this on a panel's x axis get a tick each: plotly would put ticks at
+# fractional steps around one evaluation (999.5, 1,000.5) and between two close ones.
+FEW_POINTS = 5
+
+
+def ticks_at_few_points(fig: go.Figure, x: np.ndarray, **where) -> None:
+    """A tick at each of the x values when there are only a few of them (the x axis `where` picks
+    one subplot: row=, col=)."""
+    x = np.asarray(x, dtype=float)
+    distinct = np.unique(x[np.isfinite(x)])
+    if 0 < distinct.size < FEW_POINTS:
+        fig.update_xaxes(tickmode="array", tickvals=distinct.tolist(), **where)
+
+
 # An empty panel is a one-line note, not a tall grid of meaningless ticks.
 EMPTY_HEIGHT = 150
 

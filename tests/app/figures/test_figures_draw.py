@@ -146,6 +146,19 @@ def test_downstream_figure_one_panel_per_task_up_to_the_limit():
     assert list(chosen.data[0].error_y.array) == [0.02, 0.02]
 
 
+def test_one_evaluation_is_ticked_at_its_step_not_at_fractional_steps_around_it():
+    # A single lm-eval results file: plotly alone ticks 999, 999.5, 1000, 1,000.5, 1001.
+    once = {downstream_key("arc", "acc"): ([1000], [0.41]), heldout_key("c4", "loss"): ([1000], [2.9])}
+    fig = figures.downstream_figure(figures.downstream_frame(long(once)), None, run_name="run")
+    assert fig.layout.xaxis.tickmode == "array" and list(fig.layout.xaxis.tickvals) == [1000]
+    held = figures.heldout_figure(figures.heldout_frame(long(once)), None, run_name="run")
+    assert list(held.layout.xaxis.tickvals) == [1000]
+    # Many evaluations: plotly's own round ticks.
+    many = {downstream_key("arc", "acc"): (list(range(1000, 11_000, 1000)), [0.41] * 10)}
+    fig = figures.downstream_figure(figures.downstream_frame(long(many)), None, run_name="run")
+    assert fig.layout.xaxis.tickmode is None and fig.layout.xaxis.tickvals is None
+
+
 def test_perplexity_from_millions_is_drawn_on_a_log_axis_and_accuracy_is_not():
     rows = {downstream_key("lambada", "ppl"): ([0, 1000, 2000], [4e6, 30.0, 25.0]),
             downstream_key("lambada", "acc"): ([0, 1000, 2000], [0.01, 0.3, 0.35])}
