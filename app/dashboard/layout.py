@@ -12,6 +12,7 @@ import pandas as pd
 from dash import dcc, html
 
 from app.dashboard.panels import PANELS
+from app.dashboard.queries import DownstreamTasks
 from app.dashboard.routes import ViewSpec, run_href
 from app.figures.evals import DEFAULT_MAX_TASKS
 from app.figures.style import EVENT_COLORS, EVENT_DASH
@@ -78,8 +79,10 @@ def runs_table(frame: pd.DataFrame) -> html.Table | html.P:
 
 
 def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] | None,
-             default_reference: str | None, tasks: list[str], notes: list[str] | None = None) -> html.Div:
+             default_reference: str | None, downstream: DownstreamTasks,
+             notes: list[str] | None = None) -> html.Div:
     """`notes`: one line each about what the page could not do (shown with the view's notices)."""
+    tasks = downstream.names
     others = [{"label": n, "value": n} for n in run_names if n != spec.run]
     reference = spec.reference if spec.reference is not None else default_reference
     view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None, "shown_reference": reference,
@@ -119,7 +122,8 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
             html.Label("downstream metrics"),
             dcc.Dropdown(id="task-select", options=[{"label": t, "value": t} for t in tasks], multi=True,
                          placeholder=(f"all {len(tasks)}" if len(tasks) <= DEFAULT_MAX_TASKS
-                                      else f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}, most different first"),
+                                      else f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}, " + (
+                                          "most different first" if downstream.by_difference else "alphabetically")),
                          style={"minWidth": "420px"}),
         ], className="task-row", style=None if tasks else {"display": "none"}),
         html.Div(graphs, className="panels"),

@@ -69,8 +69,18 @@ def wanted_keys(all_keys: list[str], prefixes: tuple[str, ...]) -> list[str]:
             and not (k.startswith(HELDOUT_PREFIX) and k.endswith(HELDOUT_BPB_SUFFIX))]
 
 
+@dataclass(frozen=True)
+class DownstreamTasks:
+    """The downstream metrics a run page offers, in the order it draws them."""
+
+    names: list[str]
+    by_difference: bool
+    """Ordered by their difference from the reference (else alphabetically: no reference, or none
+    of its downstream evals)."""
+
+
 def downstream_tasks(store: Store, run: str, reference: str | None,
-                     max_points: int = DashboardConfig.max_points) -> list[str]:
+                     max_points: int = DashboardConfig.max_points) -> DownstreamTasks:
     """`<task>/<metric>` of every downstream eval the runs logged (their stderr and n left out),
     in the report's order: the tasks whose difference from the reference is most significant
     first (app/report/downstream_table.py, on the two runs' downstream series read under the
@@ -81,9 +91,9 @@ def downstream_tasks(store: Store, run: str, reference: str | None,
     names = sorted({k[len(DOWNSTREAM_PREFIX):] for ks in keys.values() for k in ks
                     if not k.endswith(("/stderr", "/n"))})
     if not reference or not keys[run] or not keys[reference]:
-        return names
+        return DownstreamTasks(names, by_difference=False)
     first = _most_different(store, run, reference, keys, max_points)
-    return first + [n for n in names if n not in first]
+    return DownstreamTasks(first + [n for n in names if n not in first], by_difference=True)
 
 
 def _most_different(store: Store, run: str, reference: str, keys: dict[str, list[str]],

@@ -132,6 +132,6 @@ def test_tasks_are_ordered_from_point_budgeted_reads_never_a_full_load(odd_url, 
 
         monkeypatch.setattr(store, "read_scalars", counted)
         # The two runs' tokens cannot share an axis (one never grows): steps order the tasks.
-        assert queries.downstream_tasks(store, "stuck", "packed", max_points=300) == [
+        assert queries.downstream_tasks(store, "stuck", "packed", max_points=300).names == [
             "arc_easy/acc", "hellaswag/acc", "piqa/acc"]
     assert budgets and all(b == 300 for b in budgets)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from app.cli import main
-from app.dashboard import panels, queries
+from app.dashboard import layout, panels, queries
 from bench.bench_stories import long_rows
 from bench.quality import stories
 from app.dashboard.routes import ViewSpec
@@ -230,7 +230,7 @@ def test_every_downstream_metric_offered_is_drawn_and_held_out_bpb_is_not(tmp_pa
         store.ensure_run("run")
         store.write_metrics("run", pd.DataFrame([{"step": s, "key": k, "value": 0.5} for s in (1000, 2000) for k in keys]))
     with open_store(url, read_only=True) as store:
-        offered = queries.downstream_tasks(store, "run", None)
+        offered = queries.downstream_tasks(store, "run", None).names
         view = queries.load_view(store, ViewSpec(run="run"), 2000, None)
     drawn = view.run.long
     assert panels.resolution_text(view) == ""  # no train loss at all: the notices say so, once
@@ -252,6 +252,22 @@ def test_downstream_tasks_come_in_the_reports_order_most_different_first(tmp_pat
                              {"step": step, "key": downstream_key(task, "acc") + "/stderr", "value": 0.01}]
             store.write_metrics(name, pd.DataFrame(rows))
     with open_store(url, read_only=True) as store:
-        assert queries.downstream_tasks(store, "run", "ref") == ["hellaswag/acc", "boolq/acc", "arc_easy/acc"]
-        # Without a reference there is no difference to order by: alphabetical.
-        assert queries.downstream_tasks(store, "run", None) == ["arc_easy/acc", "boolq/acc", "hellaswag/acc"]
+        ordered = queries.downstream_tasks(store, "run", "ref")
+        assert ordered.names == ["hellaswag/acc", "boolq/acc", "arc_easy/acc"] and ordered.by_difference
+        # Without a reference there is no difference to order by: alphabetical, and the page says so.
+        alone = queries.downstream_tasks(store, "run", None)
+        assert alone.names == ["arc_easy/acc", "boolq/acc", "hellaswag/acc"] and not alone.by_difference
+    many = [f"task{i}/acc" for i in range(8)]
+    for by_difference, said in ((True, "the first 6 of 8, most different first"), (False, "the first 6 of 8, alphabetically")):
+        page = layout.run_page(ViewSpec(run="run"), ["run"], None, None, queries.DownstreamTasks(many, by_difference))
+        (picker,) = [c for c in _walk(page) if getattr(c, "id", None) == "task-select"]
+        assert picker.placeholder == said
+
+
+def _walk(component):
+    """Every Dash component in a layout tree."""
+    yield component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        if hasattr(child, "to_plotly_json"):
+            yield from _walk(child)
