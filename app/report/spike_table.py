@@ -76,8 +76,15 @@ def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None,
             (pair.reference, pair.reference_detections, pair.run, pair.detections))
     for data, found, other, other_found in runs:
         mine_scores = scores[data.name]
+        unjudged = {n.metric: n for n in pair.not_judged.get(data.name, []) if n.detector == detector.name}
         for metric, score_key in detector.score_keys.items():
             if data.series(metric).empty:
+                continue
+            if metric in unjudged:
+                # Too short for a verdict: no spike count and no score, which would read as clean.
+                table.rows.append({"run": data.name, "metric": metric, "spikes": None, "shared": "—",
+                                   "max_score": None, "final_score": None,
+                                   "worst": f"not judged: {unjudged[metric].reason}", "peak_steps": []})
                 continue
             mine = _spikes(found, metric)
             theirs = np.array(sorted(d.peak_step for d in _spikes(other_found, metric)))

@@ -121,6 +121,16 @@ def test_spike_table_counts_shared_spikes(synthetic):
     assert clean["spikes"] == 0
 
 
+def test_a_run_too_short_to_judge_for_spikes_has_no_count_and_no_score(synthetic):
+    # The reference logged 120 steps: fewer than the 160 a spike is judged against.
+    table = spike_table(compare(synthetic(name="run", seed=1), synthetic(name="ref", seed=2, steps=120)))
+    short = next(r for r in table.rows if r["run"] == "ref" and r["metric"] == schema.TRAIN_LOSS)
+    assert short["spikes"] is None and short["max_score"] is None and short["final_score"] is None
+    assert short["worst"].startswith("not judged: only 120 logged values")
+    judged = next(r for r in table.rows if r["run"] == "run" and r["metric"] == schema.TRAIN_LOSS)
+    assert judged["spikes"] == 0 and judged["max_score"] == 0.0
+
+
 def test_the_spike_and_goodput_columns_come_from_the_detectors_that_declare_them(synthetic, monkeypatch):
     from monitor.detectors import REGISTRY
     from monitor.schema import Drawing
