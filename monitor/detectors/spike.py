@@ -17,7 +17,8 @@ Three definitions of "this step is a spike" (all look only at earlier steps):
   (llm.c prints the grad norm to two decimals) from turning every tick into a spike.
 
 The spike score (the OLMo-core / OLMo 2 statistic) is the share of the last `score_window`
-logged steps with a spike; `score_series` returns it as the `detect/spike_score/*` series.
+logged steps with a spike; `score_series` returns it as the `detect/spike_score/*` series, from
+the rule's first verdict on (`first_verdict_points`: before it nothing was judged, not calm).
 Each spike becomes a detection covering its excursion until the value is back within
 `recover_sigma` of the level before it: INFO when it recovers within `recovery_points`, WARNING
 when it takes longer, CRITICAL when it has not recovered after `unrecovered_points`.
@@ -238,7 +239,9 @@ class SpikeDetector(Detector, Incremental):
             scores = {k: self.spike_scores(v) for k, v in every.items()}
             out.extend(self._excursions(run, metric, x, z, expected, sigma, every, scores))
             if metric in SCORE_KEYS:
-                steps, values = x.index.to_numpy(), scores[self.definition]
+                # No score before the rule's first verdict: a share of 0 there would read as calm.
+                judged = self.first_verdict_points()
+                steps, values = x.index.to_numpy()[judged:], scores[self.definition][judged:]
                 if compact:
                     keep = change_points(values)
                     steps, values = steps[keep], values[keep]
@@ -276,10 +279,12 @@ class SpikeDetector(Detector, Incremental):
                 mem["flags"][name] = merged[merged > keep_from].tolist()
             mem["n"] = first + x.size
             found += self._excursions(combined, metric, x, z, expected, sigma, every, scores)
-            if metric in SCORE_KEYS and old < x.size:
-                # The new values' scores, from the last value already written: the points where the
-                # score changes, as the whole-run pass stores them (change_points).
-                lo = max(old - 1, 0)
+            judged = self.first_verdict_points() - first  # position in x of the first scored value
+            if metric in SCORE_KEYS and max(old, judged) < x.size:
+                # The new values' scores, from the last value already written (or the first one
+                # scored): the points where the score changes, as the whole-run pass stores them
+                # (change_points).
+                lo = max(old - 1, judged, 0)
                 values = scores[self.definition][lo:]
                 keep = change_points(values)
                 series.append(pd.DataFrame({"step": steps[lo:][keep], "key": SCORE_KEYS[metric],

@@ -184,6 +184,29 @@ def test_rows_logged_again_after_a_restart_replace_the_old_ones():
     assert np.isfinite(state.tail.scalars.loc[5900, TRAIN_GRAD_NORM])
 
 
+@pytest.mark.parametrize("size", [37, 150, 1111])
+def test_the_spike_score_in_pieces_is_the_whole_runs_curve_from_the_first_verdict(size):
+    run, _ = faulty_pair()
+    detector = build(["spike"], {"spike": SMALL["spike"]})[0]
+    whole = detector.detect_with_series(run)[1]
+    state, drawn = detector.new_state(), []
+    for part in pieces(run, size):
+        state, _ = detector.update(state, part, None)
+        if state.series is not None:
+            drawn.append(state.series)
+        state.series = None
+    drawn = pd.concat(drawn, ignore_index=True)
+    for key, curve in whole.groupby("key"):
+        mine = drawn[drawn["key"] == key]
+        # Both start at the rule's first verdict, not at the run's first step.
+        assert mine["step"].min() == curve["step"].min() == run.scalars.index[detector.first_verdict_points()]
+        # The same curve: each point kept in pieces lies on the whole run's step-wise line (its
+        # value holds from one kept point to the next).
+        steps = curve["step"].to_numpy()
+        at = curve["value"].to_numpy()[np.searchsorted(steps, mine["step"].to_numpy(), side="right") - 1]
+        np.testing.assert_allclose(mine["value"].to_numpy(), at)
+
+
 def test_two_rules_on_one_metric_stay_two_detections_in_pieces():
     # A stall in the middle of a stretch of periodic pauses: both are about perf/step_time_s,
     # neither may swallow the other when the run arrives in pieces.

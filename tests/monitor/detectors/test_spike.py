@@ -120,6 +120,10 @@ def test_spike_score_series_is_the_share_of_spiky_steps():
     # the window ending at 1499 holds steps 500..1499: three spikes
     assert loss.loc[1499] == 3 / 1000 and loss.loc[1999] == 2 / 1000
     assert loss.loc[2999] == 0.0 and loss.loc[499] == 0.0
+    # Nothing before the rule's first verdict: a score of 0 there would read as calm.
+    assert loss.index.min() == det.first_verdict_points()
+    short = det.score_series(run("r", frame.iloc[:det.first_verdict_points()]))
+    assert short.empty
     last = SpikeDetector(score_window=1000).detect(run("r", frame))[-1]
     assert last.peak_step == 1700 and last.evidence["spike_score"] == 3 / 1000
 
