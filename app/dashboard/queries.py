@@ -323,7 +323,7 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     "resolved" where the run showed the condition gone later (as `gapwatch detect` lists it).
     Columns as `read_alerts`, plus `name` and `incident_id` (as `gapwatch detect` and the
     notifications give them), `source` ("alert" or "detection") and `count` (detections in the
-    row)."""
+    row); `message` is the incident's line as `detect` prints it (app/findings.py)."""
     alerts = store.read_alerts(run).assign(source="alert", count=1)
     described = {a.id: a for a in stored_alerts(store, run)}
     alerts["name"] = [described[i].name if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
