@@ -57,6 +57,9 @@ ONCE_DRAIN_POLL_S = 0.25
 class Target:
     run: str
     reference: str | None
+    missing_reference: str | None = None
+    """The run's recorded reference when no run of that name is in the store: the run is judged
+    without it (by the detectors that need none) until it is imported."""
 
 
 @dataclass
@@ -67,12 +70,15 @@ class TargetSpec:
     """Reference for the named runs; None: each run's own stored reference."""
     all_runs: bool = False
     """Every run in the store, found anew as runs appear. A run without a reference (an imported
-    reference among them) is judged by the detectors that need none: spikes, NaN, data, resumes,
-    throughput."""
+    reference among them), or whose reference is not in the store, is judged by the detectors that
+    need none: spikes, NaN, data, resumes, throughput."""
 
     def resolve(self, store) -> list[Target]:
         if self.all_runs:
-            return [Target(name, _none(ref)) for name, ref in store.run_references()]
+            pairs = [(name, _none(ref)) for name, ref in store.run_references()]
+            names = {name for name, _ in pairs}
+            return [Target(name, ref) if ref is None or ref in names else Target(name, None, missing_reference=ref)
+                    for name, ref in pairs]
         targets = []
         for run in self.runs:
             info = store.get_run(run)
@@ -133,6 +139,8 @@ class WatchService:
             except DatabaseError as exc:
                 log.warning("store unavailable (%s); will retry", describe_db_error(exc))
                 return 0
+            for target in set(self.watchers) - set(self._current):
+                self._forget(target)  # its reference changed, appeared or went away: judged anew
         self._polls += 1
         try:
             self._balance()
@@ -226,6 +234,9 @@ class WatchService:
 
     def _poll_target(self, target: Target, marks: RunMarks, info: RunInfo | None,
                      reference_marks: RunMarks | None) -> int:
+        if target.missing_reference is not None and target not in self.watchers:
+            log.warning("%s: its reference %r is not in the store; judged by the detectors that need no "
+                        "reference until it is", target.run, target.missing_reference)
         watcher = self._watcher(target)
         queued = 0
         deadline = time.monotonic() + self.config.run_budget_s

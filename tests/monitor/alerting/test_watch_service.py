@@ -104,3 +104,30 @@ def test_watching_all_runs_finds_runs_that_appear_later(store, receiver):
     [alert] = svc.ledger.alerts("late")
     assert (alert.detector, alert.state, alert.start_step) == ("nonfinite", "resolved", 100)
     assert kinds(receiver) == ["opened", "resolved"]
+
+
+def test_a_run_whose_reference_is_not_in_the_store_is_still_judged_alone(store, receiver, caplog):
+    """A reference named before it was imported (or misspelt, or removed): the run's NaN is still
+    told, one warning says why nothing compares it, and once the reference is imported the run is
+    judged against it from its start."""
+    steps = np.arange(STEPS)
+    store.ensure_run("orphan", reference="not-imported-yet")
+    bad = losses(1, True)
+    bad[300:310] = np.nan
+    store.write_metrics("orphan", pd.DataFrame({"step": steps, "key": "train/loss", "value": bad}))
+    svc = service(store, receiver, runs=(), all_runs=True)
+    with caplog.at_level("WARNING", logger="gapwatch.watch"):
+        for _ in range(3):
+            svc.poll()
+    missing = [r.message for r in caplog.records if "not-imported-yet" in r.message]
+    assert missing == ["orphan: its reference 'not-imported-yet' is not in the store; judged by the detectors that "
+                       "need no reference until it is"]
+    assert [a.detector for a in svc.ledger.alerts("orphan")] == ["nonfinite"]
+    # Imported now: the next poll compares the run with it, from its first step.
+    store.ensure_run("not-imported-yet", status="imported")
+    store.write_metrics("not-imported-yet", pd.DataFrame({"step": steps, "key": "train/loss",
+                                                          "value": losses(0, False)}))
+    svc.poll()
+    assert ("orphan", "not-imported-yet") in {(t.run, t.reference) for t in svc.watchers}
+    assert len(svc.watchers) == len(svc._current)  # the watcher without a reference is gone
+    assert {a.detector for a in svc.ledger.alerts("orphan")} == {"nonfinite", "reference_divergence"}
