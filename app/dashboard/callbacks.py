@@ -79,7 +79,11 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         if failed:
             tasks = queries.downstream_tasks(store, spec.run, None, config.max_points)
         step_range = (spec.lo, spec.hi) if spec.lo is not None else queries.link_range(spec.start, spec.end)
-        return layout.run_page(spec, names, step_range, run["reference"], tasks, notes=[failed] if failed else [])
+        notes = [failed] if failed else []
+        if reference and reference not in names:
+            notes.append(f"reference {reference!r} is not in the store (import it, or pick another): the run is "
+                         "shown alone")
+        return layout.run_page(spec, names, step_range, run["reference"], tasks, notes=notes)
 
     @app.callback(Output("runs-table", "children"), Input("poll", "n_intervals"), Input("url", "pathname"))
     def runs_table(_n, _path):

@@ -15,7 +15,7 @@ from dataclasses import replace
 from monitor.alerting.config import IncidentConfig
 from monitor.judging.align import align_pair
 from monitor.judging.engine import no_reference
-from monitor.judging.judge import DetectConfig, ProgressCallback, judge, judge_aligned, quiet
+from monitor.judging.judge import DetectConfig, ProgressCallback, judge, judge_aligned, missing_reference, quiet
 from monitor.judging.side_process import SidePass
 from monitor.errors import GapwatchError
 from monitor.schema import RunData
@@ -34,7 +34,7 @@ def load_pair(store, run: str, reference: str | None = None, detect: DetectConfi
     if reference == run:
         raise GapwatchError(f"run {run!r} cannot be its own reference")
     if store.get_run(reference) is None:
-        raise GapwatchError(f"no run named {reference!r} in {store.url.redacted()}")
+        raise GapwatchError(missing_reference(reference, run, store))
     progress(f"loading {run}")
     run_data = store.load_run(run)
     progress(f"loading {reference}")

@@ -48,6 +48,8 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
     reference = reference or run_data.info.reference
     ref_data = None
     if reference:
+        if store.get_run(reference) is None:
+            raise GapwatchError(missing_reference(reference, run, store))
         progress(f"loading {reference}")
         ref_data = store.load_run(reference)
         if ref_data.scalars.empty:
@@ -66,6 +68,13 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
                                                      "not_judged": [n.to_dict() for n in result.not_judged],
                                                      "cleans": [_clean_row(c) for c in result.cleans]})
     return result
+
+
+def missing_reference(reference: str, run: str, store) -> str:
+    """The error for a reference that is not in the store (named before it was imported, misspelt,
+    or removed since)."""
+    return (f"reference {reference!r} of {run!r} is not in {store.url.redacted()}: import it, or name another "
+            f"(--reference NAME, or `gapwatch runs set-reference {run} NAME`)")
 
 
 NOT_JUDGED_STATE = "detect/{run}/not_judged"
@@ -119,4 +128,4 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
 
 
 __all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "judge_aligned",
-           "NotJudgedAsOf", "judged_runs", "load_cleans", "load_not_judged", "severity_counts"]
+           "NotJudgedAsOf", "judged_runs", "load_cleans", "load_not_judged", "missing_reference", "severity_counts"]

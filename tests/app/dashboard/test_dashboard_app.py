@@ -259,3 +259,18 @@ def test_the_thresholds_drawn_are_the_ones_the_watch_config_judges_by(demo_url, 
         return np.abs(np.asarray(next(t for t in figure.data if t.fill == "tonexty").y, dtype=float))
 
     assert (band(params) > 2 * band(None)).all()
+
+
+def test_a_run_whose_reference_is_not_in_the_store_says_so_on_its_page(tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url) as store:
+        store.ensure_run("r", reference="not-imported-yet")
+        store.write_metrics("r", pd.DataFrame({"step": np.arange(300), "key": TRAIN_LOSS, "value": 3.0}))
+    inputs = [{"id": "url", "property": "pathname", "value": "/run/r"},
+              {"id": "url", "property": "search", "value": ""}]
+    state = [{"id": "written-url", "property": "data", "value": None}]
+    with open_store(url, read_only=True) as store:
+        page = post_callback(create_app(store), "page.children", inputs, {"id": "page", "property": "children"},
+                             state)
+    said = json.dumps(page)
+    assert "reference 'not-imported-yet' is not in the store (import it, or pick another)" in said

@@ -65,7 +65,7 @@ def test_default_html_output_goes_to_report_html(stored_pair, sqlite_url, tmp_pa
     (["--run", "nope"], "no run named 'nope' in sqlite:///"),
     (["--run", "ref"], "run 'ref' has no reference recorded; pass --reference NAME"),
     (["--run", "run", "--reference", "run"], "run 'run' cannot be its own reference"),
-    (["--run", "run", "--reference", "ghost"], "no run named 'ghost' in sqlite:///"),
+    (["--run", "run", "--reference", "ghost"], "reference 'ghost' of 'run' is not in sqlite:///"),
     (["--run", "run", "--pue", "0.9"], "PUE is total over IT energy and cannot be below 1"),
     (["--run", "run", "--carbon-intensity", "nan"], "carbon_intensity_kg_per_kwh must be a finite number"),
     (["--run", "run", "--windows", "0"], "--windows must be at least 1"),

@@ -104,7 +104,7 @@ def test_cli_table_without_reference_skips_comparisons(memorizing_store, capsys,
 @pytest.mark.parametrize("args, problem", [
     (["--run", "nope"], "no run named 'nope'"),
     (["--run", "run", "--detectors", "spike,bogus"], "unknown detector(s) bogus"),
-    (["--run", "run", "--reference", "missing"], "no run named 'missing'"),
+    (["--run", "run", "--reference", "missing"], "reference 'missing' of 'run' is not in"),
 ])
 def test_cli_errors_are_one_line(memorizing_store, args, problem, capsys):
     assert main(["detect", "--store", memorizing_store, *args]) == 2
