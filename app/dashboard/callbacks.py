@@ -16,6 +16,7 @@ from app.dashboard import layout, live, panels, queries
 from app.dashboard.config import DashboardConfig
 from app.dashboard.contain import contained, one_line
 from app.dashboard.routes import ViewSpec, parse_run_path, run_href
+from app.figures.series import MAX_SERIES
 from monitor.errors import GapwatchError
 from monitor.judging.judge import load_not_judged
 from monitor.store import DatabaseError, Store, describe_db_error
@@ -83,7 +84,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         if reference and reference not in names:
             notes.append(f"reference {reference!r} is not in the store (import it, or pick another): the run is "
                          "shown alone")
-        return layout.run_page(spec, names, step_range, run["reference"], tasks, notes=notes)
+        series = queries.series_options(store, spec.run, reference if reference in names else None)
+        return layout.run_page(spec, names, step_range, run["reference"], tasks, series=series, notes=notes)
 
     @app.callback(Output("runs-table", "children"), Input("poll", "n_intervals"), Input("url", "pathname"))
     def runs_table(_n, _path):
@@ -138,12 +140,15 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         Output(PANEL, "figure"), Output(PANEL, "style"), Output("live", "data"), Output("resolution", "children"),
         Output("notices", "children"),
         Input("view", "data"), Input("refresh", "data"), Input("task-select", "value"),
+        Input("series-pick", "value"),
     )
-    def render(view, _refresh, tasks):
+    def render(view, _refresh, tasks, picked):
         spec = ViewSpec.from_dict(view["spec"])
         step_range = tuple(view["range"]) if view["range"] else None
+        picked = list(picked or [])
         try:
-            data = queries.load_view(store, spec, config.max_points, step_range)
+            # Only the series drawn are read (a pick past MAX_SERIES waits, as the panel says).
+            data = queries.load_view(store, spec, config.max_points, step_range, tuple(picked[:MAX_SERIES]))
         except DatabaseError as exc:
             # Keep what the page shows and say why it is not current.
             kept = [no_update] * len(ctx.outputs_list[0])
@@ -154,7 +159,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             kept = [no_update] * len(ctx.outputs_list[0])
             return kept, kept, no_update, no_update, [f"{one_line(exc)}."]
         # No pick: the first tasks in the report's order (most different from the reference first).
-        rendered = panels.build(data, tasks or view.get("tasks"), params=config.detector_params)
+        rendered = panels.build(data, tasks or view.get("tasks"), params=config.detector_params, picked=picked)
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
         hidden = {"display": "none"}

@@ -79,20 +79,21 @@ def runs_table(frame: pd.DataFrame) -> html.Table | html.P:
 
 
 def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] | None,
-             default_reference: str | None, downstream: DownstreamTasks,
+             default_reference: str | None, downstream: DownstreamTasks, series: list[str] | None = None,
              notes: list[str] | None = None) -> html.Div:
-    """`notes`: one line each about what the page could not do (shown with the view's notices)."""
+    """`series`: every key the runs logged, offered to be drawn on their own; `notes`: one line
+    each about what the page could not do (shown with the view's notices)."""
     tasks = downstream.names
     others = [{"label": n, "value": n} for n in run_names if n != spec.run]
     reference = spec.reference if spec.reference is not None else default_reference
     view = {"spec": spec.to_dict(), "range": list(step_range) if step_range else None, "shown_reference": reference,
             "tasks": tasks, "notes": list(notes or [])}
     # No height on the graphs: each figure carries its own (an empty panel is a short note).
-    graphs = [
-        dcc.Graph(id={"type": "panel", "name": p}, className=f"panel panel-{p}",
-                  config={"displaylogo": False, "scrollZoom": False})
+    graphs = {
+        p: dcc.Graph(id={"type": "panel", "name": p}, className=f"panel panel-{p}",
+                     config={"displaylogo": False, "scrollZoom": False})
         for p in PANELS
-    ]
+    }
     return html.Div([
         html.Div([
             html.H1(spec.run, id="run-title"),
@@ -126,7 +127,15 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
                                           "most different first" if downstream.by_difference else "alphabetically")),
                          style={"minWidth": "420px"}),
         ], className="task-row", style=None if tasks else {"display": "none"}),
-        html.Div(graphs, className="panels"),
+        html.Div([graphs[p] for p in PANELS if p != "picked"], className="panels"),
+        html.Div([
+            html.Label("more series"),
+            dcc.Dropdown(id="series-pick", options=[{"label": k, "value": k} for k in series or []], multi=True,
+                         placeholder=f"any of the {len(series or [])} logged series, run over reference "
+                                     "(type to search: optim/lr, ...)",
+                         style={"minWidth": "520px"}),
+        ], className="task-row series-row"),
+        graphs["picked"],
         html.H2("Alerts and findings"),
         dcc.Graph(id="alerts-graph", config={"displaylogo": False}),
         html.Ul(id="alerts-list", className="alerts"),

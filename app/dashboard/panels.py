@@ -32,16 +32,18 @@ from monitor.schema import (
     TRAIN_LOSS,
 )
 
-PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
+PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data", "picked")
 # Panels whose traces are logged series that live polling appends to (by trace uid).
-LIVE_PANELS = ("loss", "grad_norm", "throughput", "data")
+LIVE_PANELS = ("loss", "grad_norm", "throughput", "data", "picked")
 THROUGHPUT_KEYS = (PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S)
 
 
 # What the line of panels left out calls each one.
 PANEL_NAMES = {"loss": "train loss", "delta": "train loss delta", "heldout": "held-out loss",
                "gap": "train–held-out gap", "evals": "downstream evals", "grad_norm": "grad norm",
-               "throughput": "throughput", "data": "data loader"}
+               "throughput": "throughput", "data": "data loader", "picked": "picked series"}
+# Panels hidden without a word when empty: the picked series are drawn once a person picks some.
+UNNAMED = {"picked"}
 
 
 @dataclass
@@ -54,14 +56,17 @@ class RenderedView:
     the page hides them and names them in one line rather than showing a column of empty charts."""
 
     def left_out_line(self) -> str | None:
-        if not self.left_out:
+        named = {p: why for p, why in self.left_out.items() if p not in UNNAMED}
+        if not named:
             return None
-        return "Not drawn: " + ", ".join(f"{PANEL_NAMES[p]} ({why})" for p, why in self.left_out.items())
+        return "Not drawn: " + ", ".join(f"{PANEL_NAMES[p]} ({why})" for p, why in named.items())
 
 
-def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = None) -> RenderedView:
+def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = None,
+          picked: list[str] | None = None) -> RenderedView:
     """Every panel of the run page; `tasks` picks the downstream evals shown (None: the first few);
-    `params` are the detector settings the run was judged with (the thresholds drawn)."""
+    `params` are the detector settings the run was judged with (the thresholds drawn); `picked`
+    are the logged series a person chose to see, run over reference (read by `load_view`)."""
     run, ref = view.run, view.reference
     x_title = run.axis.title
     long = run.long
@@ -129,8 +134,13 @@ def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = 
             long[long["key"].isin(THROUGHPUT_KEYS)], stalls=stalls,
             x_title=x_title, x_of_step=run.axis.to_x, empty_reason=why.in_range("throughput")),
         "data": data,
+        "picked": lambda: figures.picked_series_figure(long, ref_long if ref is not None else None, picked or [],
+                                                       run_name=name, reference_name=ref_name, x_title=x_title,
+                                                       empty_reason=why.in_range("picked series")),
     }
     left_out = why.nothing_logged()
+    if not picked:
+        left_out["picked"] = "none picked"
     out: dict[str, go.Figure] = {}
     for panel, make in makers.items():
         if panel in left_out:

@@ -96,6 +96,14 @@ def downstream_tasks(store: Store, run: str, reference: str | None,
     return DownstreamTasks(first + [n for n in names if n not in first], by_difference=True)
 
 
+def series_options(store: Store, run: str, reference: str | None) -> list[str]:
+    """Every key the run or its reference logged, sorted: what a person may pick to draw."""
+    keys = set(store.list_keys(run))
+    if reference:
+        keys |= set(store.list_keys(reference))
+    return sorted(keys)
+
+
 def _most_different(store: Store, run: str, reference: str, keys: dict[str, list[str]],
                     max_points: int) -> list[str]:
     loaded = {name: _budgeted_run(store, name, ks, max_points) for name, ks in keys.items()}
@@ -180,8 +188,10 @@ def link_range(start: int | None, end: int | None) -> tuple[int, int] | None:
     return max(0, lo - pad), hi + pad
 
 
-def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[int, int] | None) -> ViewData:
-    """Read what the run page draws for `spec` over `step_range` (the run's steps; None = all)."""
+def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[int, int] | None,
+              picked: tuple[str, ...] = ()) -> ViewData:
+    """Read what the run page draws for `spec` over `step_range` (the run's steps; None = all),
+    and the `picked` series of both runs (any logged keys a person chose to see)."""
     notices: list[str] = []
     info = store.run_info(spec.run)
     ref_name = spec.reference if spec.reference is not None else info.reference
@@ -204,7 +214,7 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
             notices.append(f"run {missing!r} has neither tokens_per_step nor {TRAIN_TOKENS}: showing steps")
         axis_kind, run_axis, ref_axis = "step", STEP_AXIS, STEP_AXIS if ref_info is not None else None
 
-    run_slice = _read_slice(store, info, run_axis, RUN_KEY_PREFIXES, step_range, max_points)
+    run_slice = _read_slice(store, info, run_axis, RUN_KEY_PREFIXES, step_range, max_points, picked)
     run_slice.smoothed = _smoothed_or_notice(store, info.name, run_axis, spec.smoothing, step_range, max_points,
                                              notices)
     run_slice.train_means = _train_means_or_notice(store, run_slice, step_range, notices)
@@ -219,7 +229,7 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
             ref_range = (max(0, int(np.floor(lo))), int(np.ceil(hi)))
         # A reference that cannot be read costs its lines, not the run's.
         reference, failed = contained(f"reference {ref_name!r} not drawn", lambda: _read_slice(
-            store, ref_info, ref_axis, REFERENCE_KEY_PREFIXES, ref_range, max_points))
+            store, ref_info, ref_axis, REFERENCE_KEY_PREFIXES, ref_range, max_points, picked))
         if failed:
             notices.append(failed)
         else:
@@ -282,8 +292,10 @@ def smoothed_lines(store: Store, run: str, axis: AxisMap, weight: float, step_ra
 
 
 def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str, ...],
-                step_range: tuple[int, int] | None, max_points: int) -> RunSlice:
-    keys = wanted_keys(store.list_keys(info.name), prefixes)
+                step_range: tuple[int, int] | None, max_points: int, picked: tuple[str, ...] = ()) -> RunSlice:
+    logged = store.list_keys(info.name)
+    keys = wanted_keys(logged, prefixes)
+    keys += [k for k in dict.fromkeys(picked) if k in logged and k not in keys]
     if keys:
         read = store.read_series(info.name, keys, step_range=step_range, max_points=max_points)
         widths = {k: w for (_, k), w in read.bucket_width.items()}

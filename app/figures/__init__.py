@@ -21,6 +21,7 @@ from app.figures.grad_norm import grad_norm_figure
 from app.figures.heldout import gap_figure, heldout_figure
 from app.figures.markers import add_event_markers, add_range_highlight
 from app.figures.overlay import loss_overlay
+from app.figures.series import picked_series_figure
 from app.figures.throughput import throughput_figure
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "heldout_frame",
     "long_frame",
     "loss_overlay",
+    "picked_series_figure",
     "series_frame",
     "throughput_figure",
     "train_heldout_gap",

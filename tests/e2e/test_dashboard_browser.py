@@ -136,6 +136,24 @@ def test_step_written_while_page_is_open_appears(server, page, store_url):
     assert not page.errors, page.errors
 
 
+def test_any_logged_series_can_be_picked_and_is_drawn_run_over_reference(server, page, store_url):
+    steps = np.arange(STEPS)
+    with open_store(store_url) as store:
+        for name, peak in ((RUN, 3e-4), (REFERENCE, 6e-4)):
+            store.write_metrics(name, pd.DataFrame({"step": steps, "key": "optim/lr",
+                                                    "value": peak * np.cos(np.pi * steps / (2 * STEPS))}))
+    open_run(page, f"{server}/run/{RUN}")
+    page.click("#series-pick")
+    page.keyboard.type("optim/lr")
+    page.keyboard.press("Enter")  # picks the one option the search leaves
+    uids = (f"(() => {{ const gd = {panel_js('picked')}; return gd && gd._fullData ? "
+            "gd._fullData.map(t => t.uid).filter(u => /^(run|reference)-/.test(u)) : []; })()")
+    page.wait_for_function(f"{uids}.length === 2", timeout=30_000)
+    assert sorted(page.evaluate(uids)) == sorted([series_uid("run", "optim/lr"), series_uid("reference", "optim/lr")])
+    screenshot(page, "picked-series")
+    assert not page.errors, page.errors
+
+
 def test_alert_appears(server, page, store_url):
     open_run(page, f"{server}/run/{RUN}")
     page.wait_for_selector("li.alert")

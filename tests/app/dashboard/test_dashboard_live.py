@@ -118,3 +118,25 @@ def test_alert_changes_are_reported(url, demo):
     result = poll(url, result.state)
     assert result.alerts_changed and not result.refresh
     assert not poll(url, result.state).alerts_changed
+
+
+def test_a_picked_series_is_drawn_run_over_reference_and_appended_live(url):
+    lr = "optim/lr"
+    write(url, RUN, np.arange(STEPS), key=lr, value=3e-4)
+    write(url, REFERENCE, np.arange(STEPS), key=lr, value=6e-4)
+    with open_store(url, read_only=True) as store:
+        offered = queries.series_options(store, RUN, REFERENCE)
+        view = queries.load_view(store, ViewSpec(run=RUN), 2000, None, picked=(lr,))
+        rendered = panels.build(view, picked=[lr])
+        state = live.initial_state(store, view, rendered, now=0.0)
+        unpicked = panels.build(queries.load_view(store, ViewSpec(run=RUN), 2000, None))
+    assert lr in offered and TRAIN_LOSS in offered
+    figure = rendered.figures["picked"]
+    assert {t.uid for t in figure.data if t.uid} == {series_uid("run", lr), series_uid("reference", lr)}
+    assert [a.text for a in figure.layout.annotations] == [lr]
+    # Nothing picked: the panel is hidden, and the "Not drawn" line does not mention it.
+    assert "picked" in unpicked.left_out and "picked" not in (unpicked.left_out_line() or "")
+    write(url, RUN, np.arange(STEPS, STEPS + 3), key=lr, value=2e-4)
+    write(url, RUN, np.arange(STEPS, STEPS + 3))
+    update, indices = poll(url, state).append["picked"]
+    assert indices == [trace_index(rendered, "picked", "run", lr)] and update["y"] == [[2e-4, 2e-4, 2e-4]]

@@ -159,6 +159,20 @@ def test_one_evaluation_is_ticked_at_its_step_not_at_fractional_steps_around_it(
     assert fig.layout.xaxis.tickmode is None and fig.layout.xaxis.tickvals is None
 
 
+def test_picked_series_get_a_panel_each_run_over_reference_up_to_the_limit():
+    keys = [f"custom/m{i}" for i in range(10)]
+    run = long({k: ([1, 2, 3], [1.0, 2.0, 3.0]) for k in keys})
+    ref = long({keys[0]: ([1, 2, 3], [1.5, 2.5, 3.5])})
+    fig = figures.picked_series_figure(run, ref, keys, run_name="run", reference_name="ref")
+    assert [a.text for a in fig.layout.annotations] == keys[:8]
+    assert "the first 8 of 10" in fig.layout.title.text
+    first = [t for t in fig.data if t.xaxis == "x"]
+    assert [t.name for t in first] == ["ref (reference)", "run"] and first[0].line.dash == "dash"
+    # A pick neither run logged in the range shown: one line saying so, no empty grid.
+    empty = figures.picked_series_figure(run, ref, ["other/key"], run_name="run", empty_reason="nothing here")
+    assert not empty.data and empty.layout.annotations[-1].text == "nothing here"
+
+
 def test_perplexity_from_millions_is_drawn_on_a_log_axis_and_accuracy_is_not():
     rows = {downstream_key("lambada", "ppl"): ([0, 1000, 2000], [4e6, 30.0, 25.0]),
             downstream_key("lambada", "acc"): ([0, 1000, 2000], [0.01, 0.3, 0.35])}
