@@ -36,10 +36,9 @@ BLOCK_SIZE = 32 * 1024
 CHUNK_HEADER = struct.Struct("<IHB")
 HEADER_SIZE = CHUNK_HEADER.size
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-# Blocks checked and split into records at a time (64 MiB). The per-chunk arrays of a whole large
-# file (4M chunks for 1.4M steps) are too big for the allocator to reuse, so every numpy step on
-# them maps fresh memory: on the 707 MB benchmark file, 64 MiB segments take 0.85 s, the whole
-# file at once 1.1-1.4 s, 16 MiB segments 1.0 s (more numpy calls, on shorter arrays).
+# Blocks checked and split into records at a time (64 MiB): the per-chunk arrays of a whole large
+# file are too big for the allocator to reuse, and much smaller segments cost more numpy calls
+# (measured in bench/RESULTS.md, "Design measurements").
 SEGMENT_BLOCKS = 2048
 
 
