@@ -107,8 +107,7 @@ def render(app, step_range=None) -> tuple[float, int, int, float]:
     view = {"spec": {"run": RUN}, "range": list(step_range) if step_range else None}
     body = {"output": output, "outputs": outputs, "changedPropIds": ["view.data"], "state": [],
             "inputs": [{"id": "view", "property": "data", "value": view}, {"id": "refresh", "property": "data", "value": 0},
-                       {"id": "task-select", "property": "value", "value": None},
-                       {"id": "series-pick", "property": "value", "value": None}]}
+                       {"id": "task-select", "property": "value", "value": None}]}
     client = app.server.test_client()
     started, cpu = time.perf_counter(), time.process_time()
     response = client.post("/_dash-update-component", json=body)

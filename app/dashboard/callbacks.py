@@ -98,10 +98,10 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
     @app.callback(
         Output("view", "data"), Output("url", "search", allow_duplicate=True), Output("written-url", "data"),
         Input("ref-select", "value"), Input("axis-select", "value"), Input("show-all", "n_clicks"),
-        Input("smoothing", "value"), Input("full-y", "value"),
+        Input("smoothing", "value"), Input("full-y", "value"), Input("series-pick", "value"),
         Input(PANEL, "relayoutData"), State("view", "data"), State("url", "pathname"), prevent_initial_call=True,
     )
-    def change_view(reference, axis, _show_all, smoothing, full_y, _relayouts, view, pathname):
+    def change_view(reference, axis, _show_all, smoothing, full_y, picked, _relayouts, view, pathname):
         """A new view from a control or a zoom, written into the URL too (so it can be shared)."""
         spec = ViewSpec.from_dict(view["spec"])
         before = spec
@@ -120,6 +120,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             spec = spec.replace(smoothing=float(smoothing or 0.0))
         elif ctx.triggered_id == "full-y":
             spec = spec.replace(full_y="all" in (full_y or []))
+        elif ctx.triggered_id == "series-pick":
+            spec = spec.replace(series=tuple(picked or ()))
         else:
             zoom = _zoom(ctx.triggered[0]["value"] if ctx.triggered else None)
             if zoom is None:
@@ -140,12 +142,11 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         Output(PANEL, "figure"), Output(PANEL, "style"), Output("live", "data"), Output("resolution", "children"),
         Output("notices", "children"),
         Input("view", "data"), Input("refresh", "data"), Input("task-select", "value"),
-        Input("series-pick", "value"),
     )
-    def render(view, _refresh, tasks, picked):
+    def render(view, _refresh, tasks):
         spec = ViewSpec.from_dict(view["spec"])
         step_range = tuple(view["range"]) if view["range"] else None
-        picked = list(picked or [])
+        picked = list(spec.series)
         try:
             # Only the series drawn are read (a pick past MAX_SERIES waits, as the panel says).
             data = queries.load_view(store, spec, config.max_points, step_range, tuple(picked[:MAX_SERIES]))

@@ -131,6 +131,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
         html.Div([
             html.Label("more series"),
             dcc.Dropdown(id="series-pick", options=[{"label": k, "value": k} for k in series or []], multi=True,
+                         value=list(spec.series),
                          placeholder=f"any of the {len(series or [])} logged series, run over reference "
                                      "(type to search: optim/lr, ...)",
                          style={"minWidth": "520px"}),

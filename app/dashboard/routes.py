@@ -3,8 +3,9 @@
 `/` is the runs overview; `/run/<name>` a run against its reference, with optional query
 parameters `ref` (any other run: this is how two runs are compared), `axis` (step|tokens),
 `start`/`end` (a step range to highlight, which alert links use: `?start=<step>&end=<step>`),
-`from`/`to` (the step range shown), `smooth` (the EMA weight) and `y=all` (include the early
-transient in the loss panels' y range). Every change of the view is written back into the URL.
+`from`/`to` (the step range shown), `smooth` (the EMA weight), `y=all` (include the early
+transient in the loss panels' y range) and `series` (once per logged series picked to be drawn).
+Every change of the view is written back into the URL.
 """
 
 from __future__ import annotations
@@ -34,13 +35,18 @@ class ViewSpec:
     """TensorBoard-style EMA weight of the train-loss lines, 0 (none) to MAX_SMOOTHING."""
     full_y: bool = False
     """Loss panels include the early transient in their y range (by default they start after it)."""
+    series: tuple[str, ...] = ()
+    """Logged series a person picked to see, run over reference, in the order picked."""
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "ViewSpec":
-        return cls(**{f: d[f] for f in FIELDS if f in d})
+        fields = {f: d[f] for f in FIELDS if f in d}
+        if "series" in fields:
+            fields["series"] = tuple(fields["series"] or ())  # a list, as the page keeps it in JSON
+        return cls(**fields)
 
     def replace(self, **changes) -> "ViewSpec":
         return ViewSpec(**{**self.to_dict(), **changes})
@@ -53,24 +59,24 @@ class ViewSpec:
 
     def href(self) -> str:
         return run_href(self.run, reference=self.reference, axis=self.axis, start=self.start, end=self.end,
-                        lo=self.lo, hi=self.hi, smoothing=self.smoothing, full_y=self.full_y)
+                        lo=self.lo, hi=self.hi, smoothing=self.smoothing, full_y=self.full_y, series=self.series)
 
 
-FIELDS = ("run", "reference", "axis", "start", "end", "lo", "hi", "smoothing", "full_y")
+FIELDS = ("run", "reference", "axis", "start", "end", "lo", "hi", "smoothing", "full_y", "series")
 MAX_SMOOTHING = 0.999
 
 
 def run_href(run: str, *, reference: str | None = None, axis: str | None = None,
              start: int | None = None, end: int | None = None, lo: int | None = None, hi: int | None = None,
-             smoothing: float = 0.0, full_y: bool = False) -> str:
+             smoothing: float = 0.0, full_y: bool = False, series: tuple[str, ...] = ()) -> str:
     """A link to a run's page; the name is percent-encoded whole (a `/` or `?` in it stays a name).
     Defaults are left out, so a plain link stays `/run/<name>`."""
     query = {k: v for k, v in (
         ("ref", reference), ("axis", axis if axis != "step" else None), ("start", start), ("end", end),
         ("from", lo), ("to", hi), ("smooth", f"{smoothing:g}" if smoothing else None),
-        ("y", "all" if full_y else None)) if v is not None}
+        ("y", "all" if full_y else None), ("series", list(series) or None)) if v is not None}
     path = RUN_PREFIX + quote(run, safe="")
-    return f"{path}?{urlencode(query)}" if query else path
+    return f"{path}?{urlencode(query, doseq=True)}" if query else path
 
 
 def parse_run_path(pathname: str | None, search: str | None) -> ViewSpec | None:
@@ -91,8 +97,9 @@ def parse_run_path(pathname: str | None, search: str | None) -> ViewSpec | None:
     lo, hi = _ordered(_int(one("from")), _int(one("to")))
     if lo is None or hi is None:
         lo = hi = None
+    series = tuple(dict.fromkeys(v for v in query.get("series", []) if v))
     return ViewSpec(run=run, reference=one("ref"), axis=axis, start=start, end=end, lo=lo, hi=hi,
-                    smoothing=_smoothing(one("smooth")), full_y=one("y") == "all")
+                    smoothing=_smoothing(one("smooth")), full_y=one("y") == "all", series=series)
 
 
 def _ordered(a: int | None, b: int | None) -> tuple[int | None, int | None]:

@@ -144,13 +144,20 @@ def test_any_logged_series_can_be_picked_and_is_drawn_run_over_reference(server,
                                                     "value": peak * np.cos(np.pi * steps / (2 * STEPS))}))
     open_run(page, f"{server}/run/{RUN}")
     page.click("#series-pick")
-    page.keyboard.type("optim/lr")
-    page.keyboard.press("Enter")  # picks the one option the search leaves
+    page.locator("input.dash-dropdown-search").fill("optim/lr")  # the search of the list that opened
+    option = page.get_by_role("option", name="optim/lr", exact=True)
+    option.wait_for(state="visible", timeout=30_000)
+    option.click()
     uids = (f"(() => {{ const gd = {panel_js('picked')}; return gd && gd._fullData ? "
             "gd._fullData.map(t => t.uid).filter(u => /^(run|reference)-/.test(u)) : []; })()")
     page.wait_for_function(f"{uids}.length === 2", timeout=30_000)
     assert sorted(page.evaluate(uids)) == sorted([series_uid("run", "optim/lr"), series_uid("reference", "optim/lr")])
     screenshot(page, "picked-series")
+    # The pick lives in the URL: a link opens the same view.
+    page.wait_for_function("location.search.includes('series=optim%2Flr')", timeout=30_000)
+    shared = page.url
+    open_run(page, shared)
+    page.wait_for_function(f"{uids}.length === 2", timeout=30_000)
     assert not page.errors, page.errors
 
 

@@ -46,8 +46,7 @@ def test_render_callback_sends_typed_arrays_within_budget(demo_url):
         view = {"spec": {"run": "olmo-repro"}, "range": None}
         response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": view},
                                                     {"id": "refresh", "property": "data", "value": 0},
-                                                    {"id": "task-select", "property": "value", "value": None},
-                  {"id": "series-pick", "property": "value", "value": None}],
+                                                    {"id": "task-select", "property": "value", "value": None}],
                                  outputs)
     figures = {json.loads(k)["name"]: v["figure"] for k, v in response.items() if k.startswith("{")}
     assert sorted(figures) == sorted(PANELS)
@@ -145,8 +144,7 @@ def test_an_unreachable_store_keeps_the_page_and_says_why(pg_url, demo):
                    {"id": "notices", "property": "children"}]
         inputs = [{"id": "view", "property": "data", "value": {"spec": {"run": "olmo-repro"}, "range": None}},
                   {"id": "refresh", "property": "data", "value": 0},
-                  {"id": "task-select", "property": "value", "value": None},
-                  {"id": "series-pick", "property": "value", "value": None}]
+                  {"id": "task-select", "property": "value", "value": None}]
         first = post_callback(app, "live.data", inputs, outputs)
         assert not any("cannot be read" in n for n in first["notices"]["children"])
         # The database goes away under the running dashboard (its connections are cut too).

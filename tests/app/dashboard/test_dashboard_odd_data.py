@@ -57,8 +57,7 @@ def render(app, view: dict) -> dict:
                {"id": "notices", "property": "children"}]
     return post(app, "live.data", [{"id": "view", "property": "data", "value": view},
                                    {"id": "refresh", "property": "data", "value": 0},
-                                   {"id": "task-select", "property": "value", "value": None},
-                  {"id": "series-pick", "property": "value", "value": None}], outputs)
+                                   {"id": "task-select", "property": "value", "value": None}], outputs)
 
 
 def test_the_overview_lists_every_run_with_its_tokens(odd_url):
