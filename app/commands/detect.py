@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with phases("detect") as progress:
             result = detect_stored(store, args.run, args.reference, config, write=not args.no_write,
-                                   progress=progress)
+                                   progress=progress, incidents=incidents_config)
             progress("grouping findings into incidents")
             marks = store.run_marks(args.run).series
     finally:

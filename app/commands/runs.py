@@ -70,14 +70,14 @@ def list_runs(args: argparse.Namespace) -> int:
     from monitor.store import open_store
 
     from app.output import Column, ago, print_rows
-    from app.run_health import health, judged
+    from app.run_health import Judged, health
 
     with open_store(args.store, read_only=True) as store:
         runs = store.list_runs()
-        judged_runs = judged(store)
+        judged = Judged.read(store, runs)
     now = time.time()
     seen = [_present(w) for w in runs["last_wall_time"]]
-    runs["health"] = [health(r, judged_runs, None if w is None else now - w)
+    runs["health"] = [health(r, judged, None if w is None else now - w)
                       for r, w in zip(runs.itertuples(index=False), seen)]
     if args.json:
         print(json.dumps(runs.astype(object).where(runs.notna(), None).to_dict("records"), default=str))
@@ -169,10 +169,10 @@ def remove_runs(args: argparse.Namespace) -> int:
 
 
 def _states_of(run: str) -> list[str]:
-    from monitor.judging.judge import not_judged_state
+    from monitor.judging.judge import not_judged_state, open_state
     from monitor.watch.run_watcher import state_name
 
-    return [state_name(run), not_judged_state(run)]
+    return [state_name(run), not_judged_state(run), open_state(run)]
 
 
 def _present(value):

@@ -21,7 +21,7 @@ from app.findings import also, headline
 from app.figures.markers import DEFAULT_KINDS
 from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
-from app.run_health import STALE_AFTER_S, health, judged
+from app.run_health import STALE_AFTER_S, Judged, health
 from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
 from monitor.alerting.ledger import stored_alerts
 from monitor.judging.align import align_pair
@@ -383,13 +383,13 @@ def overview(store: Store, now: float | None = None, stale_after_s: float = STAL
     when all could)."""
     now = time.time() if now is None else now
     runs = store.list_runs()
-    judged_runs = judged(store)
+    judged = Judged.read(store, runs)
     rows = []
     for r in runs.itertuples(index=False):
         last_step = None if pd.isna(r.last_step) else int(r.last_step)
         tokens, note = contained("tokens", lambda: _tokens(store, r.name, r.tokens_per_step, last_step))
         age = None if pd.isna(r.last_wall_time) else max(0.0, now - float(r.last_wall_time))
-        state = health(r, judged_runs, age, stale_after_s)
+        state = health(r, judged, age, stale_after_s)
         reference = r.reference if isinstance(r.reference, str) and r.reference else None
         rows.append({"name": r.name, "status": r.status, "reference": reference, "last_step": last_step,
                      "tokens": tokens, "since_last_s": age, "open_alerts": int(r.open_alerts),

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from monitor.alerting.config import IncidentConfig
+from monitor.alerting.grouping import group, progress_from_marks
 from monitor.detectors import REGISTRY
 from monitor.judging.engine import DetectConfig, DetectionEngine, DetectResult, empty_series
 from monitor.errors import GapwatchError
@@ -36,10 +38,12 @@ def judge_aligned(run: RunData, aligned_reference: RunData | None, config: Detec
 
 
 def detect_stored(store, run: str, reference: str | None = None, config: DetectConfig | None = None,
-                  write: bool = True, progress: ProgressCallback = quiet) -> DetectResult:
+                  write: bool = True, progress: ProgressCallback = quiet,
+                  incidents: IncidentConfig | None = None) -> DetectResult:
     """Judge a stored run against `reference` (default: the reference recorded for the run) and,
     unless `write` is False, store the detections (upserted by run, detector, metric and first
-    step), detector series and what could not be judged."""
+    step), detector series, what could not be judged, and the worst severity among the incidents
+    still open at the run's end (grouped by `incidents`, as `detect` lists them)."""
     engine = DetectionEngine(config)  # refuse bad settings before loading a million rows
     progress(f"loading {run}")
     run_data = store.load_run(run)
@@ -67,6 +71,10 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
                                                      "to_step": int(run_data.scalars.index[-1]),
                                                      "not_judged": [n.to_dict() for n in result.not_judged],
                                                      "cleans": [_clean_row(c) for c in result.cleans]})
+            still_open = [i for i in group(result.detections, progress_from_marks(run, store.run_marks(run).series),
+                                           incidents, cleans=result.cleans) if not i.resolved]
+            worst = max((i.severity for i in still_open), key=lambda s: s.rank, default=None)
+            store.save_state(open_state(run), {"severity": worst.value if worst is not None else None})
     return result
 
 
@@ -83,6 +91,19 @@ NOT_JUDGED_STATE = "detect/{run}/not_judged"
 def not_judged_state(run: str) -> str:
     """Name under which the store keeps what the last `detect` of `run` could not judge."""
     return NOT_JUDGED_STATE.format(run=run)
+
+
+def open_state(run: str) -> str:
+    """Name under which the store keeps the worst open incident of the last `detect` of `run`:
+    small, so the runs table reads it for every run it shows."""
+    return f"detect/{run}/open"
+
+
+def open_severity(store, run: str) -> str | None:
+    """The worst severity among the incidents the last stored `detect` of `run` left open (None:
+    none open, or never judged by `detect`)."""
+    saved = store.load_state(open_state(run))
+    return (saved or {}).get("severity")
 
 
 def judged_runs(store) -> set[str]:
@@ -128,4 +149,5 @@ def severity_counts(detections: list[Detection]) -> dict[str, int]:
 
 
 __all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "judge_aligned",
-           "NotJudgedAsOf", "judged_runs", "load_cleans", "load_not_judged", "missing_reference", "severity_counts"]
+           "NotJudgedAsOf", "judged_runs", "load_cleans", "load_not_judged", "missing_reference", "open_severity",
+           "severity_counts"]

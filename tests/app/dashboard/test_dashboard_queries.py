@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -133,6 +134,27 @@ def test_overview_health(tmp_path, demo):
     # Only a critical finding leaves a mark once resolved; a resolved warning reads as ok.
     assert rows.loc["resolved-warning", "health"] == "ok"
     assert rows.loc["fell-over", "health"] == "crashed"
+
+
+def test_a_divergence_detect_left_open_is_critical_not_had_critical(tmp_path, capsys):
+    """A worse run judged by `detect` alone: its divergence lasts to the run's end, so the runs
+    table and `gapwatch runs` say "critical", as `detect` lists the incident "open" ("had critical"
+    is for a critical finding that is over)."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with open_store(url) as store:
+        store.ensure_run("reference")
+        store.write_metrics("reference", long_rows(stories.reference(30_000)))
+        store.ensure_run("worse", reference="reference")
+        store.write_metrics("worse", long_rows(stories.worse(30_000)))
+    assert main(["detect", "--run", "worse", "--store", url, "--json"]) == 0
+    (incident,) = json.loads(capsys.readouterr().out)
+    assert (incident["severity"], incident["state"]) == ("critical", "open")
+    with open_store(url, read_only=True) as store:
+        rows = queries.overview(store).set_index("name")
+    assert rows.loc["worse", "health"] == "critical"
+    assert main(["runs", "--store", url, "--json"]) == 0
+    listed = {r["name"]: r["health"] for r in json.loads(capsys.readouterr().out)}
+    assert listed["worse"] == "critical" and listed["reference"] == "not judged"
 
 
 def test_findings_are_alerts_and_the_stored_detections_no_alert_covers(tmp_path, demo):
