@@ -49,6 +49,16 @@ def test_lists_runs_with_and_without_references(three_runs, capsys):
     assert rows["cand"]["health"] == "ok" and rows["ref"]["health"] == "not judged"
 
 
+def test_a_reference_named_before_it_was_imported_is_said_to_be_missing(three_runs, capsys):
+    with open_store(three_runs) as store:
+        store.ensure_run("early", reference="imported-later")  # Monitor(..., reference=...) before the import
+    assert main(["runs", "--store", three_runs]) == 0
+    rows = {line.split("\t")[0]: line.split("\t") for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["early"][4] == "imported-later (not in the store)" and rows["cand"][4] == "ref"
+    assert main(["runs", "--store", three_runs, "--json"]) == 0
+    assert {r["name"]: r["reference"] for r in json.loads(capsys.readouterr().out)}["early"] == "imported-later"
+
+
 def test_long_names_are_whole_in_a_pipe(sqlite_url):
     names = [f"olmo1b-ladder-{kind}-with-a-name-longer-than-a-terminal-is-wide" for kind in ("run", "rerun")]
     with open_store(sqlite_url) as store:

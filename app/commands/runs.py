@@ -83,10 +83,14 @@ def list_runs(args: argparse.Namespace) -> int:
         print(json.dumps(runs.astype(object).where(runs.notna(), None).to_dict("records"), default=str))
         return 0
     rows = []
+    names = set(runs["name"])
     for r, last_seen in zip(runs.to_dict("records"), seen):
         since = ago(now - last_seen) if last_seen is not None else "-"
         last = _present(r["last_step"])
-        rows.append([r["name"], r["health"], r["status"], r["source"], _present(r["reference"]) or "-",
+        reference = _present(r["reference"])
+        if reference is not None and reference not in names:
+            reference += " (not in the store)"
+        rows.append([r["name"], r["health"], r["status"], r["source"], reference or "-",
                      str(int(last)) if last is not None else "-", since, str(r["attempts"]), str(r["open_alerts"])])
     print_rows([Column(c, right=c in ("last step", "attempts", "open alerts")) for c in COLUMNS], rows,
                title=f"runs in {store.url.redacted()}")

@@ -64,7 +64,12 @@ def runs_table(frame: pd.DataFrame) -> html.Table | html.P:
     body = []
     for r in frame.itertuples(index=False):
         # pandas stores a missing name as NaN, not None.
-        reference = dcc.Link(r.reference, href=run_href(r.reference)) if isinstance(r.reference, str) else "—"
+        if not isinstance(r.reference, str):
+            reference = "—"
+        elif r.reference_missing:  # named, never imported (or removed): a link would lead nowhere
+            reference = [r.reference, html.Div("not in the store", className="cell-note")]
+        else:
+            reference = dcc.Link(r.reference, href=run_href(r.reference))
         body.append(html.Tr([
             html.Td(dcc.Link(r.name, href=run_href(r.name), className="run-link")),
             html.Td(html.Span(r.health, className="health", style={"background": HEALTH_COLORS.get(r.health, "#999")})),

@@ -378,11 +378,12 @@ def new_points(store: Store, run: str, last: dict[str, int], max_points: int) ->
 
 
 def overview(store: Store, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> pd.DataFrame:
-    """One row per run: name, status, last step, tokens, seconds since its last metric, open
-    alerts, health (app/run_health.py), and a note saying why a cell could not be filled (None
-    when all could)."""
+    """One row per run: name, status, reference (and whether that run is missing from the store),
+    last step, tokens, seconds since its last metric, open alerts, health (app/run_health.py), and
+    a note saying why a cell could not be filled (None when all could)."""
     now = time.time() if now is None else now
     runs = store.list_runs()
+    names = set(runs["name"])
     judged = Judged.read(store, runs)
     rows = []
     for r in runs.itertuples(index=False):
@@ -391,11 +392,12 @@ def overview(store: Store, now: float | None = None, stale_after_s: float = STAL
         age = None if pd.isna(r.last_wall_time) else max(0.0, now - float(r.last_wall_time))
         state = health(r, judged, age, stale_after_s)
         reference = r.reference if isinstance(r.reference, str) and r.reference else None
-        rows.append({"name": r.name, "status": r.status, "reference": reference, "last_step": last_step,
+        rows.append({"name": r.name, "status": r.status, "reference": reference,
+                     "reference_missing": reference is not None and reference not in names, "last_step": last_step,
                      "tokens": tokens, "since_last_s": age, "open_alerts": int(r.open_alerts),
                      "health": state, "project": r.project, "source": r.source, "note": note})
-    return pd.DataFrame(rows, columns=["name", "status", "reference", "last_step", "tokens", "since_last_s",
-                                       "open_alerts", "health", "project", "source", "note"])
+    return pd.DataFrame(rows, columns=["name", "status", "reference", "reference_missing", "last_step", "tokens",
+                                       "since_last_s", "open_alerts", "health", "project", "source", "note"])
 
 
 def _tokens(store: Store, run: str, tokens_per_step, last_step: int | None) -> float | None:

@@ -10,9 +10,11 @@ import dash._callback
 import numpy as np
 import pandas as pd
 import psycopg
+from plotly.utils import PlotlyJSONEncoder
 import pytest
 
 from app.cli import main
+from app.dashboard import layout, queries
 from app.dashboard.app import create_app
 from app.dashboard.config import DashboardConfig
 from app.dashboard.auth import AuthConfig
@@ -274,3 +276,7 @@ def test_a_run_whose_reference_is_not_in_the_store_says_so_on_its_page(tmp_path)
                              state)
     said = json.dumps(page)
     assert "reference 'not-imported-yet' is not in the store (import it, or pick another)" in said
+    # The runs table names it without a link that would lead nowhere.
+    with open_store(url, read_only=True) as store:
+        table = json.dumps(layout.runs_table(queries.overview(store)).to_plotly_json(), cls=PlotlyJSONEncoder)
+    assert "not in the store" in table and "/run/not-imported-yet" not in table
