@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.store, create=bool(args.all))
     try:
         watched = "every run" if args.all else ", ".join(
-            f"{t.run} (reference: {t.reference or 'none'})" for t in targets.resolve(store))
+            f"{t.run} (reference: {_reference_of(t)})" for t in targets.resolve(store))
         _log_to_stderr(config)
         log = logging.getLogger("gapwatch.watch")
         # With --json, stdout holds the JSON alone; console alerts go where the log goes.
@@ -111,3 +111,9 @@ def _log_to_stderr(config) -> None:
     # Whatever a library logs passes this filter: no sink URL reaches the terminal or a log file.
     handler.addFilter(RedactingFilter(*[s.url for s in config.alerting.sinks if s.url is not None]))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+
+
+def _reference_of(target) -> str:
+    if target.missing_reference is not None:
+        return f"{target.missing_reference}, not in the store yet"
+    return target.reference or "none"

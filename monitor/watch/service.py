@@ -39,8 +39,9 @@ from monitor.watch.run_watcher import RunWatcher
 
 log = logging.getLogger("gapwatch.watch")
 
-# With `--all`, the list of runs is read again every this many polls: one small query, so a new
-# run is judged from the first poll after it appears.
+# With `--all`, or while a watched run's reference is not in the store, the targets are read again
+# every this many polls: one small query, so a new run (or the reference, once imported) is judged
+# from the first poll after it appears.
 TARGET_REFRESH_POLLS = 1
 # Seconds the service waits for the delivery thread to finish its current send when stopping
 # (a little more than one HTTP timeout is enough; it is a daemon thread after that).
@@ -84,10 +85,14 @@ class TargetSpec:
             info = store.get_run(run)
             if info is None:
                 raise GapwatchError(f"no run named {run!r} in {store.url.redacted()}")
-            reference = self.reference or info["reference"]
+            if self.reference is not None and store.get_run(self.reference) is None:
+                # Named on the command line: a typo, not a reference still to be imported.
+                raise GapwatchError(f"reference run {self.reference!r} of {run!r} is not in {store.url.redacted()}")
+            reference = self.reference or _none(info["reference"])
             if reference is not None and store.get_run(reference) is None:
-                raise GapwatchError(f"reference run {reference!r} of {run!r} is not in {store.url.redacted()}")
-            targets.append(Target(run, reference))
+                targets.append(Target(run, None, missing_reference=reference))
+            else:
+                targets.append(Target(run, reference))
         return targets
 
 
@@ -133,7 +138,9 @@ class WatchService:
     # --- the watch loop ------------------------------------------------------------------------
     def poll(self) -> int:
         """One pass over every target; returns the notifications queued."""
-        if not self._current or (self.targets.all_runs and self._polls % TARGET_REFRESH_POLLS == 0):
+        # Every run, or a reference still to be imported: the targets are read again as runs appear.
+        refresh = self.targets.all_runs or any(t.missing_reference for t in self._current)
+        if not self._current or (refresh and self._polls % TARGET_REFRESH_POLLS == 0):
             try:
                 self._current = self.targets.resolve(self.store)
             except DatabaseError as exc:

@@ -32,6 +32,7 @@ def store_with_nan(sqlite_url):
 @pytest.mark.parametrize("argv, message", [
     (["--all", "--reference", "b"], "--reference goes with --run"),
     (["--run", "nope"], "no run named 'nope'"),
+    (["--run", "r", "--reference", "typo"], "reference run 'typo' of 'r' is not in"),
     (["--run", "r", "--detectors", "nonfinite,psychic"], "unknown detector(s) psychic"),
     (["--run", "r", "--poll-interval", "0"], "--poll-interval must be positive"),
     (["--run", "r", "--config", "{bad_params}"], "detector settings: "),
@@ -55,6 +56,15 @@ def test_once_prints_the_alert_on_the_console_and_exits(store_with_nan, tmp_path
     assert line.startswith("CRITICAL") and "NaN or Inf in the run on r train/loss steps 150-150" in line
     assert "/run/r?start=150&end=150" in line
     assert "sinks: console: console, severity >= info" in out.stderr
+    # A stored reference not imported yet: watched alone, and the first line says so.
+    with open_store(store_with_nan) as store:
+        store.ensure_run("early", reference="imported-later")
+        store.write_metrics("early", pd.DataFrame({"step": [1, 2], "key": "train/loss", "value": [2.0, np.nan]}))
+    out = subprocess.run([sys.executable, "-m", "app", "watch", "--run", "early", "--store", store_with_nan, "--once",
+                          "--detectors", "nonfinite"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "watching early (reference: imported-later, not in the store yet)" in out.stderr
+    assert "NaN or Inf in the run on early" in out.stdout
     with open_store(store_with_nan) as store:
         assert store.load_state("watch/r")["cursor"]["key_last"] == {"train/loss": 199}
         assert len(store.read_detections("r")) == 1

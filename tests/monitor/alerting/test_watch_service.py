@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from monitor.alerting.sinks import build_sinks
+from monitor.errors import GapwatchError
 from monitor.store import open_store
 from monitor.watch.config import WatchConfig
 from monitor.judging.engine import DetectConfig
@@ -106,16 +107,17 @@ def test_watching_all_runs_finds_runs_that_appear_later(store, receiver):
     assert kinds(receiver) == ["opened", "resolved"]
 
 
-def test_a_run_whose_reference_is_not_in_the_store_is_still_judged_alone(store, receiver, caplog):
+@pytest.mark.parametrize("named", [False, True], ids=["--all", "--run"])
+def test_a_run_whose_reference_is_not_in_the_store_is_still_judged_alone(store, receiver, caplog, named):
     """A reference named before it was imported (or misspelt, or removed): the run's NaN is still
     told, one warning says why nothing compares it, and once the reference is imported the run is
-    judged against it from its start."""
+    judged against it from its start; with `--all` and with the run named alike."""
     steps = np.arange(STEPS)
     store.ensure_run("orphan", reference="not-imported-yet")
     bad = losses(1, True)
     bad[300:310] = np.nan
     store.write_metrics("orphan", pd.DataFrame({"step": steps, "key": "train/loss", "value": bad}))
-    svc = service(store, receiver, runs=(), all_runs=True)
+    svc = service(store, receiver, runs=("orphan",)) if named else service(store, receiver, runs=(), all_runs=True)
     with caplog.at_level("WARNING", logger="gapwatch.watch"):
         for _ in range(3):
             svc.poll()
@@ -131,3 +133,8 @@ def test_a_run_whose_reference_is_not_in_the_store_is_still_judged_alone(store, 
     assert ("orphan", "not-imported-yet") in {(t.run, t.reference) for t in svc.watchers}
     assert len(svc.watchers) == len(svc._current)  # the watcher without a reference is gone
     assert {a.detector for a in svc.ledger.alerts("orphan")} == {"nonfinite", "reference_divergence"}
+
+
+def test_a_reference_named_on_the_command_line_must_be_in_the_store(store, receiver):
+    with pytest.raises(GapwatchError, match="reference run 'typo' of 'r' is not in"):
+        TargetSpec(runs=("r",), reference="typo").resolve(store)
