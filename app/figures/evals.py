@@ -17,10 +17,10 @@ from app.figures.frames import x_values
 from app.figures.style import (
     REFERENCE_COLOR,
     RUN_COLOR,
-    TEMPLATE,
     base_figure,
     log_y_axis_if_wide,
     note_empty,
+    small_multiples_layout,
     text,
     ticks_at_few_points,
 )
@@ -67,12 +67,6 @@ def downstream_figure(run: pd.DataFrame, reference: pd.DataFrame | None = None, 
             log_y_axis_if_wide(fig, values, row=row, col=col)
     more = len(available) - len(chosen)
     title = "downstream evals (±1 s.e.)" + (f" — {len(chosen)} of {len(available)} metrics" if more > 0 else "")
-    height, top, bottom = 200 + 190 * rows, 100, 40
-    # Subplot titles sit just above each panel: the legend goes on a line of its own above them.
-    fig.update_layout(template=TEMPLATE, height=height, title_text=title, margin=dict(t=top, b=bottom),
-                      legend=dict(y=1.0 + 26 / (height - top - bottom)))
-    fig.update_annotations(font_size=11)
-    for i in range(max(0, len(chosen) - cols), len(chosen)):
-        # The lowest panel of each column carries the x title (the last row may be partial).
-        fig.update_xaxes(title_text=x_title, row=i // COLUMNS + 1, col=i % COLUMNS + 1)
+    small_multiples_layout(fig, title=title, rows=rows, panels=len(chosen), columns=COLUMNS, x_title=x_title,
+                           base_height=200, row_height=190, top=100)
     return fig

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from app.figures.frames import series_frame
 from app.figures.overlay import line_trace, series_uid
-from app.figures.style import REFERENCE_COLOR, RUN_COLOR, TEMPLATE, base_figure, note_empty, text
+from app.figures.style import REFERENCE_COLOR, RUN_COLOR, base_figure, note_empty, small_multiples_layout, text
 
 COLUMNS = 2
 # Past this many small panels none is readable: the rest of a pick waits for a narrower one.
@@ -48,10 +48,6 @@ def picked_series_figure(run: pd.DataFrame, reference: pd.DataFrame | None, keys
                                      legendgroup=role), row=row, col=col)
     more = len(list(dict.fromkeys(keys))) - len(chosen)
     title = TITLE + (f" — the first {MAX_SERIES} of {MAX_SERIES + more}" if more > 0 else "")
-    height, top, bottom = 160 + 220 * rows, 90, 40
-    fig.update_layout(template=TEMPLATE, height=height, title_text=title, margin=dict(t=top, b=bottom),
-                      legend=dict(y=1.0 + 26 / (height - top - bottom)))
-    fig.update_annotations(font_size=11)
-    for i in range(max(0, len(drawn) - cols), len(drawn)):
-        fig.update_xaxes(title_text=x_title, row=i // COLUMNS + 1, col=i % COLUMNS + 1)
+    small_multiples_layout(fig, title=title, rows=rows, panels=len(drawn), columns=COLUMNS, x_title=x_title,
+                           base_height=160, row_height=220, top=90)
     return fig

@@ -146,6 +146,20 @@ def ticks_at_few_points(fig: go.Figure, x: np.ndarray, **where) -> None:
         fig.update_xaxes(tickmode="array", tickvals=distinct.tolist(), **where)
 
 
+def small_multiples_layout(fig: go.Figure, *, title: str, rows: int, panels: int, columns: int, x_title: str,
+                           base_height: int, row_height: int, top: int) -> None:
+    """Size and label a grid of small panels (make_subplots, `columns` wide): the height grows
+    with the rows, subplot titles sit just above each panel so the legend goes on a line of its
+    own above them, and the lowest panel of each column carries the x title (the last row may be
+    partial)."""
+    height, bottom = base_height + row_height * rows, 40
+    fig.update_layout(template=TEMPLATE, height=height, title_text=title, margin=dict(t=top, b=bottom),
+                      legend=dict(y=1.0 + 26 / (height - top - bottom)))
+    fig.update_annotations(font_size=11)
+    for i in range(max(0, panels - min(columns, panels)), panels):
+        fig.update_xaxes(title_text=x_title, row=i // columns + 1, col=i % columns + 1)
+
+
 # An empty panel is a one-line note, not a tall grid of meaningless ticks.
 EMPTY_HEIGHT = 150
 

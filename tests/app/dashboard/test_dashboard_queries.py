@@ -136,16 +136,22 @@ def test_overview_health(tmp_path, demo):
     assert rows.loc["fell-over", "health"] == "crashed"
 
 
-def test_a_divergence_detect_left_open_is_critical_not_had_critical(tmp_path, capsys):
-    """A worse run judged by `detect` alone: its divergence lasts to the run's end, so the runs
-    table and `gapwatch runs` say "critical", as `detect` lists the incident "open" ("had critical"
-    is for a critical finding that is over)."""
+def worse_pair(tmp_path) -> str:
+    """A store with a worse run (train and held-out loss above) and its reference, 30,000 steps."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     with open_store(url) as store:
         store.ensure_run("reference")
         store.write_metrics("reference", long_rows(stories.reference(30_000)))
         store.ensure_run("worse", reference="reference")
         store.write_metrics("worse", long_rows(stories.worse(30_000)))
+    return url
+
+
+def test_a_divergence_detect_left_open_is_critical_not_had_critical(tmp_path, capsys):
+    """A worse run judged by `detect` alone: its divergence lasts to the run's end, so the runs
+    table and `gapwatch runs` say "critical", as `detect` lists the incident "open" ("had critical"
+    is for a critical finding that is over)."""
+    url = worse_pair(tmp_path)
     assert main(["detect", "--run", "worse", "--store", url, "--json"]) == 0
     (incident,) = json.loads(capsys.readouterr().out)
     assert (incident["severity"], incident["state"]) == ("critical", "open")
@@ -186,12 +192,7 @@ def test_one_incident_is_one_row_whatever_detectors_and_metrics_it_holds(tmp_pat
     """A worse run: train and held-out loss both above the reference. The watch service opens one
     divergence incident for both (named by held-out loss); the train-loss findings it holds are
     part of it, not a second row "found" beside it."""
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    with open_store(url) as store:
-        store.ensure_run("reference")
-        store.write_metrics("reference", long_rows(stories.reference(30_000)))
-        store.ensure_run("worse", reference="reference")
-        store.write_metrics("worse", long_rows(stories.worse(30_000)))
+    url = worse_pair(tmp_path)
     assert main(["watch", "--run", "worse", "--store", url, "--once"]) == 0
     with open_store(url, read_only=True) as store:
         stored = {d.detector for d in store.read_detections("worse")}
