@@ -48,6 +48,9 @@ def picked_series_figure(run: pd.DataFrame, reference: pd.DataFrame | None, keys
                                      legendgroup=role), row=row, col=col)
     more = len(list(dict.fromkeys(keys))) - len(chosen)
     title = TITLE + (f" — the first {MAX_SERIES} of {MAX_SERIES + more}" if more > 0 else "")
+    empty = [k for k in chosen if k not in drawn]
+    if empty:  # a pick with no finite value here says so, rather than vanishing from the grid
+        title += f" — no finite value here: {text(', '.join(empty))}"
     small_multiples_layout(fig, title=title, rows=rows, panels=len(drawn), columns=COLUMNS, x_title=x_title,
                            base_height=160, row_height=220, top=90)
     return fig

@@ -166,6 +166,10 @@ def test_picked_series_get_a_panel_each_run_over_reference_up_to_the_limit():
     fig = figures.picked_series_figure(run, ref, keys, run_name="run", reference_name="ref")
     assert [a.text for a in fig.layout.annotations] == keys[:8]
     assert "the first 8 of 10" in fig.layout.title.text
+    # A pick with nothing finite to draw is named, not dropped without a word.
+    some = figures.picked_series_figure(run, ref, [keys[0], "custom/nan_only"], run_name="run")
+    assert [a.text for a in some.layout.annotations] == [keys[0]]
+    assert some.layout.title.text.endswith("no finite value here: custom/nan_only")
     first = [t for t in fig.data if t.xaxis == "x"]
     assert [t.name for t in first] == ["ref (reference)", "run"] and first[0].line.dash == "dash"
     # A pick neither run logged in the range shown: one line saying so, no empty grid.
