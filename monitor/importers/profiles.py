@@ -12,7 +12,8 @@ namespace goes under `extra/`), so nothing a source logged disappears silently. 
 Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
 (the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
 them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
-keys), `torchtitan`, `megatron` (Megatron-LM), `composer` (MosaicML Composer, llm-foundry) and `nemo`
+keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Megatron-LM),
+`composer` (MosaicML Composer, llm-foundry) and `nemo`
 (NVIDIA NeMo). `detect_profile` picks the profile whose own rules explain the most source names, less
 those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
 with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
@@ -270,6 +271,23 @@ HF = Profile(
     ),
 )
 
+LIGHTNING = Profile(
+    name="lightning",
+    description="PyTorch Lightning's loggers (TensorBoardLogger, CSVLogger): the epoch and "
+                "LearningRateMonitor series it writes, and its documentation's train_loss/val_loss",
+    rules=(
+        # `self.log("train_loss", loss, on_step=True, on_epoch=True)` writes train_loss_step and
+        # train_loss_epoch; the per-step one is the training loss (meaning.lightning_twin).
+        Rule(r"train_loss(?:_step)?", "train/loss"),
+        Rule(r"val_loss(?:_epoch)?", "eval/heldout/val/loss"),
+        # Lightning logs the epoch beside every logged step.
+        Rule(r"epoch", "train/epoch"),
+        # LearningRateMonitor: lr-<Optimizer>, and lr-<Optimizer>/pg<N> for several param groups.
+        Rule(r"lr-[A-Za-z]\w*", "optim/lr"),
+        Rule(r"lr-[A-Za-z]\w*/pg(?P<g>\d+)", "optim/lr_group{g}"),
+    ),
+)
+
 TORCHTITAN = Profile(
     name="torchtitan",
     description="torchtitan's metrics (its TensorBoard and W&B loggers): loss_metrics/*, throughput(tps), mfu(%)",
@@ -335,7 +353,7 @@ NEMO = Profile(
 )
 
 BUILTIN_PROFILES: dict[str, Profile] = {
-    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, TORCHTITAN, MEGATRON, COMPOSER, NEMO)
+    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO)
 }
 
 

@@ -144,10 +144,18 @@ class TableStream:
     def _frame(self, rows: _Rows) -> pd.DataFrame:
         keys = pd.Categorical.from_codes(rows.codes, categories=list(self._names.all))
         frame = scalars_frame(rows.steps, keys, rows.values, rows.attempts, wall_time=rows.walls)
-        repeated = frame.duplicated(["key", "step", "attempt"], keep="last").to_numpy()
+        # A repeat of the value a later line gives again loses nothing (Lightning's CSVLogger
+        # writes `epoch` twice at an epoch's last step); only a value that a different one
+        # replaces is told.
+        same_cell = ["key", "step", "attempt"]
+        repeated = frame.duplicated(same_cell, keep="last")
+        if repeated.any():
+            kept = frame.groupby(same_cell, observed=True, sort=False)["value"].transform("last")
+            same = (frame["value"] == kept) | (frame["value"].isna() & kept.isna())
+            repeated &= ~same
         if repeated.any():
             if self._first_repeat is None:
-                i = int(np.flatnonzero(repeated)[0])
+                i = int(np.flatnonzero(repeated.to_numpy())[0])
                 self._first_repeat = (str(frame["key"].iloc[i]), int(frame["step"].iloc[i]))
             self._repeated += int(repeated.sum())
         return frame
@@ -156,8 +164,8 @@ class TableStream:
         notes = [n for n in [self.builder.skipped_note()] if n]
         if self._repeated:
             key, step = self._first_repeat
-            notes.append(f"{self.source}: {self._repeated:,} values repeat a metric at a step an "
-                         f"earlier line gave (first: {key} at step {step}); the last value wins")
+            notes.append(f"{self.source}: {self._repeated:,} values of a metric at a step a later line "
+                         f"gives another value for (first: {key} at step {step}); the last value wins")
         if self._partial_line is not None:
             notes.append(f"{self.source}: line {self._partial_line} has no newline yet (still "
                          "being written): left out")

@@ -68,11 +68,13 @@ def test_a_header_only_wandb_file(tmp_path, sqlite_url, capsys):
 
 
 def test_a_csv_with_repeated_steps_says_so_and_the_last_value_wins(tmp_path, sqlite_url, capsys):
+    # Step 1 repeats its value (nothing lost, nothing said); step 2 is given another one.
     src = write(tmp_path / "rep.csv", "step,train/loss\n" + "".join(f"{s},{v}\n" for s, v in
-                                                                   [(0, 1), (1, 2), (2, 3), (2, 4), (3, 5)]))
+                                                                   [(0, 1), (1, 2), (1, 2), (2, 3), (2, 4), (3, 5)]))
     assert main(["import", str(src), "--run", "rep", "--store", sqlite_url]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert "1 values repeat a metric at a step an earlier line gave (first: train/loss at step 2); the last value wins" in err
+    assert ("1 values of a metric at a step a later line gives another value for "
+            "(first: train/loss at step 2); the last value wins") in err
     assert "4 new rows" in err
     with open_store(sqlite_url) as store:
         assert store.load_run("rep").scalars["train/loss"].tolist() == [1, 2, 4, 5]

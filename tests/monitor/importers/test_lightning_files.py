@@ -34,6 +34,10 @@ def test_lightning_step_and_epoch_twins(lightning_logs, source):
         (path,) = (root.rglob("metrics.csv") if source == "metrics.csv"
                    else {p.parent for p in root.rglob("events.out.tfevents.*")})
     run = load(path)
+    assert run.profile == "lightning"
+    assert run.key_map["epoch"] == "train/epoch"
+    # metrics.csv gives `epoch` twice, alike, at each epoch's last step: nothing to tell.
+    assert not [n for n in run.notes if "the last value wins" in n]
     assert run.key_map["train_loss_step"] == schema.TRAIN_LOSS
     assert run.key_map["val_loss_epoch" if val_on_step else "val_loss"] == schema.heldout_key("val")
     assert run.key_map["lr-AdamW"] == schema.OPTIM_LR

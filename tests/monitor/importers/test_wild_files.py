@@ -127,8 +127,10 @@ def test_lightning_tensorboard(shared_data):
     run = load(folder)
     data = run.to_run_data("tb")
     assert run.attempts == 1  # Lightning logs `epoch` twice at a step: not a restart
+    # Named by Lightning's own conventions, not by another trainer's that shares two names.
+    assert run.profile == "lightning"
     assert run.key_map == {"train_loss": schema.TRAIN_LOSS, "val_loss": schema.heldout_key("val"),
-                           "epoch": "extra/epoch", "hp_metric": "extra/hp_metric"}
+                           "epoch": "train/epoch", "hp_metric": "extra/hp_metric"}
     # TensorBoard's own reader gives the same last value and step for every tag.
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     acc.Reload()
