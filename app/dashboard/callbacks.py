@@ -99,9 +99,10 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         Output("view", "data"), Output("url", "search", allow_duplicate=True), Output("written-url", "data"),
         Input("ref-select", "value"), Input("axis-select", "value"), Input("show-all", "n_clicks"),
         Input("smoothing", "value"), Input("full-y", "value"), Input("series-pick", "value"),
-        Input(PANEL, "relayoutData"), State("view", "data"), State("url", "pathname"), prevent_initial_call=True,
+        Input("task-select", "value"), Input(PANEL, "relayoutData"), State("view", "data"), State("url", "pathname"),
+        prevent_initial_call=True,
     )
-    def change_view(reference, axis, _show_all, smoothing, full_y, picked, _relayouts, view, pathname):
+    def change_view(reference, axis, _show_all, smoothing, full_y, picked, tasks, _relayouts, view, pathname):
         """A new view from a control or a zoom, written into the URL too (so it can be shared)."""
         spec = ViewSpec.from_dict(view["spec"])
         before = spec
@@ -122,6 +123,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             spec = spec.replace(full_y="all" in (full_y or []))
         elif ctx.triggered_id == "series-pick":
             spec = spec.replace(series=tuple(picked or ()))
+        elif ctx.triggered_id == "task-select":
+            spec = spec.replace(tasks=tuple(tasks or ()))
         else:
             zoom = _zoom(ctx.triggered[0]["value"] if ctx.triggered else None)
             if zoom is None:
@@ -141,9 +144,9 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
     @app.callback(
         Output(PANEL, "figure"), Output(PANEL, "style"), Output("live", "data"), Output("resolution", "children"),
         Output("notices", "children"),
-        Input("view", "data"), Input("refresh", "data"), Input("task-select", "value"),
+        Input("view", "data"), Input("refresh", "data"),
     )
-    def render(view, _refresh, tasks):
+    def render(view, _refresh):
         spec = ViewSpec.from_dict(view["spec"])
         step_range = tuple(view["range"]) if view["range"] else None
         picked = list(spec.series)
@@ -160,7 +163,8 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             kept = [no_update] * len(ctx.outputs_list[0])
             return kept, kept, no_update, no_update, [f"{one_line(exc)}."]
         # No pick: the first tasks in the report's order (most different from the reference first).
-        rendered = panels.build(data, tasks or view.get("tasks"), params=config.detector_params, picked=picked)
+        rendered = panels.build(data, list(spec.tasks) or view.get("tasks"), params=config.detector_params,
+                                picked=picked)
         state = live.initial_state(store, data, rendered, time.time())
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
         hidden = {"display": "none"}

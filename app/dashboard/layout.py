@@ -127,6 +127,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
         html.Div([
             html.Label("downstream metrics"),
             dcc.Dropdown(id="task-select", options=[{"label": t, "value": t} for t in tasks], multi=True,
+                         value=list(spec.tasks),
                          placeholder=(f"all {len(tasks)}" if len(tasks) <= DEFAULT_MAX_TASKS
                                       else f"the first {DEFAULT_MAX_TASKS} of {len(tasks)}, " + (
                                           "most different first" if downstream.by_difference else "alphabetically")),

@@ -4,7 +4,8 @@
 parameters `ref` (any other run: this is how two runs are compared), `axis` (step|tokens),
 `start`/`end` (a step range to highlight, which alert links use: `?start=<step>&end=<step>`),
 `from`/`to` (the step range shown), `smooth` (the EMA weight), `y=all` (include the early
-transient in the loss panels' y range) and `series` (once per logged series picked to be drawn).
+transient in the loss panels' y range), `series` (once per logged series picked to be drawn) and
+`task` (once per downstream metric picked, instead of the first few in the report's order).
 Every change of the view is written back into the URL.
 """
 
@@ -37,6 +38,8 @@ class ViewSpec:
     """Loss panels include the early transient in their y range (by default they start after it)."""
     series: tuple[str, ...] = ()
     """Logged series a person picked to see, run over reference, in the order picked."""
+    tasks: tuple[str, ...] = ()
+    """Downstream metrics picked for the evals panel, in the order picked (none: the first few)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -44,8 +47,9 @@ class ViewSpec:
     @classmethod
     def from_dict(cls, d: dict) -> "ViewSpec":
         fields = {f: d[f] for f in FIELDS if f in d}
-        if "series" in fields:
-            fields["series"] = tuple(fields["series"] or ())  # a list, as the page keeps it in JSON
+        for listed in ("series", "tasks"):
+            if listed in fields:
+                fields[listed] = tuple(fields[listed] or ())  # a list, as the page keeps it in JSON
         return cls(**fields)
 
     def replace(self, **changes) -> "ViewSpec":
@@ -59,22 +63,25 @@ class ViewSpec:
 
     def href(self) -> str:
         return run_href(self.run, reference=self.reference, axis=self.axis, start=self.start, end=self.end,
-                        lo=self.lo, hi=self.hi, smoothing=self.smoothing, full_y=self.full_y, series=self.series)
+                        lo=self.lo, hi=self.hi, smoothing=self.smoothing, full_y=self.full_y, series=self.series,
+                        tasks=self.tasks)
 
 
-FIELDS = ("run", "reference", "axis", "start", "end", "lo", "hi", "smoothing", "full_y", "series")
+FIELDS = ("run", "reference", "axis", "start", "end", "lo", "hi", "smoothing", "full_y", "series", "tasks")
 MAX_SMOOTHING = 0.999
 
 
 def run_href(run: str, *, reference: str | None = None, axis: str | None = None,
              start: int | None = None, end: int | None = None, lo: int | None = None, hi: int | None = None,
-             smoothing: float = 0.0, full_y: bool = False, series: tuple[str, ...] = ()) -> str:
+             smoothing: float = 0.0, full_y: bool = False, series: tuple[str, ...] = (),
+             tasks: tuple[str, ...] = ()) -> str:
     """A link to a run's page; the name is percent-encoded whole (a `/` or `?` in it stays a name).
     Defaults are left out, so a plain link stays `/run/<name>`."""
     query = {k: v for k, v in (
         ("ref", reference), ("axis", axis if axis != "step" else None), ("start", start), ("end", end),
         ("from", lo), ("to", hi), ("smooth", f"{smoothing:g}" if smoothing else None),
-        ("y", "all" if full_y else None), ("series", list(series) or None)) if v is not None}
+        ("y", "all" if full_y else None), ("series", list(series) or None), ("task", list(tasks) or None),
+    ) if v is not None}
     path = RUN_PREFIX + quote(run, safe="")
     return f"{path}?{urlencode(query, doseq=True)}" if query else path
 
@@ -97,9 +104,12 @@ def parse_run_path(pathname: str | None, search: str | None) -> ViewSpec | None:
     lo, hi = _ordered(_int(one("from")), _int(one("to")))
     if lo is None or hi is None:
         lo = hi = None
-    series = tuple(dict.fromkeys(v for v in query.get("series", []) if v))
+    def listed(name: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(v for v in query.get(name, []) if v))
+
     return ViewSpec(run=run, reference=one("ref"), axis=axis, start=start, end=end, lo=lo, hi=hi,
-                    smoothing=_smoothing(one("smooth")), full_y=one("y") == "all", series=series)
+                    smoothing=_smoothing(one("smooth")), full_y=one("y") == "all", series=listed("series"),
+                    tasks=listed("task"))
 
 
 def _ordered(a: int | None, b: int | None) -> tuple[int | None, int | None]:

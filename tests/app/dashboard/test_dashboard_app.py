@@ -18,6 +18,7 @@ from app.dashboard import layout, queries
 from app.dashboard.app import create_app
 from app.dashboard.config import DashboardConfig
 from app.dashboard.auth import AuthConfig
+from app.dashboard.routes import parse_run_path
 from app.dashboard.server import make_server, open_app
 from monitor.errors import GapwatchError
 from monitor.schema import TRAIN_LOSS
@@ -27,12 +28,15 @@ from monitor.store import open_store
 PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
 
 
-def post_callback(app, output_part: str, inputs: list[dict], outputs, state: list[dict] | None = None) -> dict:
-    """POST one callback as dash-renderer does; `output_part` picks it from the app's callback map."""
+def post_callback(app, output_part: str, inputs: list[dict], outputs, state: list[dict] | None = None,
+                  changed: list[str] | None = None) -> dict:
+    """POST one callback as dash-renderer does; `output_part` picks it from the app's callback map;
+    `changed`: the inputs that triggered it ("id.property")."""
     # Exact first: a property written by two callbacks has a second, suffixed key.
     output = output_part if output_part in app.callback_map else next(k for k in app.callback_map if output_part in k)
     client = app.server.test_client()
-    body = {"output": output, "outputs": outputs, "inputs": inputs, "changedPropIds": [], "state": state or []}
+    body = {"output": output, "outputs": outputs, "inputs": inputs, "changedPropIds": changed or [],
+            "state": state or []}
     response = client.post("/_dash-update-component", json=body)
     assert response.status_code == 200, response.text
     return json.loads(response.text)["response"]
@@ -47,8 +51,7 @@ def test_render_callback_sends_typed_arrays_within_budget(demo_url):
                    {"id": "notices", "property": "children"}]
         view = {"spec": {"run": "olmo-repro"}, "range": None}
         response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": view},
-                                                    {"id": "refresh", "property": "data", "value": 0},
-                                                    {"id": "task-select", "property": "value", "value": None}],
+                                                    {"id": "refresh", "property": "data", "value": 0}],
                                  outputs)
     figures = {json.loads(k)["name"]: v["figure"] for k, v in response.items() if k.startswith("{")}
     assert sorted(figures) == sorted(PANELS)
@@ -60,6 +63,44 @@ def test_render_callback_sends_typed_arrays_within_budget(demo_url):
     # The demo pair logs every panel's series: none is left out, and no line says so.
     hidden = {json.loads(k)["name"] for k, v in response.items() if k.startswith("{") and v["style"]}
     assert hidden == set() and response["notices"]["children"] == []
+
+
+def test_the_tasks_a_view_picks_are_the_evals_drawn(demo_url):
+    """Downstream metrics picked (kept in the view, and so in the URL) are the ones drawn, in the order
+    picked; with none picked, the first few in the report's order."""
+    outputs = [[{"id": {"name": "evals", "type": "panel"}, "property": "figure"}],
+               [{"id": {"name": "evals", "type": "panel"}, "property": "style"}],
+               {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
+               {"id": "notices", "property": "children"}]
+
+    def titles(view: dict) -> list[str]:
+        response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": view},
+                                                    {"id": "refresh", "property": "data", "value": 0}], outputs)
+        (figure,) = [v["figure"] for k, v in response.items() if k.startswith("{")]
+        return [a["text"] for a in figure["layout"].get("annotations", []) if "<" not in a["text"]]
+
+    with open_store(demo_url, read_only=True) as store:
+        tasks = queries.downstream_tasks(store, "olmo-repro", None).names
+        app = create_app(store, DashboardConfig(max_points=500))
+        picked = [tasks[-1], tasks[0]]
+        assert titles({"spec": {"run": "olmo-repro", "tasks": picked}, "range": None, "tasks": tasks}) == picked
+        assert titles({"spec": {"run": "olmo-repro"}, "range": None, "tasks": tasks}) != picked
+        # Picking them writes them into the view and the URL (so a link opens the same panels).
+        inputs = [{"id": i, "property": p, "value": v} for i, p, v in (
+            ("ref-select", "value", None), ("axis-select", "value", "step"), ("show-all", "n_clicks", None),
+            ("smoothing", "value", 0), ("full-y", "value", []), ("series-pick", "value", []),
+            ("task-select", "value", picked))]
+        inputs.append([])  # no panel was zoomed
+        view = {"spec": {"run": "olmo-repro"}, "range": None, "tasks": tasks}
+        response = post_callback(app, "view.data", inputs,
+                                 [{"id": "view", "property": "data"}, {"id": "url", "property": "search"},
+                                  {"id": "written-url", "property": "data"}],
+                                 state=[{"id": "view", "property": "data", "value": view},
+                                        {"id": "url", "property": "pathname", "value": "/run/olmo-repro"}],
+                                 changed=["task-select.value"])
+        assert response["view"]["data"]["spec"]["tasks"] == picked
+        search = response["url"]["search"]
+        assert parse_run_path("/run/olmo-repro", search).tasks == tuple(picked)
 
 
 def test_two_apps_share_nothing(tmp_path):
@@ -145,8 +186,7 @@ def test_an_unreachable_store_keeps_the_page_and_says_why(pg_url, demo):
                    {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
                    {"id": "notices", "property": "children"}]
         inputs = [{"id": "view", "property": "data", "value": {"spec": {"run": "olmo-repro"}, "range": None}},
-                  {"id": "refresh", "property": "data", "value": 0},
-                  {"id": "task-select", "property": "value", "value": None}]
+                  {"id": "refresh", "property": "data", "value": 0}]
         first = post_callback(app, "live.data", inputs, outputs)
         assert not any("cannot be read" in n for n in first["notices"]["children"])
         # The database goes away under the running dashboard (its connections are cut too).

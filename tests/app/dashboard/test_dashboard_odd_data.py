@@ -56,8 +56,7 @@ def render(app, view: dict) -> dict:
                {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
                {"id": "notices", "property": "children"}]
     return post(app, "live.data", [{"id": "view", "property": "data", "value": view},
-                                   {"id": "refresh", "property": "data", "value": 0},
-                                   {"id": "task-select", "property": "value", "value": None}], outputs)
+                                   {"id": "refresh", "property": "data", "value": 0}], outputs)
 
 
 def test_the_overview_lists_every_run_with_its_tokens(odd_url):

@@ -284,7 +284,12 @@ def test_downstream_tasks_come_in_the_reports_order_most_different_first(tmp_pat
     for by_difference, said in ((True, "the first 6 of 8, most different first"), (False, "the first 6 of 8, alphabetically")):
         page = layout.run_page(ViewSpec(run="run"), ["run"], None, None, queries.DownstreamTasks(many, by_difference))
         (picker,) = [c for c in _walk(page) if getattr(c, "id", None) == "task-select"]
-        assert picker.placeholder == said
+        assert picker.placeholder == said and picker.value == []
+    # Tasks picked in the URL are the picker's value when the page opens.
+    page = layout.run_page(ViewSpec(run="run", tasks=("task7/acc", "task1/acc")), ["run"], None, None,
+                           queries.DownstreamTasks(many, True))
+    (picker,) = [c for c in _walk(page) if getattr(c, "id", None) == "task-select"]
+    assert picker.value == ["task7/acc", "task1/acc"]
 
 
 def _walk(component):

@@ -41,10 +41,12 @@ def test_other_paths_are_not_runs():
 
 def test_the_whole_view_round_trips_through_its_url():
     spec = ViewSpec(run="a/b", reference="ref", axis="tokens", start=100, end=120, lo=0, hi=5000,
-                    smoothing=0.85, full_y=True, series=("optim/lr", "train/rewards/margins"))
+                    smoothing=0.85, full_y=True, series=("optim/lr", "train/rewards/margins"),
+                    tasks=("mmlu/acc", "arc_easy/acc"))
     path, _, search = spec.href().partition("?")
     assert parse_run_path(path, "?" + search) == spec
     assert "series=optim%2Flr&series=train%2Frewards%2Fmargins" in search  # in the order picked
+    assert "task=mmlu%2Facc&task=arc_easy%2Facc" in search
     assert ViewSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec  # as the page keeps it
     assert ViewSpec(run="x").href() == "/run/x"
 
