@@ -41,11 +41,12 @@ def headline(incident: Incident) -> str:
 
 
 def also(alert: Alert) -> str:
-    """"; also: ..." naming the incident's members other than the one that names it (another
-    detector by its explanation, the naming detector on another metric by that metric); "" when
-    it has none."""
-    naming = (alert.detector, alert.metric)
-    others = [m.explanation if m.detector != alert.detector else f"{m.detector} on {m.metric}"
-              for m in alert.members.values() if (m.detector, m.metric) != naming]
+    """"; also: ..." naming the incident's members other than the one that names it: another
+    explanation by itself, one the incident is already named by (its detector on another metric)
+    by what was found there; "" when it has none."""
+    naming = alert.members.get(f"{alert.detector}|{alert.metric}")
+    named_by = naming.explanation if naming is not None else None
+    others = [m.explanation if m.explanation != named_by else m.message
+              for m in alert.members.values() if m is not naming]
     others = list(dict.fromkeys(others))
     return f"; also: {'; '.join(others)}" if others else ""

@@ -118,7 +118,7 @@ def print_findings(result, incidents, ungrouped: bool = False) -> None:
         title = f"detections in {result.run}"
     else:
         columns = [Column("severity"), Column("incident"), Column("id"), Column("state"),
-                   Column("steps", right=True), Column("count", right=True), Column("finding", wraps=True)]
+                   Column("steps", right=True), Column("detections", right=True), Column("finding", wraps=True)]
         rows = [[i.severity.value, i.name, i.incident_id, "resolved" if i.resolved else "open", steps(i), i.count,
                  headline(i)]
                 for i in incidents]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -412,8 +413,12 @@ class IncidentTracker:
             key=lambda m: (score_rank(m.score), -m.start_step))
         alert.detector, alert.metric = best.detector, best.metric
         alert.score, alert.peak_step, alert.message = best.score, best.peak_step, best.message
-        others = {m.explanation: {"detector": m.detector, "metric": m.metric, "steps": [m.start_step, m.end_step],
-                                  "severity": m.severity, "message": m.message}
+        # Keyed by explanation; one that several members share (a detector's finding on two
+        # metrics) is told apart by metric, so no finding hides another.
+        shared = Counter(m.explanation for m in alert.members.values())
+        others = {(m.explanation if shared[m.explanation] == 1 else f"{m.explanation} on {m.metric}"): {
+                      "detector": m.detector, "metric": m.metric, "steps": [m.start_step, m.end_step],
+                      "severity": m.severity, "message": m.message}
                   for m in alert.members.values() if m is not best}
         alert.evidence = {**best.evidence, **({"also": others} if others else {})}
 

@@ -61,7 +61,7 @@ def test_detect_rows_in_a_pipe_are_one_line_each(real_pair, capsys):
     assert main(["detect", "--run", "muon-1.5b", "--store", real_pair, "--no-write"]) == 0
     captured = capsys.readouterr()
     header, *lines = captured.out.splitlines()
-    assert header.split("\t") == ["severity", "incident", "id", "state", "steps", "count", "finding"]
+    assert header.split("\t") == ["severity", "incident", "id", "state", "steps", "detections", "finding"]
     assert 0 < len(lines) <= A_FEW_DOZEN and all(len(line.split("\t")) == 7 for line in lines)
     stall = next(line for line in lines if "\tsteps slowed down or stalled\t" in line)
     assert "160 times in" in stall and "s lost in all" in stall

@@ -232,3 +232,21 @@ def test_an_equally_specific_finding_joins_without_renaming_and_a_more_specific_
     changes, open_alerts, _ = run_tracker(tracker, [([growth], 1100), ([spike], 1200), ([nan], 1400)])
     assert kinds(changes)[-1] == ChangeKind.ESCALATED  # critical, and now named for the NaN
     assert open_alerts[("r", "instability")].name == "NaN or Inf in the run"
+
+
+def test_one_detector_on_several_metrics_keeps_every_finding_in_the_evidence():
+    """The data-loader check breaks on the cursor, the epoch and the coverage at once: one incident,
+    and each metric's finding is attached under its own name (one explanation shared by three
+    findings must not keep only the last), and the one-line summary says what each found."""
+    from app.findings import also
+
+    tracker = IncidentTracker(IncidentConfig(resolve_after_steps=100))
+    found = [det(1, 200, Severity.CRITICAL, score=3000.0, metric="data/cursor", detector="data_invariants"),
+             det(5, 200, metric="data/epoch", detector="data_invariants"),
+             det(42, 200, metric="data/unique_fraction", detector="data_invariants")]
+    _, open_alerts, _ = run_tracker(tracker, [(found, 200)])
+    (alert,) = open_alerts.values()
+    attached = alert.evidence["also"]
+    assert sorted(v["metric"] for v in attached.values()) == ["data/epoch", "data/unique_fraction"]
+    assert all(k.endswith(f" on {v['metric']}") for k, v in attached.items())
+    assert also(alert) == "; also: bad from 5; bad from 42"
