@@ -15,6 +15,7 @@ from app.report.heldout_table import HeldoutTableConfig, heldout_table
 from app.report.model import Report
 from app.report.pair import ComparedPair
 from app.report.resume_table import resume_table
+from app.report.settings_table import settings_table
 from app.report.spike_table import SpikeTableConfig, spike_scores, spike_table
 from app.report.throughput_table import throughput_table
 from app.report.train_table import TrainTableConfig, train_delta_table
@@ -50,6 +51,7 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         energy_table(pair, config.energy),
         findings_table(pair, incidents),
         not_judged_table(pair),
+        settings_table(pair),
     ]
     verdict = decide(pair.detections, tables, cleans=[c for c in pair.cleans if c.run == pair.run.name],
                      not_judged=pair.not_judged.get(pair.run.name, []),

@@ -37,7 +37,7 @@ def test_json_is_strict_and_keeps_numbers(report):
     assert rows[-1]["delta"]["value"] == pytest.approx(-0.2, abs=0.02)
     assert rows[-1]["delta"]["stderr"] > 0 and rows[-1]["delta"]["estimated"] is False
     assert set(doc["tables"]) == {"train_delta", "heldout", "downstream", "spikes", "resumes", "data",
-                                  "throughput", "energy", "findings", "not_judged"}
+                                  "throughput", "energy", "findings", "not_judged", "settings"}
     assert {d["detector"] for d in doc["detections"]} >= {"reference_divergence", "spike", "throughput"}
 
 
