@@ -130,7 +130,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
                 chosen, evidence = (with_evidence(base, list(names), tally.cadences())
                                     if infer else (base, {}))
                 mapper = NameMapper(chosen, source_id)
-                writer.start(project=project, profile=mapper.profile.name, config={},
+                writer.start(project=project, profile=mapper.profile.name, config=dict(stream.config),
                              tokens_per_step=tokens_per_step)
             try:
                 mapper.add(fresh)

@@ -37,6 +37,7 @@ from monitor.schema import MAX_STEP
 from .generic_rows import (
     KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, TIME_FIELDS, RowBuilder, step_field,
 )
+from .hparams_file import read_hparams
 from .imported_run import ImportedRun, scalars_frame
 from .csv_cells import cell_numbers, leading_spaces_cut, numbers, plain_numbers, whole_steps
 from .input_checks import UnfitNumber, loads, repeated_name, shown
@@ -99,6 +100,8 @@ class TableStream:
         self.chunk_rows = chunk_rows or CHUNK_ROWS
         self.builder = RowBuilder(self.source)
         self.notes: list[str] = []
+        # Lightning's CSVLogger writes the run's hyperparameters beside metrics.csv.
+        self.config, self._unread_config = read_hparams(self.path.parent)
         self.bytes_read = 0
         self._names = NameCodes()
         self._repeated = 0
@@ -137,7 +140,7 @@ class TableStream:
         scalars = scalars_frame(whole["step"], whole["key"].astype(str).to_numpy(), whole["value"],
                                 whole["attempt"],
                                 wall_time=whole["wall_time"] if self.builder.any_time else None)
-        return ImportedRun(name_hint=self.name_hint, scalars=scalars, events=self.events,
+        return ImportedRun(name_hint=self.name_hint, scalars=scalars, config=dict(self.config), events=self.events,
                            source=self.source, notes=list(self.notes))
 
     # --- chunks --------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ class TableStream:
         return frame
 
     def _final_notes(self) -> list[str]:
-        notes = [n for n in [self.builder.skipped_note()] if n]
+        notes = [n for n in [self.builder.skipped_note(), self._unread_config] if n]
         if self._repeated:
             key, step = self._first_repeat
             notes.append(f"{self.source}: {self._repeated:,} values of a metric at a step a later line "

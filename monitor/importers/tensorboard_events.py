@@ -36,6 +36,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import EventKind
 
 from .formats import Format
+from .hparams_file import read_hparams
 from .imported_run import ImportedRun, scalars_frame
 
 _MARKER = "tfevents"
@@ -124,8 +125,11 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     if len(launches) > 1:
         notes.append(f"{path}: {len(launches)} launches of one run, each resumed where an earlier one had got to: "
                      + ", ".join(t.relative_to(root).as_posix() for t in launches))
+    hparams, unread = read_hparams(launches[0])  # Lightning's, beside its event file
+    notes += [unread] if unread else []
     return ImportedRun(
         name_hint=launches[0].name if root.is_dir() else root.parent.name or root.stem,
+        config=hparams,
         scalars=scalars_frame(steps, keys, values, attempts, wall_time=walls),
         events=events,
         source=str(root),

@@ -73,6 +73,7 @@ class WandbCsvStream:
                  chunk_rows: int | None = None) -> None:
         self.path = Path(path)
         self.source = str(self.path)
+        self.config: dict = {}  # a panel's export holds no run's settings
         self.chunk_rows = chunk_rows or CHUNK_ROWS
         self.columns = header(self.path)
         if len(set(self.columns)) != len(self.columns):

@@ -18,6 +18,7 @@ STEPS, LOG_EVERY, EPOCHS = 150, 5, 3
 class Regression(L.LightningModule):
     def __init__(self, val_on_step: bool) -> None:
         super().__init__()
+        self.save_hyperparameters()  # the loggers write them (hparams.yaml, W&B's config)
         self.net = torch.nn.Linear(8, 1)
         self.val_on_step = val_on_step
 

@@ -35,6 +35,7 @@ def test_lightning_step_and_epoch_twins(lightning_logs, source):
                    else {p.parent for p in root.rglob("events.out.tfevents.*")})
     run = load(path)
     assert run.profile == "lightning"
+    assert run.config["val_on_step"] is val_on_step  # the hyperparameters, the run's settings
     assert run.key_map["epoch"] == "train/epoch"
     # metrics.csv gives `epoch` twice, alike, at each epoch's last step: nothing to tell.
     assert not [n for n in run.notes if "the last value wins" in n]

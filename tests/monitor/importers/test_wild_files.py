@@ -129,6 +129,8 @@ def test_lightning_tensorboard(shared_data):
     assert run.attempts == 1  # Lightning logs `epoch` twice at a step: not a restart
     # Named by Lightning's own conventions, not by another trainer's that shares two names.
     assert run.profile == "lightning"
+    # hparams.yaml beside the event file: the run's settings.
+    assert run.config == {"hidden_units": 512, "lr": 0.001, "num_chars": 29, "num_layers": 2, "seq_length": 100}
     assert run.key_map == {"train_loss": schema.TRAIN_LOSS, "val_loss": schema.heldout_key("val"),
                            "epoch": "train/epoch", "hp_metric": "extra/hp_metric"}
     # TensorBoard's own reader gives the same last value and step for every tag.
