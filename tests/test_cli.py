@@ -70,7 +70,7 @@ def test_fail_on_critical_gates_a_ci_job_on_a_nan(sqlite_url, capsys):
     clean = ["detect", "--run", "a-clean-run-with-a-long-name", "--store", url, "--no-write"]
     capsys.readouterr()
     assert main([*clean, "--fail-on", "critical"]) == 0
-    assert capsys.readouterr().out == "severity\tincident\tid\tstate\tsteps\tcount\tfinding\n"  # a header, no rows
+    assert capsys.readouterr().out == "severity\tincident\tid\tstate\tsteps\tdetections\tfinding\n"  # a header, no rows
     assert main([*clean, "--fail-on", "warning"]) == 0
 
 
@@ -81,7 +81,7 @@ def test_detect_in_a_pipe_prints_whole_names_on_one_line(sqlite_url):
                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "40"})
     assert out.returncode == FAIL_EXIT, out.stderr
     header, *rows = out.stdout.splitlines()
-    assert header == "severity\tincident\tid\tstate\tsteps\tcount\tfinding"
+    assert header == "severity\tincident\tid\tstate\tsteps\tdetections\tfinding"
     nonfinite = next(r.split("\t") for r in rows if "\tNaN or Inf in the run\t" in r)
     assert nonfinite[:5] == ["critical", "NaN or Inf in the run", "a-run-that-went-nan:instability#1", "open", "301"]
     assert "a-run-that-went-nan: " in out.stderr and "critical" in out.stderr
