@@ -18,8 +18,17 @@ from monitor.errors import GapwatchError
 from app import commands
 
 
+class Parser(argparse.ArgumentParser):
+    """A parser that takes long options only as spelt out (its subcommands' parsers are of its
+    class): argparse's default would read `import --reference ref` as `--reference-of ref`, the
+    opposite link, without a word."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gapwatch",
         description="Watch long pre-training runs against a reference run.",
     )

@@ -106,3 +106,30 @@ def test_slow_commands_print_a_line_per_phase_into_a_log(tmp_path, sqlite_url):
     # A CSV is read and written chunk by chunk: one phase.
     assert len(phases) == 1 and f"importing {source} (csv) as csv-run" in phases[0]
     assert "created run 'csv-run'" in out.stderr
+
+
+def test_a_long_option_is_taken_only_as_spelt_out(tmp_path, sqlite_url, capsys):
+    """`import --reference ref` records the imported run's reference; a prefix of another option
+    (`--reference-o`) is an error, never quietly that option (the opposite link)."""
+    import pytest
+
+    from monitor.store import open_store
+
+    for name in ("ref", "cand"):
+        (tmp_path / f"{name}.csv").write_text("step,train/loss\n" + "".join(f"{s},{3 - s / 100}\n" for s in range(5)))
+    assert main(["import", str(tmp_path / "cand.csv"), "--run", "cand", "--reference", "ref",
+                 "--store", sqlite_url]) == 2
+    assert "--reference 'ref': no such run" in capsys.readouterr().err
+    assert main(["import", str(tmp_path / "ref.csv"), "--run", "ref", "--store", sqlite_url]) == 0
+    assert main(["import", str(tmp_path / "cand.csv"), "--run", "cand", "--reference", "ref",
+                 "--store", sqlite_url]) == 0
+    assert "compared with 'ref'" in " ".join(capsys.readouterr().err.split())
+    # Following a growing log: the link is recorded once the run exists, at the first poll.
+    assert main(["import", str(tmp_path / "cand.csv"), "--run", "cand-live", "--reference", "ref", "--follow",
+                 "--idle-timeout", "0", "--store", sqlite_url]) == 0
+    with open_store(sqlite_url, read_only=True) as store:
+        assert store.get_run("cand")["reference"] == "ref" and store.get_run("ref")["reference"] is None
+        assert store.get_run("cand-live")["reference"] == "ref"
+    with pytest.raises(SystemExit):
+        main(["import", str(tmp_path / "ref.csv"), "--run", "ref", "--reference-o", "cand", "--store", sqlite_url])
+    assert "unrecognized arguments: --reference-o" in capsys.readouterr().err

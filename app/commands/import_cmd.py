@@ -55,6 +55,9 @@ def register(subparsers) -> None:
                         help="seconds between reads with --follow (default: 30)")
     parser.add_argument("--idle-timeout", type=float, default=None, metavar="SECONDS",
                         help="with --follow, stop after this long without new rows")
+    parser.add_argument("--reference", metavar="RUN", default=None,
+                        help="record RUN, already in the store, as the imported run's reference (what "
+                        "it is compared with)")
     parser.add_argument("--reference-of", metavar="RUN", default=None,
                         help="make the imported run the reference of this run in the store")
     parser.add_argument("--project", default=None, help="project to file the run under")
@@ -142,11 +145,16 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
     args = argparse.Namespace(**{**vars(args), "run": name})
     store = open_store(args.store)
     try:
+        if args.reference is not None and store.get_run(args.reference) is None:
+            raise GapwatchError(f"--reference {args.reference!r}: no such run in {store.url.redacted()}; import "
+                                "it first, or record it later with `gapwatch runs set-reference RUN NAME`")
         if args.follow:
             config = FollowConfig(poll_interval_s=args.poll_interval,
                                   idle_timeout_s=args.idle_timeout)
 
             def report(poll):
+                if args.reference is not None and poll.poll == 1:
+                    store.set_reference(args.run, args.reference)  # the run exists from the first poll on
                 state = "finished" if poll.finished else "following"
                 console.print(f"poll {poll.poll}: {poll.rows_new:,} new rows, "
                               f"{poll.rows_total:,} source rows in all ({state})")
@@ -193,6 +201,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
         for note in imported.notes:
             label = "warning" if "crashed:" in note else "note"
             console.print(f"{label}: {note}", highlight=False, markup=False, soft_wrap=True)
+        if args.reference is not None:
+            store.set_reference(result.run, args.reference)
         what = "created" if result.created else "updated"
         named = "" if args.run else " (the source's name; --run NAME names it otherwise)"
         console.print(
@@ -200,6 +210,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
             # Source rows count those a profile drops and repeats that the store keeps once.
             f"{result.rows_new:,} new rows, {result.rows_total:,} source rows in all, "
             f"{len(imported.keys)} metrics" + (", still running" if imported.live else "")
+            + (f", compared with {args.reference!r}" if args.reference is not None else "")
             + (", crashed (what was complete is imported)" if imported.crashed else ""),
             highlight=False,
         )
