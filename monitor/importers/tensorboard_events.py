@@ -3,7 +3,9 @@
 Records are read with TensorBoard's own record reader (the one its event loader uses when
 TensorFlow is absent) and its `data_compat` migration, which turns old `simple_value` scalars into
 the scalar plugin's tensors, so both the TF1/PyTorch and the TF2/Flax ways of writing a scalar are
-read the same. Non-scalar summaries (histograms, images, text) are left out and counted.
+read the same. Non-scalar summaries (histograms, images, text) are left out and counted. The
+hparams plugin's session start (torch's `add_hparams`, Lightning's and Keras's hyperparameters) is
+the run's config; Lightning's hparams.yaml beside the event file, nested as it was saved, wins.
 
 Rules:
 * A path to a folder reads every event file under it, oldest (by file name, which starts with the
@@ -39,6 +41,7 @@ from .formats import Format
 from .hparams_file import read_hparams
 from .imported_run import ImportedRun, scalars_frame
 
+HPARAMS_PREFIX = "_hparams_"  # the tags of the hparams plugin's records
 _MARKER = "tfevents"
 
 
@@ -89,6 +92,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     attempt = 1
     last_file: dict[str, Path] = {}
     skipped: dict[str, int] = {}
+    settings: dict[str, object] = {}
     notes = []
     for file in files:
         prefix = ""
@@ -96,7 +100,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
             rel = file.parent.relative_to(launch_of[file]).as_posix()
             prefix = "" if rel == "." else rel + "/"
         cut: list[str] = []
-        for step, tag, scalar, wall in _scalars(file, cut):
+        for step, tag, scalar, wall in _scalars(file, cut, settings):
             tag = prefix + tag
             if scalar is None:
                 skipped[tag] = skipped.get(tag, 0) + 1
@@ -119,6 +123,8 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
         notes.extend(cut)
     if not steps:
         raise GapwatchError(f"{path}: no scalar summaries in the TensorBoard event files")
+    if settings:  # the hparams plugin's records were read, as the run's settings
+        skipped = {k: n for k, n in skipped.items() if k.split("/")[-2:-1] != [HPARAMS_PREFIX]}
     if skipped:
         listed = ", ".join(f"{k} ({n})" for k, n in sorted(skipped.items())[:6])
         notes.append(f"{path}: left out summaries that are not scalars: {listed}")
@@ -129,7 +135,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     notes += [unread] if unread else []
     return ImportedRun(
         name_hint=launches[0].name if root.is_dir() else root.parent.name or root.stem,
-        config=hparams,
+        config=hparams or settings,
         scalars=scalars_frame(steps, keys, values, attempts, wall_time=walls),
         events=events,
         source=str(root),
@@ -155,9 +161,10 @@ def _resumed(launches: list[Path], first_files: list[Path]) -> bool:
     return None not in firsts and all(later > firsts[0] for later in firsts[1:])
 
 
-def _scalars(file: Path, cut: list[str]):
+def _scalars(file: Path, cut: list[str], settings: dict | None = None):
     """(step, tag, value or None for a summary that is not a scalar, wall time) of every summary
-    value in one event file, in file order."""
+    value in one event file, in file order; the hyperparameters of an hparams session start are
+    added to `settings`."""
     from tensorboard import data_compat
     from tensorboard.compat.proto import event_pb2
     from tensorboard.util import tensor_util
@@ -171,6 +178,8 @@ def _scalars(file: Path, cut: list[str]):
             continue
         event = data_compat.migrate_event(event)
         for value in event.summary.value:
+            if settings is not None and value.metadata.plugin_data.plugin_name == "hparams":
+                settings.update(_session_hparams(value.metadata.plugin_data.content))
             yield int(event.step), value.tag, _scalar(value, tensor_util), event.wall_time
 
 
@@ -188,6 +197,27 @@ def _scalar(value, tensor_util) -> float | None:
     if array.size != 1 or array.dtype.kind not in "fiub":
         return None
     return float(array.reshape(()).item())
+
+
+def _session_hparams(content: bytes) -> dict[str, object]:
+    """name -> value of the hyperparameters an hparams plugin record starts a session with ({} for
+    its other records: the experiment's layout, the session's end)."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    try:
+        data = plugin_data_pb2.HParamsPluginData.FromString(content)
+    except DecodeError:
+        return {}
+    if data.WhichOneof("data") != "session_start_info":
+        return {}
+    out: dict[str, object] = {}
+    for name, value in data.session_start_info.hparams.items():
+        kind = value.WhichOneof("kind")
+        plain = getattr(value, kind) if kind in ("number_value", "string_value", "bool_value") else None
+        # The plugin keeps every number as a double: a layer count reads 2, not 2.0.
+        out[name] = int(plain) if isinstance(plain, float) and plain.is_integer() else plain
+    return out
 
 
 _DT_BFLOAT16 = 14  # tensorflow's DataType enum

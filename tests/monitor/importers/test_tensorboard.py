@@ -285,3 +285,30 @@ def test_composer_metrics(tmp_path):
     assert data.series(schema.PERF_TOKENS_PER_S).iloc[0] == 9000.0
     assert data.series("perf/device_tokens_per_s").iloc[0] == 1125.0
     assert not [k for k in data.scalars.columns if "perplexity" in k.lower()]
+
+
+def test_hparams_plugin_settings_are_the_runs_config(tmp_path):
+    """Hyperparameters written through the hparams plugin (torch's `summary.hparams`, written in the
+    run's own folder as Lightning's TensorBoardLogger does) are the run's config, numbers as they
+    were meant; its records are not counted as left-out summaries. A hparams.yaml beside the file,
+    Lightning's nested original, wins."""
+    from torch.utils.tensorboard.summary import hparams
+
+    writer = SummaryWriter(str(tmp_path))
+    for record in hparams({"lr": 3e-4, "layers": 12, "optimizer": "adamw", "compile": True}, {}):
+        writer.file_writer.add_summary(record)
+    for step in range(20):
+        writer.add_scalar("train_loss", 3.0 - step * 0.01, step)
+    writer.close()
+    run = load(tmp_path)
+    assert run.config == {"lr": pytest.approx(3e-4), "layers": 12, "optimizer": "adamw", "compile": True}
+    assert not any("_hparams_" in n for n in run.notes)
+    (tmp_path / "hparams.yaml").write_text("optimizer:\n  name: adamw\n  lr: 0.0003\n")
+    assert load(tmp_path).config == {"optimizer": {"name": "adamw", "lr": 0.0003}}
+
+
+def test_a_run_without_hyperparameters_has_no_config(tmp_path):
+    writer = SummaryWriter(str(tmp_path))
+    writer.add_scalar("train_loss", 3.0, 1)
+    writer.close()
+    assert load(tmp_path).config == {}
