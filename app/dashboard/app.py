@@ -55,6 +55,11 @@ li.not-judged-item { padding: 4px 12px; margin-bottom: 4px; border-left: 3px sol
 li.not-judged-item .what { font-weight: 600; }
 li.not-judged-item .message { color: #555; }
 .muted { color: #888; }
+details.settings { margin: 16px 0 6px; font-size: 13px; }
+details.settings summary { cursor: pointer; font-size: 15px; color: #555; font-weight: 600; }
+table.settings-table { border-collapse: collapse; margin-top: 6px; }
+table.settings-table th, table.settings-table td { padding: 2px 12px 2px 0; text-align: left; border-bottom: 1px solid #eee; }
+table.settings-table tr.differs td { background: #fff4e5; }
 """
 
 INDEX = """<!DOCTYPE html>

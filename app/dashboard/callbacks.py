@@ -17,6 +17,7 @@ from app.dashboard.config import DashboardConfig
 from app.dashboard.contain import contained, one_line
 from app.dashboard.routes import ViewSpec, parse_run_path, run_href
 from app.figures.series import MAX_SERIES
+from app.settings_diff import compare_settings
 from monitor.errors import GapwatchError
 from monitor.judging.judge import load_not_judged
 from monitor.store import DatabaseError, Store, describe_db_error
@@ -143,7 +144,7 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
 
     @app.callback(
         Output(PANEL, "figure"), Output(PANEL, "style"), Output("live", "data"), Output("resolution", "children"),
-        Output("notices", "children"),
+        Output("notices", "children"), Output("settings", "children"),
         Input("view", "data"), Input("refresh", "data"),
     )
     def render(view, _refresh):
@@ -157,11 +158,11 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
             # Keep what the page shows and say why it is not current.
             kept = [no_update] * len(ctx.outputs_list[0])
             return (kept, kept, no_update, no_update,
-                    [f"The store cannot be read ({describe_db_error(exc)}): showing what was read before."])
+                    [f"The store cannot be read ({describe_db_error(exc)}): showing what was read before."], no_update)
         except GapwatchError as exc:
             # The run went away (deleted) since the page opened: say so, keep the rest.
             kept = [no_update] * len(ctx.outputs_list[0])
-            return kept, kept, no_update, no_update, [f"{one_line(exc)}."]
+            return kept, kept, no_update, no_update, [f"{one_line(exc)}."], no_update
         # No pick: the first tasks in the report's order (most different from the reference first).
         rendered = panels.build(data, list(spec.tasks) or view.get("tasks"), params=config.detector_params,
                                 picked=picked)
@@ -169,9 +170,13 @@ def register(app: Dash, store: Store, config: DashboardConfig) -> None:
         order = [o["id"]["name"] for o in ctx.outputs_list[0]]
         hidden = {"display": "none"}
         notes = [*view.get("notes", []), *data.notices, rendered.left_out_line()]
+        ref = data.reference
+        settings = layout.settings_section(
+            compare_settings(data.run.info.config, ref.info.config) if ref is not None else None,
+            data.run.name, ref.name if ref is not None else None)
         return ([rendered.figures[name] for name in order],
                 [hidden if name in rendered.left_out else {} for name in order], state, rendered.resolution,
-                [f"{n}. " for n in notes if n])
+                [f"{n}. " for n in notes if n], settings)
 
     @app.callback(
         Output("append", "data"), Output("refresh", "data"), Output("alerts-version", "data"),

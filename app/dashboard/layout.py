@@ -17,6 +17,7 @@ from app.dashboard.routes import ViewSpec, run_href
 from app.figures.evals import DEFAULT_MAX_TASKS
 from app.figures.style import EVENT_COLORS, EVENT_DASH
 from app.output import ago
+from app.settings_diff import SettingsDiff
 from monitor.judging.judge import NotJudgedAsOf
 
 HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",
@@ -146,6 +147,7 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
         html.H2("Alerts and findings"),
         dcc.Graph(id="alerts-graph", config={"displaylogo": False}),
         html.Ul(id="alerts-list", className="alerts"),
+        html.Details(id="settings", className="settings"),
         html.H3("Not judged"),
         html.Ul(id="not-judged-list", className="not-judged"),
         dcc.Store(id="view", data=view),
@@ -154,6 +156,32 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
         dcc.Store(id="refresh", data=0),
         dcc.Store(id="alerts-version", data=0),
     ], id="run-page")
+
+
+# Past this many differing settings the rest are counted, not listed (the report lists more).
+MAX_SETTINGS_SHOWN = 40
+
+
+def settings_section(diff: SettingsDiff | None, run: str, reference: str | None) -> list:
+    """The children of the run page's settings block: a one-line summary that opens onto the
+    settings in which the run differs from its reference."""
+    if diff is None:
+        return [html.Summary("Settings: no reference to compare them with")]
+    if not diff.comparable:
+        return [html.Summary(f"Settings: {diff.why_not(run, reference)}")]
+    n = len(diff.differences)
+    both = sum(d.both for d in diff.differences)
+    head = html.Summary(f"Settings that differ from {reference}: {both:,} given differently, {n - both:,} "
+                        f"recorded by one run only (of {diff.total:,})" if n
+                        else f"Settings: the same {diff.total:,} as {reference}")
+    if not n:
+        return [head]
+    rows = [html.Tr([html.Td(d.setting), html.Td(d.run), html.Td(d.reference)], className="differs" if d.both else "")
+            for d in diff.differences[:MAX_SETTINGS_SHOWN]]
+    more = n - len(rows)
+    return [head, html.Table([html.Thead(html.Tr([html.Th("setting"), html.Th(run), html.Th(reference)])),
+                              html.Tbody(rows)], className="settings-table"),
+            *([html.P(f"{more:,} more differ (the report lists them).", className="muted")] if more else [])]
 
 
 def marker_key() -> html.Span:

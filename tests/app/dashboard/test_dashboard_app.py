@@ -48,7 +48,8 @@ def test_render_callback_sends_typed_arrays_within_budget(demo_url):
         outputs = [[{"id": {"name": p, "type": "panel"}, "property": "figure"} for p in PANELS],
                    [{"id": {"name": p, "type": "panel"}, "property": "style"} for p in PANELS],
                    {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
-                   {"id": "notices", "property": "children"}]
+                   {"id": "notices", "property": "children"},
+               {"id": "settings", "property": "children"}]
         view = {"spec": {"run": "olmo-repro"}, "range": None}
         response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": view},
                                                     {"id": "refresh", "property": "data", "value": 0}],
@@ -71,7 +72,8 @@ def test_the_tasks_a_view_picks_are_the_evals_drawn(demo_url):
     outputs = [[{"id": {"name": "evals", "type": "panel"}, "property": "figure"}],
                [{"id": {"name": "evals", "type": "panel"}, "property": "style"}],
                {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
-               {"id": "notices", "property": "children"}]
+               {"id": "notices", "property": "children"},
+               {"id": "settings", "property": "children"}]
 
     def titles(view: dict) -> list[str]:
         response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": view},
@@ -184,7 +186,8 @@ def test_an_unreachable_store_keeps_the_page_and_says_why(pg_url, demo):
         outputs = [[{"id": {"name": p, "type": "panel"}, "property": "figure"} for p in PANELS],
                    [{"id": {"name": p, "type": "panel"}, "property": "style"} for p in PANELS],
                    {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
-                   {"id": "notices", "property": "children"}]
+                   {"id": "notices", "property": "children"},
+               {"id": "settings", "property": "children"}]
         inputs = [{"id": "view", "property": "data", "value": {"spec": {"run": "olmo-repro"}, "range": None}},
                   {"id": "refresh", "property": "data", "value": 0}]
         first = post_callback(app, "live.data", inputs, outputs)
@@ -320,3 +323,30 @@ def test_a_run_whose_reference_is_not_in_the_store_says_so_on_its_page(tmp_path)
     with open_store(url, read_only=True) as store:
         table = json.dumps(layout.runs_table(queries.overview(store)).to_plotly_json(), cls=PlotlyJSONEncoder)
     assert "not in the store" in table and "/run/not-imported-yet" not in table
+
+
+def test_the_run_page_says_where_the_recipes_differ(tmp_path):
+    """Below the alerts, the settings in which the run differs from the reference shown, read again
+    when another reference is picked; with no reference, a line says there is none."""
+    url = f"sqlite:///{tmp_path}/settings.db"
+    configs = {"run": {"optimizer": {"lr": 3e-4}, "batch_size": 512, "seed": 1},
+               "ref": {"optimizer": {"lr": 6e-4}, "batch_size": 512, "seed": 1},
+               "twin": {"optimizer": {"lr": 3e-4}, "batch_size": 512, "seed": 1}}
+    with open_store(url) as store:
+        for name, config in configs.items():
+            store.ensure_run(name, config=config, reference="ref" if name == "run" else None)
+            store.write_metrics(name, pd.DataFrame({"step": [1, 2], "key": TRAIN_LOSS, "value": [3.0, 2.9]}))
+    outputs = [[], [], {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
+               {"id": "notices", "property": "children"}, {"id": "settings", "property": "children"}]
+
+    def settings_text(spec: dict) -> str:
+        response = post_callback(app, "live.data", [{"id": "view", "property": "data", "value": {"spec": spec, "range": None}},
+                                                    {"id": "refresh", "property": "data", "value": 0}], outputs)
+        return json.dumps(response["settings"]["children"])
+
+    with open_store(url, read_only=True) as store:
+        app = create_app(store)
+        shown = settings_text({"run": "run"})
+        assert "Settings that differ from ref: 1 given differently, 0 recorded by one run only (of 3)" in shown and "optimizer.lr" in shown and "0.0006" in shown
+        assert "Settings: the same 3 as twin" in settings_text({"run": "run", "reference": "twin"})
+        assert "no reference to compare them with" in settings_text({"run": "run", "reference": ""})

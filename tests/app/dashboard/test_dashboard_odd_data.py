@@ -54,7 +54,8 @@ def render(app, view: dict) -> dict:
     outputs = [[{"id": {"name": p, "type": "panel"}, "property": "figure"} for p in PANELS],
                [{"id": {"name": p, "type": "panel"}, "property": "style"} for p in PANELS],
                {"id": "live", "property": "data"}, {"id": "resolution", "property": "children"},
-               {"id": "notices", "property": "children"}]
+               {"id": "notices", "property": "children"},
+               {"id": "settings", "property": "children"}]
     return post(app, "live.data", [{"id": "view", "property": "data", "value": view},
                                    {"id": "refresh", "property": "data", "value": 0}], outputs)
 
