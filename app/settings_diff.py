@@ -3,7 +3,9 @@
 Each run's configuration is what it recorded of its hyperparameters: `Monitor(config=...)`, a W&B
 run's config, Megatron's arguments, Lightning's hparams.yaml or a TensorBoard run's hparams.
 Nested settings are flattened to dotted names (`optimizer.lr`). A setting the two runs give
-different values, or that only one of them records, differs; the ones they share are counted. A
+different values, or that only one of them records, differs; the ones they share are counted.
+Those both give differently come first, the optimisation recipe's (learning rate, batch size,
+warmup, decay, seed...) before the rest. A
 learning rate or batch size that differs from the reference's is often the first explanation of a
 gap, so a person reads this before trusting a divergence.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,9 @@ from typing import Any
 # there) and W&B's own bookkeeping (`_wandb`).
 NOT_SETTINGS = ("summary",)
 UNRECORDED = "-"
+# Words of a setting's name that make it part of the recipe a divergence is first checked against.
+RECIPE_WORDS = {"lr", "batch", "warmup", "decay", "seed", "optimizer", "optim", "schedule", "scheduler",
+                "beta1", "beta2", "momentum", "clip", "accumulation"}
 
 
 @dataclass(frozen=True)
@@ -49,13 +55,36 @@ class SettingsDiff:
                 "neither run recorded its settings (a W&B config, trainer arguments, Lightning's hparams.yaml)")
 
 
+def summary_line(diff: SettingsDiff, run: str, reference: str, most: int = 4) -> str:
+    """The differences in one line, those both runs give first (`gapwatch detect` prints it)."""
+    if not diff.comparable:
+        return f"settings: {diff.why_not(run, reference)}"
+    if not diff.differences:
+        return f"settings: the same {diff.total:,} as {reference}"
+    both = [d for d in diff.differences if d.both]
+    shown = ", ".join(f"{d.setting} {d.run} vs {d.reference}" for d in both[:most])
+    rest = [f"{len(both) - most:,} more given differently"] if len(both) > most else []
+    one_only = len(diff.differences) - len(both)
+    rest += [f"{one_only:,} recorded by one run only"] if one_only else []
+    return (f"settings that differ from {reference}: " + "; ".join(([shown] if shown else []) + rest)
+            + " (gapwatch report lists them)")
+
+
 def compare_settings(run_config: dict, reference_config: dict) -> SettingsDiff:
     run, ref = settings(run_config), settings(reference_config)
     names = sorted(run.keys() | ref.keys())
     same = [n for n in names if n in run and n in ref and _alike(run[n], ref[n])]
     differences = sorted((Difference(n, _shown(run, n), _shown(ref, n), n in run and n in ref)
-                          for n in names if n not in same), key=lambda d: (not d.both, d.setting))
+                          for n in names if n not in same),
+                         key=lambda d: (not d.both, not _recipe(d.setting), d.setting))
     return SettingsDiff(differences, len(same), len(names), (bool(run), bool(ref)))
+
+
+def _recipe(name: str) -> bool:
+    """Whether a setting names a part of the optimisation recipe, listed before the rest (the
+    architecture fields of a model's config, paths, logging intervals)."""
+    words = set(re.split(r"[^a-z0-9]+", name.lower()))
+    return bool(words & RECIPE_WORDS) or "learning_rate" in name.lower()
 
 
 def settings(config: dict) -> dict[str, Any]:

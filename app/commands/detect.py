@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     from app.heap import collect_less, keep_freed_memory
     from app.output import phases
+    from app.settings_diff import compare_settings, summary_line
 
     keep_freed_memory()  # whole runs in memory: freed pages are reused (app/heap.py)
     collect_less()
@@ -79,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
                                    progress=progress, incidents=incidents_config)
             progress("grouping findings into incidents")
             marks = store.run_marks(args.run).series
+            settings = (summary_line(compare_settings(store.run_info(args.run).config,
+                                                      store.run_info(result.reference).config),
+                                     args.run, result.reference) if result.reference else None)
     finally:
         store.close()
     incidents = most_severe_first(group(result.detections, progress_from_marks(args.run, marks), incidents_config,
@@ -96,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     against = f" against {result.reference} ({result.axis} axis)" if result.reference else ""
     print(f"{args.run}{against}: {len(incidents)} incident(s) from {len(result.detections)} detection(s): "
           f"{counts['critical']} critical, {counts['warning']} warning, {counts['info']} info", file=sys.stderr)
+    if settings:
+        print(settings, file=sys.stderr)
     for item in result.not_judged:
         print(item.describe(), file=sys.stderr)
     return FAIL_EXIT if fails(args.fail_on, [d.severity for d in result.detections]) else 0

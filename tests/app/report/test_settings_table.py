@@ -24,7 +24,7 @@ def test_differing_settings_come_first_and_shared_ones_are_counted():
          "summary": {"train/loss": 2.8}}))
     assert [(r["setting"], r["run"], r["reference"], r["differs"]) for r in table.rows] == [
         ("optimizer.lr", "0.0003", "0.0006", True), ("seed", "1", "2", True),
-        ("compile", "-", "True", False), ("warmup", "2000", "-", False)]
+        ("warmup", "2000", "-", False), ("compile", "-", "True", False)]  # the recipe's before the rest
     # 512 and 512.0 are one setting; the final values and W&B's bookkeeping are not settings.
     assert table.note.startswith("2 of 6 settings are the same in both runs")
 
