@@ -1,13 +1,14 @@
-"""Where two runs' recipes differ: their recorded settings compared, for the report and the run page.
+"""Where two runs' recipes differ: their recorded settings compared, for `detect`, the report and
+the run page.
 
 Each run's configuration is what it recorded of its hyperparameters: `Monitor(config=...)`, a W&B
 run's config, Megatron's arguments, Lightning's hparams.yaml or a TensorBoard run's hparams.
 Nested settings are flattened to dotted names (`optimizer.lr`). A setting the two runs give
 different values, or that only one of them records, differs; the ones they share are counted.
 Those both give differently come first, the optimisation recipe's (learning rate, batch size,
-warmup, decay, seed...) before the rest. A
-learning rate or batch size that differs from the reference's is often the first explanation of a
-gap, so a person reads this before trusting a divergence.
+warmup, decay, seed...) before the rest: a learning rate or batch size that differs from the
+reference's is often the first explanation of a gap, so a person reads this before trusting a
+divergence.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Difference:
 
 @dataclass(frozen=True)
 class SettingsDiff:
-    differences: list[Difference]  # those both runs record first, then by name
+    differences: list[Difference]  # those both runs record first, the recipe's first among them
     same: int  # settings both record alike
     total: int  # settings either records
     recorded: tuple[bool, bool]  # whether the run and the reference record any setting
