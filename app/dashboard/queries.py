@@ -215,6 +215,7 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
         axis_kind, run_axis, ref_axis = "step", STEP_AXIS, STEP_AXIS if ref_info is not None else None
 
     run_slice = _read_slice(store, info, run_axis, RUN_KEY_PREFIXES, step_range, max_points, picked)
+    _no_finite_notice(run_slice, notices)
     run_slice.smoothed = _smoothed_or_notice(store, info.name, run_axis, spec.smoothing, step_range, max_points,
                                              notices)
     run_slice.train_means = _train_means_or_notice(store, run_slice, step_range, notices)
@@ -233,6 +234,7 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
         if failed:
             notices.append(failed)
         else:
+            _no_finite_notice(reference, notices)
             reference.smoothed = _smoothed_or_notice(store, ref_info.name, ref_axis, spec.smoothing, ref_range,
                                                      max_points, notices)
             reference.train_means = _train_means_or_notice(store, reference, ref_range, notices)
@@ -240,6 +242,18 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
     highlight = (spec.start, spec.end) if spec.start is not None or spec.end is not None else None
     return ViewData(spec=spec, axis_kind=axis_kind, run=run_slice, reference=reference, detections=detections,
                     step_range=step_range, highlight=highlight, notices=notices)
+
+
+def _no_finite_notice(part: RunSlice, notices: list[str]) -> None:
+    """Say which series read for the view hold only NaN or Inf in it: their legend entries have no
+    line, which would otherwise read as a drawing fault."""
+    values = part.long[["key", "value"]]
+    finite = np.isfinite(values["value"].to_numpy(dtype=float))
+    found = set(values["key"][finite])
+    # A key read with a bucket width had rows in the range; downsampled, its NaN rows are dropped.
+    unfinite = sorted(k for k in set(values["key"].unique()) | set(part.bucket_width) if k not in found)
+    if unfinite:
+        notices.append(f"{part.name!r} logged only NaN or Inf in this range for {', '.join(unfinite)}")
 
 
 def _smoothed_or_notice(store: Store, run: str, axis: AxisMap, weight: float, step_range, max_points: int,

@@ -97,7 +97,8 @@ def test_the_run_page_of_a_run_whose_tokens_do_not_grow_draws_every_panel_it_has
     assert any(t.get("uid") == "reference-train_2f_loss" for t in figures["loss"]["data"])
     notices = response["notices"]["children"]
     assert notices == ["run 'stuck': train/tokens does not grow with steps, so it gives no token axis: "
-                       "showing steps. ", "Not drawn: throughput (not logged), data loader (not logged). "]
+                       "showing steps. ", "'stuck' logged only NaN or Inf in this range for train/grad_norm. ",
+                       "Not drawn: throughput (not logged), data loader (not logged). "]
     styles = {json.loads(k)["name"]: v["style"] for k, v in response.items() if k.startswith("{")}
     assert {p for p, style in styles.items() if style} == {"throughput", "data"}
     assert styles["throughput"] == {"display": "none"}
@@ -135,3 +136,16 @@ def test_tasks_are_ordered_from_point_budgeted_reads_never_a_full_load(odd_url, 
         assert queries.downstream_tasks(store, "stuck", "packed", max_points=300).names == [
             "arc_easy/acc", "hellaswag/acc", "piqa/acc"]
     assert budgets and all(b == 300 for b in budgets)
+
+
+def test_a_series_logged_only_as_nan_is_named_not_left_as_an_empty_legend(odd_url):
+    """The stuck run's grad norm is NaN at every step: its panel has nothing to draw, and the page says
+    why, whether the view is read whole or downsampled (which drops NaN rows); the packed run,
+    all finite, gets no such line."""
+    builder = _load_builder()
+    with open_store(odd_url, read_only=True) as store:
+        for budget in (10_000, 500):
+            stuck = queries.load_view(store, ViewSpec(run=builder.STUCK), budget, None).notices
+            assert f"{builder.STUCK!r} logged only NaN or Inf in this range for train/grad_norm" in stuck, stuck
+            packed = queries.load_view(store, ViewSpec(run=builder.PACKED), budget, None).notices
+            assert not any("only NaN" in n for n in packed), packed
