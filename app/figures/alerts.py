@@ -1,7 +1,9 @@
-"""The alerts timeline: one bar per alert or stored finding over its step range, coloured by severity."""
+"""The alerts timeline: one bar per incident over its step range, coloured by severity, on a row
+named as the incident is everywhere else (its explanation, not a detector's name)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 
 import numpy as np
@@ -13,15 +15,19 @@ from app.figures.style import SEVERITY_COLORS, base_figure, note_empty, text
 SEVERITY_ORDER = ("critical", "warning", "info")
 # Bars are at least this share of the visible x range wide, so a one-step alert stays clickable.
 MIN_BAR_FRACTION = 0.004
+# A row's name wraps at this many characters: explanations run to 70, and a label that long would
+# squeeze the bars into the right half of the chart.
+LABEL_WIDTH = 36
 
 
 def alerts_timeline(alerts: pd.DataFrame, *, x_title: str = "step",
                     x_of_step: Callable[[np.ndarray], np.ndarray] | None = None,
                     x_range: tuple[float, float] | None = None) -> go.Figure:
-    """`alerts` has detector, metric, severity, start_step, end_step, peak_step, message (and
-    optionally state). One row per detector·metric, one bar per alert."""
-    rows = max(1, alerts[["detector", "metric"]].drop_duplicates().shape[0]) if len(alerts) else 1
-    fig = base_figure("alerts and findings", x_title, height=140 + 26 * rows)
+    """`alerts` has name (the incident's), metric, severity, start_step, end_step, message and
+    optionally state. One row per name, one bar per incident (row_labels)."""
+    label = row_labels(alerts)
+    lines = max((lab.count("<br>") + 1 for lab in set(label)), default=1)
+    fig = base_figure("alerts and findings", x_title, height=140 + (14 + 12 * lines) * max(1, len(set(label))))
     if not len(alerts):
         return note_empty(fig, "no alerts and no stored findings")
     fig.update_layout(hovermode="closest", barmode="overlay")
@@ -30,7 +36,6 @@ def alerts_timeline(alerts: pd.DataFrame, *, x_title: str = "step",
     end = np.asarray(to_x(alerts["end_step"].to_numpy(dtype=float)), dtype=float)
     lo, hi = x_range if x_range is not None else (np.nanmin(start), np.nanmax(end))
     width = np.maximum(end - start, MIN_BAR_FRACTION * max(hi - lo, 1.0))
-    label = (alerts["detector"].map(text) + " · " + alerts["metric"].map(text)).to_numpy()
     state = alerts["state"] if "state" in alerts else pd.Series("", index=alerts.index)
     hover = (
         alerts["severity"].map(text) + " " + state.map(text) + "<br>" + alerts["message"].map(text)
@@ -47,3 +52,16 @@ def alerts_timeline(alerts: pd.DataFrame, *, x_title: str = "step",
         ))
     fig.update_yaxes(autorange="reversed", title_text="")
     return fig
+
+
+def row_labels(alerts: pd.DataFrame) -> np.ndarray:
+    """Each bar's row: the incident's name, wrapped, so recurrences of one problem share a row; a
+    name that incidents on several metrics share (spikes of the loss and of the grad norm) is
+    followed by the metric."""
+    if not len(alerts):
+        return np.array([], dtype=object)
+    names = alerts["name"].astype(str)
+    shared = alerts.groupby(names)["metric"].transform("nunique") > 1
+    full = np.where(shared, names + " (" + alerts["metric"].astype(str) + ")", names)
+    return np.array(["<br>".join(text(line) for line in textwrap.wrap(f, LABEL_WIDTH)) or text(f) for f in full],
+                    dtype=object)

@@ -85,10 +85,19 @@ def build_figures(pair: ComparedPair, tables: list[Table], spike_scores: dict[st
     out += _downstream_figure(pair, _top_tasks(tables, config.downstream_tasks), config, x_title)
     out += _grad_norm_figure(pair, spike_scores[pair.run.name], config, x_title)
     out += _system_figures(pair, config, x_title)
-    if pair.detections:
-        fig = F.alerts_timeline(detections_frame(pair.detections), x_title=x_title)
+    incidents = _incidents_of_run(tables, pair.run.name)
+    if len(incidents):
+        fig = F.alerts_timeline(incidents, x_title=x_title)
         out.append(FigureItem("fig-findings", f"Findings on {pair.run.name} over time", fig, section="findings"))
     return out
+
+
+def _incidents_of_run(tables: list[Table], run: str) -> pd.DataFrame:
+    """The run's rows of the findings table (its incidents, named as the table names them), as the
+    alerts timeline reads them."""
+    rows = [r for t in tables if t.id == "findings" for r in t.rows if r["run"] == run]
+    columns = ["detector", "metric", "name", "severity", "state", "start_step", "end_step", "message"]
+    return pd.DataFrame([{**r, "name": r["incident"]} for r in rows], columns=columns)
 
 
 def _train_figures(pair: ComparedPair, config: FigureConfig, x_title: str) -> list[FigureItem]:

@@ -38,7 +38,8 @@ def long(rows: dict[str, tuple]) -> pd.DataFrame:
 
 
 def detections(**cols) -> pd.DataFrame:
-    base = {"detector": "spike", "metric": "train/grad_norm", "severity": "warning", "message": "m"}
+    base = {"detector": "spike", "metric": "train/grad_norm", "name": "loss spikes", "severity": "warning",
+            "message": "m"}
     n = len(cols["start_step"])
     return pd.DataFrame({**{k: [v] * n for k, v in base.items()}, **cols,
                          "peak_step": cols.get("peak_step", cols["start_step"])})
@@ -89,7 +90,8 @@ def test_names_are_escaped_in_every_figure_that_shows_them():
     overlay = figures.loss_overlay(series(s, s), series(s, s), run_name=HOSTILE, reference_name=HOSTILE)
     held = pd.DataFrame({"set": [HOSTILE], "step": [5], "loss": [3.0], "stderr": [0.1]})
     heldout = figures.heldout_figure(held, held, run_name=HOSTILE, reference_name=HOSTILE)
-    alerts = figures.alerts_timeline(detections(start_step=[1], end_step=[2], message=[HOSTILE], detector=[HOSTILE]))
+    alerts = figures.alerts_timeline(detections(start_step=[1], end_step=[2], message=[HOSTILE], name=[HOSTILE],
+                                                metric=[HOSTILE]))
     for fig in (overlay, heldout, alerts):
         text = fig.to_json()
         assert "<img" not in text and "<b>" not in text
@@ -292,10 +294,25 @@ def test_alerts_timeline_bars_span_their_steps_and_stay_visible_when_one_step():
     assert warning.x[0] >= 4  # a one-step alert still has a visible width
 
 
+def test_alerts_timeline_rows_are_the_incidents_names_not_detector_names():
+    frame = detections(start_step=[10, 300, 50, 60], end_step=[20, 310, 90, 70],
+                       detector=["spike", "spike", "spike", "memorization"],
+                       metric=["train/loss", "train/loss", "train/grad_norm", "train/loss"],
+                       name=["loss spikes", "loss spikes", "loss spikes",
+                             "memorization: train loss below the reference while held-out loss is tied"])
+    fig = figures.alerts_timeline(frame)
+    rows = [y for t in fig.data for y in t.y]
+    # Recurrences of one problem share a row; a name two metrics share says which metric.
+    assert rows.count("loss spikes (train/loss)") == 2 and "loss spikes (train/grad_norm)" in rows
+    memorization = next(y for y in rows if y.startswith("memorization"))
+    assert "<br>" in memorization and memorization.replace("<br>", " ") == frame["name"].iloc[3]
+    assert not any("·" in y for y in rows)
+
+
 def test_every_function_accepts_empty_frames():
     empty = series([], [])
     empty_long = long({TRAIN_LOSS: ([], [])})
-    none = pd.DataFrame(columns=["detector", "metric", "severity", "start_step", "end_step", "peak_step", "message"])
+    none = pd.DataFrame(columns=["detector", "metric", "name", "severity", "start_step", "end_step", "peak_step", "message"])
     made = [
         figures.loss_overlay(empty, empty, run_name="a"),
         figures.delta_figure(*figures.reference_delta(empty, empty), run_name="a", reference_name="b"),

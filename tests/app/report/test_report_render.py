@@ -71,6 +71,15 @@ def test_html_escapes_run_text_and_needs_no_network(report):
     assert {"fig-heldout", "fig-downstream", "fig-grad-norm", "fig-throughput", "fig-findings"} <= set(ids)
 
 
+def test_the_findings_chart_draws_the_runs_incidents_by_their_names(report):
+    chart = next(f for f in report.figures if f.id == "fig-findings")
+    rows = {y.replace("<br>", " ") for trace in chart.figure.data for y in trace.y}
+    table = next(t for t in report.tables if t.id == "findings")
+    named = {r["incident"] for r in table.rows if r["run"] == HOSTILE_RUN}
+    assert rows and {r.split(" (")[0] for r in rows} == named
+    assert not any(d in r for r in rows for d in ("reference_divergence", "throughput ·", "spike ·"))
+
+
 def test_markdown_and_json_carry_no_charts(report):
     assert "plotly" not in render_markdown(report).lower()
     assert "plotly" not in render_json(report).lower()
