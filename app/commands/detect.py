@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     from app.heap import collect_less, keep_freed_memory
     from app.output import phases
-    from app.settings_diff import compare_settings, summary_line
+    from monitor.judging.settings_diff import compare_settings, summary_line
 
     keep_freed_memory()  # whole runs in memory: freed pages are reused (app/heap.py)
     collect_less()

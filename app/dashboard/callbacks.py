@@ -17,7 +17,7 @@ from app.dashboard.config import DashboardConfig
 from app.dashboard.contain import contained, one_line
 from app.dashboard.routes import ViewSpec, parse_run_path, run_href
 from app.figures.series import MAX_SERIES
-from app.settings_diff import compare_settings
+from monitor.judging.settings_diff import compare_settings
 from monitor.errors import GapwatchError
 from monitor.judging.judge import load_not_judged
 from monitor.store import DatabaseError, Store, describe_db_error

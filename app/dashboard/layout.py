@@ -17,7 +17,7 @@ from app.dashboard.routes import ViewSpec, run_href
 from app.figures.evals import DEFAULT_MAX_TASKS
 from app.figures.style import EVENT_COLORS, EVENT_DASH
 from app.output import ago
-from app.settings_diff import SettingsDiff
+from monitor.judging.settings_diff import SettingsDiff
 from monitor.judging.judge import NotJudgedAsOf
 
 HEALTH_COLORS = {"ok": "#2ca02c", "warning": "#f58518", "critical": "#d62728", "stale": "#8c8c8c",

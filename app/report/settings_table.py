@@ -1,11 +1,11 @@
 """The report's table of the settings in which the run and its reference differ
-(app/settings_diff.py compares them)."""
+(monitor/judging/settings_diff.py compares them)."""
 
 from __future__ import annotations
 
 from app.report.model import Column, Table
 from app.report.pair import ComparedPair
-from app.settings_diff import compare_settings
+from monitor.judging.settings_diff import compare_settings
 
 # Past this many differing settings (two Hugging Face configs of different models differ in dozens
 # of architecture fields) the rest are counted, not listed.

@@ -28,6 +28,7 @@ from monitor.alerting.incidents import (
     IncidentKey,
     Member,
 )
+from monitor.judging.settings_diff import as_payload, compare_settings
 from monitor.jsonutil import dumps, readable
 from monitor.schema import CleanRule, Detection, Severity
 
@@ -55,9 +56,10 @@ def idempotency_key(alert: Alert, kind: str, sink: str) -> str:
 
 
 def notification(change: AlertChange, sink: str, dashboard_url: str, reference: str | None,
-          first_message: dict[str, Any] | None = None) -> dict[str, Any]:
+          first_message: dict[str, Any] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """`first_message`: the first notification of this incident to this sink (its idempotency key
-    and when it was queued), for a later one that cannot edit it and so must name it."""
+    and when it was queued), for a later one that cannot edit it and so must name it. `settings`:
+    where the run's settings differ from the reference's (None when either records none)."""
     alert = change.alert
     # Strict JSON whatever the sink: a score or evidence that is not finite is its text, as in the
     # detection it came from, so Slack, the console and a webhook all say "nan".
@@ -87,6 +89,7 @@ def notification(change: AlertChange, sink: str, dashboard_url: str, reference: 
         "resolved_at": alert.resolved_at,
         "dashboard_url": dashboard_link(dashboard_url, alert.run, alert.start_step, alert.end_step, reference),
         "first_message": first_message,
+        "settings": settings,
     })
 
 
@@ -175,19 +178,27 @@ class AlertLedger:
             return 0
         run = self.store.get_run(alert.run)
         reference = run["reference"] if run is not None else None
+        settings = self._settings(run, reference) if change.kind != ChangeKind.RESOLVED else None
         rows = []
         for sink in sinks:
             first = None
             if change.kind != ChangeKind.OPENED:
                 queued = self.store.outbox.first_notification(alert.id, sink)
                 first = {"idempotency_key": queued[0], "queued_at": queued[1]} if queued else None
-            payload = notification(change, sink, self.config.dashboard_url, reference, first)
+            payload = notification(change, sink, self.config.dashboard_url, reference, first, settings)
             rows.append({
                 "alert_id": alert.id, "sink": sink, "kind": change.kind, "payload": dumps(payload),
                 "dedup_key": payload["idempotency_key"], "created_at": now, "tries": 0, "next_try_at": now,
             })
         self.store.outbox.add(rows)
         return len(rows)
+
+    def _settings(self, run: dict | None, reference: str | None) -> dict[str, Any] | None:
+        """Where the run's recorded settings differ from its reference's (settings_diff.as_payload):
+        a learning rate or batch size unlike the reference's is the first thing the person told of
+        a divergence rules out."""
+        other = self.store.get_run(reference) if run is not None and reference is not None else None
+        return as_payload(compare_settings(run["config"], other["config"])) if other is not None else None
 
 
 def stored_alerts(store: "Store", run: str | None = None, state: str | None = None) -> list[Alert]:

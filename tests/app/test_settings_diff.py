@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from app.cli import main
-from app.settings_diff import compare_settings, summary_line
+from monitor.judging.settings_diff import compare_settings, summary_line
 from monitor.schema import TRAIN_LOSS
 from monitor.store import open_store
 

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from monitor.alerting.sinks.base import SENT, SendResult
+from monitor.alerting.sinks.base import SENT, SendResult, settings_text
 
 _STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red", "resolved": "green"}
 
@@ -28,5 +28,8 @@ class ConsoleSink:
             line = f"{head}: {n['kind']} ({escape(n.get('reason') or '')}): {escape(n['message'])}"
         else:
             line = f"{head}: {escape(n['message'])}"
+        settings = settings_text(n.get("settings")) if n["kind"] == "opened" else None
+        if settings and n["settings"]["given_differently_count"]:
+            line += f" (settings unlike {escape(str(n['reference']))}'s: {escape(settings)})"
         self._console.print(f"{line}  {escape(n['dashboard_url'])}")
         return SENT

@@ -216,6 +216,24 @@ def test_console_sink_prints_one_line_per_notification(store, tmp_path):
     assert "/run/r?ref=ref&start=100&end=120" in lines[0]
 
 
+def test_slack_and_the_console_say_where_the_runs_settings_differ_from_the_references(store, receiver):
+    import io
+
+    store.ensure_run("ref", config={"lr": 6e-4, "batch_size": 32, "run_name": "a"})
+    store.ensure_run("r", config={"lr": 3e-3, "batch_size": 32, "run_name": "<!channel>"})
+    config = slack_config(receiver.url(), extra_sinks=[SinkConfig("console", "console", Severity.INFO)])
+    queue_incidents(store, config, [detection()], resolve_at=500)
+    out = io.StringIO()
+    outbox = Outbox(store, build_sinks(config, stream=out), config)
+    drain(outbox, lambda: outbox.pending_count() == 0)
+    opened, resolved = (json.dumps(r.body["blocks"]) for r in receiver.deliveries())
+    assert "*Settings* (run vs reference): lr 0.003 vs 0.0006, run_name &lt;!channel&gt; vs a" in opened
+    assert "<!channel>" not in opened and "Settings" not in resolved
+    lines = out.getvalue().splitlines()
+    assert "(settings unlike ref's: lr 0.003 vs 0.0006, run_name <!channel> vs a)" in lines[0]
+    assert "settings" not in lines[1]
+
+
 def test_the_webhook_url_never_reaches_store_logs_or_errors(sqlite_url, receiver, caplog):
     caplog.set_level(logging.DEBUG)
     store = open_store(sqlite_url)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -11,6 +12,7 @@ from monitor.alerting.config import AlertingConfig, IncidentConfig, SilenceRule,
 from monitor.alerting.incidents import IncidentTracker, Progress
 from monitor.alerting.ledger import AlertLedger
 from monitor.alerting.secrets import Secret
+from monitor.alerting.sinks.base import settings_text
 from monitor.schema import Severity
 from monitor.store import open_store, tables
 
@@ -90,6 +92,40 @@ def test_expired_silence_no_longer_applies(store):
     cfg = config([SilenceRule(until=time.time() - 1)])
     step(AlertLedger(store, cfg), IncidentTracker(cfg.incidents), [detection()], 120)
     assert len(outbox(store)) == 3
+
+
+def payloads(store):
+    o = tables.alert_outbox.c
+    with store.atomic() as conn:
+        return [(sink, kind, json.loads(p)) for sink, kind, p in
+                conn.execute(select(o.sink, o.kind, o.payload).order_by(o.id)).all()]
+
+
+def test_a_notification_says_where_the_runs_settings_differ_from_its_references(store):
+    store.ensure_run("ref", config={"optimizer": {"lr": 6e-4}, "batch_size": 32, "seed": 1, "n_layer": 12})
+    store.ensure_run("cand", config={"optimizer": {"lr": 3e-3}, "batch_size": 32, "seed": 2, "n_layer": 12,
+                                     "note": "x"})
+    store.ensure_run("alone", config={"lr": 3e-3})
+    store.set_reference("cand", "ref")
+    cfg = AlertingConfig(incidents=IncidentConfig(resolve_after_steps=10),
+                         sinks=[SinkConfig("console", "console", Severity.INFO)])
+    ledger, tracker = AlertLedger(store, cfg), IncidentTracker(cfg.incidents)
+    step(ledger, tracker, [detection(run="cand"), detection(run="alone")], 120, runs=("cand", "alone"))
+    opened = {p["run"]: p for _, kind, p in payloads(store) if kind == "opened"}
+    assert opened["cand"]["settings"] == {
+        "given_differently": [{"setting": "optimizer.lr", "run": "0.003", "reference": "0.0006"},
+                              {"setting": "seed", "run": "2", "reference": "1"}],
+        "given_differently_count": 2, "recorded_by_one_only": 1, "same": 2}
+    assert opened["alone"]["settings"] is None  # no reference to differ from
+    assert settings_text(opened["cand"]["settings"]) == ("optimizer.lr 0.003 vs 0.0006, seed 2 vs 1; "
+                                                         "1 recorded by one run only")
+    step(ledger, tracker, [], 200, runs=("cand", "alone"))
+    assert all(p["settings"] is None for _, kind, p in payloads(store) if kind == "resolved")
+    store.ensure_run("twin", config={"optimizer": {"lr": 6e-4}, "batch_size": 32, "seed": 1, "n_layer": 12})
+    store.set_reference("twin", "ref")
+    step(ledger, tracker, [detection(run="twin")], 120, runs=("twin",))
+    [twin] = [p for _, kind, p in payloads(store) if p["run"] == "twin"]
+    assert settings_text(twin["settings"]) == "the same 4 as the reference"
 
 
 def test_alert_and_outbox_are_one_transaction(store, monkeypatch):

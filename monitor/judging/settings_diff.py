@@ -1,5 +1,5 @@
-"""Where two runs' recipes differ: their recorded settings compared, for `detect`, the report and
-the run page.
+"""Where two runs' recipes differ: their recorded settings compared, for `detect`, the report, the
+run page and the alerts.
 
 Each run's configuration is what it recorded of its hyperparameters: `Monitor(config=...)`, a W&B
 run's config, Megatron's arguments, Lightning's hparams.yaml or a TensorBoard run's hparams.
@@ -69,6 +69,17 @@ def summary_line(diff: SettingsDiff, run: str, reference: str, most: int = 4) ->
     rest += [f"{one_only:,} recorded by one run only"] if one_only else []
     return (f"settings that differ from {reference}: " + "; ".join(([shown] if shown else []) + rest)
             + " (gapwatch report lists them)")
+
+
+def as_payload(diff: SettingsDiff, most: int = 10) -> dict[str, Any] | None:
+    """The differences as plain JSON for a notification (None when either run records nothing):
+    the first `most` settings both runs give differently, and how many differ in all."""
+    if not diff.comparable:
+        return None
+    both = [d for d in diff.differences if d.both]
+    return {"given_differently": [{"setting": d.setting, "run": d.run, "reference": d.reference} for d in both[:most]],
+            "given_differently_count": len(both), "recorded_by_one_only": len(diff.differences) - len(both),
+            "same": diff.same}
 
 
 def compare_settings(run_config: dict, reference_config: dict) -> SettingsDiff:
