@@ -107,7 +107,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     names = [str(n) for n in raw.scalars["key"].unique().tolist()]
     axis = None
     if form.steps == "rows" or wandb_rows or (step_key and form.steps == "asked"):
-        axis = choose_step_key(names, step_key, raw.source)
+        axis = choose_step_key(names, step_key, raw.source, raw.step_key)
         if axis is not None:
             logged = raw.scalars.loc[raw.scalars["key"] == axis, "value"]
             axis_rows = pd.DataFrame({"key": axis, "step": logged.to_numpy(dtype="int64")})
@@ -119,7 +119,10 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     chosen, evidence = pick_profile(named, names, cadence, prefer=form.profile,
                                     user_file=profiles_file)
     run = apply_profile(raw, chosen)
-    run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis)
+    declared = axis is not None and axis == raw.step_key and axis != step_key
+    run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis,
+                               "the trainer's step, as the run declares it (W&B define_metric)" if declared
+                               else "the trainer's step")
     if band is not None:
         from .wandb.panel_band import attach_band
 

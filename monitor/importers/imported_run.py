@@ -79,6 +79,8 @@ class ImportedRun:
     live:       the source is still being written (a W&B run without its exit record).
     crashed:    the source stops inside a record (its writer was killed): what is complete is here.
     mapping:    one row per source name (`meaning.mapping_rows`): what it became and why.
+    step_key:   the source name the run itself declares as its trainer's step (a W&B run's
+                `define_metric(..., step_metric=...)`), taken as the step axis before a guess.
     """
 
     name_hint: str
@@ -94,6 +96,7 @@ class ImportedRun:
     live: bool = False
     crashed: bool = False
     mapping: list[dict[str, Any]] = field(default_factory=list)
+    step_key: str | None = None
 
     @property
     def keys(self) -> list[str]:

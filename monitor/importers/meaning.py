@@ -292,14 +292,15 @@ def contradictions(profile: Profile, names, cadence: dict[str, Cadence]) -> int:
 
 
 def mapping_rows(names, key_map: dict[str, str], profile: Profile, evidence: dict[str, str],
-                 cadence: dict[str, Cadence], step_key: str | None = None) -> list[dict]:
+                 cadence: dict[str, Cadence], step_key: str | None = None,
+                 step_reason: str = "the trainer's step") -> list[dict]:
     """One row per source name: source, key (None: dropped), cadence, count, reason."""
     rows = []
     if step_key:
         c = cadence.get(step_key)
         rows.append({"source": step_key, "key": "(step axis)",
                      "cadence": c.describe() if c else "", "count": c.count if c else None,
-                     "reason": "the trainer's step"})
+                     "reason": step_reason})
     for name in names:
         name = str(name)
         if name.startswith("_") or name == step_key:

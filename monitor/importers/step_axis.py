@@ -5,8 +5,9 @@ W&B numbers its history rows (`_step`); a trainer that logs its own step (HF Tra
 and only that number lines a run up with another by step (LLaMA-Factory: `_step` 0..15 where the
 trainer's step runs 10..156). Rules:
 
-* The step key is the one named (`--step-key`, a profile's `step_key`), else the first of
-  STEP_KEYS the run logs; W&B's `_step` stays the axis only when the run logs none of them.
+* The step key is the one named (`--step-key`, a profile's `step_key`), else the one the run
+  declares (a W&B run's `define_metric(..., step_metric=...)`, wandb/step_metric.py), else the
+  first of STEP_KEYS the run logs; W&B's `_step` stays the axis only when the run logs none of them.
 * A row without the step key belongs to the step logged before it (an evaluation logged in its own
   `wandb.log` call after the training row); rows before the first step key take the first one.
 * Rows that land on one step are one step: their values are merged (a key given twice keeps the
@@ -63,9 +64,10 @@ def is_wandb_history_jsonl(path) -> bool:
     return isinstance(row, dict) and isinstance(row.get(WANDB_ROW_KEY), int)
 
 
-def choose_step_key(names, wanted: str | None = None, source: str = "") -> str | None:
+def choose_step_key(names, wanted: str | None = None, source: str = "", declared: str | None = None) -> str | None:
     """The key that holds the trainer's step: `wanted` (an error when the run lacks it), else the
-    first of STEP_KEYS among names, else None (the source's own step stays the axis)."""
+    one the run `declared` (ImportedRun.step_key) when it logs it, else the first of STEP_KEYS
+    among names, else None (the source's own step stays the axis)."""
     names = set(map(str, names))
     if wanted:
         if wanted not in names:
@@ -73,6 +75,8 @@ def choose_step_key(names, wanted: str | None = None, source: str = "") -> str |
             raise GapwatchError(f"{source or 'input'}: step key {wanted!r} is not logged in this "
                                 f"run (it logs {shown})")
         return wanted
+    if declared in names:
+        return declared
     return next((k for k in STEP_KEYS if k in names), None)
 
 
@@ -178,7 +182,7 @@ class StepAxisInParts:
             return run
         if not self.decided:
             names = [str(n) for n in pd.unique(run.scalars["key"])]
-            self.key = choose_step_key(names, self.wanted, run.source)
+            self.key = choose_step_key(names, self.wanted, run.source, run.step_key)
             self.decided = True
         if self.key is None:
             return run

@@ -1,8 +1,8 @@
 """Decoding W&B `Record` protobufs exactly, with wandb's own classes (wandb.proto.wandb_internal).
 
 Used for the records the vectorised reader (`wire`) does not take (nested dicts, typed values,
-records split over blocks, any unexpected shape) and for the few run, config, exit and header
-records. Also the value conversion both paths share: JSON text -> float64.
+records split over blocks, any unexpected shape) and for the few run, config, metric (a
+`define_metric`), exit and header records. Also the value conversion both paths share: JSON text -> float64.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from wandb.proto import wandb_internal_pb2 as wpb
 
 from monitor.errors import GapwatchError
 
+from .step_metric import StepDeclaration
+
 NESTED_SEP = "."  # wandb shows a nested dict {"a": {"b": 1}} as the metric "a.b"
 # JSON numbers and the non-finite spellings wandb writes; anything else is decoded by json.loads.
 _NUMBER = r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$|^(?:NaN|-?Infinity)$"
@@ -33,6 +35,7 @@ class ExactRecords:
     config_updates: list[tuple[tuple[str, ...], object]] = field(default_factory=list)
     config_removes: list[tuple[str, ...]] = field(default_factory=list)
     runs: list = field(default_factory=list)  # wandb RunRecord messages
+    step_declarations: list[StepDeclaration] = field(default_factory=list)  # define_metric(..., step_metric=)
     exit_code: int | None = None
     finished: bool = False
     producer: str | None = None
@@ -67,6 +70,9 @@ def decode_exact(payloads: list[tuple[int, bytes]], source: str) -> ExactRecords
                 out.config_updates.append((_parts(item), _json_or_text(item.value_json)))
             for item in rec.config.remove:
                 out.config_removes.append(_parts(item))
+        elif kind == "metric" and rec.metric.step_metric:
+            m = rec.metric
+            out.step_declarations.append(StepDeclaration(m.glob_name or m.name, bool(m.glob_name), m.step_metric))
         elif kind == "exit":
             out.exit_code = rec.exit.exit_code
             out.finished = True

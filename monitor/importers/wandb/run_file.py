@@ -52,6 +52,7 @@ from ..input_checks import shown
 from ..name_codes import NameCodes
 from .log_format import FILE_HEADER, check_file_header, iter_records
 from .records import NESTED_SEP, NotText, UnfitValue, decode_exact, to_float
+from .step_metric import StepDeclaration, declared_step
 
 STEP_KEY = "_step"
 _RUN_FILE = re.compile(r"run-(.+)\.wandb")
@@ -153,6 +154,7 @@ class WandbRunReader:
     start_time: float | None = None  # seconds since the epoch, from the run record
     unread: int = 0  # bytes after the last complete record of a file cut short mid-write
     idle_s: float | None = None  # how long the file had not been written when last read whole
+    step_declarations: list[StepDeclaration] = field(default_factory=list)  # see step_metric.py
     @property
     def key_names(self) -> list[str]:
         """The history's metric names; a row's `key` is its index here."""
@@ -413,6 +415,7 @@ class WandbRunReader:
             self.run_name = run.display_name or self.run_name
             self.run_id = run.run_id or self.run_id
             self.project = run.project or self.project
+        self.step_declarations += exact.step_declarations
         for parts, value in exact.config_updates:
             if parts and parts[0].startswith("_"):
                 continue
@@ -549,6 +552,7 @@ def parse_wandb_run(path: str | os.PathLike, progress=None) -> ImportedRun:
 
 def to_imported(reader: WandbRunReader, rows: NewRows, attempt: int = 1) -> ImportedRun:
     keys = pd_categorical(rows.key, reader.key_names)
+    step_key, step_notes = declared_step(reader.step_declarations, reader.key_names)
     run = ImportedRun(
         name_hint=reader.run_name or reader.run_id or reader.path.stem,
         scalars=scalars_frame(rows.step, keys, rows.value,
@@ -557,9 +561,10 @@ def to_imported(reader: WandbRunReader, rows: NewRows, attempt: int = 1) -> Impo
         config=dict(reader.config),
         summary=reader.public_summary(),
         source=str(reader.path),
-        notes=reader.notes(),
+        notes=reader.notes() + step_notes,
         live=not reader.finished and not reader.crashed,
         crashed=reader.crashed,
+        step_key=step_key,
     )
     return run
 

@@ -1,6 +1,7 @@
 """Runs written by the real `wandb` SDK in offline mode (wandb_writer.py, one process each) as
 users produce them: a run resumed twice with a rewind, a run cut short mid-write, a run killed
-while logging, and an HF-Trainer-shaped run that logs `train/global_step` every 10 steps."""
+while logging, an HF-Trainer-shaped run that logs `train/global_step` every 10 steps, and a custom
+loop that declares its own step key with `define_metric`."""
 
 from __future__ import annotations
 
@@ -205,3 +206,30 @@ def test_follow_takes_a_named_step_key(hf_run, sqlite_url, capsys):
                  "--poll-interval", "0.01", "--store", sqlite_url]) == 2
     assert "step key 'nope' is not logged in this run" in capsys.readouterr().err
 
+
+
+def test_a_step_key_the_run_declares_with_define_metric_is_its_step_axis(tmp_path, sqlite_url, capsys):
+    # `optimizer_step` is no name gapwatch knows: only the run's own declaration makes it the axis
+    # (W&B's row counter would put the first 100 optimizer steps at 0..119, evaluation rows included).
+    root = tmp_path / "declared"
+    run_writer(root, "declared", 100)
+    run = load(offline_run_dir(root))
+    loss = run.scalars[run.scalars["key"] == schema.TRAIN_LOSS]
+    assert loss["step"].tolist() == list(range(4, 401, 4))
+    held = run.scalars[run.scalars["key"].str.startswith("eval/heldout/")]
+    assert held["step"].tolist() == list(range(80, 401, 80))  # at the optimizer step of the row before
+    assert {r["source"]: r["reason"] for r in run.mapping}["optimizer_step"] == \
+        "the trainer's step, as the run declares it (W&B define_metric)"
+    assert any("declares 'epoch', not 'optimizer_step'" in n and "(val/loss)" in n for n in run.notes)
+    # A step key named on the command line still wins over the declared one.
+    assert main(["import", str(offline_run_dir(root)), "--run", "declared", "--store", sqlite_url,
+                 "--step-key", "epoch"]) == 0
+    with open_store(sqlite_url) as store:
+        marks = store.series_marks("declared")[schema.TRAIN_LOSS]
+        assert (marks.first_step, marks.last_step) == (1, 4)  # epochs 1..4 hold train loss
+    # Followed as it is written, on the declared key too.
+    assert main(["import", str(offline_run_dir(root)), "--run", "followed", "--follow", "--poll-interval", "0.01",
+                 "--store", sqlite_url]) == 0
+    with open_store(sqlite_url) as store:
+        assert list(store.load_run("followed").series(schema.TRAIN_LOSS).dropna().index) == list(range(4, 401, 4))
+    capsys.readouterr()

@@ -9,6 +9,9 @@ state per process). Run as `python wandb_writer.py DIR KIND [STEPS]`:
   `train/loss`, `train/learning_rate`, `train/epoch` and `train/global_step` every 10 steps, an
   evaluation row (`eval/loss`, `eval/runtime`) every 50, and the final `train/train_*` row;
 * lightning VAL_ON_STEP: lightning_fit's run through Lightning's WandbLogger;
+* declared: a custom loop that accumulates 4 batches a step and declares its own step keys with
+  `define_metric`: `train/*` against `optimizer_step` (4, 8, ...), logged every step, and `val/*`
+  against `epoch`, logged in a row of its own every 20 steps;
 * segment ID FIRST LAST: one process of a resumed run (`resume="allow"`, run id ID) that logs
   `train/global_step` FIRST..LAST-1 with `train/loss` = 10 - step / 100 + FIRST / 1000 (so each
   segment's values differ) and finishes.
@@ -79,6 +82,18 @@ def hf(root: Path, steps: int) -> None:
     run.finish()
 
 
+def declared(root: Path, steps: int) -> None:
+    run = wandb.init(project="gapwatch-test", name="declared-ref", dir=str(root))
+    run.define_metric("optimizer_step")
+    run.define_metric("train/*", step_metric="optimizer_step")
+    run.define_metric("val/*", step_metric="epoch")
+    for step in range(1, steps + 1):
+        wandb.log({"optimizer_step": 4 * step, "train/loss": 4.0 - step / steps, "train/lr": 1e-3})
+        if step % 20 == 0:
+            wandb.log({"val/loss": 4.2 - step / steps, "epoch": step // 20})
+    run.finish()
+
+
 def segment(root: Path, run_id: str, first: int, last: int) -> None:
     run = wandb.init(project="gapwatch-test", name="resumed-ref", id=run_id, resume="allow",
                      dir=str(root))
@@ -103,4 +118,4 @@ if __name__ == "__main__":
         segment(out, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         n = int(sys.argv[3]) if len(sys.argv) > 3 else 60
-        {"rich": rich, "live": live, "hf": hf, "lightning": lightning}[kind](out, n)
+        {"rich": rich, "live": live, "hf": hf, "lightning": lightning, "declared": declared}[kind](out, n)

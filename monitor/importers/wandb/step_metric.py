@@ -1,0 +1,62 @@
+"""The trainer's step as a W&B run declares it: `wandb.define_metric(name_or_glob, step_metric=key)`.
+
+Hugging Face's Trainer (`*` on `train/global_step`), Lightning's WandbLogger (`*` on
+`trainer/global_step`) and many custom loops tell W&B which logged key is the x axis of their
+charts. That key is the trainer's step whatever it is called, so it is the run's step axis before
+any guess from well-known names (step_axis.STEP_KEYS). For one name W&B takes its own declaration
+before a glob's, and a later glob's before an earlier one's. A run whose names are declared against
+several step keys (`train/*` on `train/step`, `val/*` on `epoch`) takes the one most of its logged
+names are declared against; the others are said in a note, since those metrics are placed at the
+step of their row, not at their own step key.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+
+@dataclass(frozen=True)
+class StepDeclaration:
+    """One `define_metric` with a step metric: a name, or a glob when `glob`."""
+
+    pattern: str
+    glob: bool
+    step_metric: str
+
+
+def declared_step(declarations: list[StepDeclaration], names: list[str]) -> tuple[str | None, list[str]]:
+    """(the step key most logged `names` are declared against, notes), or (None, []) when the run
+    declares none for a name it logged. Only a step key the run logged counts."""
+    logged = set(names)
+    steps = {d.step_metric for d in declarations if d.step_metric in logged}
+    if not steps:
+        return None, []
+    bound: dict[str, list[str]] = {}
+    for name in names:
+        if name.startswith("_") or name in steps:
+            continue
+        step = _step_of(name, declarations)
+        if step in logged:
+            bound.setdefault(step, []).append(name)
+    if not bound:
+        return None, []
+    counts = Counter({step: len(members) for step, members in bound.items()})
+    chosen = counts.most_common(1)[0][0]
+    notes = [f"the run declares {step!r}, not {chosen!r}, as the W&B x axis of {len(members)} metric(s) "
+             f"({_few(members)}): on gapwatch's one step axis each value sits at the step of the row that logged it"
+             for step, members in bound.items() if step != chosen]
+    return chosen, notes
+
+
+def _step_of(name: str, declarations: list[StepDeclaration]) -> str | None:
+    exact = [d.step_metric for d in declarations if not d.glob and d.pattern == name]
+    if exact:
+        return exact[-1]
+    globs = [d.step_metric for d in declarations if d.glob and fnmatchcase(name, d.pattern)]
+    return globs[-1] if globs else None
+
+
+def _few(names: list[str], most: int = 3) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")

@@ -1,0 +1,37 @@
+"""The step key a W&B run declares with define_metric, from its declarations and logged names."""
+
+from __future__ import annotations
+
+from monitor.importers.wandb.step_metric import StepDeclaration, declared_step
+
+
+def glob(pattern, step):
+    return StepDeclaration(pattern, True, step)
+
+
+def name(pattern, step):
+    return StepDeclaration(pattern, False, step)
+
+
+def test_the_catch_all_glob_names_the_step_as_hf_and_lightning_declare_it():
+    assert declared_step([glob("*", "trainer/global_step")], ["trainer/global_step", "train_loss", "val_loss"]) == \
+        ("trainer/global_step", [])
+
+
+def test_the_step_most_logged_names_are_declared_against_wins_and_the_rest_are_said():
+    found, notes = declared_step([glob("train/*", "optim_step"), glob("val/*", "epoch")],
+                                 ["optim_step", "epoch", "train/loss", "train/lr", "val/loss"])
+    assert found == "optim_step"
+    assert notes == ["the run declares 'epoch', not 'optim_step', as the W&B x axis of 1 metric(s) (val/loss): on "
+                     "gapwatch's one step axis each value sits at the step of the row that logged it"]
+
+
+def test_a_names_own_declaration_comes_before_a_glob_and_a_later_glob_before_an_earlier():
+    names = ["s", "t", "a/x", "a/y", "a/z"]
+    assert declared_step([glob("a/*", "s"), name("a/x", "t"), name("a/y", "t")], names)[0] == "t"
+    assert declared_step([glob("*", "t"), glob("a/*", "s")], names)[0] == "s"
+
+
+def test_a_step_key_the_run_never_logged_is_no_axis():
+    assert declared_step([glob("*", "global_step")], ["train/loss"]) == (None, [])
+    assert declared_step([], ["train/loss", "step"]) == (None, [])
