@@ -21,7 +21,7 @@ from monitor.detectors.eval_keys import downstream_aggregate, downstream_metrics
 from monitor.schema import Section
 
 from app.report.model import Column, Estimate, Table
-from app.report.pair import ComparedPair
+from app.report.pair import ComparedPair, finding_names
 from app.report.uncertainty import scatter_sigma
 
 
@@ -74,7 +74,7 @@ def downstream_table(pair: ComparedPair, config: DownstreamTableConfig | None = 
             "run": r, "reference": f, "delta": Estimate(delta, se, estimated=estimated),
             "z": z, "p": 2 * stats.norm.sf(abs(z)) if z is not None else None,
             "lower_is_better": m.lower_is_better,
-            "flagged": "; ".join(sorted({d.detector for d in hits})),
+            "flagged": finding_names(hits),
         })
     if not rows:
         table.empty_reason = _why_empty(pair)

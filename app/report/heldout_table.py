@@ -17,7 +17,7 @@ from monitor.detectors.eval_keys import heldout_sets, matching_steps
 from monitor.schema import Section
 
 from app.report.model import Column, Estimate, Table
-from app.report.pair import ComparedPair
+from app.report.pair import ComparedPair, finding_names
 from app.report.uncertainty import scatter_sigma
 
 
@@ -76,7 +76,7 @@ def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) 
             tied = sum(abs(e.value) <= config.z_tied * e.stderr for e in judged)
             row["tied"] = f"{tied}/{len(judged)}" if judged else "no error bars"
         hits = pair.findings(Section.HELDOUT, key)
-        row["flagged"] = "; ".join(sorted({d.detector for d in hits}))
+        row["flagged"] = finding_names(hits)
         table.rows.append(row)
     return table
 

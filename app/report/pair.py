@@ -8,7 +8,7 @@ import pandas as pd
 
 from monitor.alerting.config import IncidentConfig
 from monitor.judging.judge import DetectConfig
-from monitor.detectors import in_section
+from monitor.detectors import in_section, role_of
 from monitor.schema import Clean, Detection, NotJudged, RunData, Section
 
 
@@ -41,3 +41,9 @@ class ComparedPair:
     def not_logged_by(self, key: str) -> list[str]:
         """Names of the runs (as stored) that never logged a value of `key`."""
         return [d.name for d in (self.run, self.reference) if d.series(key).empty]
+
+
+def finding_names(found: list[Detection]) -> str:
+    """What the findings are, as their incidents are named (the detectors' explanations), for a
+    table's "finding" cell: never a detector's name."""
+    return "; ".join(sorted({role_of(d).explanation for d in found}))

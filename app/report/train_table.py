@@ -17,7 +17,7 @@ from monitor.detectors.stats import window_summaries
 from monitor.schema import TRAIN_LOSS, Section
 
 from app.report.model import Column, Estimate, Table
-from app.report.pair import ComparedPair
+from app.report.pair import ComparedPair, finding_names
 
 
 
@@ -79,7 +79,7 @@ def train_delta_table(pair: ComparedPair, config: TrainTableConfig | None = None
             "reference": float(fw.median[i]),
             "delta": Estimate(float(d.median[i]), float(se[i])),
             "z": z,
-            "flagged": "; ".join(sorted({h.detector for h in hits})),
+            "flagged": finding_names(hits),
         })
     return table
 
