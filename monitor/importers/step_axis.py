@@ -89,6 +89,13 @@ class StepCarry:
     series: SeriesAttempts = field(default_factory=SeriesAttempts)
 
 
+def whole_steps(values: np.ndarray) -> np.ndarray:
+    """Which values can be a step: whole numbers from 0 below 2**63 (which would wrap around to a
+    negative int64)."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (values >= 0) & (values < 2.0**63) & (values == np.round(values))
+
+
 def on_trainer_step(run: ImportedRun, step_key: str,
                     carry: StepCarry | None = None) -> ImportedRun:
     """run with its step axis replaced by the values of `step_key` (see the module rules).
@@ -110,12 +117,10 @@ def on_trainer_step(run: ImportedRun, step_key: str,
     values = s["value"].to_numpy(dtype="float64")
     row_step = np.full(n_rows, np.nan)
     row_step[row_of[is_key]] = values[is_key]  # the last of a row's values wins
-    # 2.0**63 and above would wrap around to negative steps in int64.
-    bad = np.flatnonzero(is_key & ~(np.isfinite(values) & (values >= 0) & (values < 2.0**63)
-                                    & (values == np.round(values))))
+    bad = np.flatnonzero(is_key & ~whole_steps(values))
     if len(bad):
         i = int(bad[0])
-        raise GapwatchError(f"{run.source}: {step_key} is {values[i]!r} at row {int(steps[i])}: "
+        raise GapwatchError(f"{run.source}: {step_key} is {float(values[i])!r} at row {int(steps[i])}: "
                             f"not a whole number from 0 to {MAX_STEP}, so it cannot be the step "
                             "axis")
     if before is not None and np.isnan(row_step[0]):
@@ -190,4 +195,4 @@ class StepAxisInParts:
 
 
 __all__ = ["STEP_KEYS", "WANDB_ROW_KEY", "StepAxisInParts", "StepCarry",
-           "choose_step_key", "is_wandb_history_jsonl", "on_trainer_step"]
+           "choose_step_key", "is_wandb_history_jsonl", "on_trainer_step", "whole_steps"]

@@ -552,7 +552,8 @@ def parse_wandb_run(path: str | os.PathLike, progress=None) -> ImportedRun:
 
 def to_imported(reader: WandbRunReader, rows: NewRows, attempt: int = 1) -> ImportedRun:
     keys = pd_categorical(rows.key, reader.key_names)
-    step_key, step_notes = declared_step(reader.step_declarations, reader.key_names)
+    step_key, step_notes = declared_step(reader.step_declarations, reader.key_names,
+                                         lambda key: rows.value[rows.key == reader.key_names.index(key)])
     run = ImportedRun(
         name_hint=reader.run_name or reader.run_id or reader.path.stem,
         scalars=scalars_frame(rows.step, keys, rows.value,

@@ -7,7 +7,9 @@ any guess from well-known names (step_axis.STEP_KEYS). For one name W&B takes it
 before a glob's, and a later glob's before an earlier one's. A run whose names are declared against
 several step keys (`train/*` on `train/step`, `val/*` on `epoch`) takes the one most of its logged
 names are declared against; the others are said in a note, since those metrics are placed at the
-step of their row, not at their own step key.
+step of their row, not at their own step key. A declared key that holds anything but whole
+numbers (`epoch` at 0.25) cannot be a step axis: it is said, and the run is read as if it had
+declared none.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+
+import numpy as np
+
+from ..step_axis import whole_steps
 
 
 @dataclass(frozen=True)
@@ -26,9 +32,11 @@ class StepDeclaration:
     step_metric: str
 
 
-def declared_step(declarations: list[StepDeclaration], names: list[str]) -> tuple[str | None, list[str]]:
-    """(the step key most logged `names` are declared against, notes), or (None, []) when the run
-    declares none for a name it logged. Only a step key the run logged counts."""
+def declared_step(declarations: list[StepDeclaration], names: list[str],
+                  values_of=lambda key: np.zeros(0)) -> tuple[str | None, list[str]]:
+    """(the step key most logged `names` are declared against, notes), or (None, notes) when the
+    run declares none for a name it logged, or the one it declares holds a value that is no step
+    (`values_of(key)`: the values logged under that key). Only a step key the run logged counts."""
     logged = set(names)
     steps = {d.step_metric for d in declarations if d.step_metric in logged}
     if not steps:
@@ -47,6 +55,11 @@ def declared_step(declarations: list[StepDeclaration], names: list[str]) -> tupl
     notes = [f"the run declares {step!r}, not {chosen!r}, as the W&B x axis of {len(members)} metric(s) "
              f"({_few(members)}): on gapwatch's one step axis each value sits at the step of the row that logged it"
              for step, members in bound.items() if step != chosen]
+    values = np.asarray(values_of(chosen), dtype=float)
+    bad = values[~whole_steps(values)]
+    if bad.size:
+        return None, [f"the run declares {chosen!r} as the W&B x axis of its metrics, but {chosen!r} is "
+                      f"{float(bad[0])!r}, not a whole number, so it is no step axis"]
     return chosen, notes
 
 

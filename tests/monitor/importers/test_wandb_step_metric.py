@@ -35,3 +35,13 @@ def test_a_names_own_declaration_comes_before_a_glob_and_a_later_glob_before_an_
 def test_a_step_key_the_run_never_logged_is_no_axis():
     assert declared_step([glob("*", "global_step")], ["train/loss"]) == (None, [])
     assert declared_step([], ["train/loss", "step"]) == (None, [])
+
+
+def test_a_declared_key_that_holds_no_whole_steps_is_said_and_not_taken():
+    values = {"train/epoch": [0.25, 0.5, 0.75], "optimizer_step": [1.0, 2.0, 3.0]}
+    found, notes = declared_step([glob("*", "train/epoch")], ["train/epoch", "train/loss"], values.get)
+    assert found is None
+    assert notes == ["the run declares 'train/epoch' as the W&B x axis of its metrics, but 'train/epoch' is 0.25, "
+                     "not a whole number, so it is no step axis"]
+    assert declared_step([glob("*", "optimizer_step")], ["optimizer_step", "train/loss"], values.get) == \
+        ("optimizer_step", [])
