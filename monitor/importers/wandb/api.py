@@ -43,6 +43,7 @@ from ..formats import Format
 from ..generic_rows import MAX_NESTING
 from ..imported_run import ImportedRun, scalars_frame
 from ..input_checks import cut, shown
+from .step_metric import StepDeclaration, declared_step, from_config
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 _URL = re.compile(r"^wandb://(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?P<run>[^/\s]+)/?$")
@@ -120,6 +121,7 @@ class WandbApiReader:
     run_name: str | None = None
     run_config: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    step_declarations: list[StepDeclaration] = field(default_factory=list)  # see step_metric.py
     _api: object = None
 
     @property
@@ -134,6 +136,7 @@ class WandbApiReader:
             self.run_name = str(run.name or run.id)
             self.run_config = {str(k): v for k, v in dict(run.config).items()
                                if not str(k).startswith("_")}
+            self.step_declarations = from_config(dict(run.rawconfig).get("_wandb"))
             self.summary = _public_summary(run.summary_metrics)
             last = run.lastHistoryStep
         except Exception as exc:  # a run record of the wrong shape, as wandb parsed it
@@ -242,14 +245,18 @@ def parse_wandb_api(url: str, config: ApiConfig | None = None, progress=None) ->
 
 
 def to_imported(reader: WandbApiReader, steps, keys, values, walls) -> ImportedRun:
+    names = np.asarray(keys, dtype=object)
+    step_key, step_notes = declared_step(reader.step_declarations, list(dict.fromkeys(keys)),
+                                         lambda key: values[names == key])
     return ImportedRun(
         name_hint=reader.run_name or parse_url(reader.url)[2],
         scalars=scalars_frame(steps, keys, values, wall_time=walls),
         config=dict(reader.run_config),
         summary=dict(reader.summary),
         source=reader.url,
-        notes=reader.notes(),
+        notes=reader.notes() + step_notes,
         live=not reader.finished,
+        step_key=step_key,
     )
 
 

@@ -2,7 +2,8 @@
 
 Hugging Face's Trainer (`*` on `train/global_step`), Lightning's WandbLogger (`*` on
 `trainer/global_step`) and many custom loops tell W&B which logged key is the x axis of their
-charts. That key is the trainer's step whatever it is called, so it is the run's step axis before
+charts. A run file holds the declarations as records of their own; the server (and a run folder's
+`config.yaml`) keeps them expanded, a metric each, in the config's `_wandb.m` (`from_config`). That key is the trainer's step whatever it is called, so it is the run's step axis before
 any guess from well-known names (step_axis.STEP_KEYS). For one name W&B takes its own declaration
 before a glob's, and a later glob's before an earlier one's. A run whose names are declared against
 several step keys (`train/*` on `train/step`, `val/*` on `epoch`) takes the one most of its logged
@@ -61,6 +62,33 @@ def declared_step(declarations: list[StepDeclaration], names: list[str],
         return None, [f"the run declares {chosen!r} as the W&B x axis of its metrics, but {chosen!r} is "
                       f"{float(bad[0])!r}, not a whole number, so it is no step axis"]
     return chosen, notes
+
+
+def from_config(internal: object) -> list[StepDeclaration]:
+    """The declarations of a run's `_wandb` config value, whose `m` lists the metric definitions
+    by protobuf field number: the name (`1`) or glob (`2`), and the step metric by name (`4`) or by
+    its 1-based place in the list (`5`). Anything of another shape declares nothing."""
+    if isinstance(internal, dict) and "m" not in internal and isinstance(internal.get("value"), dict):
+        internal = internal["value"]
+    entries = internal.get("m") if isinstance(internal, dict) else None
+    if not isinstance(entries, list):
+        return []
+    entries = [e if isinstance(e, dict) else {} for e in entries]
+    out = []
+    for e in entries:
+        pattern, glob = (_field(e, 2), True) if _field(e, 2) else (_field(e, 1), False)
+        step = _field(e, 4)
+        at = _field(e, 5)
+        if not step and isinstance(at, int) and not isinstance(at, bool) and 1 <= at <= len(entries):
+            step = _field(entries[at - 1], 1)
+        if isinstance(pattern, str) and pattern and isinstance(step, str) and step:
+            out.append(StepDeclaration(pattern, glob, step))
+    return out
+
+
+def _field(entry: dict, number: int):
+    """A field of a definition: keyed by its number as text in JSON, as a number in config.yaml."""
+    return entry.get(str(number), entry.get(number))
 
 
 def _step_of(name: str, declarations: list[StepDeclaration]) -> str | None:

@@ -145,6 +145,23 @@ def test_follow_puts_a_server_run_on_its_own_step(server, tmp_path):
         store.close()
 
 
+def test_a_step_key_the_server_keeps_from_define_metric_is_the_step_axis(server):
+    """The server keeps a run's define_metric declarations expanded in its config (`_wandb.m`: the
+    metric's name, its step metric by place in that list), as W&B writes them."""
+    rows = [{"_step": s, "_timestamp": 1.7e9 + s, "opt_step": 8 * (s + 1), "train/loss": 3.0 - s / 100}
+            for s in range(6)]
+    declared = {"m": [{"1": "opt_step", "6": [3]}, {"1": "train/loss", "5": 1, "6": [1]}]}
+    server.add_run(StandInRun("ai2", "olmo", "d1", "d", {"lr": 1e-3, "_wandb": declared}, rows=rows,
+                              state="finished"))
+    run = load("wandb://ai2/olmo/d1", api_config=_config(server))
+    assert run.scalars["step"].tolist() == [8, 16, 24, 32, 40, 48] and run.config == {"lr": 1e-3}
+    assert {r["source"]: r["reason"] for r in run.mapping}["opt_step"] == \
+        "the trainer's step, as the run declares it (W&B define_metric)"
+    # A config whose `_wandb` declares nothing of this shape leaves W&B's row counter as the axis.
+    server.add_run(StandInRun("ai2", "olmo", "d2", "d", {"_wandb": {"m": "?"}}, rows=rows, state="finished"))
+    assert load("wandb://ai2/olmo/d2", api_config=_config(server)).scalars["step"].max() == 5
+
+
 # --- what a broken or hostile server answers ---------------------------------------------------
 @pytest.mark.parametrize("rows, message", [
     (['{"_step": "x", "loss": 1}'], "a history row has _step 'x', not a whole number"),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from monitor.importers.wandb.step_metric import StepDeclaration, declared_step
+import yaml
+
+from monitor.importers.wandb.step_metric import StepDeclaration, declared_step, from_config
 
 
 def glob(pattern, step):
@@ -45,3 +47,19 @@ def test_a_declared_key_that_holds_no_whole_steps_is_said_and_not_taken():
                      "not a whole number, so it is no step axis"]
     assert declared_step([glob("*", "optimizer_step")], ["optimizer_step", "train/loss"], values.get) == \
         ("optimizer_step", [])
+
+
+def test_the_declarations_a_run_folders_config_keeps_name_the_step(shared_data):
+    # The HF Trainer run in wild/: its config.yaml keeps `*` on train/global_step expanded per metric.
+    (config,) = shared_data.glob("wild/wandb/08_alpaca_hftrainer_2023/wandb/run-*/files/config.yaml")
+    found = from_config(yaml.safe_load(config.read_text())["_wandb"])
+    assert StepDeclaration("train/loss", False, "train/global_step") in found
+    assert declared_step(found, ["train/global_step", "train/loss", "train/learning_rate"])[0] == "train/global_step"
+
+
+def test_config_declarations_by_name_or_glob_and_odd_shapes():
+    entries = {"m": [{"1": "it"}, {"2": "val/*", "4": "epoch"}, {"1": "loss", "5": 1}, {"1": "x", "5": 9},
+                     "junk", {"1": "y", "5": True}]}
+    assert from_config(entries) == [glob("val/*", "epoch"), name("loss", "it")]
+    assert from_config({"value": entries}) == from_config(entries)  # as the server wraps a config value
+    assert from_config(None) == [] and from_config({"m": "?"}) == [] and from_config([1]) == []
