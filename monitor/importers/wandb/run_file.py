@@ -77,10 +77,11 @@ def _two_byte(field_number: int) -> int:
 
 
 # Record types no importer needs (output 4, files 6, stats 7, artifact 8, tbrecord 9, alert 10,
-# telemetry 11, metric 12, output_raw 13, final 20, footer 22, preempting 23, noop_link_artifact
-# 24, use_artifact 25, environment 26, output_logger 27, request 100). History and summary records
-# take the fast path; any other (config 5, run 17, exit 18, header 21, ...) is decoded exactly.
-_SKIP_TAGS = np.array(sorted({(n << 3) | 2 for n in (4, 6, 7, 8, 9, 10, 11, 12, 13)} | {
+# telemetry 11, output_raw 13, final 20, footer 22, preempting 23, noop_link_artifact 24,
+# use_artifact 25, environment 26, output_logger 27, request 100). History and summary records
+# take the fast path; any other (config 5, metric 12, run 17, exit 18, header 21, ...) is decoded
+# exactly.
+_SKIP_TAGS = np.array(sorted({(n << 3) | 2 for n in (4, 6, 7, 8, 9, 10, 11, 13)} | {
     _two_byte(n) for n in (20, 22, 23, 24, 25, 26, 27, 100)
 }))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import yaml
 
+from monitor.importers.wandb.run_file import WandbRunReader, find_run_file
 from monitor.importers.wandb.step_metric import StepDeclaration, declared_step, from_config
 
 
@@ -55,6 +56,10 @@ def test_the_declarations_a_run_folders_config_keeps_name_the_step(shared_data):
     found = from_config(yaml.safe_load(config.read_text())["_wandb"])
     assert StepDeclaration("train/loss", False, "train/global_step") in found
     assert declared_step(found, ["train/global_step", "train/loss", "train/learning_rate"])[0] == "train/global_step"
+    # Its run file holds the same declaration as a record of its own (wandb 0.15).
+    reader = WandbRunReader(find_run_file(config.parents[1]))
+    reader.read()
+    assert reader.step_declarations == [glob("*", "train/global_step")]
 
 
 def test_config_declarations_by_name_or_glob_and_odd_shapes():
