@@ -121,7 +121,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     run = apply_profile(raw, chosen)
     declared = axis is not None and axis == raw.step_key and axis != step_key
     run.mapping = mapping_rows(names, run.key_map, chosen, evidence, cadence, axis,
-                               "the trainer's step, as the run declares it (W&B define_metric)" if declared
+                               "the trainer's step (declared by define_metric)" if declared
                                else "the trainer's step")
     if band is not None:
         from .wandb.panel_band import attach_band

@@ -156,7 +156,7 @@ def test_a_step_key_the_server_keeps_from_define_metric_is_the_step_axis(server)
     run = load("wandb://ai2/olmo/d1", api_config=_config(server))
     assert run.scalars["step"].tolist() == [8, 16, 24, 32, 40, 48] and run.config == {"lr": 1e-3}
     assert {r["source"]: r["reason"] for r in run.mapping}["opt_step"] == \
-        "the trainer's step, as the run declares it (W&B define_metric)"
+        "the trainer's step (declared by define_metric)"
     # A config whose `_wandb` declares nothing of this shape leaves W&B's row counter as the axis.
     server.add_run(StandInRun("ai2", "olmo", "d2", "d", {"_wandb": {"m": "?"}}, rows=rows, state="finished"))
     assert load("wandb://ai2/olmo/d2", api_config=_config(server)).scalars["step"].max() == 5

@@ -219,7 +219,7 @@ def test_a_step_key_the_run_declares_with_define_metric_is_its_step_axis(tmp_pat
     held = run.scalars[run.scalars["key"].str.startswith("eval/heldout/")]
     assert held["step"].tolist() == list(range(80, 401, 80))  # at the optimizer step of the row before
     assert {r["source"]: r["reason"] for r in run.mapping}["optimizer_step"] == \
-        "the trainer's step, as the run declares it (W&B define_metric)"
+        "the trainer's step (declared by define_metric)"
     assert any("declares 'epoch', not 'optimizer_step'" in n and "(val/loss)" in n for n in run.notes)
     # A step key named on the command line still wins over the declared one.
     assert main(["import", str(offline_run_dir(root)), "--run", "declared", "--store", sqlite_url,

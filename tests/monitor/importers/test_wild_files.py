@@ -27,17 +27,19 @@ def _run_folder(shared_data, case: str):
     return folder
 
 
-# case, step key, first and last trainer step, held-out sets
+DECLARED = "the trainer's step (declared by define_metric)"
+# case, step key and why it is the axis, first and last trainer step, held-out sets; the HF Trainer
+# declares its step to W&B, the custom loops log a key of a well-known name.
 WANDB_CASES = [
-    ("08_alpaca_hftrainer_2023", "train/global_step", 1, 243, []),
-    ("10_llamafactory_dpo_2024", "train/global_step", 10, 156, []),
-    ("11_cs336_custom_2025", "step", 0, 4881, ["val"]),
-    ("14_nanogpt_muon_2026", "iter", 0, 4100, ["val"]),
+    ("08_alpaca_hftrainer_2023", "train/global_step", DECLARED, 1, 243, []),
+    ("10_llamafactory_dpo_2024", "train/global_step", DECLARED, 10, 156, []),
+    ("11_cs336_custom_2025", "step", "the trainer's step", 0, 4881, ["val"]),
+    ("14_nanogpt_muon_2026", "iter", "the trainer's step", 0, 4100, ["val"]),
 ]
 
 
-@pytest.mark.parametrize("case, step_key, first, last, heldout", WANDB_CASES)
-def test_wandb_run_folder(shared_data, case, step_key, first, last, heldout):
+@pytest.mark.parametrize("case, step_key, why, first, last, heldout", WANDB_CASES)
+def test_wandb_run_folder(shared_data, case, step_key, why, first, last, heldout):
     folder = _run_folder(shared_data, case)
     run = load(folder)
     data = run.to_run_data(case)
@@ -46,8 +48,7 @@ def test_wandb_run_folder(shared_data, case, step_key, first, last, heldout):
     assert (data.scalars.index.min(), data.scalars.index.max()) == (first, last)
     assert run.attempts == 1
     axis = run.mapping[0]
-    assert (axis["source"], axis["key"], axis["reason"]) == (
-        step_key, "(step axis)", "the trainer's step")
+    assert (axis["source"], axis["key"], axis["reason"]) == (step_key, "(step axis)", why)
     assert axis["count"] >= len(data.scalars)
     assert schema.TRAIN_LOSS in data.scalars.columns
     sets = sorted(k.split("/")[2] for k in data.scalars.columns
