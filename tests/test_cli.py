@@ -62,6 +62,11 @@ def test_fail_on_critical_gates_a_ci_job_on_a_nan(sqlite_url, capsys):
     url = _store_with_a_nan_run(sqlite_url)
     nan = ["detect", "--run", "a-run-that-went-nan", "--store", url, "--no-write"]
     assert main(nan) == 0  # without --fail-on, findings are reported, not an error
+    # The summary counts the severities of what the table lists: incidents, or detections ungrouped.
+    summary = capsys.readouterr().err.splitlines()
+    assert "a-run-that-went-nan: 1 incident(s) (1 critical) from 1 detection(s)" in summary
+    assert main([*nan, "--ungrouped"]) == 0
+    assert "a-run-that-went-nan: 1 detection(s) (1 critical) in 1 incident(s)" in capsys.readouterr().err.splitlines()
     assert main([*nan, "--fail-on", "critical"]) == FAIL_EXIT
     capsys.readouterr()
     assert main([*nan, "--fail-on", "warning", "--json"]) == FAIL_EXIT

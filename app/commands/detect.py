@@ -96,10 +96,14 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print_findings(result, incidents, ungrouped=args.ungrouped)
-    counts = severity_counts(result.detections)
     against = f" against {result.reference} ({result.axis} axis)" if result.reference else ""
-    print(f"{args.run}{against}: {len(incidents)} incident(s) from {len(result.detections)} detection(s): "
-          f"{counts['critical']} critical, {counts['warning']} warning, {counts['info']} info", file=sys.stderr)
+    # The severities are counted over what the table lists: incidents, or detections when ungrouped.
+    listed = severity_counts(result.detections if args.ungrouped else incidents)
+    severities = ", ".join(f"{n} {s}" for s, n in listed.items() if n)
+    severities = f" ({severities})" if severities else ""
+    found = (f"{len(result.detections)} detection(s){severities} in {len(incidents)} incident(s)" if args.ungrouped
+             else f"{len(incidents)} incident(s){severities} from {len(result.detections)} detection(s)")
+    print(f"{args.run}{against}: {found}", file=sys.stderr)
     if settings:
         print(settings, file=sys.stderr)
     for item in result.not_judged:

@@ -13,7 +13,7 @@ from monitor.alerting.grouping import group, progress_from_marks
 from monitor.detectors import REGISTRY
 from monitor.judging.engine import DetectConfig, DetectionEngine, DetectResult, empty_series
 from monitor.errors import GapwatchError
-from monitor.schema import Clean, Detection, NotJudged, RunData, Severity
+from monitor.schema import Clean, NotJudged, RunData, Severity
 
 ProgressCallback = Callable[[str], None]
 """Told one line per phase of a long job ("loading run", "aligning", ...)."""
@@ -141,9 +141,10 @@ def load_cleans(store, run: str) -> list[Clean]:
     return [Clean(run, *row) for row in (saved or {}).get("cleans", [])]
 
 
-def severity_counts(detections: list[Detection]) -> dict[str, int]:
-    counts = {s.value: 0 for s in Severity}
-    for d in detections:
+def severity_counts(found: list) -> dict[str, int]:
+    """How many of `found` (detections or incidents) are of each severity, the worst first."""
+    counts = {s.value: 0 for s in sorted(Severity, key=lambda s: -s.rank)}
+    for d in found:
         counts[d.severity.value] += 1
     return counts
 
