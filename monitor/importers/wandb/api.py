@@ -35,6 +35,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
@@ -43,7 +44,7 @@ from ..formats import Format
 from ..generic_rows import MAX_NESTING
 from ..imported_run import ImportedRun, scalars_frame
 from ..input_checks import cut, shown
-from .step_metric import StepDeclaration, declared_step, from_config
+from .step_metric import LoggedItems, StepDeclaration, declared_step, from_config
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 _URL = re.compile(r"^wandb://(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?P<run>[^/\s]+)/?$")
@@ -245,9 +246,9 @@ def parse_wandb_api(url: str, config: ApiConfig | None = None, progress=None) ->
 
 
 def to_imported(reader: WandbApiReader, steps, keys, values, walls) -> ImportedRun:
-    names = np.asarray(keys, dtype=object)
-    step_key, step_notes = declared_step(reader.step_declarations, list(dict.fromkeys(keys)),
-                                         lambda key: values[names == key])
+    codes, names = pd.factorize(pd.Series(keys, dtype=object))
+    step_key, step_notes = declared_step(reader.step_declarations,
+                                         LoggedItems([str(n) for n in names], steps, codes, values))
     return ImportedRun(
         name_hint=reader.run_name or parse_url(reader.url)[2],
         scalars=scalars_frame(steps, keys, values, wall_time=walls),

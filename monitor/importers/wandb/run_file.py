@@ -52,7 +52,7 @@ from ..input_checks import shown
 from ..name_codes import NameCodes
 from .log_format import FILE_HEADER, check_file_header, iter_records
 from .records import NESTED_SEP, NotText, UnfitValue, decode_exact, to_float
-from .step_metric import StepDeclaration, declared_step
+from .step_metric import LoggedItems, StepDeclaration, declared_step
 
 STEP_KEY = "_step"
 _RUN_FILE = re.compile(r"run-(.+)\.wandb")
@@ -553,8 +553,8 @@ def parse_wandb_run(path: str | os.PathLike, progress=None) -> ImportedRun:
 
 def to_imported(reader: WandbRunReader, rows: NewRows, attempt: int = 1) -> ImportedRun:
     keys = pd_categorical(rows.key, reader.key_names)
-    step_key, step_notes = declared_step(reader.step_declarations, reader.key_names,
-                                         lambda key: rows.value[rows.key == reader.key_names.index(key)])
+    step_key, step_notes = declared_step(reader.step_declarations,
+                                         LoggedItems(reader.key_names, rows.step, rows.key, rows.value))
     run = ImportedRun(
         name_hint=reader.run_name or reader.run_id or reader.path.stem,
         scalars=scalars_frame(rows.step, keys, rows.value,
