@@ -2,16 +2,19 @@
 
 Hugging Face's Trainer (`*` on `train/global_step`), Lightning's WandbLogger (`*` on
 `trainer/global_step`) and many custom loops tell W&B which logged key is the x axis of their
-charts. A run file holds the declarations as records of their own; the server (and a run folder's
-`config.yaml`) keeps them expanded, a metric each, in the config's `_wandb.m` (`from_config`). That key is the trainer's step whatever it is called, so it is the run's step axis before
-any guess from well-known names (step_axis.STEP_KEYS). For one name W&B takes its own declaration
-before a glob's, and a later glob's before an earlier one's. A run whose names are declared against
-several step keys (`train/*` on `train/step`, `val/*` on `epoch`) takes the one most of its logged
-names are declared against; the others are said in a note, since those metrics are placed at the
-step of their row, not at their own step key. A declared key counts steps only when it holds
-whole numbers (not `epoch` at 0.25) and every row that logs a metric declared against it logs it too
-(a loop that logs `epoch` once an epoch and its loss every batch would otherwise put an epoch's
-batches on one step); else that is said, and the run is read as if it had declared nothing.
+charts. That key is the trainer's step whatever it is called, so it is the run's step axis before
+any guess from well-known names (step_axis.STEP_KEYS). A run file holds the declarations as
+records of their own; the server (and a run folder's `config.yaml`) keeps them expanded, a metric
+each, in the config's `_wandb.m` (`from_config`).
+
+For one name W&B takes its own declaration before a glob's, and a later glob's before an earlier
+one's. A run whose names are declared against several step keys (`train/*` on `train/step`,
+`val/*` on `epoch`) takes the one most of its logged names are declared against; the others are
+said in a note, since those metrics are placed at the step of their row, not at their own step
+key. A declared key counts steps only when it holds whole numbers (not `epoch` at 0.25) and every
+row that logs a metric declared against it logs it too (a loop that logs `epoch` once an epoch and
+its loss every batch would otherwise put an epoch's batches on one step); else that is said, and
+the run is read as if it had declared nothing.
 """
 
 from __future__ import annotations
