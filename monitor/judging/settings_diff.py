@@ -4,7 +4,9 @@ run page and the alerts.
 Each run's configuration is what it recorded of its hyperparameters: `Monitor(config=...)`, a W&B
 run's config, Megatron's arguments, Lightning's hparams.yaml or a TensorBoard run's hparams.
 Nested settings are flattened to dotted names (`optimizer.lr`). A setting the two runs give
-different values, or that only one of them records, differs; the ones they share are counted.
+different values, or that only one of them records, differs; the ones they share are counted. A
+setting two trainers name differently (`lr` and `learning_rate`, ALIASES) is compared as one,
+shown under both names (`lr / learning_rate`).
 Those both give differently come first, the optimisation recipe's (learning rate, batch size,
 warmup, decay, seed...) before the rest: a learning rate or batch size that differs from the
 reference's is often the first explanation of a gap, so a person reads this before trusting a
@@ -26,6 +28,28 @@ UNRECORDED = "-"
 # Words of a setting's name that make it part of the recipe a divergence is first checked against.
 RECIPE_WORDS = {"lr", "batch", "warmup", "decay", "seed", "optimizer", "optim", "schedule", "scheduler",
                 "beta1", "beta2", "momentum", "clip", "accumulation"}
+
+
+# One setting under the names trainers give it (the last part of a dotted name): a reference from
+# another trainer records its learning rate as `learning_rate` (Hugging Face, nanoGPT), `lr`
+# (Lightning, Megatron) or `optim.lr` (OLMo-core, ours). Only names that mean one thing everywhere:
+# not `batch_size` (a device's batch in some trainers, the global one in others) nor `warmup`.
+ALIASES = {
+    **dict.fromkeys(("lr", "learning_rate"), "learning rate"),
+    **dict.fromkeys(("weight_decay", "wd"), "weight decay"),
+    **dict.fromkeys(("warmup_steps", "warmup_iters", "lr_warmup_steps", "lr_warmup_iters", "num_warmup_steps"),
+                    "warmup steps"),
+    **dict.fromkeys(("max_steps", "max_iters", "train_iters", "total_steps", "num_training_steps"), "training steps"),
+    **dict.fromkeys(("beta1", "adam_beta1"), "Adam beta1"),
+    **dict.fromkeys(("beta2", "adam_beta2"), "Adam beta2"),
+    **dict.fromkeys(("grad_clip", "max_grad_norm", "clip_grad", "clip_grad_norm", "gradient_clipping"),
+                    "gradient clipping"),
+    **dict.fromkeys(("gradient_accumulation_steps", "grad_accumulation_steps", "grad_accum_steps",
+                     "accumulate_grad_batches"), "gradient accumulation"),
+    **dict.fromkeys(("block_size", "seq_len", "seq_length", "sequence_length", "max_seq_len", "max_seq_length",
+                     "context_length"), "sequence length"),
+    **dict.fromkeys(("global_batch_size", "global_train_batch_size"), "global batch size"),
+}
 
 
 @dataclass(frozen=True)
@@ -84,12 +108,32 @@ def as_payload(diff: SettingsDiff, most: int = 10) -> dict[str, Any] | None:
 
 def compare_settings(run_config: dict, reference_config: dict) -> SettingsDiff:
     run, ref = settings(run_config), settings(reference_config)
-    names = sorted(run.keys() | ref.keys())
+    aliases = paired_aliases(run, ref)
+    names = sorted((run.keys() | ref.keys()) - aliases.keys() - set(aliases.values()))
     same = [n for n in names if n in run and n in ref and _alike(run[n], ref[n])]
-    differences = sorted((Difference(n, _shown(run, n), _shown(ref, n), n in run and n in ref)
-                          for n in names if n not in same),
-                         key=lambda d: (not d.both, not _recipe(d.setting), d.setting))
-    return SettingsDiff(differences, len(same), len(names), (bool(run), bool(ref)))
+    differences = [Difference(n, _shown(run, n), _shown(ref, n), n in run and n in ref) for n in names if n not in same]
+    for a, b in aliases.items():
+        if _alike(run[a], ref[b]):
+            same.append(a)
+        else:
+            differences.append(Difference(f"{a} / {b}", _text(run[a]), _text(ref[b]), True))
+    differences.sort(key=lambda d: (not d.both, not _recipe(d.setting), d.setting))
+    return SettingsDiff(differences, len(same), len(names) + len(aliases), (bool(run), bool(ref)))
+
+
+def paired_aliases(run: dict[str, Any], ref: dict[str, Any]) -> dict[str, str]:
+    """Settings the two runs record under different names for one thing (ALIASES): the run's name
+    -> the reference's, where each run records that thing under exactly one name the other lacks."""
+    def by_meaning(names) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for name in names:
+            meaning = ALIASES.get(name.rsplit(".", 1)[-1].lower())
+            if meaning:
+                found.setdefault(meaning, []).append(name)
+        return found
+
+    ours, theirs = by_meaning(n for n in run if n not in ref), by_meaning(n for n in ref if n not in run)
+    return {a[0]: theirs[m][0] for m, a in ours.items() if len(a) == 1 and len(theirs.get(m, ())) == 1}
 
 
 def _recipe(name: str) -> bool:

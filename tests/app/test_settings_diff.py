@@ -29,6 +29,31 @@ def test_the_recipe_comes_before_the_architecture_and_one_sided_settings_last():
         "settings: only run recorded its settings: nothing to compare them with")
 
 
+def test_one_setting_that_two_trainers_name_differently_is_compared_as_one():
+    ours = {"optim": {"lr": 5e-3, "grad_clip": 1.0, "warmup_steps": 20}, "model": {"max_seq_len": 32}, "seed": 0}
+    nanogpt = {"learning_rate": 6e-4, "grad_clip": 1.0, "warmup_iters": 100, "block_size": 1024, "seed": 0}
+    diff = compare_settings(ours, nanogpt)
+    assert [(d.setting, d.run, d.reference) for d in diff.differences] == [
+        ("optim.lr / learning_rate", "0.005", "0.0006"), ("optim.warmup_steps / warmup_iters", "20", "100"),
+        ("model.max_seq_len / block_size", "32", "1024")]
+    assert (diff.same, diff.total) == (2, 5)  # the seed, and the clipping under two names
+    # A thing recorded under two names by one run is not guessed at: both stay one-sided.
+    twice = compare_settings({"lr": 1e-3, "optimizer": {"lr": 1e-3}}, {"learning_rate": 1e-3})
+    assert sorted(d.setting for d in twice.differences) == ["learning_rate", "lr", "optimizer.lr"]
+
+
+def test_a_lightning_run_and_a_nanogpt_run_from_their_own_files(shared_data):
+    from monitor.importers import load
+
+    wild = shared_data / "wild"
+    lightning = load(wild / "tensorboard" / "01_lightning_torchtb_lstm_textgen_2024" / "lightning_logs" / "version_0")
+    (folder,) = (wild / "wandb" / "14_nanogpt_muon_2026" / "wandb").glob("run-*")
+    nanogpt = load(folder)
+    both = [(d.setting, d.run, d.reference) for d in compare_settings(lightning.config, nanogpt.config).differences
+            if d.both]
+    assert both == [("lr / learning_rate", "0.001", "0.0006"), ("seq_length / block_size", "100", "1024")]
+
+
 def test_detect_says_where_the_recipes_differ(sqlite_url, capsys):
     with open_store(sqlite_url) as store:
         for name, config in (("run", RUN), ("ref", REF)):
