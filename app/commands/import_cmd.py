@@ -136,6 +136,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
     from monitor.importers import get_format, import_source, is_streamed_export
     from monitor.importers.follow import FollowConfig, follow
     from monitor.importers.meaning import format_table
+    from monitor.judging.settings_diff import compare_settings, summary_line
     from monitor.store import open_store
 
     from app.output import phases
@@ -214,5 +215,12 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
             + (", crashed (what was complete is imported)" if imported.crashed else ""),
             highlight=False,
         )
+        # With a reference on either side, where the two recipes differ is the first thing to know.
+        compared = ((result.run, args.reference) if args.reference is not None
+                    else (args.reference_of, result.run) if args.reference_of is not None else None)
+        if compared is not None:
+            run, reference = compared
+            diff = compare_settings(store.run_info(run).config, store.run_info(reference).config)
+            console.print(summary_line(diff, run, reference), highlight=False, markup=False, soft_wrap=True)
     finally:
         store.close()

@@ -54,6 +54,21 @@ def test_a_lightning_run_and_a_nanogpt_run_from_their_own_files(shared_data):
     assert both == [("lr / learning_rate", "0.001", "0.0006"), ("seq_length / block_size", "100", "1024")]
 
 
+def test_an_import_with_a_reference_says_where_the_recipes_differ(shared_data, sqlite_url, capsys):
+    wild = shared_data / "wild"
+    lightning = wild / "tensorboard" / "01_lightning_torchtb_lstm_textgen_2024" / "lightning_logs" / "version_0"
+    (nanogpt,) = (wild / "wandb" / "14_nanogpt_muon_2026" / "wandb").glob("run-*")
+    assert main(["import", str(lightning), "--run", "lstm", "--store", sqlite_url]) == 0
+    assert "settings" not in capsys.readouterr().err  # nothing to compare with yet
+    assert main(["import", str(nanogpt), "--run", "gpt", "--reference", "lstm", "--store", sqlite_url]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "settings that differ from lstm: learning_rate / lr 0.0006 vs 0.001, block_size / seq_length 1024 vs 100" \
+        in err
+    # The other way round: the imported run becomes another's reference.
+    assert main(["import", str(nanogpt), "--run", "gpt2", "--reference-of", "lstm", "--store", sqlite_url]) == 0
+    assert "settings that differ from gpt2: lr / learning_rate 0.001 vs 0.0006" in " ".join(capsys.readouterr().err.split())
+
+
 def test_detect_says_where_the_recipes_differ(sqlite_url, capsys):
     with open_store(sqlite_url) as store:
         for name, config in (("run", RUN), ("ref", REF)):
