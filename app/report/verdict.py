@@ -53,16 +53,16 @@ def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Cle
               if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank and _key(d) not in gone]
     fired = [(rule, _top([d for d in strong if d.detector == name])) for name, rule in verdict_roles()]
     fired = [(rule, d) for rule, d in fired if d is not None]
-    earlier = _resolved_clause(resolved)
+    earlier = _resolved_clause(resolved) + _recipe_clause(tables)
     if fired:
         return _with(_finding_verdict(fired), earlier)
     compared = comparing()
     unjudged = [n for n in not_judged if n.detector in compared]
     if any(c.reference is not None for c in cleans):
         return _with(_tied_verdict(detections, {t.id: t for t in tables}, unjudged, incidents,
-                                   open_only=bool(earlier)), earlier)
+                                   open_only=bool(_resolved_clause(resolved))), earlier)
     return _with(_undecided_verdict(detections, {t.id: t for t in tables}, unjudged, incidents,
-                                    open_only=bool(earlier)), earlier)
+                                    open_only=bool(_resolved_clause(resolved))), earlier)
 
 
 def _shown_gone(incident: Incident) -> bool:
@@ -84,6 +84,17 @@ def _resolved_clause(resolved: list[Incident]) -> str:
     if not told:
         return ""
     return " Resolved: " + "; ".join(f"{i.name} (steps {steps(i)}, shown gone after)" for i in told) + "."
+
+
+def _recipe_clause(tables: list[Table], most: int = 3) -> str:
+    """The settings both runs record differently (the settings table's flagged rows, the
+    optimisation recipe's first): a verdict about two runs of different recipes must say so."""
+    given = [r for t in tables if t.id == "settings" for r in t.rows if r.get("differs")]
+    if not given:
+        return ""
+    shown = ", ".join(f"{r['setting']} {r['run']} vs {r['reference']}" for r in given[:most])
+    more = f" and {len(given) - most} more" if len(given) > most else ""
+    return f" The runs record different settings: {shown}{more} (see Settings that differ)."
 
 
 def _with(verdict: Verdict, clause: str) -> Verdict:

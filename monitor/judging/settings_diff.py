@@ -25,9 +25,10 @@ from typing import Any
 # there) and W&B's own bookkeeping (`_wandb`).
 NOT_SETTINGS = ("summary",)
 UNRECORDED = "-"
-# Words of a setting's name that make it part of the recipe a divergence is first checked against.
-RECIPE_WORDS = {"lr", "batch", "warmup", "decay", "seed", "optimizer", "optim", "schedule", "scheduler",
-                "beta1", "beta2", "momentum", "clip", "accumulation"}
+# Words of a setting's name that make it part of the recipe a divergence is first checked against,
+# in the order they are listed: the learning rate and the batch size before the rest.
+RECIPE_WORDS = ("lr", "batch", "warmup", "decay", "schedule", "scheduler", "optimizer", "optim", "beta1", "beta2",
+                "momentum", "clip", "accumulation", "seed")
 
 
 # One setting under the names trainers give it (the last part of a dotted name): a reference from
@@ -117,7 +118,7 @@ def compare_settings(run_config: dict, reference_config: dict) -> SettingsDiff:
             same.append(a)
         else:
             differences.append(Difference(f"{a} / {b}", _text(run[a]), _text(ref[b]), True))
-    differences.sort(key=lambda d: (not d.both, not _recipe(d.setting), d.setting))
+    differences.sort(key=lambda d: (not d.both, _recipe_rank(d.setting), d.setting))
     return SettingsDiff(differences, len(same), len(names) + len(aliases), (bool(run), bool(ref)))
 
 
@@ -136,11 +137,12 @@ def paired_aliases(run: dict[str, Any], ref: dict[str, Any]) -> dict[str, str]:
     return {a[0]: theirs[m][0] for m, a in ours.items() if len(a) == 1 and len(theirs.get(m, ())) == 1}
 
 
-def _recipe(name: str) -> bool:
-    """Whether a setting names a part of the optimisation recipe, listed before the rest (the
-    architecture fields of a model's config, paths, logging intervals)."""
-    words = set(re.split(r"[^a-z0-9]+", name.lower()))
-    return bool(words & RECIPE_WORDS) or "learning_rate" in name.lower()
+def _recipe_rank(name: str) -> int:
+    """Where a setting comes among those both runs give differently: the optimisation recipe's in
+    RECIPE_WORDS order (the learning rate first), then the rest (a model config's architecture
+    fields, paths, logging intervals)."""
+    words = set(re.split(r"[^a-z0-9]+", name.lower().replace("learning_rate", "lr")))
+    return next((i for i, word in enumerate(RECIPE_WORDS) if word in words), len(RECIPE_WORDS))
 
 
 def settings(config: dict) -> dict[str, Any]:

@@ -51,8 +51,12 @@ def test_two_wild_wandb_runs_show_their_recipes_differences(shared_data, tmp_pat
         assert main(["import", str(wandb / folder), "--run", name, "--store", store]) == 0
     out = tmp_path / "report.json"
     assert main(["report", "--run", "cs336", "--reference", "nanogpt", "--store", store, "-o", str(out)]) == 0
-    table = json.loads(out.read_text())["tables"]["settings"]
+    report = json.loads(out.read_text())
+    table = report["tables"]["settings"]
     rows = {r["setting"]: r for r in table["rows"]}
+    # The verdict on two runs of different recipes says so, the recipe's settings first.
+    assert ("The runs record different settings: learning_rate 0.003 vs 0.0006, batch_size 32 vs 12, weight_decay "
+            "0.01 vs 0.1 and 5 more (see Settings that differ).") in report["verdict"]["sentence"]
     assert (rows["learning_rate"]["run"], rows["learning_rate"]["reference"]) == ("0.003", "0.0006")
     assert (rows["batch_size"]["run"], rows["batch_size"]["reference"]) == ("32", "12")
     assert "summary" not in rows and not any(s.startswith("summary.") for s in rows)
