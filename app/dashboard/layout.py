@@ -160,6 +160,8 @@ def run_page(spec: ViewSpec, run_names: list[str], step_range: tuple[int, int] |
 
 # Past this many differing settings the rest are counted, not listed (the report lists more).
 MAX_SETTINGS_SHOWN = 40
+# Settings named in the folded block's one line.
+SETTINGS_IN_SUMMARY = 2
 
 
 def settings_section(diff: SettingsDiff | None, run: str, reference: str | None) -> list:
@@ -170,9 +172,12 @@ def settings_section(diff: SettingsDiff | None, run: str, reference: str | None)
     if not diff.comparable:
         return [html.Summary(f"Settings: {diff.why_not(run, reference)}")]
     n = len(diff.differences)
-    both = sum(d.both for d in diff.differences)
-    head = html.Summary(f"Settings that differ from {reference}: {both:,} given differently, {n - both:,} "
-                        f"recorded by one run only (of {diff.total:,})" if n
+    given = [d for d in diff.differences if d.both]
+    # The first two the runs give differently (the learning rate first) are read without a click.
+    shown = ", ".join(f"{d.setting} {d.run} vs {d.reference}" for d in given[:SETTINGS_IN_SUMMARY])
+    more = f" and {len(given) - SETTINGS_IN_SUMMARY:,} more" if len(given) > SETTINGS_IN_SUMMARY else ""
+    head = html.Summary(f"Settings that differ from {reference}: {shown + more if given else 'none'} given "
+                        f"differently, {n - len(given):,} recorded by one run only (of {diff.total:,})" if n
                         else f"Settings: the same {diff.total:,} as {reference}")
     if not n:
         return [head]

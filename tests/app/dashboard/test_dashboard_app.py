@@ -21,6 +21,7 @@ from app.dashboard.auth import AuthConfig
 from app.dashboard.routes import parse_run_path
 from app.dashboard.server import make_server, open_app
 from monitor.errors import GapwatchError
+from monitor.judging.settings_diff import compare_settings
 from monitor.schema import TRAIN_LOSS
 from monitor.store import open_store
 
@@ -347,6 +348,11 @@ def test_the_run_page_says_where_the_recipes_differ(tmp_path):
     with open_store(url, read_only=True) as store:
         app = create_app(store)
         shown = settings_text({"run": "run"})
-        assert "Settings that differ from ref: 1 given differently, 0 recorded by one run only (of 3)" in shown and "optimizer.lr" in shown and "0.0006" in shown
+        assert ("Settings that differ from ref: optimizer.lr 0.0003 vs 0.0006 given differently, 0 recorded by one "
+                "run only (of 3)") in shown
+        many = layout.settings_section(compare_settings({"lr": 1, "seed": 1, "batch_size": 8, "dropout": 0.1},
+                                                        {"lr": 2, "seed": 2, "batch_size": 16}), "run", "ref")[0]
+        assert many.children == ("Settings that differ from ref: lr 1 vs 2, batch_size 8 vs 16 and 1 more given "
+                                 "differently, 1 recorded by one run only (of 4)")
         assert "Settings: the same 3 as twin" in settings_text({"run": "run", "reference": "twin"})
         assert "no reference to compare them with" in settings_text({"run": "run", "reference": ""})
