@@ -7,6 +7,7 @@ Nested settings are flattened to dotted names (`optimizer.lr`). A setting the tw
 different values, or that only one of them records, differs; the ones they share are counted. A
 setting two trainers name differently (`lr` and `learning_rate`, ALIASES) is compared as one,
 shown under both names (`lr / learning_rate`).
+
 Those both give differently come first, the optimisation recipe's (learning rate, batch size,
 warmup, decay, seed...) before the rest: a learning rate or batch size that differs from the
 reference's is often the first explanation of a gap, so a person reads this before trusting a
