@@ -23,6 +23,8 @@ from evals.protocols import LogitsFn, Tokenizer, TokenScorer
 from evals.scoring import BatchShape, as_token_scorer, logits_fn_of, score_rows
 
 log = logging.getLogger("gapwatch.evals")
+# (continuations cut, requests, max_length) already warned about in this process.
+_CUTS_SAID: set[tuple[int, int, int]] = set()
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,13 @@ class ScoringLM(TemplateLM):
             n_scored.append(min(len(continuation_enc), self.max_length - 1))
             cut += len(continuation_enc) > self.max_length - 1
         if cut:
-            log.warning("%d of %d continuations are longer than max_length=%d: only their last %d "
-                        "tokens were scored", cut, len(requests), self.max_length, self.max_length - 1)
+            # A trainer evaluating the same tasks at every checkpoint cuts the same continuations each
+            # time: said once a process, not once a checkpoint.
+            said = (cut, len(requests), self.max_length) in _CUTS_SAID
+            _CUTS_SAID.add((cut, len(requests), self.max_length))
+            log.log(logging.DEBUG if said else logging.WARNING,
+                    "%d of %d continuations are longer than max_length=%d: only their last %d tokens were scored",
+                    cut, len(requests), self.max_length, self.max_length - 1)
         results = self._score_continuations(rows, n_scored, "loglikelihood", disable_tqdm)
         for (pair, _, _), result in zip(requests, results):
             self.cache_hook.add_partial("loglikelihood", pair, result)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 from lm_eval.api.instance import Instance
@@ -62,6 +64,16 @@ def test_long_context_keeps_its_end(bigram, byte_tokenizer):
     (ll, _), = lm.loglikelihood([request("loglikelihood", TEXT, " and more")], disable_tqdm=True)
     ids = byte_tokenizer.encode(TEXT + " and more")[-32:]
     assert ll == pytest.approx(direct_logprobs(bigram, ids)[-9:].sum(), abs=1e-4)
+
+
+def test_a_cut_continuation_is_warned_about_once_a_process_not_once_a_checkpoint(bigram, byte_tokenizer, caplog):
+    long_answer = [request("loglikelihood", "Q", " " + "a long answer " * 4)]
+    for _ in range(3):  # three checkpoints evaluating the same task
+        lm = ScoringLM(bigram, byte_tokenizer, HarnessConfig(max_length=24, length_bucket=8))
+        with caplog.at_level(logging.DEBUG, logger="gapwatch.evals"):
+            lm.loglikelihood(long_answer, disable_tqdm=True)
+    said = [r for r in caplog.records if "continuations are longer than max_length=24" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
 
 
 def test_rolling_loglikelihood_covers_every_token_once(bigram, byte_tokenizer):
