@@ -17,7 +17,10 @@ Rules:
 * Entries are read in file order under the restart rule of logged_rows.py (a Trainer resumed from
   an earlier checkpoint carries that checkpoint's history on, so a saved state seldom has one).
 * The state's own settings (`train_batch_size`, `max_steps`, `logging_steps`, `eval_steps`,
-  `num_train_epochs`, ...) fill `config`.
+  `num_train_epochs`, ...) fill `config`, and the model's `config.json` saved beside it (its
+  architecture: `hidden_size`, `num_hidden_layers`, ...) fills `config["model"]`, so two runs'
+  settings diff shows a different model too. An unreadable `config.json` is a note and costs only
+  that. `training_args.bin` is a pickle and is never read.
 * A checkpoint folder holding `trainer_state.json` is read through it; an output folder of
   `checkpoint-N` folders through its latest checkpoint's, whose history holds every earlier one's.
 """
@@ -36,6 +39,7 @@ from .input_checks import RepeatedName, UnfitNumber, loads
 from .logged_rows import LoggedRows
 
 STATE_FILE = "trainer_state.json"
+MODEL_CONFIG_FILE = "config.json"
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 
@@ -107,8 +111,33 @@ def parse_trainer_state(source: str | Path) -> ImportedRun:
         raise GapwatchError(f"{path}: log_history holds no numbers at a step: nothing to import")
     config = {k: v for k, v in state.items()
               if k != "log_history" and (v is None or isinstance(v, (str, int, float, bool)))}
+    model = _model_config(path.parent / MODEL_CONFIG_FILE, notes)
+    if model:
+        config["model"] = model
     return ImportedRun(name_hint=_run_name(path), scalars=rows.scalars(),
                        events=rows.events, source=str(path), notes=notes, config=config)
+
+
+def _model_config(path: Path, notes: list[str]) -> dict:
+    """The settings of the model's config.json (numbers, text, flags, lists of them), {} without
+    one; one that cannot be read is said in `notes`."""
+    if not path.is_file():
+        return {}
+    try:
+        found = loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # bad JSON, text or numbers are ValueErrors
+        notes.append(f"{path}: the model's settings cannot be read ({type(exc).__name__}): left out")
+        return {}
+    if not isinstance(found, dict):
+        notes.append(f"{path}: not a JSON object: the model's settings are left out")
+        return {}
+    return {k: v for k, v in found.items() if _setting_value(v)}
+
+
+def _setting_value(value) -> bool:
+    plain = (str, int, float, bool)
+    return value is None or isinstance(value, plain) or (
+        isinstance(value, list) and all(isinstance(x, plain) for x in value))
 
 
 def _run_name(path: Path) -> str:

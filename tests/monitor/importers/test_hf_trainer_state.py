@@ -64,8 +64,30 @@ def test_a_checkpoints_state_reads_on_the_global_step_with_hf_meanings(trained):
     # Eval timings are no series of the model.
     assert not any("runtime" in k or "per_second" in k for k in data.scalars.columns)
     assert run.config["max_steps"] == 30 and run.config["eval_steps"] == 10
+    # The model saved beside the state: its architecture is part of the run's settings.
+    model = run.config["model"]
+    assert (model["hidden_size"], model["num_hidden_layers"], model["architectures"]) == (16, 1, ["LlamaForCausalLM"])
     assert run.attempts == 1 and not run.events
     assert run.name_hint == out.name  # the output folder's name, not the checkpoint's
+
+
+def test_two_models_differ_in_the_settings_diff_and_an_unreadable_model_config_costs_only_itself(trained, tmp_path):
+    import shutil
+
+    from monitor.judging.settings_diff import compare_settings
+
+    out, _ = trained
+    other = tmp_path / "checkpoint-30"
+    shutil.copytree(out / "checkpoint-30", other, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt"))
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
+    differs = [(d.setting, d.run, d.reference) for d in compare_settings(load(out / "checkpoint-30").config,
+                                                                        load(other).config).differences]
+    assert differs == [("model.hidden_size", "16", "32")]
+    (other / "config.json").write_text("{not json")
+    broken = load(other)
+    assert "model" not in broken.config and broken.config["max_steps"] == 30
+    assert any("config.json: the model's settings cannot be read" in n for n in broken.notes)
 
 
 def test_a_checkpoint_folder_and_the_output_folder(trained):
