@@ -131,7 +131,8 @@ def _model_config(path: Path, notes: list[str]) -> dict:
     if not isinstance(found, dict):
         notes.append(f"{path}: not a JSON object: the model's settings are left out")
         return {}
-    return {k: v for k, v in found.items() if _setting_value(v)}
+    # `_name_or_path` and the like are transformers' bookkeeping (where it was loaded from), not settings.
+    return {k: v for k, v in found.items() if not str(k).startswith("_") and _setting_value(v)}
 
 
 def _setting_value(value) -> bool:

@@ -80,7 +80,7 @@ def test_two_models_differ_in_the_settings_diff_and_an_unreadable_model_config_c
     other = tmp_path / "checkpoint-30"
     shutil.copytree(out / "checkpoint-30", other, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt"))
     config = json.loads((other / "config.json").read_text())
-    (other / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
+    (other / "config.json").write_text(json.dumps({**config, "hidden_size": 32, "_name_or_path": str(other)}))
     differs = [(d.setting, d.run, d.reference) for d in compare_settings(load(out / "checkpoint-30").config,
                                                                         load(other).config).differences]
     assert differs == [("model.hidden_size", "16", "32")]
