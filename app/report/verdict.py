@@ -53,16 +53,17 @@ def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Cle
               if Severity(d.severity).rank >= MIN_VERDICT_SEVERITY.rank and _key(d) not in gone]
     fired = [(rule, _top([d for d in strong if d.detector == name])) for name, rule in verdict_roles()]
     fired = [(rule, d) for rule, d in fired if d is not None]
-    earlier = _resolved_clause(resolved) + _recipe_clause(tables)
+    resolved_clause = _resolved_clause(resolved)
+    after = resolved_clause + _recipe_clause(tables)
     if fired:
-        return _with(_finding_verdict(fired), earlier)
+        return _with(_finding_verdict(fired), after)
     compared = comparing()
     unjudged = [n for n in not_judged if n.detector in compared]
     if any(c.reference is not None for c in cleans):
         return _with(_tied_verdict(detections, {t.id: t for t in tables}, unjudged, incidents,
-                                   open_only=bool(_resolved_clause(resolved))), earlier)
+                                   open_only=bool(resolved_clause)), after)
     return _with(_undecided_verdict(detections, {t.id: t for t in tables}, unjudged, incidents,
-                                    open_only=bool(_resolved_clause(resolved))), earlier)
+                                    open_only=bool(resolved_clause)), after)
 
 
 def _shown_gone(incident: Incident) -> bool:

@@ -88,13 +88,7 @@ def summary_line(diff: SettingsDiff, run: str, reference: str, most: int = 4) ->
         return f"settings: {diff.why_not(run, reference)}"
     if not diff.differences:
         return f"settings: the same {diff.total:,} as {reference}"
-    both = [d for d in diff.differences if d.both]
-    shown = ", ".join(f"{d.setting} {d.run} vs {d.reference}" for d in both[:most])
-    rest = [f"{len(both) - most:,} more given differently"] if len(both) > most else []
-    one_only = len(diff.differences) - len(both)
-    rest += [f"{one_only:,} recorded by one run only"] if one_only else []
-    return (f"settings that differ from {reference}: " + "; ".join(([shown] if shown else []) + rest)
-            + " (gapwatch report lists them)")
+    return f"settings that differ from {reference}: {payload_text(as_payload(diff, most), most)} (gapwatch report lists them)"
 
 
 def as_payload(diff: SettingsDiff, most: int = 10) -> dict[str, Any] | None:
@@ -106,6 +100,19 @@ def as_payload(diff: SettingsDiff, most: int = 10) -> dict[str, Any] | None:
     return {"given_differently": [{"setting": d.setting, "run": d.run, "reference": d.reference} for d in both[:most]],
             "given_differently_count": len(both), "recorded_by_one_only": len(diff.differences) - len(both),
             "same": diff.same}
+
+
+def payload_text(payload: dict[str, Any], most: int = 4) -> str:
+    """as_payload's differences in words: "learning_rate 0.003 vs 0.0006, ...; 2 more given
+    differently; 3 recorded by one run only", or "the same N as the reference" (the alerts read
+    it from a stored notification, summary_line from a diff)."""
+    given = payload["given_differently"][:most]
+    parts = [", ".join(f"{d['setting']} {d['run']} vs {d['reference']}" for d in given)] if given else []
+    more = payload["given_differently_count"] - len(given)
+    parts += [f"{more:,} more given differently"] if more > 0 else []
+    one = payload["recorded_by_one_only"]
+    parts += [f"{one:,} recorded by one run only"] if one else []
+    return "; ".join(parts) if parts else f"the same {payload['same']:,} as the reference"
 
 
 def compare_settings(run_config: dict, reference_config: dict) -> SettingsDiff:

@@ -46,17 +46,3 @@ def one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
-
-def settings_text(settings: dict[str, Any] | None, most: int = 4) -> str | None:
-    """Where the run's settings differ from the reference's (the notification's `settings`), in
-    one line: "learning_rate 0.003 vs 0.0006, ...; 2 more given differently"; None when either run
-    records none."""
-    if not settings:
-        return None
-    given = settings["given_differently"][:most]
-    parts = [", ".join(f"{d['setting']} {d['run']} vs {d['reference']}" for d in given)] if given else []
-    more = settings["given_differently_count"] - len(given)
-    parts += [f"{more:,} more given differently"] if more > 0 else []
-    one = settings["recorded_by_one_only"]
-    parts += [f"{one:,} recorded by one run only"] if one else []
-    return "; ".join(parts) if parts else f"the same {settings['same']:,} as the reference"

@@ -8,7 +8,8 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from monitor.alerting.sinks.base import SENT, SendResult, settings_text
+from monitor.alerting.sinks.base import SENT, SendResult
+from monitor.judging.settings_diff import payload_text
 
 _STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red", "resolved": "green"}
 
@@ -28,7 +29,7 @@ class ConsoleSink:
             line = f"{head}: {n['kind']} ({escape(n.get('reason') or '')}): {escape(n['message'])}"
         else:
             line = f"{head}: {escape(n['message'])}"
-        settings = settings_text(n.get("settings")) if n["kind"] == "opened" else None
+        settings = payload_text(n["settings"]) if n["kind"] == "opened" and n.get("settings") else None
         if settings and n["settings"]["given_differently_count"]:
             line += f" (settings unlike {escape(str(n['reference']))}'s: {escape(settings)})"
         self._console.print(f"{line}  {escape(n['dashboard_url'])}")

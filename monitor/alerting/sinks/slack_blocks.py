@@ -10,7 +10,7 @@ from typing import Any
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement, ContextBlock, HeaderBlock, SectionBlock
 from slack_sdk.models.blocks.basic_components import MarkdownTextObject
 
-from monitor.alerting.sinks.base import settings_text
+from monitor.judging.settings_diff import payload_text
 
 # Block Kit's own limits (api.slack.com/reference/block-kit/blocks): header text 150 characters,
 # section text 3,000, at most 10 fields per section.
@@ -71,7 +71,7 @@ def state_lines(n: dict[str, Any]) -> str:
     """The incident now, one line each: its size, since when, the evidence, and where the run's
     settings differ from the reference's."""
     size = f"{_num(n.get('score'))} times its band" if n.get("score") is not None else "no score"
-    settings = settings_text(n.get("settings"))
+    settings = payload_text(n["settings"]) if n.get("settings") else None
     return "\n".join([
         f"*Size*: {size}, steps {n['start_step']:,}–{n['end_step']:,}, worst at step {n['peak_step']:,}",
         f"*Since*: step {n.get('since_step', n['start_step']):,}",

@@ -12,7 +12,7 @@ from monitor.alerting.config import AlertingConfig, IncidentConfig, SilenceRule,
 from monitor.alerting.incidents import IncidentTracker, Progress
 from monitor.alerting.ledger import AlertLedger
 from monitor.alerting.secrets import Secret
-from monitor.alerting.sinks.base import settings_text
+from monitor.judging.settings_diff import payload_text
 from monitor.schema import Severity
 from monitor.store import open_store, tables
 
@@ -117,7 +117,7 @@ def test_a_notification_says_where_the_runs_settings_differ_from_its_references(
                               {"setting": "seed", "run": "2", "reference": "1"}],
         "given_differently_count": 2, "recorded_by_one_only": 1, "same": 2}
     assert opened["alone"]["settings"] is None  # no reference to differ from
-    assert settings_text(opened["cand"]["settings"]) == ("optimizer.lr 0.003 vs 0.0006, seed 2 vs 1; "
+    assert payload_text(opened["cand"]["settings"]) == ("optimizer.lr 0.003 vs 0.0006, seed 2 vs 1; "
                                                          "1 recorded by one run only")
     step(ledger, tracker, [], 200, runs=("cand", "alone"))
     assert all(p["settings"] is None for _, kind, p in payloads(store) if kind == "resolved")
@@ -125,7 +125,7 @@ def test_a_notification_says_where_the_runs_settings_differ_from_its_references(
     store.set_reference("twin", "ref")
     step(ledger, tracker, [detection(run="twin")], 120, runs=("twin",))
     [twin] = [p for _, kind, p in payloads(store) if p["run"] == "twin"]
-    assert settings_text(twin["settings"]) == "the same 4 as the reference"
+    assert payload_text(twin["settings"]) == "the same 4 as the reference"
 
 
 def test_alert_and_outbox_are_one_transaction(store, monkeypatch):
