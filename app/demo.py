@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from monitor.detectors import REGISTRY
+from monitor.detectors import REGISTRY, judging
 from monitor.errors import GapwatchError
 from monitor.schema import Story
 
@@ -294,7 +294,7 @@ class Demo:
         with open_store(self.config.store_url) as store:
             result = detect_stored(store, run, REFERENCE, DetectConfig(detectors=names, write_series=False),
                                    write=False)
-        reasons = "; ".join(item.describe() for item in result.not_judged) or "judged, and none fired"
+        reasons = "; ".join(item.describe(judging(item.detector)) for item in result.not_judged) or "judged, and none fired"
         return f"{run}: no memorization incident ({', '.join(names)}): {reasons}"
 
     def dashboard(self) -> None:

@@ -536,6 +536,9 @@ class NotJudged:
     def from_dict(cls, d: dict[str, Any]) -> "NotJudged":
         return cls(**d)
 
-    def describe(self) -> str:
-        what = f"{self.detector} on {self.metric}" if self.metric else self.detector
+    def describe(self, subject: str | None = None) -> str:
+        """One line: what was not judged (`subject`, the detector's words for what it judges, or
+        else its name), on which metric, why, and what would let it judge."""
+        what = subject or self.detector
+        what = f"{what} ({self.metric})" if self.metric else what
         return f"{what}: not judged, {self.reason}" + (f" (needs {self.needs})" if self.needs else "")

@@ -36,3 +36,17 @@ def test_no_detector_name_outside_the_detectors():
                 found += [f"{path.relative_to(REPO)}:{node.lineno}: imports {m}" for m in imported if m in modules]
     assert not found, "detector names outside monitor/detectors/:\n" + "\n".join(found)
 
+
+
+def test_every_detector_says_in_words_what_it_judges():
+    from monitor.detectors import judging
+    from monitor.schema import NotJudged
+
+    words = {name: judging(name) for name in REGISTRY}
+    # "Not judged" lines begin with these words, so they must be words and tell the detectors apart.
+    assert all(w != name and "_" not in w for name, w in words.items()), words
+    assert len(set(words.values())) == len(words), words
+    assert judging("retired_detector") == "retired_detector"  # an older store's detector keeps its name
+    line = NotJudged("reference_divergence", "only 6 logged steps", "train/loss", "60 more logged steps")
+    assert line.describe(judging(line.detector)) == ("train loss against the reference (train/loss): not judged, "
+                                                     "only 6 logged steps (needs 60 more logged steps)")

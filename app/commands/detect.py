@@ -106,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.run}{against}: {found}", file=sys.stderr)
     if settings:
         print(settings, file=sys.stderr)
+    from monitor.detectors import judging
+
     for item in result.not_judged:
-        print(item.describe(), file=sys.stderr)
+        print(item.describe(judging(item.detector)), file=sys.stderr)
     return FAIL_EXIT if fails(args.fail_on, [d.severity for d in result.detections]) else 0
 
 

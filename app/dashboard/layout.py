@@ -17,6 +17,7 @@ from app.dashboard.routes import ViewSpec, run_href
 from app.figures.evals import DEFAULT_MAX_TASKS
 from app.figures.style import EVENT_COLORS, EVENT_DASH
 from app.output import ago
+from monitor.detectors import judging
 from monitor.judging.settings_diff import SettingsDiff
 from monitor.judging.judge import NotJudgedAsOf
 
@@ -237,8 +238,8 @@ def not_judged_list(judged: NotJudgedAsOf | None, run: str, last_step: int | Non
         said = [f"{when}; the run is at step {last_step:,} now: ", again, " judges it again."]
     else:
         said = [f"{when}." if judged.items else f"{when}: every detector judged it."]
-    return [html.Li(said, className="muted")] + [html.Li([html.Span(n.detector, className="what"),
-                              *([html.Span(f" on {n.metric}", className="metric")] if n.metric else []),
+    return [html.Li(said, className="muted")] + [html.Li([html.Span(judging(n.detector), className="what"),
+                              *([html.Span(f" ({n.metric})", className="metric")] if n.metric else []),
                               html.Div(n.reason + (f" (needs {n.needs})" if n.needs else ""), className="message")],
                              className="not-judged-item") for n in judged.items]
 

@@ -7,6 +7,7 @@ detectors could not judge, and why, since silence reads as clean."""
 from __future__ import annotations
 
 from monitor.alerting.grouping import Incident, group, marks_of, most_severe_first, progress_from_marks
+from monitor.detectors import judging
 from monitor.schema import Severity
 
 from app.findings import headline, steps
@@ -63,9 +64,9 @@ def not_judged_table(pair: ComparedPair) -> Table:
         title="Not judged",
         columns=[
             Column("run", "run", fmt=""),
-            Column("detector", "detector", fmt=""),
+            Column("judges", "not judged", fmt=""),
             Column("metric", "metric", fmt=""),
-            Column("reason", "not judged, because", fmt=""),
+            Column("reason", "because", fmt=""),
             Column("needs", "what would let it judge", fmt=""),
         ],
         note="Where a detector could not judge a run or part of it, or judged it without reaching a conclusion, "
@@ -73,8 +74,8 @@ def not_judged_table(pair: ComparedPair) -> Table:
     )
     for run, items in pair.not_judged.items():
         for n in items:
-            table.rows.append({"run": run, "detector": n.detector, "metric": n.metric or "(all)", "reason": n.reason,
-                               "needs": n.needs or ""})
+            table.rows.append({"run": run, "judges": judging(n.detector), "detector": n.detector,
+                               "metric": n.metric or "(all)", "reason": n.reason, "needs": n.needs or ""})
     if not table.rows:
         table.empty_reason = "every detector judged both runs"
     return table

@@ -25,7 +25,7 @@ import dataclasses
 import math
 
 from monitor.alerting.grouping import Incident, group
-from monitor.detectors import caveats, comparing, verdict_roles
+from monitor.detectors import caveats, comparing, judging, verdict_roles
 from monitor.schema import Clean, CleanRule, Detection, NotJudged, Severity, VerdictRole
 
 from app.findings import steps
@@ -162,7 +162,7 @@ def _tied_verdict(detections: list[Detection], tables: dict[str, Table], unjudge
     sentence += ("; " + ", ".join(parts) + ".") if parts else "."
     sentence += _caveat_clause(qualifying, incidents)
     if unjudged:
-        names = sorted({n.detector for n in unjudged})
+        names = sorted({judging(n.detector) for n in unjudged})
         sentence += f" Not judged: {', '.join(names)} (see Not judged)."
     return Verdict(kind=kind, headline=headline, sentence=sentence, evidence=evidence,
                    detections=qualifying, severity="warning" if qualifying else "info")
@@ -196,13 +196,13 @@ def _undecided_verdict(detections: list[Detection], tables: dict[str, Table], un
         first: dict[str, NotJudged] = {}
         for n in unjudged:
             first.setdefault(n.detector, n)
-        why = [f"{n.detector} not judged ({n.reason})" for n in list(first.values())[:REASONS_SHOWN]]
+        why = [f"{judging(n.detector)} not judged ({n.reason})" for n in list(first.values())[:REASONS_SHOWN]]
         more = len(first) - len(why)
         sentence += ": " + "; ".join(why) + (f"; {more} more under Not judged" if more else "")
     sentence += ("; " + ", ".join(parts) + ".") if parts else "."
     qualifying = _caveats(detections)
     sentence += _caveat_clause(qualifying, incidents)
-    evidence += [f"{n.detector} on {n.metric or '(all)'}: not judged, {n.reason}" for n in unjudged]
+    evidence += [n.describe(judging(n.detector)) for n in unjudged]
     return Verdict(kind="undecided", headline=headline, sentence=sentence, evidence=evidence,
                    detections=qualifying, severity="warning")
 

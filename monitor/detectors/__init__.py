@@ -76,6 +76,13 @@ def role_of(detection: Detection) -> StoryRole:
     return _DEFAULTS[detection.detector].role(detection)
 
 
+def judging(name: str) -> str:
+    """What the detector `name` judges, in words ("train loss against the reference"); the name
+    itself for a detector this gapwatch does not know (an older store)."""
+    cls = REGISTRY.get(name)
+    return (cls.judges or name) if cls is not None else name
+
+
 def shown_in(section: Section) -> tuple[str, ...]:
     """Names of the detectors whose findings the report's and the dashboard's `section` shows."""
     return tuple(name for name, cls in REGISTRY.items() if section in cls.shown_in)
@@ -114,6 +121,6 @@ def caveats() -> tuple[str, ...]:
     return tuple(name for name, cls in REGISTRY.items() if cls.caveat)
 
 
-__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "build", "drawn_by", "caveats", "comparing", "in_section", "make_run", "role_of",
+__all__ = ["REGISTRY", "Detector", "DetectorState", "Reads", "ReferenceUse", "StoryRole", "build", "drawn_by", "caveats", "comparing", "in_section", "judging", "make_run", "role_of",
            "shown_in", "verdict_roles",
            "state_from_dict", "state_to_dict"]

@@ -125,6 +125,8 @@ class Detector(abc.ABC):
     below the reference")."""
     explanation: ClassVar[str] = ""
     """The incident's name when this detector's finding is the most specific one (default: its name)."""
+    judges: ClassVar[str] = ""
+    """What it judges, in words: how its "not judged" lines begin (default: its name)."""
     clean_rule: ClassVar[CleanRule] = CleanRule.JUDGED_STEPS
     """What ends its incidents: steps judged past the last flagged one, or its own clean verdicts."""
     shown_in: ClassVar[tuple[Section, ...]] = ()

@@ -67,6 +67,7 @@ class EvalRegression(Detector, Incremental):
     name: ClassVar[str] = "eval_regression"
     story: ClassVar[Story] = Story.DIVERGENCE
     explanation: ClassVar[str] = "downstream evals regressed"
+    judges: ClassVar[str] = "downstream evals against the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.DOWNSTREAM,)
     verdict: ClassVar[VerdictRole] = VerdictRole(70, "evals_regressed", "Downstream evals regressed")

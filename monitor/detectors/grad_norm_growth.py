@@ -32,6 +32,7 @@ class GradNormGrowth(Detector, Incremental):
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.INSTABILITY
     explanation: ClassVar[str] = "grad norm grows"
+    judges: ClassVar[str] = "grad-norm growth"
     # A block is judged once 500 steps have passed it: steps judged past the last flagged block say
     # nothing until the next block is complete, so only a block judged below the ratio ends it.
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS

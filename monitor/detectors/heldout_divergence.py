@@ -62,6 +62,7 @@ class HeldoutDivergence(Detector, Incremental):
     story: ClassVar[Story] = Story.DIVERGENCE
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "held-out loss diverged from the reference"
+    judges: ClassVar[str] = "held-out loss against the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.HELDOUT,)
     verdict: ClassVar[VerdictRole] = VerdictRole(60, "heldout_diverged", "Held-out loss diverged")

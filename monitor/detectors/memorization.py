@@ -92,6 +92,7 @@ class Memorization(Detector, Incremental):
     story: ClassVar[Story] = Story.MEMORIZATION
     specificity: ClassVar[int] = 3
     explanation: ClassVar[str] = "memorization: train loss below the reference while held-out loss is tied"
+    judges: ClassVar[str] = "memorization against the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN, Section.HELDOUT)
     verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT

@@ -49,6 +49,7 @@ class MemorizationReread(Detector, Incremental):
     story: ClassVar[Story] = Story.MEMORIZATION
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "memorization: re-read batches score lower than fresh ones"
+    judges: ClassVar[str] = "memorization in re-read batches"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
     reads: ClassVar[Reads] = Reads(columns=COLUMNS)

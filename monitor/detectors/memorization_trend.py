@@ -52,6 +52,7 @@ class MemorizationTrend(Detector, Incremental):
     story: ClassVar[Story] = Story.MEMORIZATION
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "memorization: held-out minus train loss widens within the run"
+    judges: ClassVar[str] = "memorization within the run"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
     reads: ClassVar[Reads] = Reads(columns=(DATA_SEEN_2PLUS_FRACTION,), prefixes=(HELDOUT_PREFIX,), fields=("metric",))

@@ -37,6 +37,7 @@ class NonFiniteDetector(Detector, Incremental):
     story: ClassVar[Story] = Story.INSTABILITY
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "NaN or Inf in the run"
+    judges: ClassVar[str] = "NaN and Inf"
     verdict: ClassVar[VerdictRole] = VerdictRole(10, "nonfinite", "Run produced NaN/Inf")
 
     critical_metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)

@@ -62,6 +62,7 @@ class ReferenceDivergence(Detector, Incremental):
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.REQUIRED
     story: ClassVar[Story] = Story.DIVERGENCE
     explanation: ClassVar[str] = "train loss diverged from the reference"
+    judges: ClassVar[str] = "train loss against the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.TRAIN,)
     draws: ClassVar[tuple[Drawing, ...]] = (Drawing.DELTA_BAND,)

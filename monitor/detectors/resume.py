@@ -41,6 +41,7 @@ class ResumeConsistency(Detector, Incremental):
     story: ClassVar[Story] = Story.DATA
     specificity: ClassVar[int] = 2
     explanation: ClassVar[str] = "the resume did not restore where the run stopped"
+    judges: ClassVar[str] = "resumes"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.RESUME,)
     verdict: ClassVar[VerdictRole] = VerdictRole(40, "resume_inconsistent", "Resume inconsistent")
     reads: ClassVar[Reads] = Reads(columns=(DATA_CURSOR,), fields=("gap_metric",))

@@ -82,6 +82,7 @@ class SpikeDetector(Detector, Incremental):
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.INSTABILITY
     explanation: ClassVar[str] = "loss spikes"
+    judges: ClassVar[str] = "spikes"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.GRAD_NORM,)
     draws: ClassVar[tuple[Drawing, ...]] = (Drawing.SPIKE_SCORES,)
     score_keys: ClassVar[dict[str, str]] = SCORE_KEYS

@@ -61,6 +61,7 @@ class ThroughputDetector(Detector, Incremental):
     name: ClassVar[str] = "throughput"
     story: ClassVar[Story] = Story.THROUGHPUT
     explanation: ClassVar[str] = "steps slowed down or stalled"
+    judges: ClassVar[str] = "throughput and stalls"
     shown_in: ClassVar[tuple[Section, ...]] = (Section.THROUGHPUT,)
     draws: ClassVar[tuple[Drawing, ...]] = (Drawing.GOODPUT,)
     caveat: ClassVar[bool] = True

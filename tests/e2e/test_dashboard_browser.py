@@ -212,7 +212,7 @@ def test_findings_stored_by_detect_show_on_the_overview_and_the_run_view(server,
     bars = page.evaluate("document.querySelector('#alerts-graph .js-plotly-plot').data.map(t => t.y).flat()")
     assert "NaN or Inf in the run" in [label.replace("<br>", " ") for label in bars]  # the incident's name
     # What that detect could not judge is listed under the findings, not left as silence.
-    needs_reference = page.locator("li.not-judged-item", has_text="reference_divergence")
+    needs_reference = page.locator("li.not-judged-item", has_text="train loss against the reference")
     assert "compares with a reference run and none was given" in needs_reference.inner_text()
     assert "The last gapwatch detect judged to step 399." in page.locator("#not-judged-list").inner_text()
     screenshot(page, "findings-from-detect")

@@ -110,9 +110,11 @@ def test_undecided_when_no_test_showed_the_runs_alike():
     v = decide([det("spike", severity=Severity.WARNING)], [train], cleans=[], not_judged=why)
     assert v.kind == "undecided" and v.severity == "warning" and v.headline == "Undecided"
     assert v.sentence.startswith("Undecided: no finding, but no test showed the run alike to the reference "
-                                 "either: reference_divergence not judged (1 complete window(s) of 100 steps")
-    assert "memorization not judged" in v.sentence and "heldout_divergence not judged" in v.sentence
-    assert "spike not judged" not in v.sentence and "Caveats: 1 spike incident(s)" in v.sentence
+                                 "either: train loss against the reference not judged (1 complete window(s) of 100 steps")
+    # What was not judged is said in words, never by a detector's name.
+    assert "memorization against the reference not judged" in v.sentence
+    assert "held-out loss against the reference not judged" in v.sentence
+    assert "spikes not judged" not in v.sentence and "reference_divergence" not in v.sentence and "Caveats: 1 spike incident(s)" in v.sentence
     assert "train loss within 1.603 of the reference in every one of 2 windows" in v.sentence
     # Clean verdicts of the run alone, or one-sided ones ("not worse"), show nothing alike.
     assert decide([], [train], cleans=[Clean("run", "spike", "train/loss", 1, 150)]).kind == "undecided"
@@ -120,7 +122,7 @@ def test_undecided_when_no_test_showed_the_runs_alike():
     assert decide([], [train], cleans=[not_worse]).kind == "undecided"
     # With a comparison shown alike, the tie stands and names what was not judged.
     tied = decide([], [train], not_judged=why[1:])
-    assert tied.kind == "tied" and "Not judged: heldout_divergence, memorization (see Not judged)." in tied.sentence
+    assert tied.kind == "tied" and "Not judged: held-out loss against the reference, memorization against the reference (see Not judged)." in tied.sentence
 
 
 def test_no_shared_metric_is_undecided():

@@ -95,7 +95,7 @@ def test_cli_table_without_reference_skips_comparisons(memorizing_store, capsys,
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["detect", "--run", "reference", "--store", memorizing_store, "--no-write"]) == 0
     err = capsys.readouterr().err
-    assert "reference_divergence: not judged, it compares with a reference run and none was given" in err
+    assert "train loss against the reference: not judged, it compares with a reference run and none was given" in err
     assert main(["detect", "--run", "run", "--store", memorizing_store, "--detectors", "memorization,resume"]) == 0
     out = capsys.readouterr().out
     assert "memorization" in out and "critical" in out and "repeated training data" in out

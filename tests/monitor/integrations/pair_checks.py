@@ -33,5 +33,5 @@ def detect_needs_no_mapping(url: str) -> None:
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "cand against ref (step axis)" in done.stderr
-    assert "heldout_divergence on eval/heldout/all: not judged, 3 paired checkpoint(s)" in done.stderr
-    assert "reference_divergence on train/loss: not judged, only 6 logged steps" in done.stderr
+    assert "held-out loss against the reference (eval/heldout/all): not judged, 3 paired checkpoint(s)" in done.stderr
+    assert "train loss against the reference (train/loss): not judged, only 6 logged steps" in done.stderr

@@ -111,4 +111,4 @@ def test_a_reference_read_from_another_trainers_checkpoint_pairs_by_name(runs):
     done = subprocess.run([sys.executable, "-m", "app", "detect", "--run", "cand", "--reference", "ref-file",
                            "--store", url, "--no-write"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "heldout_divergence on eval/heldout/all: not judged, 3 paired checkpoint(s)" in done.stderr
+    assert "held-out loss against the reference (eval/heldout/all): not judged, 3 paired checkpoint(s)" in done.stderr
