@@ -25,7 +25,7 @@ import dataclasses
 import math
 
 from monitor.alerting.grouping import Incident, group
-from monitor.detectors import caveats, comparing, judging, verdict_roles
+from monitor.detectors import caveats, comparing, judging, role_of, verdict_roles
 from monitor.schema import Clean, CleanRule, Detection, NotJudged, Severity, VerdictRole
 
 from app.findings import steps
@@ -137,7 +137,7 @@ def _finding_verdict(fired: list[tuple[VerdictRole, Detection]]) -> Verdict:
     if others:
         sentence += " Also " + "; ".join(others) + "."
     evidence = [f"{k} = {_fmt(v)}" for k, v in top.evidence.items()]
-    evidence += [f"{d.detector} on {d.metric}: {d.message} (steps {d.start_step:,}–{d.end_step:,})"
+    evidence += [f"{role_of(d).explanation} ({d.metric}): {d.message} (steps {d.start_step:,}–{d.end_step:,})"
                  for _, d in fired[1:]]
     behind = [top] + [d for _, d in fired[1:]]
     severity = max((Severity(d.severity) for d in behind), key=lambda s: s.rank).value
@@ -178,11 +178,11 @@ def _caveat_clause(qualifying: list[Detection], incidents: list[Incident]) -> st
     incidents are not given)."""
     if not qualifying:
         return ""
-    names = sorted({d.detector for d in qualifying})
+    names = sorted({role_of(d).explanation for d in qualifying})
     keys = {_key(d) for d in qualifying}
     count = (sum(any(_key(d) in keys for d in i.detections) for i in incidents) if incidents
              else len(group(qualifying)))
-    return f" Caveats: {count} {' and '.join(names)} incident(s), listed below."
+    return f" Caveats: {count} incident(s) ({'; '.join(names)}), listed below."
 
 
 def _undecided_verdict(detections: list[Detection], tables: dict[str, Table], unjudged: list[NotJudged],

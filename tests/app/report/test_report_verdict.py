@@ -68,6 +68,8 @@ def test_memorization_outranks_divergence_and_data_outranks_memorization():
     v = decide(found, tables())
     assert v.kind == "memorization_suspected" and v.severity == "critical"
     assert "Also diverged below the reference (train/loss, from step 900)." in v.sentence
+    # Its evidence names the other finding by its explanation, not by its detector.
+    assert "train loss below the reference (train/loss): something happened (steps 900–1,000)" in v.evidence
     found.append(det("data_invariants", metric="data/cursor", start=1, end=1, message="cursor advanced 32 batches"))
     v = decide(found, tables())
     assert v.kind == "data_loader_invariant_broken"
@@ -87,7 +89,7 @@ def test_info_findings_and_caveats_leave_the_verdict_tied():
              det("throughput", metric="perf/step_time_s", start=1010, end=1010)]  # the same incident
     v = decide(found, tables())
     assert v.kind == "tied_with_caveats" and v.severity == "warning"
-    assert "Caveats: 2 spike and throughput incident(s)" in v.sentence
+    assert "Caveats: 2 incident(s) (steps slowed down or stalled; train/grad_norm spikes), listed below." in v.sentence
 
 
 def test_most_severe_then_highest_score_names_the_verdict():
@@ -114,7 +116,7 @@ def test_undecided_when_no_test_showed_the_runs_alike():
     # What was not judged is said in words, never by a detector's name.
     assert "memorization against the reference not judged" in v.sentence
     assert "held-out loss against the reference not judged" in v.sentence
-    assert "spikes not judged" not in v.sentence and "reference_divergence" not in v.sentence and "Caveats: 1 spike incident(s)" in v.sentence
+    assert "spikes not judged" not in v.sentence and "reference_divergence" not in v.sentence and "Caveats: 1 incident(s) (loss spikes)" in v.sentence
     assert "train loss within 1.603 of the reference in every one of 2 windows" in v.sentence
     # Clean verdicts of the run alone, or one-sided ones ("not worse"), show nothing alike.
     assert decide([], [train], cleans=[Clean("run", "spike", "train/loss", 1, 150)]).kind == "undecided"
