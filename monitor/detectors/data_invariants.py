@@ -61,7 +61,7 @@ class DataInvariants(Detector, Incremental):
     reference_use: ClassVar[ReferenceUse] = ReferenceUse.NONE
     story: ClassVar[Story] = Story.DATA
     explanation: ClassVar[str] = "the data loader skipped, repeated or lost data"
-    judges: ClassVar[str] = "the data loader's record"
+    judges: ClassVar[str] = "data-loader invariants"
     keep_first_row: ClassVar[bool] = True  # the cursor offset is fixed by the first logged step
     shown_in: ClassVar[tuple[Section, ...]] = (Section.DATA,)
     verdict: ClassVar[VerdictRole] = VerdictRole(20, "data_loader_invariant_broken", "Data-loader invariant broken")
