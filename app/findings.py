@@ -32,11 +32,11 @@ def headline(incident: Incident) -> str:
              else "")
     if len(same) == 1:
         text = worst.message
-    elif incident.period_steps is not None:
-        text = (f"{len(same)} times in {incident.episodes} bursts, one every ~{incident.period_steps:,.0f} "
-                f"steps{total}; worst at step {int(worst.peak_step):,}: {worst.message}")
     else:
-        text = f"{len(same)} times{total}; worst at step {int(worst.peak_step):,}: {worst.message}"
+        spread = f" in {incident.episodes} episodes" if incident.episodes > 1 else ""
+        if incident.period_steps is not None:
+            spread += f", one every ~{incident.period_steps:,.0f} steps"
+        text = f"{len(same)} times{spread}{total}; worst at step {int(worst.peak_step):,}: {worst.message}"
     return text + (also(incident.alert) if incident.alert is not None else "")
 
 

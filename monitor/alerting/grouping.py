@@ -8,9 +8,12 @@ detect`, the report and the dashboard show what a person would have been alerted
 incident, with how many detections it holds and the finding that names it.
 
 An episode ends where the tracker resolves an alert; a recurrence inside the cool-down after it,
-which the watch service sends nothing for, is counted in the episode it follows. Episodes of one key that recur at a steady period (a burst of slow steps
-at every evaluation or checkpoint) are one periodic incident: a list wants one row for them, where
-an alert per burst still tells a live watcher that it happened again.
+which the watch service sends nothing for, is counted in the episode it follows. Episodes of one
+story and one name that follow each other, five or more of them, are one recurring incident (a
+burst of slow steps at every evaluation, loss spikes that come back every few hundred steps in a
+noisy run): a list wants one row for a problem that keeps coming back, where an alert per episode
+still tells a live watcher that it happened again. When they recur at a steady period the row says
+how often.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ from monitor.alerting.incidents import (
 )
 from monitor.schema import Clean, Detection, RunData, SeriesMark, Severity, non_nan_cells
 
-# Episodes of one key are one periodic incident when at least this many recur with every spacing
-# within PERIOD_TOLERANCE of their median: the throughput detector's test for periodic pauses
-# (its periodic_min_count and period_tolerance), applied to episodes instead of single steps.
-PERIODIC_MIN_EPISODES = 5
+# Consecutive episodes of one story and name are one recurring incident from this many on, and a
+# periodic one when every spacing is within PERIOD_TOLERANCE of their median: the throughput
+# detector's test for periodic pauses (its periodic_min_count and period_tolerance), applied to
+# episodes instead of single steps.
+RECURRING_MIN_EPISODES = 5
 PERIOD_TOLERANCE = 0.1
 
 SeriesMarks = Mapping[str, SeriesMark]
@@ -50,9 +54,10 @@ class Incident:
 
     detections: list[Detection] = field(default_factory=list)
     episodes: int = 1
-    """Episodes folded into this incident (more than one only for a periodic incident)."""
+    """Episodes folded into this incident (more than one only for a recurring incident)."""
     period_steps: float | None = None
-    """Median steps between the starts of a periodic incident's episodes; None if not periodic."""
+    """Median steps between the starts of a recurring incident's episodes when they recur at a
+    steady period; None otherwise."""
     alert: Alert | None = None
     """The incident as the watch service's tracker holds it (its story, name and members)."""
     resolved: bool = False
@@ -103,7 +108,7 @@ class Incident:
     @property
     def incident_id(self) -> str:
         """The id the watch service gives this incident's alert (incidents.incident_id); a
-        periodic incident takes its latest episode's."""
+        recurring incident takes its latest episode's."""
         return self.alert.incident_id if self.alert is not None else incident_id(self.run, self.story, self.episodes)
 
     @property
@@ -142,23 +147,34 @@ def group(detections: Iterable[Detection], progress: Mapping[tuple[str, str | No
     changes = tracker.apply(detections, open_alerts, resolved, progress, 0.0, cleans=cleans)
     opened = [c.alert for c in changes if c.kind == ChangeKind.OPENED]
     out = [Incident(list(a.detections), alert=a, resolved=a.state == RESOLVED) for a in opened]
-    return _fold_periodic(out)
+    return _fold_recurring(out)
 
 
-def _fold_periodic(incidents: list[Incident]) -> list[Incident]:
+def _fold_recurring(incidents: list[Incident]) -> list[Incident]:
+    """Each stretch of consecutive episodes of one story (on one run) that share their name, five or
+    more long, as one incident; an episode of another name between them ends the stretch, so a
+    folded row's episodes are numbered one after another and the ones it names are its own."""
     by_key: dict[IncidentKey, list[Incident]] = {}
     for incident in incidents:
         by_key.setdefault((incident.run, incident.story), []).append(incident)
     out = []
-    for same in by_key.values():
-        gaps = np.diff([i.start_step for i in same])
-        period = float(np.median(gaps)) if gaps.size else 0.0
-        if len(same) < PERIODIC_MIN_EPISODES or not np.all(np.abs(gaps - period) <= PERIOD_TOLERANCE * period):
-            out.extend(same)
-            continue
-        out.append(Incident([d for i in same for d in i.detections], episodes=len(same), period_steps=period,
-                            alert=same[-1].alert, resolved=same[-1].resolved))
+    for episodes in by_key.values():
+        stretch: list[Incident] = []
+        for incident in episodes + [None]:
+            if incident is not None and (not stretch or incident.name == stretch[0].name):
+                stretch.append(incident)
+                continue
+            out.extend(_folded(stretch) if len(stretch) >= RECURRING_MIN_EPISODES else stretch)
+            stretch = [incident]
     return sorted(out, key=lambda i: i.start_step)
+
+
+def _folded(same: list[Incident]) -> list[Incident]:
+    gaps = np.diff([i.start_step for i in same])
+    period = float(np.median(gaps))
+    steady = bool(np.all(np.abs(gaps - period) <= PERIOD_TOLERANCE * period))
+    return [Incident([d for i in same for d in i.detections], episodes=len(same),
+                     period_steps=period if steady else None, alert=same[-1].alert, resolved=same[-1].resolved)]
 
 
 def most_severe_first(incidents: Iterable[Incident]) -> list[Incident]:

@@ -34,6 +34,8 @@ from monitor.schema import (
     downstream_key,
     heldout_key,
 )
+from monitor.alerting.grouping import group
+from monitor.jsonutil import dumps
 from monitor.store import Store, open_store, tables
 
 GLOBAL_BATCH = 64
@@ -137,7 +139,8 @@ def build(url: str, *, steps: int = 3000, run: str = "olmo-repro", reference: st
         store.write_detections(detections)
         if alerts:
             add_alert(store, run, "reference_divergence", TRAIN_LOSS, "critical",
-                      drift_start + (steps - drift_start) // 3, steps - 1, "train/loss 0.09 below the reference")
+                      drift_start + (steps - drift_start) // 3, steps - 1, "train/loss 0.09 below the reference",
+                      evidence={"delta": -0.09, "direction": "below"})
             add_alert(store, run, "spike", TRAIN_GRAD_NORM, "warning", spike_steps[1], spike_steps[1],
                       f"grad norm spike at step {spike_steps[1]}", state="resolved")
     return DemoRuns(run=run, reference=reference, steps=steps, spike_steps=spike_steps, stall_steps=stall,
@@ -154,13 +157,17 @@ def _write(store: Store, run: str, steps: np.ndarray, series: dict[str, np.ndarr
 
 
 def add_alert(store: Store, run: str, detector: str, metric: str, severity: str, start: int, end: int,
-              message: str, state: str = "open") -> None:
-    """An alert row written straight into the alerts table, as the watch service would."""
+              message: str, state: str = "open", evidence: dict | None = None) -> None:
+    """An alert row written straight into the alerts table, as the watch service would: its story
+    and members (which name it) come from the watch service's own tracker."""
+    finding = Detection(run, detector, metric, start, end, end, 2.0, Severity(severity), message, evidence or {})
+    (incident,) = group([finding])
     now = time.time()
     run_id = store.run_id(run)  # before the write transaction: a second connection would wait on it
     with store.engine.begin() as conn:
         conn.execute(insert(tables.alerts).values(
             run_id=run_id, attempt=1, detector=detector, metric=metric, state=state, severity=severity,
-            start_step=start, end_step=end, peak_step=end, score=2.0, message=message, evidence="{}",
+            start_step=start, end_step=end, peak_step=end, score=2.0, message=message, evidence=dumps(evidence or {}),
             opened_at=now, updated_at=now, resolved_at=now if state == "resolved" else None,
+            story=incident.alert.story, members=dumps(incident.alert.members_to_dict()),
         ))

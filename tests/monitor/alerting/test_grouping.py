@@ -10,6 +10,8 @@ from monitor.alerting.grouping import group, marks_of, most_severe_first, progre
 from monitor.alerting.incidents import IncidentTracker, Progress
 from monitor.schema import Clean, Detection, Severity
 
+from app.findings import headline
+
 from tests.monitor.detectors.synth import run
 
 from .test_incidents import run_tracker
@@ -70,11 +72,28 @@ def test_bursts_at_a_steady_period_are_one_periodic_incident():
               for start in range(1000, 20000, 2000) for k in (0, 3, 9)]
     (periodic,) = group(bursts, config=CONFIG)
     assert periodic.count == 30 and periodic.episodes == 10 and periodic.period_steps == 2000
-    # Episodes at irregular spacing (spikes) stay apart.
-    irregular = [det(s) for s in (1000, 2700, 3400, 5900, 6600, 9500)]
-    assert len(group(irregular, config=CONFIG)) == 6
-    # Four bursts are too few to call a period.
+    # Four bursts are too few to fold.
     assert len(group([d for d in bursts if d.start_step < 8000], config=CONFIG)) == 4
+
+
+def test_episodes_that_keep_coming_back_at_no_period_are_one_recurring_incident():
+    # Loss spikes every few hundred to few thousand steps, as a noisy real run has them.
+    starts = (1000, 2700, 3400, 5900, 6600, 9500)
+    (recurring,) = group([det(s) for s in starts], config=CONFIG)
+    assert (recurring.episodes, recurring.count, recurring.period_steps) == (6, 6, None)
+    assert (recurring.start_step, recurring.end_step) == (1000, 9500)
+    assert recurring.incident_id == "r:instability#6"  # the latest episode's, as the watch service numbered it
+    assert headline(recurring).startswith("6 times in 6 episodes, 12 s lost in all; worst at step 1,000")
+    # Another explanation of the story between them (a NaN) ends the stretch: each side is too short.
+    nan = det(3000, detector="nonfinite", severity=Severity.CRITICAL)
+    listed = group([det(s) for s in starts] + [nan], config=CONFIG)
+    assert [(i.name, i.episodes) for i in listed] == [("loss spikes", 1)] * 2 + [("NaN or Inf in the run", 1)] + [
+        ("loss spikes", 1)] * 4
+    # Ten before it: the ten fold, the NaN stays its own row.
+    before = [det(s) for s in range(1000, 30000, 2900)]
+    listed = group(before + [det(40000, detector="nonfinite", severity=Severity.CRITICAL)], config=CONFIG)
+    assert [(i.name, i.episodes, i.severity) for i in listed] == [("loss spikes", 10, Severity.INFO),
+                                                                 ("NaN or Inf in the run", 1, Severity.CRITICAL)]
 
 
 def test_most_severe_first_and_marks_of_a_run_in_memory():
