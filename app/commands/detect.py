@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
+    from monitor.detectors import judging
     from monitor.judging.judge import detect_stored, severity_counts
     from monitor.store import open_store
 
@@ -106,8 +107,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.run}{against}: {found}", file=sys.stderr)
     if settings:
         print(settings, file=sys.stderr)
-    from monitor.detectors import judging
-
     for item in result.not_judged:
         print(item.describe(judging(item.detector)), file=sys.stderr)
     return FAIL_EXIT if fails(args.fail_on, [d.severity for d in result.detections]) else 0

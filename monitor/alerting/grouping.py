@@ -18,6 +18,7 @@ how often.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -159,22 +160,18 @@ def _fold_recurring(incidents: list[Incident]) -> list[Incident]:
         by_key.setdefault((incident.run, incident.story), []).append(incident)
     out = []
     for episodes in by_key.values():
-        stretch: list[Incident] = []
-        for incident in episodes + [None]:
-            if incident is not None and (not stretch or incident.name == stretch[0].name):
-                stretch.append(incident)
-                continue
-            out.extend(_folded(stretch) if len(stretch) >= RECURRING_MIN_EPISODES else stretch)
-            stretch = [incident]
+        for _, named_alike in itertools.groupby(episodes, key=lambda i: i.name):
+            stretch = list(named_alike)
+            out.extend([_folded(stretch)] if len(stretch) >= RECURRING_MIN_EPISODES else stretch)
     return sorted(out, key=lambda i: i.start_step)
 
 
-def _folded(same: list[Incident]) -> list[Incident]:
+def _folded(same: list[Incident]) -> Incident:
     gaps = np.diff([i.start_step for i in same])
     period = float(np.median(gaps))
     steady = bool(np.all(np.abs(gaps - period) <= PERIOD_TOLERANCE * period))
-    return [Incident([d for i in same for d in i.detections], episodes=len(same),
-                     period_steps=period if steady else None, alert=same[-1].alert, resolved=same[-1].resolved)]
+    return Incident([d for i in same for d in i.detections], episodes=len(same),
+                    period_steps=period if steady else None, alert=same[-1].alert, resolved=same[-1].resolved)
 
 
 def most_severe_first(incidents: Iterable[Incident]) -> list[Incident]:
