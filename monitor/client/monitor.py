@@ -27,6 +27,7 @@ import collections
 import gc
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -120,11 +121,23 @@ def _freeze_setup_once() -> None:
         gc.freeze()
 
 
+def launcher_rank() -> int:
+    """This process's rank in a torch.distributed job, as its launcher (torchrun, accelerate,
+    DeepSpeed) sets `RANK` and `WORLD_SIZE`; 0 outside one."""
+    try:
+        world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+    return rank if world > 1 else 0
+
+
 class NullMonitor:
     """The same face as Monitor, doing nothing: call sites need no `if monitoring:`."""
 
     attempt = 0
-    run = None
+
+    def __init__(self, run: str | None = None) -> None:
+        self.run = run
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         pass
@@ -146,6 +159,20 @@ class NullMonitor:
 
 
 class Monitor:
+    """One run's metrics and events, logged into a store (see the module's docstring). In a
+    torch.distributed job only rank 0 logs, unless the ranks are given their `attempt`."""
+
+    def __new__(cls, run: str, *args: Any, attempt: int | None = None, **kwargs: Any) -> "Monitor":
+        # Every process of a torch.distributed job runs the same script: were each to log, one
+        # run would read as a restart per process. Rank 0 logs it, as Lightning and HF Trainer do;
+        # hosts that log their own metrics into one run agree on `attempt` instead.
+        rank = launcher_rank()
+        if attempt is None and rank > 0:
+            log.info("%s: rank %d of a torch.distributed job logs nothing; rank 0 logs the run "
+                     "(pass attempt= to log from every rank)", run, rank)
+            return NullMonitor(run)  # type: ignore[return-value]
+        return super().__new__(cls)
+
     def __init__(
         self,
         run: str,
@@ -162,7 +189,8 @@ class Monitor:
     ) -> None:
         """`store` is a URL (None: $GAPWATCH_STORE or the default SQLite file) or an open Store.
         `attempt` is normally left to the store (one more than the run's last); pass it when several
-        hosts log into one run, so they agree. Waits at most `write_timeout_s` for the store."""
+        hosts log into one run, so they agree (in a torch.distributed job, ranks other than 0 log
+        only when given one). Waits at most `write_timeout_s` for the store."""
         from monitor.client.store_jobs import Target
 
         self.run = run
