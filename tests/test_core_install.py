@@ -22,7 +22,8 @@ EXTRA_DISTRIBUTIONS = ("jax", "jaxlib", "optax", "grain", "orbax-checkpoint", "t
 EXTRA_MODULES = ("jax", "optax", "grain", "orbax", "tokenizers", "lm_eval", "datasets", "torch", "transformers",
                  "accelerate", "lightning")
 # The trainer integrations import their framework as they load (only a user's script imports them).
-INTEGRATIONS = {"monitor.integrations.transformers": "transformers", "monitor.integrations.lightning": "lightning"}
+INTEGRATIONS = {"monitor.integrations.transformers": "transformers", "monitor.integrations.lightning": "lightning",
+                "monitor.integrations.accelerate": "accelerate"}
 # The llm.c log's losses, raised by this much after DIVERGE_AT: the client's run leaves its reference.
 DIVERGE_AT, OFFSET, LAST_STEP = 2000, 0.3, 4000
 

@@ -17,8 +17,7 @@ from typing import Any
 
 from monitor import schema
 from monitor.client import NullMonitor
-from monitor.importers.profiles import Profile, Rule
-from monitor.integrations.names import KeyMapper
+from monitor.integrations.names import KeyMapper, hand_named
 from monitor.integrations.session import RunSpec
 
 try:
@@ -26,28 +25,6 @@ try:
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 except ImportError as exc:  # the core installs without it: say which extra brings it
     raise ImportError("gapwatch's Lightning integration needs lightning: pip install 'gapwatch[lightning]'") from exc
-
-_HELDOUT = "eval/heldout/{set}/loss"
-
-
-def lightning_names(eval_set: str) -> Profile:
-    return Profile(
-        name="lightning",
-        description="the names Lightning users log with self.log",
-        rules=(
-            Rule(r"(train[_/])?loss(_step)?", schema.TRAIN_LOSS),
-            Rule(r"train[_/]loss_epoch", None),  # the epoch's mean of the steps' losses
-            Rule(r"(val|valid|validation)[_/]loss(_epoch)?", schema.heldout_key(eval_set)),
-            Rule(r"(val|valid|validation)_(?P<set>.+)_loss(_epoch)?", _HELDOUT),
-            Rule(r"(val|valid|validation)/(?P<set>[^/]+)/loss(_epoch)?", _HELDOUT),
-            # Several val dataloaders: Lightning appends the loader's index to the name.
-            Rule(r"(val|valid|validation)[_/]loss/dataloader_idx_(?P<set>\d+)", "eval/heldout/val_{set}/loss"),
-            Rule(r"(lr|learning_rate|lr-[A-Za-z]+)", schema.OPTIM_LR),
-            Rule(r"(train[_/])?grad_norm|grad_2\.0_norm_total", schema.TRAIN_GRAD_NORM),
-            Rule(r"epoch", schema.DATA_EPOCH),
-            Rule(r"(train[_/])?tokens", schema.TRAIN_TOKENS),
-        ),
-    )
 
 
 class GapwatchLogger(Logger):
@@ -63,7 +40,7 @@ class GapwatchLogger(Logger):
         self.monitor: Any = NullMonitor()
         self._open = False
         self._hyperparameters: dict[str, Any] = {}
-        self._names = KeyMapper(lightning_names(eval_set))
+        self._names = KeyMapper(hand_named(eval_set))
 
     @property
     def name(self) -> str:

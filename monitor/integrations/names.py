@@ -9,7 +9,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitor.importers.profiles import Profile
+from monitor import schema
+from monitor.importers.profiles import Profile, Rule
+
+_HELDOUT = "eval/heldout/{set}/loss"
+
+
+def hand_named(eval_set: str) -> Profile:
+    """The names people give the metrics they log themselves (Lightning's `self.log`, Accelerate's
+    `accelerator.log`): `val_loss` and `val/loss` are the held-out set `eval_set`."""
+    return Profile(
+        name="hand-named",
+        description="the names people log their own metrics under",
+        rules=(
+            Rule(r"(train[_/])?loss(_step)?", schema.TRAIN_LOSS),
+            Rule(r"train[_/]loss_epoch", None),  # Lightning's mean of an epoch's step losses
+            Rule(r"(val|valid|validation|eval)[_/]loss(_epoch)?", schema.heldout_key(eval_set)),
+            Rule(r"(val|valid|validation|eval)_(?P<set>.+)_loss(_epoch)?", _HELDOUT),
+            Rule(r"(val|valid|validation|eval)/(?P<set>[^/]+)/loss(_epoch)?", _HELDOUT),
+            # Several val dataloaders: Lightning appends the loader's index to the name.
+            Rule(r"(val|valid|validation)[_/]loss/dataloader_idx_(?P<set>\d+)", "eval/heldout/val_{set}/loss"),
+            Rule(r"(lr|learning_rate|lr-[A-Za-z]+)", schema.OPTIM_LR),  # lr-<Optimizer>: LearningRateMonitor
+            Rule(r"(train[_/])?grad_norm|grad_2\.0_norm_total", schema.TRAIN_GRAD_NORM),
+            Rule(r"epoch", schema.DATA_EPOCH),
+            Rule(r"(train[_/])?tokens", schema.TRAIN_TOKENS),
+        ),
+    )
 
 
 class KeyMapper:
