@@ -23,7 +23,7 @@ from app.options import (
 JSON_KEYS = ("detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message",
              "evidence")
 GROUP_KEYS = (("incident_id", "story", "name", "state", "explanations") + JSON_KEYS
-              + ("count", "episodes", "period_steps"))
+              + ("count", "episodes", "period_steps", "spans"))
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 

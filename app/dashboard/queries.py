@@ -22,7 +22,7 @@ from app.figures.markers import DEFAULT_KINDS
 from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
 from app.run_health import STALE_AFTER_S, Judged, health
-from monitor.alerting.grouping import group, most_severe_first, progress_from_marks
+from monitor.alerting.grouping import group, most_severe_first, progress_from_marks, recurring_stretches
 from monitor.alerting.ledger import stored_alerts
 from monitor.judging.align import align_pair
 from monitor.judging.judge import load_cleans
@@ -35,6 +35,7 @@ from monitor.schema import (
     TRAIN_TOKENS,
     RunData,
     RunInfo,
+    Severity,
     empty_events,
     empty_long,
 )
@@ -347,20 +348,25 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     `gapwatch detect` stored, or recurrences the watch folded into a cool-down), grouped into
     incidents by the watch service's rule (monitor/alerting/grouping.py) with state "found", or
     "resolved" where the run showed the condition gone later (as `gapwatch detect` lists it).
-    Columns as `read_alerts`, plus `name` and `incident_id` (as `gapwatch detect` and the
-    notifications give them), `source` ("alert" or "detection") and `count` (detections in the
-    row); `message` is the incident's line as `detect` prints it (app/findings.py)."""
+    Alerts that keep coming back are one row, as `detect` lists a recurring incident (_recurring).
+    Columns as `read_alerts`, plus `name`, `story` and `incident_id` (as `gapwatch detect` and the
+    notifications give them), `source` ("alert" or "detection"), `count` (detections in the row)
+    and `spans` (each episode's first and last step, where the timeline draws bars); `message` is
+    the incident's line as `detect` prints it (app/findings.py)."""
     alerts = store.read_alerts(run).assign(source="alert", count=1)
     described = {a.id: a for a in stored_alerts(store, run)}
     alerts["name"] = [described[i].name if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
     alerts["incident_id"] = [described[i].incident_id if i in described else "" for i in alerts["id"]]
+    alerts["story"] = [described[i].key[1] if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
     alerts["message"] = [m + also(described[i]) if i in described else m for i, m in zip(alerts["id"], alerts["message"])]
+    alerts["spans"] = [[[a, b]] for a, b in zip(alerts["start_step"], alerts["end_step"])]
     # An incident holds the findings of every detector and metric of its story: each member's span.
-    spans = [(m.detector, m.metric, m.start_step, m.end_step) for a in described.values()
-             for m in (a.members.values() or [a])]
+    held = [(m.detector, m.metric, m.start_step, m.end_step) for a in described.values()
+            for m in (a.members.values() or [a])]
+    alerts = _recurring(alerts)
     stored = store.read_detections(run)
     loose = [d for d in stored if not any(d.detector == detector and d.metric == metric and d.start_step <= end
-                                          and d.end_step >= start for detector, metric, start, end in spans)]
+                                          and d.end_step >= start for detector, metric, start, end in held)]
     if not loose:
         return alerts
     incidents = most_severe_first(group(loose, progress_from_marks(run, store.run_marks(run).series),
@@ -371,6 +377,28 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     found = found[[c for c in alerts.columns if c in found.columns]]
     frame = pd.concat([alerts, found], ignore_index=True) if len(alerts) else found.reset_index(drop=True)
     return frame.astype({"start_step": "int64", "end_step": "int64", "peak_step": "int64", "count": "int64"})
+
+
+def _recurring(alerts: pd.DataFrame) -> pd.DataFrame:
+    """`alerts` with each stretch that keeps coming back (five or more episodes of one story and
+    name in a row: grouping.recurring_stretches) as one row in the latest one's place, counting
+    them and keeping each episode's span."""
+    by_id = alerts.sort_values("id").to_dict("records")
+    folded: dict[int, dict] = {}
+    for stretch in recurring_stretches(by_id, lambda a: a["story"], lambda a: a["name"]):
+        if len(stretch) == 1:
+            continue
+        latest = stretch[-1]
+        folded.update({a["id"]: {} for a in stretch})
+        folded[latest["id"]] = {
+            **latest, "severity": max((a["severity"] for a in stretch), key=lambda v: Severity(v).rank),
+            "start_step": min(a["start_step"] for a in stretch), "end_step": max(a["end_step"] for a in stretch),
+            "count": sum(a["count"] for a in stretch), "spans": [span for a in stretch for span in a["spans"]],
+            "message": f"{len(stretch)} episodes; the latest: {latest['message']}"}
+    if not folded:
+        return alerts
+    rows = [folded.get(r["id"], r) for r in alerts.to_dict("records")]
+    return pd.DataFrame([r for r in rows if r], columns=alerts.columns).astype(alerts.dtypes.to_dict())
 
 
 def run_extent(store: Store, run: str) -> tuple[int, int] | None:

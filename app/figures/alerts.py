@@ -24,7 +24,9 @@ def alerts_timeline(alerts: pd.DataFrame, *, x_title: str = "step",
                     x_of_step: Callable[[np.ndarray], np.ndarray] | None = None,
                     x_range: tuple[float, float] | None = None) -> go.Figure:
     """`alerts` has name (the incident's), metric, severity, start_step, end_step, message and
-    optionally state. One row per name, one bar per incident (row_labels)."""
+    optionally state and spans. One row per name, one bar per incident (row_labels), or per
+    episode of a recurring incident (its `spans`)."""
+    alerts = episode_bars(alerts)
     label = row_labels(alerts)
     lines = max((lab.count("<br>") + 1 for lab in set(label)), default=1)
     fig = base_figure("alerts and findings", x_title, height=140 + (14 + 12 * lines) * max(1, len(set(label))))
@@ -52,6 +54,18 @@ def alerts_timeline(alerts: pd.DataFrame, *, x_title: str = "step",
         ))
     fig.update_yaxes(autorange="reversed", title_text="")
     return fig
+
+
+def episode_bars(alerts: pd.DataFrame) -> pd.DataFrame:
+    """One row per bar: a recurring incident (loss spikes that keep coming back, one row of a list)
+    is a bar for each of its episodes (`spans`: [first, last] step each), not one bar across the
+    clean steps between them."""
+    if "spans" not in alerts or not len(alerts):
+        return alerts
+    spans = [s if isinstance(s, (list, tuple)) and len(s) else [(a, b)]
+             for s, a, b in zip(alerts["spans"], alerts["start_step"], alerts["end_step"])]
+    bars = alerts.assign(spans=spans).explode("spans", ignore_index=True)
+    return bars.assign(start_step=[int(s[0]) for s in bars["spans"]], end_step=[int(s[1]) for s in bars["spans"]])
 
 
 def row_labels(alerts: pd.DataFrame) -> np.ndarray:

@@ -96,7 +96,7 @@ def _incidents_of_run(tables: list[Table], run: str) -> pd.DataFrame:
     """The run's rows of the findings table (its incidents, named as the table names them), as the
     alerts timeline reads them."""
     rows = [r for t in tables if t.id == "findings" for r in t.rows if r["run"] == run]
-    columns = ["name", "metric", "severity", "state", "start_step", "end_step", "message"]
+    columns = ["name", "metric", "severity", "state", "start_step", "end_step", "spans", "message"]
     return pd.DataFrame([{**r, "name": r["incident"]} for r in rows], columns=columns)
 
 

@@ -51,6 +51,7 @@ def findings_table(pair: ComparedPair, incidents: list[Incident]) -> Table:
             "run": i.run, "severity": i.severity.value, "incident": i.name, "id": i.incident_id,
             "state": "resolved" if i.resolved else "open", "detector": i.detector, "metric": i.metric,
             "start_step": i.start_step, "end_step": i.end_step, "steps": steps(i), "count": i.count,
+            "spans": [list(span) for span in i.spans],
             "message": headline(i), "flagged": i.severity.rank >= Severity.WARNING.rank,
         })
     if not table.rows:

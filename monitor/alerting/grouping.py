@@ -19,8 +19,9 @@ how often.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -29,7 +30,6 @@ from monitor.alerting.incidents import (
     RESOLVED,
     Alert,
     ChangeKind,
-    IncidentKey,
     IncidentTracker,
     Progress,
     incident_id,
@@ -45,6 +45,7 @@ from monitor.schema import Clean, Detection, RunData, SeriesMark, Severity, non_
 RECURRING_MIN_EPISODES = 5
 PERIOD_TOLERANCE = 0.1
 
+T = TypeVar("T")
 SeriesMarks = Mapping[str, SeriesMark]
 """Per metric key of one run: first logged step, last logged step, rows (as the store keeps them)."""
 
@@ -59,6 +60,8 @@ class Incident:
     period_steps: float | None = None
     """Median steps between the starts of a recurring incident's episodes when they recur at a
     steady period; None otherwise."""
+    episode_spans: tuple[tuple[int, int], ...] = ()
+    """First and last step of each episode of a recurring incident (empty: one episode)."""
     alert: Alert | None = None
     """The incident as the watch service's tracker holds it (its story, name and members)."""
     resolved: bool = False
@@ -85,6 +88,11 @@ class Incident:
     @property
     def end_step(self) -> int:
         return max(int(d.end_step) for d in self.detections)
+
+    @property
+    def spans(self) -> tuple[tuple[int, int], ...]:
+        """First and last step of each of its episodes: where a timeline draws its bars."""
+        return self.episode_spans or ((self.start_step, self.end_step),)
 
     @property
     def run(self) -> str:
@@ -125,6 +133,7 @@ class Incident:
         worst = self.worst.to_dict()
         return {**worst, "severity": self.severity.value, "start_step": self.start_step, "end_step": self.end_step,
                 "peak_step": int(self.worst.peak_step), "count": self.count, "episodes": self.episodes,
+                "spans": [list(span) for span in self.spans],
                 "period_steps": self.period_steps, "incident_id": self.incident_id, "story": self.story, "name": self.name,
                 "explanations": self.explanations, "state": "resolved" if self.resolved else "open",
                 "evidence": (self.alert.evidence if self.alert is not None else worst["evidence"])}
@@ -151,19 +160,27 @@ def group(detections: Iterable[Detection], progress: Mapping[tuple[str, str | No
     return _fold_recurring(out)
 
 
-def _fold_recurring(incidents: list[Incident]) -> list[Incident]:
-    """Each stretch of consecutive episodes of one story (on one run) that share their name, five or
-    more long, as one incident; an episode of another name between them ends the stretch, so a
-    folded row's episodes are numbered one after another and the ones it names are its own."""
-    by_key: dict[IncidentKey, list[Incident]] = {}
-    for incident in incidents:
-        by_key.setdefault((incident.run, incident.story), []).append(incident)
-    out = []
-    for episodes in by_key.values():
-        for _, named_alike in itertools.groupby(episodes, key=lambda i: i.name):
+def recurring_stretches(episodes: Iterable[T], story: Callable[[T], Hashable],
+                        name: Callable[[T], str]) -> list[list[T]]:
+    """`episodes` (in the order they opened) as the rows of a list: each stretch of consecutive
+    episodes of one story that share their name, RECURRING_MIN_EPISODES or more long, is one row
+    (a recurring incident); any other episode is a row of its own. An episode of another name
+    between them ends a stretch, so a folded row's episodes are numbered one after another and
+    the ones it names are its own."""
+    by_story: dict[Hashable, list[T]] = {}
+    for episode in episodes:
+        by_story.setdefault(story(episode), []).append(episode)
+    rows: list[list[T]] = []
+    for same_story in by_story.values():
+        for _, named_alike in itertools.groupby(same_story, key=name):
             stretch = list(named_alike)
-            out.extend([_folded(stretch)] if len(stretch) >= RECURRING_MIN_EPISODES else stretch)
-    return sorted(out, key=lambda i: i.start_step)
+            rows.extend([stretch] if len(stretch) >= RECURRING_MIN_EPISODES else [[e] for e in stretch])
+    return rows
+
+
+def _fold_recurring(incidents: list[Incident]) -> list[Incident]:
+    rows = recurring_stretches(incidents, lambda i: (i.run, i.story), lambda i: i.name)
+    return sorted((row[0] if len(row) == 1 else _folded(row) for row in rows), key=lambda i: i.start_step)
 
 
 def _folded(same: list[Incident]) -> Incident:
@@ -171,7 +188,9 @@ def _folded(same: list[Incident]) -> Incident:
     period = float(np.median(gaps))
     steady = bool(np.all(np.abs(gaps - period) <= PERIOD_TOLERANCE * period))
     return Incident([d for i in same for d in i.detections], episodes=len(same),
-                    period_steps=period if steady else None, alert=same[-1].alert, resolved=same[-1].resolved)
+                    period_steps=period if steady else None,
+                    episode_spans=tuple(span for i in same for span in i.spans), alert=same[-1].alert,
+                    resolved=same[-1].resolved)
 
 
 def most_severe_first(incidents: Iterable[Incident]) -> list[Incident]:

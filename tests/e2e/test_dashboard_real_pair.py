@@ -119,7 +119,7 @@ def test_an_alert_link_opens_its_range_in_the_same_view(server, page):
     assert page.locator("li.alert").count() <= 40
     stalls = page.locator("li.alert", has_text="steps slowed down or stalled")
     assert stalls.count() == 1
-    times = re.match(r"([\d,]+) times in \d+ bursts", stalls.locator(".message").inner_text())
+    times = re.match(r"([\d,]+) times in \d+ episodes", stalls.locator(".message").inner_text())
     assert times and int(times.group(1).replace(",", "")) > 100, stalls.inner_text()
     link.click()
     page.wait_for_function("location.search.includes('start=')", timeout=30_000)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from app.cli import main
+from app import figures
 from app.dashboard import layout, panels, queries
 from bench.bench_stories import long_rows
 from bench.quality import stories
@@ -186,6 +187,32 @@ def test_findings_are_alerts_and_the_stored_detections_no_alert_covers(tmp_path,
         [runs.spike_steps[1], runs.spike_steps[2], 2]]
     assert spikes["message"].iloc[0].startswith("2 times; worst at step")  # as `detect` words it
     assert found["start_step"].dtype == "int64"
+
+
+def test_alerts_that_keep_coming_back_are_one_row_of_the_list_and_a_bar_each_on_the_timeline(tmp_path, demo):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    runs = demo.build(url, steps=300, alerts=False)
+    with open_store(url) as store:
+        # Six loss-spike episodes the watch service alerted on one by one, a NaN between the fifth
+        # and sixth: the first five are one row, the NaN and the sixth their own.
+        for n, step in enumerate((10, 40, 70, 100, 130)):
+            demo.add_alert(store, runs.run, "spike", TRAIN_LOSS, "critical" if n == 2 else "warning", step, step + 2,
+                           f"spike at {step}", state="resolved")
+        demo.add_alert(store, runs.run, "nonfinite", TRAIN_LOSS, "critical", 150, 150, "NaN", state="resolved")
+        demo.add_alert(store, runs.run, "spike", TRAIN_LOSS, "warning", 200, 202, "spike at 200")
+    with open_store(url, read_only=True) as store:
+        found = queries.findings(store, runs.run)
+    rows = found[found["source"] == "alert"].sort_values("start_step")
+    assert rows[["name", "state", "severity", "start_step", "end_step", "count"]].values.tolist() == [
+        ["loss spikes", "resolved", "critical", 10, 132, 5],  # the worst episode's severity
+        ["NaN or Inf in the run", "resolved", "critical", 150, 150, 1],
+        ["loss spikes", "open", "warning", 200, 202, 1]]
+    assert rows["message"].iloc[0] == "5 episodes; the latest: spike at 130"
+    assert rows["spans"].iloc[0] == [[s, s + 2] for s in (10, 40, 70, 100, 130)]
+    # The timeline draws a bar for each episode, not one across the clean steps between them.
+    figure = figures.alerts_timeline(found)
+    bars = sorted(int(b) for trace in figure.data for b in trace.base)
+    assert {10, 40, 70, 100, 130, 150, 200} <= set(bars)
 
 
 def test_one_incident_is_one_row_whatever_detectors_and_metrics_it_holds(tmp_path):

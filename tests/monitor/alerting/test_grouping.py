@@ -82,6 +82,7 @@ def test_episodes_that_keep_coming_back_at_no_period_are_one_recurring_incident(
     (recurring,) = group([det(s) for s in starts], config=CONFIG)
     assert (recurring.episodes, recurring.count, recurring.period_steps) == (6, 6, None)
     assert (recurring.start_step, recurring.end_step) == (1000, 9500)
+    assert recurring.spans == tuple((s, s) for s in starts)  # where a timeline draws its bars
     assert recurring.incident_id == "r:instability#6"  # the latest episode's, as the watch service numbered it
     assert headline(recurring).startswith("6 times in 6 episodes, 12 s lost in all; worst at step 1,000")
     # Another explanation of the story between them (a NaN) ends the stretch: each side is too short.

@@ -20,7 +20,7 @@ from monitor.store import open_store
 from .synth import pair
 
 KEYS = {"detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message", "evidence"}
-GROUP_KEYS = KEYS | {"count", "episodes", "period_steps", "incident_id", "story", "name", "state", "explanations"}
+GROUP_KEYS = KEYS | {"count", "episodes", "period_steps", "incident_id", "story", "name", "state", "explanations", "spans"}
 
 
 def put(store, data, reference=None, config=None):
