@@ -140,11 +140,12 @@ class Incident:
 
 
 def group(detections: Iterable[Detection], progress: Mapping[tuple[str, str | None], Progress] | None = None,
-          config: IncidentConfig | None = None, cleans: Iterable[Clean] = ()) -> list[Incident]:
+          config: IncidentConfig | None = None, cleans: Iterable[Clean] = (), fold: bool = True) -> list[Incident]:
     """The incidents the watch service's tracker makes of `detections` and the clean verdicts
     `cleans`, in the order they opened. `progress` gives each (run, metric) its logging interval
     and last step (see `progress_from_marks`); without it every metric counts as logged every step
-    and judged as far as its last detection."""
+    and judged as far as its last detection. `fold=False` keeps each episode of a recurring
+    incident apart, as the watch service's alerts are."""
     detections = list(detections)
     progress = dict(progress or {})
     for d in detections:
@@ -157,7 +158,7 @@ def group(detections: Iterable[Detection], progress: Mapping[tuple[str, str | No
     changes = tracker.apply(detections, open_alerts, resolved, progress, 0.0, cleans=cleans)
     opened = [c.alert for c in changes if c.kind == ChangeKind.OPENED]
     out = [Incident(list(a.detections), alert=a, resolved=a.state == RESOLVED) for a in opened]
-    return _fold_recurring(out)
+    return _fold_recurring(out) if fold else out
 
 
 def recurring_stretches(episodes: Iterable[T], story: Callable[[T], Hashable],

@@ -180,12 +180,11 @@ def test_findings_are_alerts_and_the_stored_detections_no_alert_covers(tmp_path,
         demo.add_alert(store, runs.run, "spike", TRAIN_GRAD_NORM, "warning", spike - 2, spike + 2, "spike alert")
     with open_store(url, read_only=True) as store:
         found = queries.findings(store, runs.run)
-    # The alert replaces the detection it covers; the other two spikes stay, as one incident.
+    # The alert is the episode the watch service's tracker makes of the three spikes (its id is
+    # theirs): it replaces all three, and the other stories' findings stay.
     assert found.loc[found["source"] == "alert", "message"].tolist() == ["spike alert"]
-    spikes = found[(found["detector"] == "spike") & (found["source"] == "detection")]
-    assert spikes[["start_step", "end_step", "count"]].values.tolist() == [
-        [runs.spike_steps[1], runs.spike_steps[2], 2]]
-    assert spikes["message"].iloc[0].startswith("2 times; worst at step")  # as `detect` words it
+    assert not len(found[(found["detector"] == "spike") & (found["source"] == "detection")])
+    assert found.loc[found["source"] == "detection", "detector"].tolist() == ["reference_divergence", "throughput"]
     assert found["start_step"].dtype == "int64"
 
 
@@ -213,6 +212,24 @@ def test_alerts_that_keep_coming_back_are_one_row_of_the_list_and_a_bar_each_on_
     figure = figures.alerts_timeline(found)
     bars = sorted(int(b) for trace in figure.data for b in trace.base)
     assert {10, 40, 70, 100, 130, 150, 200} <= set(bars)
+
+
+def test_a_recurrence_the_watch_service_folded_into_a_cool_down_is_its_alerts_not_a_second_row(tmp_path):
+    """A loss spike at step 2,000, resolved, and another at 2,400 inside the cool-down after it: the
+    watch service tells nothing of the second (it adds nothing), and the page lists one incident,
+    as `detect` does, not the alert beside a "found" row of the same spikes."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    steps = np.arange(1, 4001)
+    loss = 3.0 + np.random.default_rng(0).normal(0, 0.01, steps.size)
+    loss[(steps == 2000) | (steps == 2400)] += 1.0
+    with open_store(url) as store:
+        store.ensure_run("r")
+        store.write_metrics("r", pd.DataFrame({"step": steps, "key": TRAIN_LOSS, "value": loss}))
+    assert main(["watch", "--run", "r", "--store", url, "--once"]) == 0
+    with open_store(url, read_only=True) as store:
+        assert sorted(d.start_step for d in store.read_detections("r")) == [2000, 2400]
+        found = queries.findings(store, "r")
+    assert found[["source", "name", "start_step"]].values.tolist() == [["alert", "loss spikes", 2000]]
 
 
 def test_one_incident_is_one_row_whatever_detectors_and_metrics_it_holds(tmp_path):
