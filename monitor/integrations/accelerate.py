@@ -12,13 +12,11 @@ run, and `accelerator.end_training()` closes it.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from monitor import schema
-from monitor.client import NullMonitor
 from monitor.integrations.names import KeyMapper, hand_named
-from monitor.integrations.session import RunSpec
+from monitor.integrations.session import LazyRun, RunSpec
 
 try:
     from accelerate.tracking import GeneralTracker
@@ -32,29 +30,23 @@ class GapwatchTracker(GeneralTracker):
     requires_logging_directory = False
     main_process_only = True
 
-    def __init__(self, run: str, store: Any = None, *, reference: str | None = None,
-                 reference_source: str | os.PathLike | None = None, reference_profile: str | None = None,
-                 eval_set: str = "val", config: dict[str, Any] | None = None, **monitor_args: Any) -> None:
-        """`run` and `store` as for `Monitor`; `reference` names the reference run, imported from
-        `reference_source` (with `reference_profile`) when the store lacks it. `eval_set` names the
-        held-out set of `val_loss`. Other keyword arguments go to `Monitor` (project, settings, ...)."""
+    def __init__(self, run: str, store: Any = None, *, eval_set: str = "val", **run_args: Any) -> None:
+        """`run`, `store` and the keyword arguments as for the Lightning logger (`reference`,
+        `reference_source`, `reference_profile`, `config`, then any `Monitor` argument: project,
+        settings, ...); `eval_set` names the held-out set of `val_loss` and `eval_loss`."""
         super().__init__()
-        self.spec = RunSpec(run, store, reference, reference_source, reference_profile, dict(config or {}),
-                            monitor_args)
-        self.monitor: Any = NullMonitor(run)
-        self._open = False
-        self._config: dict[str, Any] = {}
+        self.session = LazyRun(RunSpec.of(run, store, **run_args))
         self._names = KeyMapper(hand_named(eval_set))
         self._last_step: int | None = None
 
     @property
     def tracker(self) -> Any:
         """The Monitor of this run (a NullMonitor before the first `log()` and after `finish()`)."""
-        return self.monitor
+        return self.session.monitor
 
     def store_init_configuration(self, values: dict) -> None:
         # init_trackers calls this before any log(): the Monitor opens with it.
-        self._config.update(values)
+        self.session.config.update(values)
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
         """`values` at `step`; without a step, one past the last one logged (0 first), as a loop
@@ -63,14 +55,8 @@ class GapwatchTracker(GeneralTracker):
         mapped = self._names.metrics({k: v for k, v in values.items() if not isinstance(v, (str, bytes))})
         self._last_step = step
         if mapped:
-            if not self._open:
-                self.monitor = self.spec.open(self._config)
-                self._open = True
-            self.monitor.log(step, mapped)
+            self.session.opened().log(step, mapped)
 
     def finish(self) -> None:
-        if self._open:
-            self.monitor.close(schema.RunStatus.FINISHED)
-        self.monitor = NullMonitor(self.spec.run)
-        self._open = False
+        self.session.close(schema.RunStatus.FINISHED)
         self._last_step = None

@@ -16,9 +16,8 @@ from argparse import Namespace
 from typing import Any
 
 from monitor import schema
-from monitor.client import NullMonitor
 from monitor.integrations.names import KeyMapper, hand_named
-from monitor.integrations.session import RunSpec
+from monitor.integrations.session import LazyRun, RunSpec
 
 try:
     from lightning.pytorch.loggers.logger import Logger
@@ -35,11 +34,8 @@ class GapwatchLogger(Logger):
         `reference_source` (with `reference_profile`) when the store lacks it. `eval_set` names the
         held-out set of `val_loss`. Other keyword arguments go to `Monitor` (project, settings, ...)."""
         super().__init__()
-        self.spec = RunSpec(run, store, reference, reference_source, reference_profile, dict(config or {}),
-                            monitor_args)
-        self.monitor: Any = NullMonitor()
-        self._open = False
-        self._hyperparameters: dict[str, Any] = {}
+        self.session = LazyRun(RunSpec(run, store, reference, reference_source, reference_profile,
+                                       dict(config or {}), monitor_args))
         self._names = KeyMapper(hand_named(eval_set))
 
     @property
@@ -48,24 +44,18 @@ class GapwatchLogger(Logger):
 
     @property
     def version(self) -> str:
-        return self.spec.run
+        return self.session.spec.run
 
     @property
     def experiment(self) -> Any:
         """The Monitor of the current fit (a NullMonitor until the first metric or checkpoint).
         Lightning reads this property while it sets a fit up, before the hyperparameters."""
-        return self.monitor
-
-    def _opened(self) -> Any:
-        if not self._open:
-            self.monitor = self.spec.open(self._hyperparameters)
-            self._open = True
-        return self.monitor
+        return self.session.monitor
 
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         # Lightning calls this as a fit starts, before any metric: the Monitor opens with them.
-        self._hyperparameters.update(vars(params) if isinstance(params, Namespace) else params)
+        self.session.config.update(vars(params) if isinstance(params, Namespace) else params)
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
@@ -73,7 +63,7 @@ class GapwatchLogger(Logger):
         # step (as the Hugging Face Trainer's global_step and ModelCheckpoint's) counts that batch.
         mapped = self._names.metrics(metrics)
         if mapped:
-            self._opened().log(int(step or 0) + 1, mapped)
+            self.session.opened().log(int(step or 0) + 1, mapped)
 
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
@@ -82,13 +72,9 @@ class GapwatchLogger(Logger):
         step = getattr(checkpoint_callback, "_last_global_step_saved", None)
         path = getattr(checkpoint_callback, "_last_checkpoint_saved", None) or checkpoint_callback.last_model_path
         if step is not None:
-            self._opened().event(schema.EventKind.CHECKPOINT, int(step), path=str(path))
+            self.session.opened().event(schema.EventKind.CHECKPOINT, int(step), path=str(path))
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        if self._open:
-            failed = status not in ("success", "finished")
-            self.monitor.close(schema.RunStatus.CRASHED if failed else schema.RunStatus.FINISHED)
-        self.monitor = NullMonitor()
-        self._open = False
-        self._hyperparameters = {}
+        failed = status not in ("success", "finished")
+        self.session.close(schema.RunStatus.CRASHED if failed else schema.RunStatus.FINISHED)

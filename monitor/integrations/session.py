@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor import schema
-from monitor.client import Monitor
+from monitor.client import Monitor, NullMonitor
 from monitor.errors import GapwatchError
 
 log = logging.getLogger("gapwatch.integrations")
@@ -35,6 +35,14 @@ class RunSpec:
     """The run's configuration; the integration adds what it reads from the framework."""
     monitor_args: dict[str, Any] = field(default_factory=dict)
     """Any other `Monitor` argument: project, tokens_per_step, settings, flush_interval_s, ..."""
+
+    @classmethod
+    def of(cls, run: str, store: Any = None, *, reference: str | None = None,
+           reference_source: str | os.PathLike | None = None, reference_profile: str | None = None,
+           config: dict[str, Any] | None = None, **monitor_args: Any) -> RunSpec:
+        """The spec an integration's keyword arguments give: the ones named here, then any
+        `Monitor` argument."""
+        return cls(run, store, reference, reference_source, reference_profile, dict(config or {}), monitor_args)
 
     def __post_init__(self) -> None:
         if self.reference_source is not None and not self.reference:
@@ -63,3 +71,29 @@ class RunSpec:
         finally:
             if store is not self.store:
                 store.close()
+
+
+class LazyRun:
+    """The Monitor of a framework that says its configuration before its first metric (Lightning's
+    hyperparameters, Accelerate's init_trackers): gathered in `config`, the Monitor opens with it
+    at the first metric or checkpoint, and `close()` ends that attempt."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.monitor: Any = NullMonitor(spec.run)
+        self.config: dict[str, Any] = {}
+        self._open = False
+
+    def opened(self) -> Monitor:
+        if not self._open:
+            self.monitor = self.spec.open(self.config)
+            self._open = True
+        return self.monitor
+
+    def close(self, status: schema.RunStatus) -> None:
+        """Close the attempt (when one opened) as `status`; the next metric opens another."""
+        if self._open:
+            self.monitor.close(status)
+        self.monitor = NullMonitor(self.spec.run)
+        self.config = {}
+        self._open = False
