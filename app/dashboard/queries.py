@@ -344,8 +344,8 @@ def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> p
 
 def findings(store: Store, run: str) -> pd.DataFrame:
     """What was found on `run`: its alerts (the watch service's incidents), then the stored
-    detections that no member of an alert (a detector and metric of its story) overlaps (those
-    `gapwatch detect` stored, or recurrences the watch folded into a cool-down), grouped into
+    detections no alert holds (those `gapwatch detect` stored where the watch service alerted on
+    nothing), grouped into
     incidents by the watch service's rule (monitor/alerting/grouping.py) with state "found", or
     "resolved" where the run showed the condition gone later (as `gapwatch detect` lists it).
     Alerts that keep coming back are one row, as `detect` lists a recurring incident (_recurring).
