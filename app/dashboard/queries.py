@@ -345,9 +345,9 @@ def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> p
 def findings(store: Store, run: str) -> pd.DataFrame:
     """What was found on `run`: its alerts (the watch service's incidents), then the stored
     detections no alert holds (those `gapwatch detect` stored where the watch service alerted on
-    nothing), grouped into
-    incidents by the watch service's rule (monitor/alerting/grouping.py) with state "found", or
-    "resolved" where the run showed the condition gone later (as `gapwatch detect` lists it).
+    nothing), grouped into incidents by the watch service's rule (monitor/alerting/grouping.py)
+    with state "found", or "resolved" where the run showed the condition gone later (as
+    `gapwatch detect` lists it).
     Alerts that keep coming back are one row, as `detect` lists a recurring incident (_recurring).
     Columns as `read_alerts`, plus `name`, `story` and `incident_id` (as `gapwatch detect` and the
     notifications give them), `source` ("alert" or "detection"), `count` (detections in the row)
