@@ -40,7 +40,8 @@ LAZY_EXTRA_IMPORTERS = ("app.commands", "app.demo")
 # A trainer integration subclasses its framework's classes, so it imports its framework (its extra)
 # as it loads; only a user's training script imports it, never the core.
 INTEGRATIONS = {"monitor.integrations.transformers": {"transformers"},
-                "monitor.integrations.lightning": {"lightning"}}
+                "monitor.integrations.lightning": {"lightning"},
+                "monitor.integrations.accelerate": {"accelerate"}}
 
 
 def module_name(path: Path) -> str:
