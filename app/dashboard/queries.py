@@ -360,20 +360,22 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     alerts["story"] = [described[i].key[1] if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
     alerts["message"] = [m + also(described[i]) if i in described else m for i, m in zip(alerts["id"], alerts["message"])]
     alerts["spans"] = [[[a, b]] for a, b in zip(alerts["start_step"], alerts["end_step"])]
+    alerted = set(alerts["incident_id"]) - {""}
+    alerts = _recurring(alerts)
     stored = store.read_detections(run)
+    if not stored:
+        return alerts
     progress, cleans = progress_from_marks(run, store.run_marks(run).series), load_cleans(store, run)
     # The stored detections the watch service's tracker puts in an alerted episode (recurrences it
     # folded into a cool-down among them: they told nothing new) are that alert's; so are those an
     # alert's members span (an alert stored before episodes had ids).
-    alerted = set(alerts["incident_id"])
     held = {_identity(d) for i in group(stored, progress, cleans=cleans, fold=False) if i.incident_id in alerted
-            for d in i.detections}
+            for d in i.detections} if alerted else set()
     spans = [(m.detector, m.metric, m.start_step, m.end_step) for a in described.values()
              for m in (a.members.values() or [a])]
     loose = [d for d in stored if _identity(d) not in held and not any(
         d.detector == detector and d.metric == metric and d.start_step <= end and d.end_step >= start
         for detector, metric, start, end in spans)]
-    alerts = _recurring(alerts)
     if not loose:
         return alerts
     incidents = most_severe_first(group(loose, progress, cleans=cleans))
