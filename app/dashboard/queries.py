@@ -22,7 +22,13 @@ from app.figures.markers import DEFAULT_KINDS
 from app.report.downstream_table import downstream_table
 from app.report.pair import ComparedPair
 from app.run_health import STALE_AFTER_S, Judged, health
-from monitor.alerting.grouping import group, most_severe_first, progress_from_marks, recurring_stretches
+from monitor.alerting.grouping import (
+    group,
+    its_spans,
+    most_severe_first,
+    progress_from_marks,
+    recurring_stretches,
+)
 from monitor.alerting.ledger import stored_alerts
 from monitor.judging.align import align_pair
 from monitor.judging.judge import load_cleans
@@ -359,18 +365,25 @@ def findings(store: Store, run: str) -> pd.DataFrame:
     alerts["incident_id"] = [described[i].incident_id if i in described else "" for i in alerts["id"]]
     alerts["story"] = [described[i].key[1] if i in described else d for i, d in zip(alerts["id"], alerts["detector"])]
     alerts["message"] = [m + also(described[i]) if i in described else m for i, m in zip(alerts["id"], alerts["message"])]
-    alerts["spans"] = [[[a, b]] for a, b in zip(alerts["start_step"], alerts["end_step"])]
-    alerted = set(alerts["incident_id"]) - {""}
-    alerts = _recurring(alerts)
     stored = store.read_detections(run)
+    alerted = set(alerts["incident_id"]) - {""}
+    progress, cleans = ((progress_from_marks(run, store.run_marks(run).series), load_cleans(store, run))
+                        if stored else ({}, []))
+    # The stored detections the watch service's tracker puts in an alerted episode (recurrences it
+    # folded into a cool-down among them: they told nothing new) are that alert's, drawn as its bars;
+    # unless the episode of that id is not on the alert's steps (detections judged another way).
+    by_id = {a.incident_id: a for a in described.values()}
+    episodes = {i.incident_id: i for i in group(stored, progress, cleans=cleans, fold=False)
+                if i.incident_id in alerted and i.start_step <= by_id[i.incident_id].end_step
+                and i.end_step >= by_id[i.incident_id].start_step} if stored and alerted else {}
+    alerts["spans"] = [[list(span) for span in its_spans(described[a], episodes[i].detections)] if i in episodes
+                       else [[start, end]] for a, i, start, end in
+                       zip(alerts["id"], alerts["incident_id"], alerts["start_step"], alerts["end_step"])]
+    alerts = _recurring(alerts)
     if not stored:
         return alerts
-    progress, cleans = progress_from_marks(run, store.run_marks(run).series), load_cleans(store, run)
-    # The stored detections the watch service's tracker puts in an alerted episode (recurrences it
-    # folded into a cool-down among them: they told nothing new) are that alert's; so are those an
-    # alert's members span (an alert stored before episodes had ids).
-    held = {_identity(d) for i in group(stored, progress, cleans=cleans, fold=False) if i.incident_id in alerted
-            for d in i.detections} if alerted else set()
+    # So are those an alert's members span (an alert stored before episodes had ids).
+    held = {_identity(d) for i in episodes.values() for d in i.detections}
     spans = [(m.detector, m.metric, m.start_step, m.end_step) for a in described.values()
              for m in (a.members.values() or [a])]
     loose = [d for d in stored if _identity(d) not in held and not any(

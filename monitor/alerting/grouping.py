@@ -61,7 +61,7 @@ class Incident:
     """Median steps between the starts of a recurring incident's episodes when they recur at a
     steady period; None otherwise."""
     episode_spans: tuple[tuple[int, int], ...] = ()
-    """First and last step of each episode of a recurring incident (empty: one episode)."""
+    """The spans of each episode of a recurring incident (empty: one episode, see `spans`)."""
     alert: Alert | None = None
     """The incident as the watch service's tracker holds it (its story, name and members)."""
     resolved: bool = False
@@ -91,8 +91,13 @@ class Incident:
 
     @property
     def spans(self) -> tuple[tuple[int, int], ...]:
-        """First and last step of each of its episodes: where a timeline draws its bars."""
-        return self.episode_spans or ((self.start_step, self.end_step),)
+        """Where a timeline draws its bars: the steps each episode's alert was open, and apart from
+        them each recurrence inside a cool-down (found again, told to nobody; its_spans)."""
+        if self.episode_spans:
+            return self.episode_spans
+        if self.alert is None:
+            return ((self.start_step, self.end_step),)
+        return its_spans(self.alert, self.detections)
 
     @property
     def run(self) -> str:
@@ -159,6 +164,22 @@ def group(detections: Iterable[Detection], progress: Mapping[tuple[str, str | No
     opened = [c.alert for c in changes if c.kind == ChangeKind.OPENED]
     out = [Incident(list(a.detections), alert=a, resolved=a.state == RESOLVED) for a in opened]
     return _fold_recurring(out) if fold else out
+
+
+def its_spans(alert: Alert, detections: Iterable[Detection]) -> tuple[tuple[int, int], ...]:
+    """First and last steps of one episode on a timeline: the steps `alert` was open, and each
+    stretch of `detections` past them (recurrences inside the cool-down after it resolved) as a
+    span of its own, so the clean steps between them are not drawn as the fault. Overlapping or
+    touching spans are one."""
+    spans = sorted([(int(alert.start_step), int(alert.end_step)),
+                    *((int(d.start_step), int(d.end_step)) for d in detections)])
+    merged = [spans[0]]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
 
 
 def recurring_stretches(episodes: Iterable[T], story: Callable[[T], Hashable],

@@ -35,6 +35,7 @@ from monitor.schema import (
     heldout_key,
 )
 from monitor.alerting.grouping import group
+from monitor.alerting.ledger import stored_alerts
 from monitor.jsonutil import dumps
 from monitor.store import Store, open_store, tables
 
@@ -159,9 +160,11 @@ def _write(store: Store, run: str, steps: np.ndarray, series: dict[str, np.ndarr
 def add_alert(store: Store, run: str, detector: str, metric: str, severity: str, start: int, end: int,
               message: str, state: str = "open", evidence: dict | None = None) -> None:
     """An alert row written straight into the alerts table, as the watch service would: its story
-    and members (which name it) come from the watch service's own tracker."""
+    and members (which name it) come from the watch service's own tracker, and it is the next
+    episode of its story on the run."""
     finding = Detection(run, detector, metric, start, end, end, 2.0, Severity(severity), message, evidence or {})
     (incident,) = group([finding])
+    incident.alert.episode = 1 + sum(a.story == incident.alert.story for a in stored_alerts(store, run))
     now = time.time()
     run_id = store.run_id(run)  # before the write transaction: a second connection would wait on it
     with store.engine.begin() as conn:

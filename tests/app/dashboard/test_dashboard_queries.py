@@ -207,6 +207,8 @@ def test_alerts_that_keep_coming_back_are_one_row_of_the_list_and_a_bar_each_on_
         ["NaN or Inf in the run", "resolved", "critical", 150, 150, 1],
         ["loss spikes", "open", "warning", 200, 202, 1]]
     assert rows["message"].iloc[0] == "5 episodes; the latest: spike at 130"
+    # The store's own spike detections (steps 90, 172, 255) hold episodes of the same ids on other
+    # steps: judged apart from these alerts, they are not drawn as theirs.
     assert rows["spans"].iloc[0] == [[s, s + 2] for s in (10, 40, 70, 100, 130)]
     # The timeline draws a bar for each episode, not one across the clean steps between them.
     figure = figures.alerts_timeline(found)
@@ -217,7 +219,8 @@ def test_alerts_that_keep_coming_back_are_one_row_of_the_list_and_a_bar_each_on_
 def test_a_recurrence_the_watch_service_folded_into_a_cool_down_is_its_alerts_not_a_second_row(tmp_path):
     """A loss spike at step 2,000, resolved, and another at 2,400 inside the cool-down after it: the
     watch service tells nothing of the second (it adds nothing), and the page lists one incident,
-    as `detect` does, not the alert beside a "found" row of the same spikes."""
+    as `detect` does, not the alert beside a "found" row of the same spikes. Its timeline draws
+    the second spike where it was, not nothing (nor one bar across the clean steps between)."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     steps = np.arange(1, 4001)
     loss = 3.0 + np.random.default_rng(0).normal(0, 0.01, steps.size)
@@ -230,6 +233,9 @@ def test_a_recurrence_the_watch_service_folded_into_a_cool_down_is_its_alerts_no
         assert sorted(d.start_step for d in store.read_detections("r")) == [2000, 2400]
         found = queries.findings(store, "r")
     assert found[["source", "name", "start_step"]].values.tolist() == [["alert", "loss spikes", 2000]]
+    assert found["spans"][0] == [[2000, 2000], [2400, 2400]]
+    bars = sorted(int(b) for trace in figures.alerts_timeline(found).data for b in trace.base)
+    assert bars == [2000, 2400]
 
 
 def test_one_incident_is_one_row_whatever_detectors_and_metrics_it_holds(tmp_path):

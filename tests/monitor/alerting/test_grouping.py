@@ -32,6 +32,8 @@ def test_one_incident_per_episode_with_its_count_and_worst_detection():
     first, second = group(found, config=CONFIG)
     assert (first.count, first.start_step, first.end_step) == (4, 1000, 1400)
     assert first.worst.start_step == 1050 and first.severity is Severity.WARNING
+    # A timeline draws where the alert was open, and the recurrence apart: not the clean steps between.
+    assert first.spans == ((1000, 1120), (1400, 1400)) and second.spans == ((5000, 5010),)
     assert (second.count, second.start_step) == (2, 5000)
 
 
