@@ -18,7 +18,13 @@ Rules:
   file's name begins with), each later one begins above the step the first began at; its tags are
   read as one run's, under the restart rule below. Launches that each begin where the first did
   (a sweep, a run started again from scratch) are separate runs, and importing their parent is
-  refused with their names: one run is imported from its own folder.
+  refused with their names: one run is imported from its own folder. A launch folder with no
+  scalar (a job that died before its first log) is left out, with a note.
+* Where a launch began and whether a tag went back leave out the metrics an hparams record
+  declares: Lightning logs its `hp_metric` placeholder at step 0 in every launch.
+* Files are read in the order they were written, so a process that resumed in the run's own
+  folder is one restart however many subfolders it wrote to. The subfolder torch's `add_hparams`
+  names by the time of the call prefixes nothing.
 * A tag logged at a step lower than its previous one, or at the same step in a later file, is a
   restart (TensorBoard's own rule for resumed runs): a new attempt starts, its values win, and a
   `restart` event records it. The same tag twice at one step of one file (Lightning logs `epoch`
@@ -30,6 +36,7 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -79,34 +86,43 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     folders = {f.parent for f in files}
     launches = training_runs(folders) if root.is_dir() else [root.parent]
     launch_of = {f: next(t for t in launches if t == f.parent or t in f.parent.parents) for f in files}
+    notes = []
     if len(launches) > 1:
+        starts = {t: _launch_start(sorted((f for f in files if launch_of[f] == t), key=_written_order))
+                  for t in launches}
+        empty = [t for t in launches if starts[t] is None]
+        if empty and len(empty) < len(launches):
+            notes.append(f"{path}: left out {len(empty)} launch folder(s) with no scalars (stopped before the "
+                         f"first was logged): " + ", ".join(t.relative_to(root).as_posix() for t in empty))
+            launches = [t for t in launches if starts[t] is not None]
+            files = [f for f in files if launch_of[f] in launches]
         launches = sorted(launches, key=lambda t: _created(next(f for f in files if launch_of[f] == t)))
-        if not _resumed(launches, [next(f for f in files if launch_of[f] == t) for t in launches]):
+        if len(launches) > 1 and not empty and not _resumed([starts[t] for t in launches]):
             listed = ", ".join(t.relative_to(root).as_posix() for t in launches[:10])
             raise GapwatchError(f"{path}: a TensorBoard folder of {len(launches)} training runs "
                                 f"({listed}{' ...' if len(launches) > 10 else ''}): import one run from its "
                                 f"own folder, such as {launches[0]}")
-        files = sorted(files, key=lambda f: (launches.index(launch_of[f]), str(f.parent), f.name))
+    # In the order they were written, launch by launch: a process that resumed in the same folder
+    # wrote a file in each of its subfolders (torch's add_scalars), after all of the earlier one's.
+    files = sorted(files, key=lambda f: (launches.index(launch_of[f]), *_written_order(f)))
     steps, keys, values, attempts, walls, events = [], [], [], [], [], []
     last_step: dict[str, int] = {}
     attempt = 1
     last_file: dict[str, Path] = {}
     skipped: dict[str, int] = {}
     settings: dict[str, object] = {}
-    notes = []
+    declared: set[str] = set()  # an hparams record's metrics: a resumed launch logs them again at step 0
     for file in files:
-        prefix = ""
-        if len(folders) > 1 and root.is_dir():  # relative to its launch's own folder, however deep
-            rel = file.parent.relative_to(launch_of[file]).as_posix()
-            prefix = "" if rel == "." else rel + "/"
+        prefix = _prefix(file.parent, launch_of[file]) if len(folders) > 1 and root.is_dir() else ""
         cut: list[str] = []
-        for step, tag, scalar, wall in _scalars(file, cut, settings):
+        for step, tag, scalar, wall in _scalars(file, cut, settings, declared):
+            restarts = tag not in declared
             tag = prefix + tag
             if scalar is None:
                 skipped[tag] = skipped.get(tag, 0) + 1
                 continue
             previous = last_step.get(tag)
-            if previous is not None and (step < previous or (step == previous and last_file[tag] != file)):
+            if restarts and previous is not None and (step < previous or (step == previous and last_file[tag] != file)):
                 attempt += 1
                 last_step.clear()
                 events.append({
@@ -153,18 +169,49 @@ def _created(file: Path) -> float:
         return file.stat().st_mtime
 
 
-def _resumed(launches: list[Path], first_files: list[Path]) -> bool:
-    """Whether launch folders, in the order they were started, are one run resumed again and again:
-    each later one begins above the step the first began at (from a checkpoint), where a new run
-    of a sweep or a second launch from scratch begins where the first did."""
-    firsts = [next((step for step, _, value, _ in _scalars(f, []) if value is not None), None) for f in first_files]
-    return None not in firsts and all(later > firsts[0] for later in firsts[1:])
+def _written_order(file: Path) -> tuple:
+    return (_created(file), str(file.parent), file.name)
 
 
-def _scalars(file: Path, cut: list[str], settings: dict | None = None):
+def _prefix(folder: Path, launch: Path) -> str:
+    """The prefix of the tags of an event file in `folder`: its path in its launch's own folder,
+    however deep, as TensorBoard names that run. Leaves out the folder torch's `add_hparams`
+    writes its metrics to, named by the time it was called (`str(time.time())`), which would make
+    every run's keys its own."""
+    parts = [p for p in folder.relative_to(launch).parts if not re.fullmatch(r"\d+\.\d+", p)]
+    return "".join(p + "/" for p in parts)
+
+
+def _launch_start(files: list[Path]) -> int | None:
+    """The step a launch began at: the first at which it logged a scalar other than the metrics
+    an hparams record declares (Lightning's TensorBoardLogger logs an `hp_metric` placeholder at
+    step 0 in every launch, a resumed one too, and declares it in the records that follow it at
+    that step). None for a launch with no scalars."""
+    declared: set[str] = set()
+    at, tags = None, []  # the step being read, and the tags of the scalars logged at it
+    for file in files:
+        for step, tag, value, _ in _scalars(file, [], declared=declared):
+            if value is None:
+                continue
+            if step != at:
+                if set(tags) - declared:
+                    return at
+                at, tags = step, []
+            tags.append(tag)
+    return at if set(tags) - declared else None
+
+
+def _resumed(starts: list[int]) -> bool:
+    """Whether launches beginning at `starts`, in the order they were started, are one run resumed
+    again and again: each later one begins above the step the first began at (from a checkpoint),
+    where a new run of a sweep or a second launch from scratch begins where the first did."""
+    return all(later > starts[0] for later in starts[1:])
+
+
+def _scalars(file: Path, cut: list[str], settings: dict | None = None, declared: set[str] | None = None):
     """(step, tag, value or None for a summary that is not a scalar, wall time) of every summary
     value in one event file, in file order; the hyperparameters of an hparams session start are
-    added to `settings`."""
+    added to `settings`, and the metric tags its experiment declares to `declared`."""
     from tensorboard import data_compat
     from tensorboard.compat.proto import event_pb2
     from tensorboard.util import tensor_util
@@ -178,8 +225,12 @@ def _scalars(file: Path, cut: list[str], settings: dict | None = None):
             continue
         event = data_compat.migrate_event(event)
         for value in event.summary.value:
-            if settings is not None and value.metadata.plugin_data.plugin_name == "hparams":
-                settings.update(_session_hparams(value.metadata.plugin_data.content))
+            if value.metadata.plugin_data.plugin_name == "hparams":
+                data = _hparams_data(value.metadata.plugin_data.content)
+                if settings is not None:
+                    settings.update(_session_hparams(data))
+                if declared is not None and data is not None and data.WhichOneof("data") == "experiment":
+                    declared.update(m.name.tag for m in data.experiment.metric_infos)
             yield int(event.step), value.tag, _scalar(value, tensor_util), event.wall_time
 
 
@@ -199,17 +250,21 @@ def _scalar(value, tensor_util) -> float | None:
     return float(array.reshape(()).item())
 
 
-def _session_hparams(content: bytes) -> dict[str, object]:
-    """name -> value of the hyperparameters an hparams plugin record starts a session with ({} for
-    its other records: the experiment's layout, the session's end)."""
+def _hparams_data(content: bytes):
+    """An hparams plugin record (HParamsPluginData), or None for one that does not parse."""
     from google.protobuf.message import DecodeError
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     try:
-        data = plugin_data_pb2.HParamsPluginData.FromString(content)
+        return plugin_data_pb2.HParamsPluginData.FromString(content)
     except DecodeError:
-        return {}
-    if data.WhichOneof("data") != "session_start_info":
+        return None
+
+
+def _session_hparams(data) -> dict[str, object]:
+    """name -> value of the hyperparameters an hparams plugin record starts a session with ({} for
+    its other records: the experiment's layout, the session's end)."""
+    if data is None or data.WhichOneof("data") != "session_start_info":
         return {}
     out: dict[str, object] = {}
     for name, value in data.session_start_info.hparams.items():

@@ -4,6 +4,7 @@ scalars) and TensorBoard's own event writer with TF2-style tensor scalars, as Ma
 from __future__ import annotations
 
 import math
+import time
 import re
 
 import numpy as np
@@ -312,3 +313,74 @@ def test_a_run_without_hyperparameters_has_no_config(tmp_path):
     writer.add_scalar("train_loss", 3.0, 1)
     writer.close()
     assert load(tmp_path).config == {}
+
+
+def _lightning_launch(root, version: int, steps: range) -> None:
+    """One launch as Lightning's TensorBoardLogger writes it (lightning_logs/version_N): its
+    hyperparameters, with the `hp_metric` placeholder it logs at step 0 in every launch, then a
+    training loss."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    logger = TensorBoardLogger(str(root), version=version)
+    logger.log_hyperparams({"lr": 0.01})
+    for step in steps:
+        logger.log_metrics({"train_loss": 3.0 - step * 0.001}, step=step)
+    logger.finalize("success")
+
+
+def test_a_lightning_run_resumed_from_its_checkpoint_is_one_run(tmp_path):
+    # Killed after step 99 and resumed from its step-50 checkpoint: version_1 begins at step 50,
+    # after an hp_metric at step 0, which says nothing of where the launch began.
+    _lightning_launch(tmp_path, 0, range(0, 100))
+    time.sleep(1.1)  # event file names tell launches apart by the second they were created in
+    _lightning_launch(tmp_path, 1, range(50, 200))
+    run = load(tmp_path / "lightning_logs")
+    assert run.attempts == 2
+    assert [(e["step"], e["kind"]) for e in run.events] == [(50, "restart")]
+    loss = run.to_run_data("lit").series(schema.TRAIN_LOSS)
+    assert len(loss) == 200 and loss.loc[60] == pytest.approx(2.94)
+    # Two runs started from scratch are still two runs.
+    _lightning_launch(tmp_path / "sweep", 0, range(0, 100))
+    time.sleep(1.1)
+    _lightning_launch(tmp_path / "sweep", 1, range(0, 100))
+    with pytest.raises(GapwatchError, match="a TensorBoard folder of 2 training runs"):
+        load(tmp_path / "sweep" / "lightning_logs")
+
+
+def test_a_launch_that_logged_no_scalar_is_left_out_with_a_note(tmp_path):
+    # The Hugging Face Trainer writes its arguments as text when training begins; a job that
+    # died before its first log left only that.
+    writer = SummaryWriter(str(tmp_path / "runs" / "Dec06_10-00-00_host"))
+    writer.add_text("args", "{}")
+    writer.close()
+    time.sleep(1.1)
+    _launch(tmp_path / "runs" / "Dec06_10-05-00_host")
+    run = load(tmp_path / "runs")
+    assert run.name_hint == "Dec06_10-05-00_host" and run.attempts == 1
+    assert any("left out 1 launch folder(s) with no scalars" in n and "Dec06_10-00-00_host" in n for n in run.notes)
+    assert run.to_run_data("r").series(schema.TRAIN_LOSS).loc[100] == pytest.approx(2.0)
+
+
+def test_a_restart_in_a_folder_with_add_scalars_subfolders_is_one_restart(tmp_path):
+    # A second process resumed in the same folder from step 61: torch's add_scalars wrote files
+    # in loss_train/ and loss_val/ for each process, after the root folder's.
+    _launch(tmp_path, 0.0)
+    time.sleep(1.1)
+    _launch(tmp_path, 0.5, start=61)
+    run = load(tmp_path)
+    assert run.attempts == 2 and [e["step"] for e in run.events] == [61]
+    data = run.to_run_data("r")
+    assert set(data.repeats.loc[data.repeats["attempt"] == 2, "step"]) == set(range(61, 101))
+    assert data.series(schema.TRAIN_LOSS).loc[61] == pytest.approx(2.89)
+
+
+def test_the_metrics_of_add_hparams_are_keyed_by_name_not_by_the_time_of_the_call(tmp_path):
+    # torch writes them to a subfolder named str(time.time()).
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(10):
+        writer.add_scalar("train/loss", 3.0 - step * 0.01, step)
+    writer.add_hparams({"lr": 1e-3}, {"hparam/final_loss": 2.0})
+    writer.close()
+    run = load(tmp_path)
+    assert "hparam/final_loss" in run.to_run_data("r").scalars.columns
+    assert run.config == {"lr": pytest.approx(1e-3)}
