@@ -26,9 +26,10 @@ from .profiles import Profile, Rule, resolve_profile
 HELDOUT_WORDS = ("val", "valid", "validation", "eval", "test", "heldout")
 TRAIN_WORDS = ("train", "training", "lm", "total")
 TOKEN_KEYS = ("train/num_input_tokens_seen", "tokens", "train/tokens_seen")
-# Words that say where a series was logged, not what it is ("optim/learning_rate", "train/lr").
+# Words that say where or when a series was logged, not what it is ("optim/learning_rate",
+# "train/lr", Keras' "epoch_learning_rate").
 PLACE_WORDS = ("train", "training", "trainer", "optim", "optimizer", "perf", "runtime", "timers",
-               "throughput", "elapsed")
+               "throughput", "elapsed", "epoch")
 LR_WORDS = (("lr",), ("learning", "rate"))
 GRAD_NORM_WORDS = (("grad", "norm"), ("gradient", "norm"))
 # The words a rate of tokens per second ends with ("tokens_per_second", "train/tok/s", "tps"); one
@@ -164,14 +165,16 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
     if step_time_scale(name) is not None:
         return schema.PERF_STEP_TIME_S, "name: the time a step took"
     held = [x for x in w if x in HELDOUT_WORDS]
-    twin = lightning_twin(name)
+    twin = loss_twin(name)
     if twin == "step" and not held:
-        return schema.TRAIN_LOSS, "name: Lightning's per-step twin of a training loss"
+        return schema.TRAIN_LOSS, "name: a training loss logged at each step, beside its mean over an epoch"
     if twin == "epoch" and held:
-        dataset = "_".join(x for x in w[:-1] if x not in HELDOUT_WORDS and x != "loss") or held[0]
-        return schema.heldout_key(dataset), "name: Lightning's mean over the held-out set"
+        dataset = "_".join(x for x in w if x not in HELDOUT_WORDS and x not in ("loss", "epoch")) or held[0]
+        return schema.heldout_key(dataset), "name: the mean over the held-out set"
     if twin == "epoch":
-        return None  # a training loss's mean over an epoch: kept under its own name
+        if any(loss_twin(o) == "step" and not set(words(o)) & set(HELDOUT_WORDS) for o in cadence):
+            return None  # a training loss's mean over an epoch beside its per-step values: its own name
+        return schema.TRAIN_LOSS, "name: a training loss's mean over each epoch, the only one logged"
     # The loss named first is as common ("Loss/train", "Loss/test" in torch's TensorBoard docs).
     if "loss" not in w or "loss" not in (w[0], w[-1]):
         return None
@@ -220,6 +223,16 @@ def lightning_twin(name: str) -> str | None:
     (`self.log(name, on_step=True, on_epoch=True)` stores name_step and name_epoch), else None."""
     w = words(name)
     return w[-1] if len(w) >= 2 and w[-2] == "loss" and w[-1] in ("step", "epoch") else None
+
+
+def loss_twin(name: str) -> str | None:
+    """"step" or "epoch" for a loss logged per step or as its mean over each epoch, as Lightning
+    names them (lightning_twin) or Keras' TensorBoard callback does (`batch_loss` with
+    `update_freq="batch"`, `epoch_loss` in its train/ and validation/ folders), else None."""
+    w = words(name)
+    if len(w) >= 2 and w[-1] == "loss" and w[-2] in ("batch", "epoch"):
+        return "step" if w[-2] == "batch" else "epoch"
+    return lightning_twin(name)
 
 
 def _validation_batches(name: str) -> bool:

@@ -62,6 +62,19 @@ def test_lightnings_step_and_epoch_twins_of_a_loss():
     assert infer("lr-AdamW", cad) == (schema.OPTIM_LR, "name: Lightning's lr-<optimizer>")
 
 
+def test_keras_losses_per_epoch_and_per_batch():
+    # Keras' TensorBoard callback: epoch_<metric> in train/ and validation/ at each epoch, and
+    # batch_<metric> at each batch with update_freq="batch".
+    per_epoch = _cadence(**{"train/epoch_loss": (1, 10), "train/epoch_learning_rate": (1, 10),
+                            "validation/epoch_loss": (1, 10)})
+    assert infer("train/epoch_loss", per_epoch)[0] == schema.TRAIN_LOSS  # the only training loss
+    assert infer("validation/epoch_loss", per_epoch)[0] == schema.heldout_key("validation")
+    assert infer("train/epoch_learning_rate", per_epoch)[0] == schema.OPTIM_LR
+    per_batch = {**per_epoch, **_cadence(**{"train/batch_loss": (1, 1000)})}
+    assert infer("train/batch_loss", per_batch)[0] == schema.TRAIN_LOSS
+    assert infer("train/epoch_loss", per_batch) is None  # its mean over each epoch, under its own name
+
+
 @pytest.mark.parametrize("name", ["tokens_per_second", "train/tokens_per_sec", "throughput/tok/s", "tps",
                                   "Tokens/s"])
 def test_a_rate_of_tokens_per_second_is_throughput(name):
