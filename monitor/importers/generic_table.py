@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .formats import Format
+from .formats import Format, Probe
 from .generic_rows import MAX_COLUMNS, MAX_NESTING, STEP_FIELDS, step_field
 from .imported_run import ImportedRun
+from .lightning_csv import holds_logs
 from .table_stream import TableStream
 
 # A .json file that is not one JSON document (not lm-eval results, see `lm_eval_json`) is JSON Lines.
@@ -52,9 +53,16 @@ def parse_generic_csv(path: str | Path, step_key: str | None = None) -> Imported
 JSONL = Format("jsonl", lambda source, options: parse_jsonl(source, step_key=options.step_key),
                lambda probe: probe.suffix in JSONL_SUFFIXES or probe.head.lstrip().startswith("{"),
                streamed=True)
+def _is_csv(probe: Probe) -> bool:
+    """A .csv or .tsv file, or a Lightning CSVLogger folder (its metrics.csv: `lightning_csv`)."""
+    if probe.is_dir:
+        return holds_logs(probe.path)
+    return probe.suffix in (".csv", ".tsv")
+
+
 # After `wandb-csv` in the registry: a CSV that is not a W&B export.
 CSV = Format("csv", lambda source, options: parse_generic_csv(source, step_key=options.step_key),
-             lambda probe: probe.suffix in (".csv", ".tsv"), streamed=True)
+             _is_csv, streamed=True)
 
 __all__ = ["CSV", "JSONL", "JSONL_SUFFIXES", "MAX_COLUMNS", "MAX_NESTING", "STEP_FIELDS", "parse_generic_csv", "parse_jsonl",
            "step_field", "stream_table"]

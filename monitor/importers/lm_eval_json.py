@@ -11,10 +11,12 @@ and an `all` entry averaging every task, which is left out: it is no task of its
 
 Each value becomes `eval/downstream/<task>/<metric>` (a filter other than `none` is appended to the
 metric: `exact_match_strict-match`), its standard error `.../stderr`, its sample count `.../n`.
-The step comes from `revision=stepN` (or `global_stepN`) in `config.model_args`, as the harness
-records the checkpoint it loaded, else from the checkpoint folder `pretrained=` names
-(`checkpoint-N` of the Hugging Face Trainer, `stepN` of OLMo, `iter_N` of Megatron-LM,
-`global_stepN` of DeepSpeed), unless the caller gives one. Values that are not numbers (`N/A`
+The step comes from the `revision=` in `config.model_args`, as the harness records the checkpoint
+it loaded, else from the checkpoint folder `pretrained=` names, unless the caller gives one. Either
+is a checkpoint's name (see `_step_in_name`): Pythia's `step1000`, OLMo's `step20000-tokens84B`,
+OLMo 2's `stage1-step928646-tokens3896B`, SmolLM2's `step-125000`; folders `checkpoint-N` of the
+Hugging Face Trainer, `stepN-unsharded` of OLMo, `iter_N` of Megatron-LM, `global_stepN` of
+DeepSpeed. Values that are not numbers (`N/A`
 standard errors) are left out. In a folder, two files that give different values for the same
 step and metric are an error naming both.
 """
@@ -34,10 +36,15 @@ from .formats import Format, Probe
 from .imported_run import ImportedRun, scalars_frame
 from .input_checks import RepeatedName, UnfitNumber, loads, shown
 
-_REVISION = re.compile(r"(?:^|[,\s])revision=(?:global_)?step(\d+)(?:$|[,\s])")
+_REVISION = re.compile(r"(?:^|[,\s])revision=([^,\s]+)")
 # A checkpoint folder in the path the model was loaded from: its last such part.
 _PRETRAINED = re.compile(r"(?:^|[,\s])pretrained=([^,\s]+)")
-_CHECKPOINT_DIR = re.compile(r"^(?:checkpoint-|global_step|step|iter_)(\d+)(?:-[A-Za-z]+)*$")
+# The parts of a checkpoint's name (split at "-") that hold its step: `step1000`, `global_step1000`,
+# `iter_0001000`; or the word `step` or `checkpoint` with the step as the next part (`step-125000`,
+# `checkpoint-2000`).
+_STEP_PART = re.compile(r"(?:global_step|step|iter_)([0-9]+)")
+_STEP_WORDS = ("step", "checkpoint")
+_DIGITS = re.compile(r"[0-9]+")
 _STDERR_SUFFIX = "_stderr"
 # Bookkeeping fields of a task's results, not metrics (lm-eval 0.4 writes them beside the metrics).
 _NOT_METRICS = {"alias", "name", "sample_len", "sample_count"}
@@ -177,21 +184,41 @@ def _model_name(docs: list[dict]) -> str | None:
             m = _PRETRAINED.search(_model_args(doc))
             name = m.group(1) if m else None
         hub_id = (name is not None and not name.startswith(("/", ".", "~")) and name.count("/") <= 1
-                  and not any(_CHECKPOINT_DIR.match(part) for part in name.split("/")))
+                  and not any(_step_in_name(part) for part in name.split("/")))
         names.add(name if hub_id else None)
     return names.pop() if len(names) == 1 else None
 
 
+def _step_in_name(name: str) -> str | None:
+    """The digits of the step a checkpoint's name gives, or None. Of the name's parts (split at
+    "-"), exactly one may give a step; the others are labels (`stage1`, `ingredient2`,
+    `tokens3896B`, `unsharded`, `2BT`), so a token count or a model size (`7B`) is never taken for
+    it, and a name with two steps in it (`step5-step6`) names no checkpoint."""
+    parts = name.split("-")
+    found = []
+    for i, part in enumerate(parts):
+        if m := _STEP_PART.fullmatch(part):
+            found.append(m.group(1))
+        elif part in _STEP_WORDS and i + 1 < len(parts) and _DIGITS.fullmatch(parts[i + 1]):
+            found.append(parts[i + 1])
+    return found[0] if len(found) == 1 else None
+
+
 def _step_of(file: Path, doc: dict) -> int:
     args = _model_args(doc)
-    m = _REVISION.search(str(args))
-    digits = m.group(1) if m else _checkpoint_folder(str(args))
+    m = _REVISION.search(args)
+    revision = m.group(1) if m else None
+    digits = _step_in_name(revision) if revision else None
+    named = f"revision {shown(revision)}"
     if digits is None:
-        raise GapwatchError(
-            f"{file}: no revision=stepN in config.model_args, nor a checkpoint folder in its path "
-            f"({shown(str(args))}): give the step (--step)"
-        )
-    named = f"revision {shown('step' + digits)}" if m else f"checkpoint folder {shown(digits)}"
+        folder = _checkpoint_folder(args)
+        if folder is None:
+            raise GapwatchError(
+                f"{file}: no step in config.model_args' revision, nor a checkpoint folder in its path "
+                f"({shown(args)}): give the step (--step)"
+            )
+        digits, named = _step_in_name(folder), f"checkpoint folder {shown(folder)}"
+    digits = digits.lstrip("0") or "0"  # zero-padded names (`step-001000-2BT`)
     if len(digits) > len(str(schema.MAX_STEP)) or int(digits) > schema.MAX_STEP:
         raise GapwatchError(f"{file}: the step of {named} is beyond the "
                             f"largest step a store keeps ({schema.MAX_STEP})")
@@ -199,11 +226,11 @@ def _step_of(file: Path, doc: dict) -> int:
 
 
 def _checkpoint_folder(args: str) -> str | None:
-    """The step of the last checkpoint folder in `pretrained=`'s path (out/checkpoint-2000)."""
+    """The last folder in `pretrained=`'s path that names a checkpoint (out/checkpoint-2000)."""
     m = _PRETRAINED.search(args)
     parts = re.split(r"[/\\]", m.group(1)) if m else []
-    steps = [c.group(1) for part in parts if (c := _CHECKPOINT_DIR.match(part))]
-    return steps[-1] if steps else None
+    named = [part for part in parts if _step_in_name(part)]
+    return named[-1] if named else None
 
 
 def _metrics(file: Path, doc: dict):

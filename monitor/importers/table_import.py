@@ -105,7 +105,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
         axis = StepAxisInParts(step_key)
     elif fmt != "wandb-csv":
         stream = TableStream(source, fmt, step_key=step_key)
-    source_id = str(Path(source).resolve())  # the same file wherever it is imported from
+    # The same file wherever it is imported from (a Lightning version folder is its metrics.csv).
+    source_id = str(Path(stream.source).resolve())
     names: dict[str, None] = {}
     mapper: NameMapper | None = None
     tokens = TokensPerStep()

@@ -38,6 +38,7 @@ from .generic_rows import (
     KEY_FIELDS, LONG_VALUE_FIELD, MAX_COLUMNS, MAX_NESTING, TIME_FIELDS, RowBuilder, step_field,
 )
 from .hparams_file import read_hparams
+from .lightning_csv import run_logs
 from .imported_run import ImportedRun, scalars_frame
 from .csv_cells import cell_numbers, leading_spaces_cut, numbers, plain_numbers, whole_steps
 from .input_checks import UnfitNumber, loads, repeated_name, shown
@@ -87,15 +88,23 @@ class _Rows:
 
 class TableStream:
     """One JSONL or CSV log. `chunks()` yields long frames (step, key, value, attempt, wall_time)
-    with the source's names; once it is exhausted, `events` and `notes` are complete."""
+    with the source's names; once it is exhausted, `events` and `notes` are complete.
+
+    A CSV log may be named by a Lightning CSVLogger folder (`lightning_csv`): its metrics.csv, or
+    the logs of a run resumed in several version folders, read one after the other."""
 
     def __init__(self, path: str | Path, fmt: str, step_key: str | None = None,
                  chunk_rows: int | None = None) -> None:
         if fmt not in ("jsonl", "csv"):
             raise ValueError(f"not a table format: {fmt}")
-        self.path = Path(path)
+        given = Path(path)
+        self.files = run_logs(given, step_key) if fmt == "csv" and given.is_dir() else [given]
+        self.path = self.files[0]  # the file being read
         self.fmt = fmt
-        self.source = str(self.path)
+        # A version folder's log is the same source as its metrics.csv named itself.
+        self.source = str(given if len(self.files) > 1 else self.path)
+        # The run's folder, as TensorBoard's version folders are named.
+        self.name_hint = self.path.parent.name if given.is_dir() else given.stem
         self.step_key = step_key
         self.chunk_rows = chunk_rows or CHUNK_ROWS
         self.builder = RowBuilder(self.source)
@@ -103,14 +112,12 @@ class TableStream:
         # Lightning's CSVLogger writes the run's hyperparameters beside metrics.csv.
         self.config, self._unread_config = read_hparams(self.path.parent)
         self.bytes_read = 0
+        self._bytes_before = 0  # the sizes of the files read before `path`
         self._names = NameCodes()
         self._repeated = 0
         self._first_repeat: tuple[str, int] | None = None
         self._partial_line: int | None = None
-
-    @property
-    def name_hint(self) -> str:
-        return self.path.stem
+        self._unnamed: list[str] = []
 
     @property
     def events(self) -> list[dict]:
@@ -118,20 +125,30 @@ class TableStream:
 
     @property
     def bytes_total(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except OSError:
-            return 0
+        return sum(map(_size, self.files))
 
     def chunks(self) -> Iterator[pd.DataFrame]:
-        blocks = self._jsonl_blocks() if self.fmt == "jsonl" else self._csv_blocks()
         rows = 0
-        for frame in step_chunks(blocks, self.chunk_rows, self._frame):
+        for frame in step_chunks(self._blocks(), self.chunk_rows, self._frame):
             rows += len(frame)
             yield frame
         if not rows:
             raise GapwatchError(f"{self.source}: no metric values found")
         self.notes = self._final_notes()
+
+    def _blocks(self) -> Iterator[_Rows]:
+        """Each file's blocks in turn: the attempts and last steps carry on from one to the next,
+        so a resumed launch that goes back is a restart."""
+        for path in self.files:
+            self.path = path
+            self.builder.source = str(path)  # a bad line is named in its own file
+            told = len(self.events)
+            yield from self._jsonl_blocks() if self.fmt == "jsonl" else self._csv_blocks()
+            if len(self.files) > 1:  # a restart's line is in its launch's own file
+                for event in self.events[told:]:
+                    event["payload"]["file"] = f"{path.parent.name}/{path.name}"
+            self._bytes_before += _size(path)
+            self.bytes_read = self._bytes_before
 
     def collect(self) -> ImportedRun:
         """The whole log as one ImportedRun (what `load` returns)."""
@@ -164,7 +181,10 @@ class TableStream:
         return frame
 
     def _final_notes(self) -> list[str]:
-        notes = [n for n in [self.builder.skipped_note(), self._unread_config] if n]
+        notes = [n for n in [self.builder.skipped_note(), self._unread_config] if n] + self._unnamed
+        if len(self.files) > 1:
+            notes.append(f"{self.source}: {len(self.files)} launches of one run, each resumed where an earlier "
+                         "one had got to: " + ", ".join(f.parent.name for f in self.files))
         if self._repeated:
             key, step = self._first_repeat
             notes.append(f"{self.source}: {self._repeated:,} values of a metric at a step a later line "
@@ -309,18 +329,24 @@ class TableStream:
     # --- CSV -----------------------------------------------------------------------------------
     def _csv_blocks(self) -> Iterator[_Rows]:
         header = _csv_header(self.path)
+        # A column without a name is no series (pandas' to_csv writes its index so): left out.
+        named = [i for i, h in enumerate(header) if h.strip()]
+        if len(named) < len(header):
+            at = ", ".join(str(i + 1) for i in range(len(header)) if i not in named)
+            self._unnamed.append(f"{self.path}: column {at} has no name (as the index pandas' to_csv "
+                                 "writes): left out")
         rows = 0
         if _arrow_reads(self.path, header):
-            for batch in self._arrow_batches(header):
+            for batch in self._arrow_batches(header, [header[i] for i in named]):
                 if batch is None:
                     break  # pyarrow cannot read on from here: pandas does, from the same row
                 yield self._csv_block(batch, 2 + rows)
                 rows += batch.num_rows
             else:
                 return
-        yield from self._pandas_csv_blocks(len(header), rows)
+        yield from self._pandas_csv_blocks(len(header), rows, named if header else None)
 
-    def _arrow_batches(self, header: list[str]) -> Iterator[pa.RecordBatch | None]:
+    def _arrow_batches(self, header: list[str], named: list[str]) -> Iterator[pa.RecordBatch | None]:
         """Blocks of the file as columns of text, parsed by pyarrow; None where it refuses the
         rest (a row of another width, a line break inside quotes, bad UTF-8) or reaches a block
         with a blank line (a row of empty cells to pyarrow, none to pandas), so that every row
@@ -331,12 +357,12 @@ class TableStream:
                 parse_options=pa_csv.ParseOptions(delimiter=separator(self.path), ignore_empty_lines=False),
                 # Every cell as text: cells are checked as text (csv_cells).
                 convert_options=pa_csv.ConvertOptions(column_types={h: pa.string() for h in header},
-                                                      strings_can_be_null=False),
+                                                      include_columns=named, strings_can_be_null=False),
                 memory_pool=pa.system_memory_pool())
         except (OSError, pa.ArrowInvalid):
             yield None
             return
-        total = self.bytes_total
+        total = self._bytes_before + _size(self.path)
         while True:
             try:
                 batch = reader.read_next_batch()
@@ -352,8 +378,9 @@ class TableStream:
             self.bytes_read = min(total, self.bytes_read + CSV_BLOCK_BYTES)
             yield batch
 
-    def _pandas_csv_blocks(self, width: int, skip: int) -> Iterator[_Rows]:
-        """The file's rows after the first `skip`, read by pandas in blocks of whole rows."""
+    def _pandas_csv_blocks(self, width: int, skip: int, named: list[int] | None) -> Iterator[_Rows]:
+        """The file's rows after the first `skip`, read by pandas in blocks of whole rows, of the
+        columns `named` (None: all)."""
         try:
             fh = open(self.path, "rb")
         except OSError as exc:
@@ -362,7 +389,7 @@ class TableStream:
             try:
                 reader = pd.read_csv(fh, dtype=str, keep_default_na=False, na_values=[],
                                      skipinitialspace=True, sep=separator(self.path),
-                                     encoding="utf-8", skiprows=range(1, skip + 1),
+                                     encoding="utf-8", skiprows=range(1, skip + 1), usecols=named,
                                      chunksize=max(1, self.chunk_rows // max(width, 1)))
             except pd.errors.EmptyDataError:
                 raise GapwatchError(f"{self.path}: empty file") from None
@@ -374,7 +401,7 @@ class TableStream:
                     table = next(reader, None)
                 except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
                     raise self._csv_error(exc) from None
-                self.bytes_read = fh.tell()
+                self.bytes_read = self._bytes_before + fh.tell()
                 if table is None:
                     break
                 yield self._frame_block(table, line)
@@ -542,6 +569,13 @@ def _csv_values(cells: pd.Series, strict: bool):
     except ValueError:
         pass
     return cell_numbers(list(text), logged, strict)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _csv_header(path: Path) -> list[str]:

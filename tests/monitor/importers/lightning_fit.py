@@ -7,9 +7,11 @@ val_loss_epoch); LearningRateMonitor logs `lr-AdamW`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 STEPS, LOG_EVERY, EPOCHS = 150, 5, 3
@@ -35,12 +37,16 @@ class Regression(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=0.01)
 
 
-def fit(loggers: list, val_on_step: bool) -> None:
+def fit(loggers: list, val_on_step: bool, epochs: int = EPOCHS, checkpoints: Path | None = None,
+        ckpt_path: Path | None = None) -> None:
+    """checkpoints: keep a checkpoint of every epoch there (`epoch=0-step=50.ckpt`, ...);
+    ckpt_path: resume from that checkpoint, as a job relaunched after a crash does."""
     torch.manual_seed(0)
     x = torch.randn(STEPS // EPOCHS * 4, 8)
     train = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
     val = DataLoader(TensorDataset(x[:32], x[:32].sum(1, keepdim=True)), batch_size=8)
-    trainer = L.Trainer(max_epochs=EPOCHS, log_every_n_steps=LOG_EVERY, limit_val_batches=2, num_sanity_val_steps=0,
-                        logger=loggers, callbacks=[LearningRateMonitor()], accelerator="cpu",
+    kept = [ModelCheckpoint(dirpath=checkpoints, save_top_k=-1)] if checkpoints else []
+    trainer = L.Trainer(max_epochs=epochs, log_every_n_steps=LOG_EVERY, limit_val_batches=2, num_sanity_val_steps=0,
+                        logger=loggers, callbacks=[LearningRateMonitor(), *kept], accelerator="cpu",
                         enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(Regression(val_on_step), train, val)
+    trainer.fit(Regression(val_on_step), train, val, ckpt_path=ckpt_path)

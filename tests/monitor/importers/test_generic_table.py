@@ -115,6 +115,27 @@ def test_generic_csv_wide_and_long(tmp_path):
         load(bad)
 
 
+@pytest.mark.parametrize("reader", ["pyarrow", "pandas"])
+def test_the_unnamed_index_column_pandas_writes_is_left_out_and_said(tmp_path, monkeypatch, sqlite_url, reader):
+    import pandas as pd
+
+    from monitor.importers import import_source, table_stream
+    from monitor.store import open_store
+
+    if reader == "pandas":
+        monkeypatch.setattr(table_stream, "_arrow_reads", lambda path, header: False)
+    path = tmp_path / "log.csv"
+    pd.DataFrame({"step": [10, 20, 30], "loss": [3.0, 2.5, 2.0]}).to_csv(path)  # index: 0, 1, 2
+    assert path.read_text().startswith(",step,loss\n")
+    run = load(path)
+    assert [row["source"] for row in run.mapping if row["source"] != "step"] == ["loss"]
+    assert run.to_run_data("p").series(schema.TRAIN_LOSS).to_dict() == {10: 3.0, 20: 2.5, 30: 2.0}
+    with open_store(sqlite_url) as store:
+        _, summary = import_source(store, "p", path)
+    assert summary.keys == [schema.TRAIN_LOSS]
+    assert summary.notes == [f"{path}: column 1 has no name (as the index pandas' to_csv writes): left out"]
+
+
 def test_profile_step_key(tmp_path):
     path = _jsonl(tmp_path / "n.jsonl", [
         {"iter": 10, "train/loss": 3.0, "val/loss": 3.1, "lr": 1e-3, "mfu": 35.0},

@@ -60,7 +60,8 @@ def test_missing_revision_needs_a_step(tmp_path):
     path = tmp_path / "res.json"
     path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6, "acc_stderr": 0.01}},
                                 "config": {"model_args": "pretrained=m"}}))
-    with pytest.raises(GapwatchError, match="no revision=stepN .* nor a checkpoint folder .* give the step"):
+    with pytest.raises(GapwatchError, match="no step in config.model_args' revision, nor a checkpoint folder .* "
+                                            "give the step"):
         load(path)
     data = load(path, step=500).to_run_data("x")
     assert data.series("eval/downstream/piqa/acc").to_dict() == {500: 0.6}
@@ -155,8 +156,28 @@ def test_the_step_of_the_checkpoint_folder_evaluated(tmp_path, model_args, step)
     assert load(path).to_run_data("x").series("eval/downstream/piqa/acc").to_dict() == {step: 0.6}
 
 
+@pytest.mark.parametrize("model_args,step", [
+    # Revisions as the hub names them: the step is the number after `step`, never the token count.
+    ("pretrained=EleutherAI/pythia-160m,revision=step1000", 1000),                          # Pythia
+    ("pretrained=allenai/OLMo-1B-hf,revision=step20000-tokens84B", 20000),                  # OLMo
+    ("pretrained=allenai/OLMo-2-1124-7B,revision=stage1-step928646-tokens3896B", 928646),   # OLMo 2
+    ("pretrained=allenai/OLMo-2-1124-7B,revision=stage2-ingredient1-step11931-tokens50B", 11931),
+    ("pretrained=HuggingFaceTB/SmolLM2-1.7B-intermediate-checkpoints,revision=step-125000", 125000),
+    ("pretrained=HuggingFaceFW/ablation-model-fineweb-edu,revision=step-001000-2BT", 1000),
+    # A revision that names no step leaves it to the checkpoint folder; the model size is no step.
+    ("pretrained=/ckpts/OLMo-2-1124-7B/stage1-step928646-tokens3896B", 928646),
+    ("pretrained=/ckpts/OLMo-2-1124-7B/step1000-tokens4B,revision=main", 1000),
+])
+def test_the_step_of_the_revision_evaluated(tmp_path, model_args, step):
+    path = tmp_path / "res.json"
+    path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6}}, "config": {"model_args": model_args}}))
+    assert load(path).to_run_data("x").series("eval/downstream/piqa/acc").to_dict() == {step: 0.6}
+
+
 @pytest.mark.parametrize("model_args", ["pretrained=EleutherAI/pythia-1b", "pretrained=/models/step-by-step-llm",
-                                        "pretrained=/m/checkpoint-best"])
+                                        "pretrained=/m/checkpoint-best", "pretrained=allenai/OLMo-2-1124-7B,revision=main",
+                                        "pretrained=allenai/OLMo-1B-hf,revision=tokens84B",
+                                        "pretrained=m,revision=step5-step6", "pretrained=/ckpts/OLMo-2-1124-7B"])
 def test_a_path_that_names_no_checkpoint_still_asks_for_the_step(tmp_path, model_args):
     path = tmp_path / "res.json"
     path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6}}, "config": {"model_args": model_args}}))

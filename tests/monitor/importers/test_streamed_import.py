@@ -158,7 +158,8 @@ def test_a_csv_that_pyarrow_stops_reading_midway_is_read_on_by_pandas_from_the_s
     path.write_text("".join(lines))
     used = []
     monkeypatch.setattr(TableStream, "_pandas_csv_blocks",
-                        lambda self, width, skip, f=TableStream._pandas_csv_blocks: used.append(skip) or f(self, width, skip))
+                        lambda self, width, skip, named, f=TableStream._pandas_csv_blocks:
+                        used.append(skip) or f(self, width, skip, named))
     both = TableStream(path, "csv").collect()
     assert used and 0 < used[0] < 2_500  # pyarrow read the first rows, pandas the rest
     monkeypatch.setattr(table_stream, "_arrow_reads", lambda path, header: False)

@@ -147,7 +147,7 @@ def test_lightning_tensorboard(shared_data):
 
 def test_lm_eval_results_need_the_step(shared_data):
     folder = shared_data / "wild/lm_eval/03_v04_qwen25_many_tasks_2025/results/Qwen__Qwen2.5-1.5B"
-    with pytest.raises(GapwatchError, match=r"no revision=stepN .* give the step \(--step\)"):
+    with pytest.raises(GapwatchError, match=r"no step in config.model_args' revision, .* give the step \(--step\)"):
         load(folder)
     run = load(folder, step=1000)
     data = run.to_run_data("qwen")
