@@ -308,7 +308,9 @@ def _thread(d: Detection) -> str:
 
 
 def _fingerprint(d: Detection) -> list:
-    return [int(d.end_step), int(d.peak_step), d.severity.value, round(float(d.score), 9)]
+    # The message too: a spike that came back at the first value of a piece ends where it did,
+    # but now reads "recovered", not "not recovered yet".
+    return [int(d.end_step), int(d.peak_step), d.severity.value, round(float(d.score), 9), d.message]
 
 
 def _merge(old: Detection, new: Detection) -> Detection:

@@ -152,13 +152,14 @@ class SpikeDetector(Detector, Incremental):
         for metric in self.columns(run):
             n = len(finite(run, metric))
             if n < need:
-                out.append(NotJudged(self.name, f"only {n} logged values; a spike is judged against the "
-                                     f"{self.first_verdict_points()} before it", metric, f"{need - n} more logged steps"))
+                out.append(NotJudged(self.name, f"only {n} logged value{'' if n == 1 else 's'}; a spike is judged "
+                                     f"against the {self.first_verdict_points()} before it", metric,
+                                     f"{need - n} more logged step{'' if need - n == 1 else 's'}"))
         return out
 
     def history_points(self, column: str) -> int:
-        # Every rule's history, and the excursion of a spike that has not recovered yet.
-        return self.rule_history() + self.unrecovered_points
+        # Every rule's history; an excursion still up is carried in the state (judge_tail).
+        return self.rule_history()
 
     def merge_gap(self, step_cadence: float) -> float:
         return 0.0  # two spikes are two detections, however close
@@ -238,7 +239,7 @@ class SpikeDetector(Detector, Incremental):
         out, frames = [], []
         for metric, x, z, expected, sigma, every in self._judged(run):
             scores = {k: self.spike_scores(v) for k, v in every.items()}
-            out.extend(self._excursions(run, metric, x, z, expected, sigma, every, scores))
+            out.extend(self._excursions(run, metric, x, z, expected, sigma, every, scores)[0])
             if metric in SCORE_KEYS:
                 # No score before the rule's first verdict: a share of 0 there would read as calm.
                 judged = self.first_verdict_points()
@@ -279,7 +280,13 @@ class SpikeDetector(Detector, Incremental):
                 keep_from = first + x.size - self.score_window
                 mem["flags"][name] = merged[merged > keep_from].tolist()
             mem["n"] = first + x.size
-            found += self._excursions(combined, metric, x, z, expected, sigma, every, scores)
+            # An excursion still up at the last value judged is followed on from there (its start
+            # may have left the tail); flags within the excursions already judged are theirs.
+            excursions, mem["up"] = self._excursions(combined, metric, x, z, expected, sigma, every, scores,
+                                                     up=mem.get("up"), through=mem.get("through"))
+            if excursions:
+                mem["through"] = max(int(d.end_step) for d in excursions)
+            found += excursions
             judged = self.first_verdict_points() - first  # position in x of the first scored value
             if metric in SCORE_KEYS and max(old, judged) < x.size:
                 # The new values' scores, from the last value already written (or the first one
@@ -300,56 +307,92 @@ class SpikeDetector(Detector, Incremental):
         return found, combined
 
     # --- excursions become detections ------------------------------------------------------------
-    def _excursions(self, run, metric, x, z, expected, sigma, every, scores) -> list:
+    def _excursions(self, run, metric, x, z, expected, sigma, every, scores, up: dict | None = None,
+                    through: int | None = None) -> tuple[list, dict | None]:
+        """Each spike's excursion as a detection: from the flagged value until the value is back
+        within `recover_sigma` of the level before it, however long that takes (a loss that jumped
+        and stays up is one excursion that goes on). Returns the detections and the excursion
+        still up at the last value (None if none), which a later piece continues through `up`;
+        `through`: the last step earlier pieces' excursions covered (flags up to it are theirs)."""
         log = metric in self.log_scale
-        chosen = every[self.definition]
         y = np.log(np.clip(x.to_numpy(), 1e-30, None)) if log else x.to_numpy()
         steps = x.index.to_numpy()
-        out = []
-        i_next = 0
-        for a, _ in true_runs(chosen):
+        out, still_up = [], None
+        i_next = 0 if through is None else int(np.searchsorted(steps, through, side="right"))
+        if up is not None and i_next < len(y):
+            back = self._back(y, i_next, up["base"], up["sigma"])
+            end, recovered, peak = back - 1, back < len(y), up["peak"]
+            if end >= i_next:
+                k = i_next + int(np.argmax(y[i_next:end + 1]))
+                if y[k] > peak["y"]:
+                    peak = self._peak(x, y, k, every, scores, up["base"], up["sigma"])
+            excursion = {**up, "values": up["values"] + end - i_next + 1, "peak": peak,
+                         "through": int(steps[end]) if end >= i_next else up["through"]}
+            out.append(self._excursion_detection(run, metric, log, excursion, recovered))
+            still_up = None if recovered else excursion
+            i_next = end + 1
+        elif up is not None:
+            still_up = up  # nothing new of this metric
+        for a, _ in true_runs(every[self.definition]):
             if a < i_next:
                 continue  # inside the excursion of an earlier spike
             base, sig = expected[a], sigma[a]
             if not np.isfinite(base) or not np.isfinite(sig):
                 base, sig = _fallback_level(y, a)
-            horizon = min(len(y), a + self.unrecovered_points + 1)
-            elevated = y[a:horizon] - base > self.recover_sigma * sig
-            back = np.flatnonzero(~elevated)
-            recovered = back.size > 0
-            end = max(a + (int(back[0]) - 1 if recovered else horizon - a - 1), a)
+            base, sig = float(base), float(sig)
+            back = self._back(y, a, base, sig)
+            end, recovered = max(back - 1, a), back < len(y)
+            k = a + int(np.argmax(y[a:end + 1]))
+            excursion = {"start": int(steps[a]), "base": base, "sigma": sig, "values": end - a + 1,
+                         "peak": self._peak(x, y, k, every, scores, base, sig), "through": int(steps[end])}
+            out.append(self._excursion_detection(run, metric, log, excursion, recovered))
+            still_up = None if recovered else excursion
             i_next = end + 1
-            k = a + int(np.nanargmax(y[a:end + 1]))
-            excursion = end - a + 1
-            zk = float(z[k]) if np.isfinite(z[k]) else float((y[k] - base) / sig)
-            # Severity only grows as later values arrive (live and whole-run judgements agree): a
-            # spike still up is INFO until it has been up for recovery_points values.
-            if not recovered and horizon - a > self.unrecovered_points:
-                severity, how = Severity.CRITICAL, f"not recovered after {self.unrecovered_points} steps"
-            elif not recovered:
-                severity = Severity.WARNING if excursion > self.recovery_points else Severity.INFO
-                how = "not recovered yet"
-            elif excursion > self.recovery_points:
-                severity, how = Severity.WARNING, f"recovered after {excursion} steps"
-            else:
-                severity, how = Severity.INFO, f"recovered after {excursion} step{'s' if excursion > 1 else ''}"
-            value = float(x.iloc[k])
-            baseline = float(np.exp(base)) if log else float(base)
-            ratio = value / baseline if baseline else float("inf")
-            evidence = {
-                "value": value, "baseline": baseline, "ratio": ratio, "z": zk, "sigma": float(sig),
-                "scale": "log" if log else "linear", "excursion_steps": int(excursion),
-                "recovered": bool(recovered), "definition": self.definition,
+        return out, still_up
+
+    def _back(self, y: np.ndarray, a: int, base: float, sig: float) -> int:
+        """Position of the first value from `a` on that is back within `recover_sigma` of `base`
+        (len(y) when none is yet). Read in growing blocks: most excursions end within a few values."""
+        limit, i, size = base + self.recover_sigma * sig, a, 64
+        while i < len(y):
+            back = np.flatnonzero(y[i:i + size] <= limit)
+            if back.size:
+                return i + int(back[0])
+            i, size = i + size, size * 4
+        return len(y)
+
+    def _peak(self, x, y, k: int, every, scores, base: float, sig: float) -> dict:
+        """The excursion's highest value and what each rule said there; its size in sigma is
+        against the level before the spike, as its message gives it."""
+        return {"step": int(x.index[k]), "value": float(x.iloc[k]), "y": float(y[k]), "z": float((y[k] - base) / sig),
                 "olmo_core_flag": bool(every["olmo_core"][k]), "olmo2_flag": bool(every["olmo2"][k]),
                 "spike_score": float(scores[self.definition][k]),
                 "spike_score_olmo_core": float(scores["olmo_core"][k]),
-                "spike_score_olmo2": float(scores["olmo2"][k]),
-            }
-            size = f"{ratio:.1f}x its level" if log else f"+{value - baseline:.3f} over its level {baseline:.3f}"
-            message = f"{metric} spike to {value:.4g} ({size}, {zk:.1f} sigma), {how}"
-            out.append(self._detection(run, None, metric, steps[a], steps[end], steps[k], zk,
-                                       severity, message, evidence, known=steps[a]))
-        return out
+                "spike_score_olmo2": float(scores["olmo2"][k])}
+
+    def _excursion_detection(self, run, metric: str, log: bool, excursion: dict, recovered: bool):
+        # Severity only grows as later values arrive (live and whole-run judgements agree): a spike
+        # still up is INFO until it has been up for recovery_points values, CRITICAL once up for
+        # unrecovered_points, and stays so when it comes back after that.
+        n, peak, base = excursion["values"], excursion["peak"], excursion["base"]
+        if n > self.unrecovered_points:
+            severity = Severity.CRITICAL
+        else:
+            severity = Severity.WARNING if n > self.recovery_points else Severity.INFO
+        how = (f"recovered after {n:,} step{'s' if n > 1 else ''}" if recovered
+               else f"not recovered after {n:,} steps" if n > self.unrecovered_points else "not recovered yet")
+        value = peak["value"]
+        baseline = float(np.exp(base)) if log else base
+        ratio = value / baseline if baseline else float("inf")
+        evidence = {
+            "value": value, "baseline": baseline, "ratio": ratio, "z": peak["z"], "sigma": excursion["sigma"],
+            "scale": "log" if log else "linear", "excursion_steps": int(n), "recovered": bool(recovered),
+            "definition": self.definition, **{k: v for k, v in peak.items() if k not in ("step", "value", "y", "z")},
+        }
+        size = f"{ratio:.1f}x its level" if log else f"+{value - baseline:.3f} over its level {baseline:.3f}"
+        message = f"{metric} spike to {value:.4g} ({size}, {peak['z']:.1f} sigma), {how}"
+        return self._detection(run, None, metric, excursion["start"], excursion["through"], peak["step"], peak["z"],
+                               severity, message, evidence, known=excursion["start"])
 
 
 def change_points(values: np.ndarray) -> np.ndarray:

@@ -207,6 +207,22 @@ def test_the_spike_score_in_pieces_is_the_whole_runs_curve_from_the_first_verdic
         np.testing.assert_allclose(mine["value"].to_numpy(), at)
 
 
+@pytest.mark.parametrize("size", [1, 97, 1111])
+def test_a_jump_that_stays_up_longer_than_the_tail_is_one_detection_in_pieces(size):
+    # Its excursion outlives the rows the state keeps: the state carries it, so the pieces reach
+    # the whole run's detection, message and score included, and the state stays bounded.
+    run, _ = faulty_pair()
+    run.scalars.loc[run.scalars.index >= 4000, TRAIN_LOSS] += 1.0
+    (detector,) = build(["spike"])
+    whole = [d for d in detector.detect(run) if d.metric == TRAIN_LOSS]
+    found, state = judged_in_pieces(detector, run, None, size)
+    found = [d for d in found if d.metric == TRAIN_LOSS]
+    assert [d.to_dict() for d in found] == [d.to_dict() for d in whole]
+    jump = next(d for d in whole if d.start_step == 4000)
+    assert jump.end_step == run.scalars.index[-1] and "not recovered after" in jump.message
+    assert state.tail.scalars[TRAIN_LOSS].notna().sum() <= detector.history_points(TRAIN_LOSS) + 1
+
+
 def test_two_rules_on_one_metric_stay_two_detections_in_pieces():
     # A stall in the middle of a stretch of periodic pauses: both are about perf/step_time_s,
     # neither may swallow the other when the run arrives in pieces.

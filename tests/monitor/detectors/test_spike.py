@@ -135,3 +135,28 @@ def test_rejects_unknown_definition():
         assert "olmo_core" in str(exc)
     else:
         raise AssertionError("an unknown definition must be refused")
+
+
+def test_a_run_of_one_value_is_not_judged_in_the_singular():
+    detector = SpikeDetector(metrics=(TRAIN_LOSS,))
+    need = detector.first_verdict_points() + 1
+    (one,) = detector.not_judged(run("one", pd.DataFrame({TRAIN_LOSS: [3.0]}, index=[1])))
+    assert one.reason.startswith("only 1 logged value; ")
+    (short,) = detector.not_judged(run("short", pd.DataFrame({TRAIN_LOSS: np.full(need - 1, 3.0)},
+                                                             index=np.arange(1, need))))
+    assert short.reason.startswith(f"only {need - 1} logged values; ") and short.needs == "1 more logged step"
+
+
+def test_a_loss_that_jumped_and_stays_up_is_one_excursion_that_goes_on():
+    # A persistent jump is not "resolved" because the level caught up with it: its excursion lasts
+    # while the loss stays above the level before it, and its size is against that level.
+    x = clean_loss(3000)
+    x.iloc[2000:] += 0.5
+    (jump,) = SpikeDetector(metrics=(TRAIN_LOSS,)).detect(run("r", x.to_frame(TRAIN_LOSS)))
+    assert (jump.start_step, jump.end_step, jump.severity) == (2000, 2999, Severity.CRITICAL)
+    assert jump.message.endswith("not recovered after 1,000 steps") and jump.evidence["z"] > 6
+    # Back at its level after 300 values: CRITICAL still (it was, while up), ended where it came back.
+    x.iloc[2300:] -= 0.5
+    (back,) = SpikeDetector(metrics=(TRAIN_LOSS,)).detect(run("r", x.to_frame(TRAIN_LOSS)))
+    assert (back.start_step, back.end_step, back.severity) == (2000, 2299, Severity.CRITICAL)
+    assert back.message.endswith("recovered after 300 steps") and back.evidence["recovered"]
