@@ -20,6 +20,7 @@ from app.figures.data import DATA_KEYS
 from app.figures.overlay import parse_series_uid
 from app.figures.style import base_figure, note_empty
 from monitor.detectors import shown_in
+from monitor.detectors.overlap import steps
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
     HELDOUT_PREFIX,
@@ -36,6 +37,8 @@ PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput",
 # Panels whose traces are logged series that live polling appends to (by trace uid).
 LIVE_PANELS = ("loss", "grad_norm", "throughput", "data", "picked")
 THROUGHPUT_KEYS = (PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S)
+# The delta panel's windows where the view read no train loss of both runs to cut into them.
+NO_WINDOWS = pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta", "band", "n")})
 
 
 # What the line of panels left out calls each one.
@@ -86,10 +89,17 @@ def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = 
     stalls = detections[detections["detector"].isin(shown_in(Section.THROUGHPUT))]
 
     def delta() -> go.Figure:
-        windows, points = figures.reference_delta(train, ref_train, params=params)
+        # The faint line is the drawn (or smoothed) difference; the windows and their band are the
+        # detector's, from every logged value (or bucket means): a downsampled series' bucket
+        # extremes would widen the band several times over.
         if smooth is not None and ref_smooth is not None:
-            # The faint line is the smoothed difference; the window medians stay the detector's.
-            points = figures.reference_delta(smooth, ref_smooth)[1]
+            points = figures.delta_points(smooth, ref_smooth)
+        else:
+            points = figures.delta_points(train, ref_train)
+        fine = view.delta
+        windows = (figures.reference_delta(fine.run, fine.reference, params=params,
+                                           values_per_point=fine.values_per_point)[0]
+                   if fine is not None else NO_WINDOWS)
         return figures.delta_figure(windows, points, run_name=name, reference_name=ref_name,
                                     x_title=x_title, empty_reason=why.delta())
 
@@ -217,10 +227,28 @@ class EmptyReasons:
 
     def delta(self) -> str:
         ref = self.view.reference
+        apart = self._apart(TRAIN_LOSS, "train loss")
+        if apart:
+            return apart
         if not (self._drawn(self.view.run.long, TRAIN_LOSS) and ref is not None
                 and self._drawn(ref.long, TRAIN_LOSS)):
             return "no train loss of both runs" + self.IN_RANGE
         return "no step where both runs logged train loss"
+
+    def _apart(self, key: str, what: str) -> str:
+        """Why no step range shows `key` of both runs, when none can: the two runs logged it over
+        steps (on this view's axis) that do not meet, as a run that starts where its reference
+        ended does. "Show all steps" would show nothing more; empty when the steps meet."""
+        run, ref = self.view.run, self.view.reference
+        if ref is None or key not in run.logged or key not in ref.logged:
+            return ""
+        mine = run.axis.to_x(list(run.logged[key]))
+        theirs = ref.axis.to_x(list(ref.logged[key]))
+        if mine[0] <= theirs[1] and theirs[0] <= mine[1]:
+            return ""
+        shared = "tokens" if self.view.axis_kind == "tokens" else "steps"
+        return (f"the runs share no {shared}: the run logged {what} at {steps(run.logged[key])}, the reference at "
+                f"{steps(ref.logged[key])}")
 
     def gap(self) -> str:
         return "no held-out evaluation within the train loss" + (self.IN_RANGE if self.zoomed else " range")

@@ -67,6 +67,10 @@ TOKEN_KNOTS = 2000
 SMOOTHED_KEYS = (TRAIN_LOSS,)
 
 EMPTY_MEANS = pd.DataFrame({"step": pd.Series(dtype="int64"), "value": pd.Series(dtype=float)})
+DELTA_ROWS_PER_POINT = 16
+"""The delta panel reads every logged train loss of a view holding up to this many rows per point
+of the budget (32k at 2,000 points, tens of milliseconds), as the store's reader reads raw rows for
+a chart before thinning them (its RAW_READ_FACTOR); a wider view, the store's bucket means."""
 
 DETECTION_COLUMNS = ["detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message"]
 
@@ -161,6 +165,9 @@ class RunSlice:
     train_means: pd.DataFrame = field(default_factory=lambda: EMPTY_MEANS)
     """(step, value): train loss as the store's bucket means, what the train–held-out gap is
     taken against (its min/max points scatter by more than the gap)."""
+    logged: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """key -> the first and last step the run logged it at, over the whole run (not only the
+    range read): what tells "nothing in this step range" from "the runs share no steps"."""
 
     @property
     def name(self) -> str:
@@ -173,6 +180,19 @@ class RunSlice:
         return {k: int(v) for k, v in self.long.groupby("key")["step"].max().items()}
 
 
+@dataclass(frozen=True)
+class DeltaInput:
+    """Train loss of the run and its reference over a view, as the delta panel's windows take it
+    (app.figures.reference_delta): the detector's windows need every logged value, which a
+    downsampled read's bucket extremes are not."""
+
+    run: pd.DataFrame
+    """(step, value, x): every logged value, or bucket means."""
+    reference: pd.DataFrame
+    values_per_point: float
+    """Logged values one row stands for: 1, or those a bucket mean averages."""
+
+
 @dataclass
 class ViewData:
     spec: ViewSpec
@@ -183,6 +203,9 @@ class ViewData:
     step_range: tuple[int, int] | None
     highlight: tuple[int, int] | None
     notices: list[str] = field(default_factory=list)
+    delta: DeltaInput | None = None
+    """What the delta panel's windows are drawn from; None without a reference that, like the
+    run, logs train loss."""
 
 
 def link_range(start: int | None, end: int | None) -> tuple[int, int] | None:
@@ -245,10 +268,48 @@ def load_view(store: Store, spec: ViewSpec, max_points: int, step_range: tuple[i
             reference.smoothed = _smoothed_or_notice(store, ref_info.name, ref_axis, spec.smoothing, ref_range,
                                                      max_points, notices)
             reference.train_means = _train_means_or_notice(store, reference, ref_range, notices)
+    delta = None
+    if reference is not None and TRAIN_LOSS in run_slice.keys and TRAIN_LOSS in reference.keys:
+        delta, failed = contained("no train loss delta windows", lambda: delta_input(
+            store, run_slice, reference, step_range, max_points))
+        if failed:
+            notices.append(failed)
     detections = _detections(store, spec.run, step_range)
     highlight = (spec.start, spec.end) if spec.start is not None or spec.end is not None else None
     return ViewData(spec=spec, axis_kind=axis_kind, run=run_slice, reference=reference, detections=detections,
-                    step_range=step_range, highlight=highlight, notices=notices)
+                    step_range=step_range, highlight=highlight, notices=notices, delta=delta)
+
+
+def delta_input(store: Store, run: RunSlice, reference: RunSlice, step_range: tuple[int, int] | None,
+                max_points: int) -> DeltaInput | None:
+    """Train loss of the run over `step_range` (None: all) and of the reference over the same x,
+    for the delta panel: every logged value when neither range holds more than
+    DELTA_ROWS_PER_POINT rows per point of the budget, else the store's bucket means of both (None
+    where the run logged no train loss in the range)."""
+    marks = [store.series_marks(part.name)[TRAIN_LOSS] for part in (run, reference)]
+    lo, hi = marks[0].first_step, marks[0].last_step
+    if step_range is not None:
+        lo, hi = max(lo, step_range[0]), min(hi, step_range[1])
+    if lo > hi:
+        return None
+    # The reference over the x the run's range covers (not the drawn points': a downsampled
+    # read's first point may lie a few steps in), in its own steps.
+    ref_lo, ref_hi = reference.axis.to_steps(run.axis.to_x([lo, hi]))
+    spans = [(lo, hi), (max(0, int(np.floor(ref_lo))), int(np.ceil(ref_hi)))]
+    densities = [mark.rows / (mark.last_step - mark.first_step + 1) for mark in marks]
+    every_row = all(d * (b - a + 1) <= DELTA_ROWS_PER_POINT * max_points for d, (a, b) in zip(densities, spans))
+    frames = []
+    for part, (a, b) in zip((run, reference), spans):
+        # A budget of the whole range reads every row (no rollups).
+        rows = (store.read_scalars(part.name, [TRAIN_LOSS], step_range=(a, b), max_points=b - a + 2)
+                if every_row else store.read_bucket_means(part.name, TRAIN_LOSS, (a, b)))
+        frames.append(rows[["step", "value"]].assign(x=part.axis.to_x(rows["step"].to_numpy())))
+    if every_row:
+        return DeltaInput(*frames, values_per_point=1.0)
+    # A bucket holds the rows both runs log in its steps (the detector's windows count steps both
+    # logged), or one logged value where they log more seldom than a bucket is wide.
+    bucket = np.median(np.diff(frames[0]["step"].to_numpy())) if len(frames[0]) > 1 else 1.0
+    return DeltaInput(*frames, values_per_point=max(1.0, bucket * min(densities)))
 
 
 def _no_finite_notice(part: RunSlice, notices: list[str]) -> None:
@@ -335,7 +396,9 @@ def _read_slice(store: Store, info: RunInfo, axis: AxisMap, prefixes: tuple[str,
     if step_range is not None and len(events):
         events = events[(events["step"] >= step_range[0]) & (events["step"] <= step_range[1])]
     events = events.assign(x=axis.to_x(events["step"].to_numpy())) if len(events) else events.assign(x=pd.Series(dtype=float))
-    return RunSlice(info=info, axis=axis, long=long, bucket_width=widths, events=events, keys=keys)
+    marks = store.series_marks(info.name)  # kept with every write: no scan
+    logged_at = {k: (int(marks[k].first_step), int(marks[k].last_step)) for k in keys if k in marks}
+    return RunSlice(info=info, axis=axis, long=long, bucket_width=widths, events=events, keys=keys, logged=logged_at)
 
 
 def _detections(store: Store, run: str, step_range: tuple[int, int] | None) -> pd.DataFrame:

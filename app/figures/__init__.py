@@ -7,9 +7,9 @@ describes the frames it expects.
 from app.figures.alerts import alerts_timeline
 from app.figures.data import data_figure
 from app.figures.delta import delta_figure
+from app.figures.delta_windows import delta_points, reference_delta
 from app.figures.evals import downstream_figure
 from app.figures.frames import (
-    reference_delta,
     downstream_frame,
     heldout_frame,
     long_frame,
@@ -31,6 +31,7 @@ __all__ = [
     "reference_delta",
     "data_figure",
     "delta_figure",
+    "delta_points",
     "downstream_figure",
     "downstream_frame",
     "gap_figure",

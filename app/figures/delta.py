@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.figures.style import BAND_COLOR, RUN_COLOR, base_figure, note_empty, text
+from app.figures.style import BAND_COLOR, RUN_COLOR, base_figure, line_mode, note_empty, text
 
 DEFAULT_BAND_LABEL = "divergence threshold"
 POINTS_COLOR = "rgba(120, 120, 120, 0.45)"
@@ -22,9 +22,10 @@ def delta_figure(windows: pd.DataFrame, points: pd.DataFrame | None = None, *, r
     if not len(windows) and (points is None or not len(points)):
         return note_empty(fig, empty_reason)
     if points is not None and len(points):
+        y = points["delta"].to_numpy(dtype=np.float32)
         fig.add_trace(go.Scatter(
-            x=points["x"].to_numpy(), y=points["delta"].to_numpy(dtype=np.float32), mode="lines",
-            name="pointwise", line=dict(color=POINTS_COLOR, width=0.8), hoverinfo="skip",
+            x=points["x"].to_numpy(), y=y, name="pointwise", line=dict(color=POINTS_COLOR, width=0.8),
+            hoverinfo="skip", **line_mode(y, POINTS_COLOR),
         ))
     if len(windows):
         x = windows["x"].to_numpy(dtype=float)
@@ -32,14 +33,14 @@ def delta_figure(windows: pd.DataFrame, points: pd.DataFrame | None = None, *, r
         fig.add_trace(go.Scatter(x=x, y=band, mode="lines", line=dict(width=0), hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(x=x, y=-band, mode="lines", line=dict(width=0), fill="tonexty",
                                  fillcolor=BAND_COLOR, name=text(band_label), hoverinfo="skip"))
+        medians = windows["delta"].to_numpy(dtype=float)
         fig.add_trace(go.Scatter(
-            x=x, y=windows["delta"].to_numpy(dtype=float), mode="lines",
-            name=f"{text(run_name)} − {text(reference_name)} (window median)",
+            x=x, y=medians, name=f"{text(run_name)} − {text(reference_name)} (window median)",
             line=dict(color=RUN_COLOR, width=1.8), customdata=band,
-            hovertemplate="Δ %{y:.4f} (threshold ±%{customdata:.4f})",
+            hovertemplate="Δ %{y:.4f} (threshold ±%{customdata:.4f})", **line_mode(medians, RUN_COLOR),
         ))
         # Keep the band readable: pointwise noise can be 10x the window medians' range.
-        reach = np.nanmax(np.abs(np.concatenate([band, windows["delta"].to_numpy(dtype=float)])))
+        reach = np.nanmax(np.abs(np.concatenate([band, medians])))
         if np.isfinite(reach) and reach > 0:
             fig.update_yaxes(range=[-2.2 * reach, 2.2 * reach])
     fig.add_shape(type="line", xref="paper", x0=0, x1=1, yref="y", y0=0, y1=0, line=dict(color="#444", width=1))

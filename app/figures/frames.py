@@ -11,14 +11,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from monitor.detectors import drawn_by
-from monitor.detectors.noise import log_slope
-from monitor.detectors.stats import cadence, window_summaries
-from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, Drawing, RunData, empty_long
+from monitor.schema import DOWNSTREAM_PREFIX, HELDOUT_PREFIX, RunData, empty_long
 
-# Most windows of the delta across a view: about one per 6 px of a full-width chart. A zoomed-out
-# view of a million steps would otherwise hold ten thousand detector windows.
-DEFAULT_DELTA_WINDOWS = 200
 GAP_TRAIN_POINTS = 50
 """Train points on each side of a checkpoint whose median the train–held-out gap is taken against."""
 
@@ -64,63 +58,6 @@ def with_x(frame: pd.DataFrame, x_of_step: Callable[[np.ndarray], np.ndarray], c
 def x_values(frame: pd.DataFrame) -> np.ndarray:
     """The x to plot: column `x` when the caller mapped steps to another axis, else the step."""
     return frame["x"].to_numpy() if "x" in frame else frame["step"].to_numpy()
-
-
-def reference_delta(run: pd.DataFrame, reference: pd.DataFrame, max_windows: int = DEFAULT_DELTA_WINDOWS,
-                    params: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run minus reference where both exist, as the detector that draws the delta band
-    (`Drawing.DELTA_BAND`) judges it.
-
-    Returns (windows, points). `points` (x, delta) is the run minus the reference interpolated at
-    the run's points. `windows` (x, delta, band, n) holds the median of that difference in the
-    detector's windows (`window_width(logging interval)` steps; wider when the view would hold
-    more than `max_windows`), and `band`, the detector's threshold there (its
-    `band(stderr, level, slope)`; NaN when no detector declares one), the detector built with its
-    entry of `params` (as the run was judged). On a downsampled series the points are bucket
-    extremes, whose spread exceeds the per-step noise, so the standard-error part of the band errs
-    wide there.
-    """
-    detector = drawn_by(Drawing.DELTA_BAND, params)
-    rx, ry = _finite(run)
-    fx, fy = _finite(reference)
-    empty = (pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta", "band", "n")}),
-             pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta")}))
-    if len(rx) == 0 or len(fx) < 2:
-        return empty
-    # Series come sorted and (nearly always) wholly finite and overlapping: the filters and the
-    # sort then keep every point in place, so they are skipped rather than copying a 1.4M-step
-    # series to itself several times over.
-    if np.any(fx[1:] < fx[:-1]):
-        order = np.argsort(fx, kind="stable")
-        fx, fy = fx[order], fy[order]
-    inside = (rx >= fx[0]) & (rx <= fx[-1])
-    if not inside.all():
-        rx, ry = rx[inside], ry[inside]
-    del inside
-    if len(rx) < 2:
-        return empty
-    d = ry - np.interp(rx, fx, fy)
-    interval = cadence(rx)
-    width = max(detector.window_width(interval) if detector is not None else interval,
-                (rx[-1] - rx[0]) / max_windows)
-    w = window_summaries(rx, d, width)
-    if detector is None:
-        band = np.full(len(w.median), np.nan)
-    else:
-        ref_w = window_summaries(fx, fy, width)
-        level = np.interp(w.mid_step, ref_w.mid_step, ref_w.median)
-        band = detector.band(np.nan_to_num(w.median_se, nan=0.0), level,
-                             log_slope(ref_w.mid_step, ref_w.median, w.mid_step))
-    windows = pd.DataFrame({"x": w.mid_step.astype(float), "delta": w.median, "band": band,
-                            "n": w.n.astype(float)})
-    return windows, pd.DataFrame({"x": rx, "delta": d})
-
-
-def _finite(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    x = x_values(frame).astype(float)
-    y = frame["value"].to_numpy(dtype=float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    return (x, y) if keep.all() else (x[keep], y[keep])
 
 
 def heldout_frame(long: pd.DataFrame) -> pd.DataFrame:

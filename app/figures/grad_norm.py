@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from app.figures.frames import x_values
 from app.figures.overlay import line_trace, series_uid
-from app.figures.style import RUN_COLOR, SEVERITY_COLORS, base_figure, note_empty, text
+from app.figures.style import RUN_COLOR, SEVERITY_COLORS, base_figure, line_mode, note_empty, text
 from monitor.schema import SPIKE_SCORE_GRAD_NORM, TRAIN_GRAD_NORM
 
 SPIKE_SCORE_COLOR = "#9467bd"
@@ -51,10 +51,11 @@ def grad_norm_figure(grad_norm: pd.DataFrame, *, spikes: pd.DataFrame | None = N
     if spikes is not None and len(spikes):
         fig.add_trace(peak_markers(grad_norm, spikes, f"spikes ({len(spikes)})", x_of_step))
     if spike_score is not None and len(spike_score):
+        score = spike_score["value"].to_numpy(dtype=np.float32)
         fig.add_trace(go.Scatter(
-            x=x_values(spike_score), y=spike_score["value"].to_numpy(dtype=np.float32), mode="lines",
-            name="spike score", yaxis="y2", line=dict(color=SPIKE_SCORE_COLOR, width=1.2, dash="dot"),
-            hovertemplate="score %{y:.4f}", uid=series_uid("run", SPIKE_SCORE_GRAD_NORM),
+            x=x_values(spike_score), y=score, name="spike score", yaxis="y2",
+            line=dict(color=SPIKE_SCORE_COLOR, width=1.2, dash="dot"), hovertemplate="score %{y:.4f}",
+            uid=series_uid("run", SPIKE_SCORE_GRAD_NORM), **line_mode(score, SPIKE_SCORE_COLOR),
         ))
         fig.update_layout(yaxis2=dict(overlaying="y", side="right", title_text="spike score",
                                       showgrid=False, rangemode="tozero", tickformat=".2~%",

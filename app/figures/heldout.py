@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -66,10 +68,20 @@ def _add_sets(fig: go.Figure, run: pd.DataFrame, reference: pd.DataFrame, y_col:
 
 def heldout_figure(run: pd.DataFrame, reference: pd.DataFrame | None = None, *, run_name: str,
                    reference_name: str | None = None, x_title: str = "step", full_y: bool = True,
+                   sets: Sequence[str] | None = None,
                    empty_reason: str = "no held-out evaluations logged") -> go.Figure:
-    """Frames (set, step, loss, stderr): the run's colour and the reference's, one marker per set."""
-    fig = base_figure("held-out loss at checkpoints (±1 s.e.)", x_title, "loss", height=340)
+    """Frames (set, step, loss, stderr): the run's colour and the reference's, one marker per set.
+    `sets` picks the sets drawn (default: all); the title says how many of the logged ones they
+    are when some are left out, as the downstream panel counts its metrics."""
+    title = "held-out loss at checkpoints (±1 s.e.)"
     reference = reference if reference is not None else run.iloc[0:0]
+    if sets is not None:
+        logged = set(run["set"]) | set(reference["set"])
+        run, reference = run[run["set"].isin(sets)], reference[reference["set"].isin(sets)]
+        drawn = set(run["set"]) | set(reference["set"])
+        if len(drawn) < len(logged):
+            title += f" — {len(drawn)} of {len(logged)} sets"
+    fig = base_figure(title, x_title, "loss", height=340)
     if not len(run) and not len(reference):
         return note_empty(fig, empty_reason)
     _add_sets(fig, run, reference, "loss", run_name=run_name, reference_name=reference_name, stderr=True)

@@ -9,7 +9,16 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.figures.frames import x_values
-from app.figures.style import REFERENCE_COLOR, RUN_COLOR, base_figure, clip_transient, log_y_axis_if_wide, note_empty, text
+from app.figures.style import (
+    REFERENCE_COLOR,
+    RUN_COLOR,
+    base_figure,
+    clip_transient,
+    line_mode,
+    log_y_axis_if_wide,
+    note_empty,
+    text,
+)
 from monitor.schema import TRAIN_LOSS
 
 # The logged line behind a smoothed one: there to show the noise, not to be read.
@@ -42,11 +51,13 @@ def line_trace(frame: pd.DataFrame, name: str, color: str, *, dash: str | None =
 
     Values go as float32: seven significant digits are more than a chart or its hover shows, and
     half the bytes of float64. (x stays as given: token counts need float64's integer range.)
+    A point no segment reaches gets a marker (`line_mode`).
     """
+    y = frame["value"].to_numpy(dtype=np.float32)
     return go.Scatter(
-        x=x_values(frame), y=frame["value"].to_numpy(dtype=np.float32), mode="lines", name=text(name),
-        line=dict(color=color, width=width, dash=dash), yaxis=yaxis, showlegend=showlegend,
-        hovertemplate="%{y:.4g}", uid=uid, opacity=opacity, legendgroup=legendgroup,
+        x=x_values(frame), y=y, name=text(name), line=dict(color=color, width=width, dash=dash), yaxis=yaxis,
+        showlegend=showlegend, hovertemplate="%{y:.4g}", uid=uid, opacity=opacity, legendgroup=legendgroup,
+        **line_mode(y, color),
     )
 
 

@@ -68,6 +68,22 @@ def text(value: object) -> str:
     return html.escape(str(value), quote=False)
 
 
+# A point with no finite neighbour (a run of one step, a value between two gaps) is on no line
+# segment, so a line draws nothing of it: it gets a marker of this size, the others none.
+LONE_MARKER_SIZE = 6
+
+
+def line_mode(y: np.ndarray, color: str) -> dict:
+    """`mode` (and `marker`) of a line trace of values `y`: a plain line, with a marker on each
+    lone point where there is one."""
+    finite = np.isfinite(np.asarray(y, dtype=float))
+    lone = finite & ~np.r_[False, finite[:-1]] & ~np.r_[finite[1:], False]
+    if not lone.any():
+        return {"mode": "lines"}
+    # Sizes per point: a live append adds points with no size, so no marker, to a trace like this.
+    return {"mode": "lines+markers", "marker": dict(color=color, size=np.where(lone, LONE_MARKER_SIZE, 0))}
+
+
 # Mantissas of log-axis ticks, sparsest first: plotly's own log ticks label every digit of a decade
 # ("10 9 8 7 ... 2 1 9 8"), which piles up on a loss curve spanning one or two decades.
 LOG_TICK_MANTISSAS = ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8))

@@ -50,6 +50,10 @@ class Table:
     empty_reason: str = ""
     # Row keys whose truthy value marks the row as a finding (renderers highlight it).
     flag_key: str | None = None
+    # Which of the run's steps the rows compare, where the reference does not reach them all
+    # ("compared on steps 1–900 of the run's 3,000: the reference stops at step 900"): the note
+    # begins with it, and the verdict repeats it and claims nothing of the steps left out.
+    scope: str = ""
 
 
 @dataclass

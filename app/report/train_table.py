@@ -3,7 +3,10 @@
 Each window shows the median of the per-step difference (a median, so a spike in either run does
 not move it) with its standard error, autocorrelation accounted for: the same window statistics
 the reference-divergence detector judges by (monitor.detectors.stats), so the table and the
-verdict agree. A window is marked when a divergence detection overlaps it.
+verdict agree. A window is marked when a divergence detection overlaps it. Where the run goes on
+past its reference (or starts before it), the note and the verdict say which of the run's steps
+the rows compare (monitor/detectors/overlap.py); a run that ends first is compared up to its last
+step, which needs no word.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from monitor.detectors.overlap import Overlap, overlap
 from monitor.detectors.stats import window_summaries
 from monitor.schema import TRAIN_LOSS, Section
 
 from app.report.model import Column, Estimate, Table
 from app.report.pair import ComparedPair, finding_names
 
+
+NOTE = ("Δ is the median over the window of the per-step difference; se accounts for autocorrelation. "
+        "Negative: the run's train loss is below the reference's.")
 
 
 @dataclass
@@ -46,16 +53,21 @@ def train_delta_table(pair: ComparedPair, config: TrainTableConfig | None = None
             Column("z", "z", fmt=".1f", signed=True),
             Column("flagged", "finding", fmt=""),
         ],
-        note=("Δ is the median over the window of the per-step difference; se accounts for "
-              "autocorrelation. Negative: the run's train loss is below the reference's."),
+        note=NOTE,
         flag_key="flagged",
     )
     r = _finite(pair.aligned_run.series(config.metric))
     f = _finite(pair.aligned_reference.series(config.metric))
     common = r.index.intersection(f.index)
+    shared = overlap(pair.run, pair.aligned_reference, config.metric)
     if len(common) == 0:
-        table.empty_reason = _why_empty(pair, config.metric)
+        table.empty_reason = _why_empty(pair, config.metric, shared)
         return table
+    # A reference that stops before the run leaves the rest of the run compared with nothing:
+    # the table says so rather than ending at the reference's last step without a word.
+    table.scope = shared.clause() if shared is not None else ""
+    if table.scope:
+        table.note = f"{table.scope[:1].upper()}{table.scope[1:]}. {NOTE}"
     steps = common.to_numpy()
     lo, hi = int(steps[0]), int(steps[-1])
     width = max(1, math.ceil((hi - lo + 1) / config.windows))
@@ -101,8 +113,10 @@ def _finite(s):
     return s[np.isfinite(s.to_numpy(dtype=float))]
 
 
-def _why_empty(pair: ComparedPair, metric: str) -> str:
+def _why_empty(pair: ComparedPair, metric: str, shared: Overlap | None) -> str:
     missing = pair.not_logged_by(metric)
     if missing:
         return f"{metric} not logged by {' and '.join(repr(m) for m in missing)}"
+    if shared is not None and shared.compared is None:
+        return shared.no_common_step()
     return f"the two runs logged {metric} at no common step"

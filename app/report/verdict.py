@@ -17,6 +17,11 @@ comparison that found the runs apart, then alike or not worse) names no verdict:
 it as resolved, so an early wobble does not headline a run that matched or beat its reference from
 then on. A transient fault (a NaN, a stall) resolves once it has passed, but the run had it: it
 still names the verdict.
+
+Where the reference does not reach every step of the run (it stopped at step 900 of the run's
+3,000), the sentence says which steps were compared (the train table's scope), and a tie is
+claimed for those steps only: nothing was compared past them. A run that ends before its
+reference is compared up to its last step, which needs no word.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Cle
     resolved_clause = _resolved_clause(resolved)
     after = resolved_clause + _recipe_clause(tables)
     if fired:
-        return _with(_finding_verdict(fired), after)
+        return _with(_finding_verdict(fired), _scope_clause(tables) + after)
     compared = comparing()
     unjudged = [n for n in not_judged if n.detector in compared]
     if any(c.reference is not None for c in cleans):
@@ -96,6 +101,22 @@ def _recipe_clause(tables: list[Table], most: int = 3) -> str:
     shown = ", ".join(f"{r['setting']} {r['run']} vs {r['reference']}" for r in given[:most])
     more = f" and {len(given) - most} more" if len(given) > most else ""
     return f" The runs record different settings: {shown}{more} (see Settings that differ)."
+
+
+def _scope_clause(tables: list[Table]) -> str:
+    """Which of the run's steps the train loss was compared on, where the reference does not reach
+    them all (the train table's scope): a finding there says nothing of the steps past it."""
+    scope = next((t.scope for t in tables if t.id == "train_delta" and t.rows), "")
+    return f" {scope[:1].upper()}{scope[1:]}." if scope else ""
+
+
+def _tied_headline(tables: dict[str, Table]) -> str:
+    """"Tied with the reference", scoped to the steps compared when the reference does not reach
+    all of the run's: a tie is claimed only where both runs were compared."""
+    train = tables.get("train_delta")
+    if train is None or not train.scope or not train.rows:
+        return "Tied with the reference"
+    return f"Tied with the reference on steps {train.rows[0]['first_step']:,}–{train.rows[-1]['last_step']:,}"
 
 
 def _with(verdict: Verdict, clause: str) -> Verdict:
@@ -157,7 +178,7 @@ def _tied_verdict(detections: list[Detection], tables: dict[str, Table], unjudge
     parts, evidence = _closeness(tables)
     qualifying = _caveats(detections)
     kind = "tied_with_caveats" if qualifying else "tied"
-    headline = "Tied with the reference"
+    headline = _tied_headline(tables)
     sentence = f"{headline}: no divergence, memorization, data or resume finding" + (" open" if open_only else "")
     sentence += ("; " + ", ".join(parts) + ".") if parts else "."
     sentence += _caveat_clause(qualifying, incidents)
@@ -215,7 +236,7 @@ def _closeness(tables: dict[str, Table]) -> tuple[list[str], list[str]]:
         deltas = [r["delta"] for r in train.rows]
         worst = max(deltas, key=lambda e: abs(e.value))
         parts.append(f"train loss within {abs(worst.value):.3f} of the reference in every one of "
-                     f"{len(deltas)} windows")
+                     f"{len(deltas)} windows" + (f" ({train.scope})" if train.scope else ""))
         evidence += [f"train Δ {r['window']}: {_est(r['delta'])}" for r in train.rows]
     heldout = tables.get("heldout")
     if heldout is not None and heldout.rows:
@@ -226,7 +247,8 @@ def _closeness(tables: dict[str, Table]) -> tuple[list[str], list[str]]:
                             for r in heldout.rows for e in r.values())
             within = next(c.label for c in heldout.columns if c.key == "tied")
             parts.append(f"held-out loss {within} at {sum(a for a, _ in counts)} of "
-                         f"{sum(b for _, b in counts)} shared checkpoints over {len(heldout.rows)} sets"
+                         f"{sum(b for _, b in counts)} shared checkpoints over {len(heldout.rows)} "
+                         + ("set" if len(heldout.rows) == 1 else "sets")
                          + (" (errors estimated from checkpoint scatter)" if estimated else ""))
         last = [c for c in heldout.columns if c.key.startswith("at_")][-1:]
         for r in heldout.rows:

@@ -70,6 +70,7 @@ from .checkpoints import (
 )
 from .eval_keys import downstream_aggregate, unshared_heldout
 from .noise import FOLLOW_NOISE, HELDOUT_NOISE, TRAIN_NOISE, BetweenRunNoise, log_slope
+from .overlap import overlap
 from .rundata import finite, last_points_from
 from .stats import true_runs
 from .train_windows import too_few_between, train_at
@@ -253,6 +254,11 @@ class Memorization(Detector, Incremental):
         if reference is None:
             return []
         if finite(run, self.metric).empty or finite(reference, self.metric).empty:
+            # Aligned, a metric the runs logged at no common step leaves the reference's frame:
+            # that is not a reference without it.
+            shared = overlap(run, reference, self.metric)
+            if shared is not None:
+                return [NotJudged(self.name, shared.no_common_step(), self.metric)]
             who = "the run" if finite(run, self.metric).empty else "the reference"
             return [NotJudged(self.name, f"{who} logs no {self.metric}", self.metric)]
         unshared = unshared_heldout(run, reference)

@@ -49,6 +49,7 @@ from .base import CLEAN_Z, Detector, Reads, ReferenceUse, StoryRole, severity_fo
 from .incremental import Incremental
 from .checkpoints import heldout_pairs, over_sets
 from .noise import TRAIN_NOISE, BetweenRunNoise, log_slope
+from .overlap import overlap
 from .rundata import finite, logging_interval
 from .stats import mad_sigma, signed_runs, window_summaries
 
@@ -206,9 +207,13 @@ class ReferenceDivergence(Detector, Incremental):
         if reference is None:
             return []
         r = finite(run, self.metric)
-        if r.empty or finite(reference, self.metric).empty:
+        shared = overlap(run, reference, self.metric)
+        if shared is None:
             who = "the run" if r.empty else "the reference"
             return [NotJudged(self.name, f"{who} logs no {self.metric}", self.metric)]
+        if finite(reference, self.metric).empty:
+            # Aligned, a metric logged at no common step leaves the reference's frame.
+            return [NotJudged(self.name, shared.no_common_step(), self.metric)]
         width = self.width(run)
         if width is None:
             return [NotJudged(self.name, f"only {len(r)} logged steps, too few to know the logging interval",
@@ -216,12 +221,15 @@ class ReferenceDivergence(Detector, Incremental):
         w = self.windows(run, reference)
         complete = int(w["complete"].sum()) if len(w) else 0
         if len(w) == 0:
-            return [NotJudged(self.name, "the run and the reference share no step", self.metric)]
+            return [NotJudged(self.name, shared.no_common_step(), self.metric)]
         if complete < self.persist_windows:
             missing = (self.persist_windows - complete) * width
             return [NotJudged(self.name, f"{complete} complete window(s) of {width:.0f} steps; a verdict needs "
                               f"{self.persist_windows}", self.metric, f"about {missing:.0f} more steps")]
-        return []
+        # Steps of the run the reference never reached are judged by no window: said when they
+        # span a window at least (a shorter stretch would be an incomplete window anyway).
+        beyond = shared.not_compared(min_steps=width)
+        return [NotJudged(self.name, beyond, self.metric)] if beyond else []
 
     def _one(self, run, reference, w: pd.DataFrame, a: int, b: int):
         sl = slice(a, b + 1)

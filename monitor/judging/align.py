@@ -38,7 +38,8 @@ Which values are kept (per metric; only metrics both runs logged)
 Both results have the same step index and columns; for dense series `run.series(k)` and
 `reference.series(k)` have identical indexes; for evals the steps where both are finite are the
 matched checkpoints (`eval_keys.matching_steps`). What was done is recorded in
-`info.alignment` (schema.Alignment).
+`info.alignment` (schema.Alignment), with where the reference logged each metric both runs logged
+(its steps, and those on the run's axis), even one that pairs at no step and so leaves the frames.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
         if mine.empty or theirs.empty:
             continue
         x = to_run_steps(theirs.index.to_numpy())
+        logged = _reference_span(theirs, x)
         if key.startswith(EVAL_PREFIX):
             steps, values, how, used = _match_checkpoints(mine, x, theirs.to_numpy(), chosen, config)
             run_cols[key] = mine
@@ -107,6 +109,9 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
         else:
             kept, values, how = _dense(mine, x, theirs.to_numpy(), ref_bounds, config)
             if len(kept) == 0:
+                # The column leaves the aligned frames, but not the record: a detector can then
+                # say that the runs logged it at no common step, not that the reference lacks it.
+                stats[key] = {"points": 0, "method": "no common step", **logged}
                 continue
             # Positions, not labels: a lookup of 1.4M labels hashes every one.
             run_cols[key] = mine if len(kept) == len(mine) else mine.iloc[kept]
@@ -114,7 +119,7 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
             # copy=False: at matching steps `values` is the reference's column itself, which
             # lets _unchanged see that without comparing 1.4M values.
             ref_cols[key] = pd.Series(values, index=steps, copy=False)
-        stats[key] = {"points": int(len(steps)), "method": how}
+        stats[key] = {"points": int(len(steps)), "method": how, **logged}
 
     index = pd.Index(union_steps([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
                      dtype="int64", name="step")
@@ -222,6 +227,16 @@ def _attempt_boundaries(data: RunData) -> np.ndarray:
 
 
 # --- per-metric pairing -----------------------------------------------------------------------------
+def _reference_span(theirs: pd.Series, x: np.ndarray) -> dict:
+    """Where the reference logged a metric, for the alignment's record: its first and last step,
+    those steps on the run's axis and how many it logged. The aligned frames keep only what pairs
+    with the run, so this is what says that a reference stopped at step 900 (monitor/detectors/overlap.py)."""
+    steps = theirs.index.to_numpy()
+    return {"reference_steps": [int(steps[0]), int(steps[-1])],
+            "reference_at": [int(np.rint(x[0])), int(np.rint(x[-1]))],
+            "reference_points": int(len(steps))}
+
+
 def _match_checkpoints(mine: pd.Series, x: np.ndarray, values: np.ndarray, axis: str,
                        config: AlignConfig):
     """Run checkpoints paired one to one with the reference checkpoint at the same position; the

@@ -1,15 +1,19 @@
 """The dashboard in headless Chromium over runs whose data the charts did not expect: a token count
 that grows non-linearly (the runs overview once listed no runs at all) and one that never grows
-(its run page once went blank without a word). Both pages draw; the bad run is named on the page."""
+(its run page once went blank without a word). Both pages draw; the bad run is named on the page.
+A run of one step is drawn as a point."""
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 from dashboard_browser import dashboard_process, panel_js, screenshot, wait_for_panel
 from odd_runs_store import PACKED, STUCK, build_odd_runs
 
 from app.figures.overlay import series_uid
 from monitor.schema import TRAIN_LOSS
+from monitor.store import open_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -89,4 +93,29 @@ def test_a_token_count_that_does_not_grow_draws_on_steps_and_is_named(server, pa
     assert f"run '{STUCK}': train/tokens does not grow with steps" in notice and PACKED not in notice
     assert page.locator("#run-title").inner_text() == STUCK
     screenshot(page, "odd-stuck-run")
+    assert not page.errors, page.errors
+
+
+@pytest.fixture(scope="module")
+def one_step_server(tmp_path_factory):
+    """A run that logged one step, against a reference that logged a hundred."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('one') / 'store.db'}"
+    with open_store(url) as store:
+        store.ensure_run("reference")
+        store.write_metrics("reference", pd.DataFrame({"step": np.arange(100), "key": TRAIN_LOSS,
+                                                       "value": 5.3 - np.arange(100) * 0.01}))
+        store.ensure_run("one", reference="reference")
+        store.write_metrics("one", pd.DataFrame({"step": [1], "key": [TRAIN_LOSS], "value": [3.0]}))
+    with dashboard_process(url) as (base, _proc):
+        yield base
+
+
+def test_a_run_of_one_step_is_drawn_as_a_point(one_step_server, page):
+    # A line through one point draws nothing: the panel showed axes and a legend, no data.
+    page.goto(f"{one_step_server}/run/one")
+    wait_for_panel(page, "loss")
+    markers = page.evaluate("Array.from(document.querySelectorAll('.panel-loss .scatterlayer path.point'))"
+                            ".filter(p => p.getBoundingClientRect().width > 2).length")
+    assert markers == 2  # the run's step and the reference's at it
+    screenshot(page, "odd-one-step-run")
     assert not page.errors, page.errors

@@ -60,3 +60,24 @@ def test_a_metric_logged_only_as_nan_says_so_at_any_point_budget(url):
             assert "grad_norm" not in rendered.left_out
             assert "NaN or Inf" in notes(rendered.figures["grad_norm"])
             assert "step range" not in notes(rendered.figures["grad_norm"])
+
+
+def test_a_pair_that_shares_no_steps_says_so_rather_than_pointing_at_all_steps(tmp_path):
+    # The reference ended (steps 0-99) before the run began (200-299): showing all steps would
+    # show no train loss of both runs either.
+    url = f"sqlite:///{tmp_path / 'apart.db'}"
+    with open_store(url) as store:
+        for name, first, last, reference in (("early", 0, 99, None), ("late", 200, 299, "early"),
+                                             ("longer", 0, 299, "early")):
+            store.ensure_run(name, reference=reference)
+            steps = np.arange(first, last + 1)
+            store.write_metrics(name, pd.DataFrame({"step": steps, "key": TRAIN_LOSS, "value": 3.0 - steps / 1000}))
+    with open_store(url, read_only=True) as store:
+        for step_range in (None, (220, 260)):
+            rendered = panels.build(queries.load_view(store, ViewSpec(run="late"), 500, step_range))
+            assert notes(rendered.figures["delta"]) == ("the runs share no steps: the run logged train loss at "
+                                                        "steps 200–299, the reference at steps 0–99")
+        # Where the steps meet, a zoom past the reference's end is rightly told to show all steps.
+        zoomed = panels.build(queries.load_view(store, ViewSpec(run="longer"), 500, (220, 260)))
+        assert notes(zoomed.figures["delta"]) == ("no train loss of both runs in this step range (show all steps to "
+                                                  "see the rest)")

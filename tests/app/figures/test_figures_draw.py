@@ -133,6 +133,33 @@ def test_heldout_figure_has_error_bars_per_set_and_run():
     assert next(t for t in fig.data if t.name == "pile · run").error_y.array is None  # no stderr logged
 
 
+def test_heldout_figure_counts_the_sets_it_draws_of_those_logged_as_downstream_counts_metrics():
+    frame = figures.heldout_frame(long({heldout_key(name, "loss"): ([100, 200], [3.1, 3.0])
+                                        for name in ("c4", "pile", "wiki", "books")}))
+    fig = figures.heldout_figure(frame, frame, run_name="run", reference_name="ref", sets=["pile", "c4"])
+    assert fig.layout.title.text.endswith(" — 2 of 4 sets")
+    assert {t.name for t in fig.data if t.showlegend is not False} == {"ref", "run", "c4", "pile"}
+    # All drawn: nothing to count.
+    every = figures.heldout_figure(frame, frame, run_name="run", sets=["c4", "pile", "wiki", "books"])
+    assert every.layout.title.text == "held-out loss at checkpoints (±1 s.e.)"
+
+
+def test_a_point_no_line_reaches_gets_a_marker():
+    # A run of one step: a line through one point draws nothing at all.
+    one = figures.loss_overlay(series([1], [3.0]), series([1], [5.3]), run_name="one", reference_name="ref")
+    assert all("markers" in t.mode and list(t.marker.size) == [6] for t in one.data)
+    # One value between two gaps (NaN logged) gets a marker; the points on the line get none.
+    gaps = figures.loss_overlay(series(range(6), [3.0, 2.9, np.nan, 2.8, np.nan, 2.7]), run_name="a")
+    (trace,) = gaps.data
+    assert "markers" in trace.mode and list(trace.marker.size) == [0, 0, 0, 6, 0, 6]
+    # An unbroken line stays a line.
+    assert figures.loss_overlay(series(range(3), [3.0, 2.9, 2.8]), run_name="a").data[0].mode == "lines"
+    # The delta's lone window median too.
+    windows = pd.DataFrame({"x": [500.0], "delta": [-0.1], "band": [0.03], "n": [100.0]})
+    delta = figures.delta_figure(windows, None, run_name="a", reference_name="b")
+    assert "markers" in delta.data[-1].mode
+
+
 def test_downstream_figure_one_panel_per_task_up_to_the_limit():
     rows = {}
     for task in ("arc", "boolq", "hellaswag", "mmlu", "piqa", "sciq", "winogrande"):

@@ -17,7 +17,7 @@ from monitor.detectors.spike import change_points
 from monitor.schema import SPIKE_SCORE_LOSS, TRAIN_LOSS, EventKind
 from monitor.store import open_store
 
-from .synth import pair
+from .synth import pair, run, train_loss
 
 KEYS = {"detector", "metric", "start_step", "end_step", "peak_step", "severity", "score", "message", "evidence"}
 GROUP_KEYS = KEYS | {"count", "episodes", "period_steps", "incident_id", "story", "name", "state", "explanations", "spans"}
@@ -143,3 +143,21 @@ def test_change_points_keep_the_shape_of_a_step_series():
     assert steps[keep].tolist() == [0, 39, 40, 69, 70, 99]
     drawn = np.interp(steps, steps[keep], values[keep])
     assert np.allclose(drawn[[0, 39, 40, 55, 69, 70, 99]], values[[0, 39, 40, 55, 69, 70, 99]])
+
+
+def test_cli_says_which_steps_a_shorter_reference_left_unjudged_and_why_a_later_run_shares_none(sqlite_url, capsys):
+    # The reference logged steps 1-900; one run goes on to 3,000, another begins at 1,000.
+    steps = np.arange(1, 3001)
+    with open_store(sqlite_url) as store:
+        for name, first, last, reference in (("early", 1, 900, None), ("full", 1, 3000, "early"),
+                                             ("late", 1000, 3000, "early")):
+            kept = steps[(steps >= first) & (steps <= last)]
+            put(store, run(name, pd.DataFrame({TRAIN_LOSS: train_loss(kept, seed=1)}, index=kept)), reference)
+    assert main(["detect", "--run", "full", "--store", sqlite_url, "--no-write"]) == 0
+    assert ("train loss against the reference (train/loss): not judged, on steps 901–3,000: the reference stops "
+            "at step 900") in capsys.readouterr().err
+    assert main(["detect", "--run", "late", "--store", sqlite_url, "--no-write"]) == 0
+    err = capsys.readouterr().err
+    assert ("train loss against the reference (train/loss): not judged, the runs logged train/loss at no common "
+            "step: the run at steps 1,000–3,000, the reference at steps 1–900") in err
+    assert "the reference logs no train/loss" not in err

@@ -191,3 +191,14 @@ def test_says_what_it_cannot_judge():
     assert "no checkpoint of the run can be paired" in why.reason
     run_, ref = pair(n_steps=8000, offset_from=4000, offset=-0.25)
     assert Memorization().not_judged(run_, ref) == []
+
+
+def test_a_pair_logged_at_no_common_step_is_not_a_reference_without_train_loss():
+    # The reference logged train loss and held-out loss up to step 4,000; the run logs from 5,000 on.
+    # Aligned, the train loss that pairs at no step leaves the reference's frame.
+    run_, ref = pair(n_steps=8000)
+    run_.scalars = run_.scalars.loc[5000:]
+    ref.scalars = ref.scalars.loc[:4000]
+    (why,) = Memorization().not_judged(run_, align_pair(run_, ref)[1])
+    assert why.reason == ("the runs logged train/loss at no common step: the run at steps 5,000–8,000, the "
+                          "reference at steps 1–4,000") and why.metric == TRAIN_LOSS

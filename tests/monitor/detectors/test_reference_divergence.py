@@ -8,9 +8,10 @@ import pandas as pd
 
 from bench.quality.faults import train_every
 from monitor.detectors.reference_divergence import ReferenceDivergence
+from monitor.judging.align import align_pair
 from monitor.schema import TRAIN_LOSS, Severity
 
-from .synth import pair, run
+from .synth import pair, run, train_loss
 
 
 def test_fires_below_reference_with_direction_and_evidence():
@@ -128,3 +129,29 @@ def test_a_run_logged_every_250_steps_as_a_mean_is_judged_in_windows_of_eight_va
     assert d.evidence["direction"] == "above" and d.start_step >= 8000
     # A run logged every step keeps its windows of 100 steps.
     assert det.width(pair()[0]) == 100
+
+
+def logged(name, first, last):
+    steps = np.arange(first, last + 1)
+    return run(name, pd.DataFrame({TRAIN_LOSS: train_loss(steps, seed=1)}, index=steps))
+
+
+def test_a_pair_logged_at_no_common_step_is_not_a_reference_without_train_loss():
+    # Aligned, train loss that pairs at no step leaves the reference's frame: the reference did
+    # log it, at steps 1-900, before the run began.
+    mine = logged("run", 1000, 3000)
+    (why,) = ReferenceDivergence().not_judged(mine, align_pair(mine, logged("reference", 1, 900))[1])
+    assert why.reason == ("the runs logged train/loss at no common step: the run at steps 1,000–3,000, the "
+                          "reference at steps 1–900")
+
+
+def test_the_steps_past_a_reference_that_stopped_are_said_not_judged():
+    mine = logged("run", 1, 3000)
+    (why,) = ReferenceDivergence().not_judged(mine, align_pair(mine, logged("reference", 1, 900))[1])
+    assert why.reason == "on steps 901–3,000: the reference stops at step 900" and why.metric == TRAIN_LOSS
+    # A run that ends first is still going: judged up to its last step, nothing left out.
+    short = logged("run", 1, 900)
+    assert ReferenceDivergence().not_judged(short, align_pair(short, logged("reference", 1, 3000))[1]) == []
+    # Less than a window past the reference's end would be an incomplete window anyway.
+    near = logged("run", 1, 3050)
+    assert ReferenceDivergence().not_judged(near, align_pair(near, logged("reference", 1, 3000))[1]) == []

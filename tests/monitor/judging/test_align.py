@@ -111,6 +111,18 @@ def test_dense_reference_interpolated_only_across_small_gaps():
     assert a.info.alignment.metrics[schema.TRAIN_LOSS]["method"].startswith("interp")
 
 
+def test_the_record_keeps_where_the_reference_logged_a_metric_that_pairs_at_no_step():
+    # The reference ended before the run began: its train loss leaves the aligned frames, and the
+    # record is what lets a detector say so rather than "the reference logs no train/loss".
+    run = _run("run", {schema.TRAIN_LOSS: {s: 3.0 for s in range(1000, 1100)}})
+    ref = _run("ref", {schema.TRAIN_LOSS: {s: 4.0 for s in range(1, 901)}, C4: {500: 3.5}})
+    _, r = align_pair(run, ref, axis="step")
+    assert schema.TRAIN_LOSS not in r.scalars.columns
+    assert r.info.alignment.metrics[schema.TRAIN_LOSS] == {
+        "points": 0, "method": "no common step", "reference_steps": [1, 900], "reference_at": [1, 900],
+        "reference_points": 900}
+
+
 def test_exact_where_logged_interpolated_between():
     run = _run("run", {schema.TRAIN_LOSS: {s: 1.0 for s in range(0, 20)}})
     ref = _run("ref", {schema.TRAIN_LOSS: {s: float(s) for s in range(0, 20, 2)}})
