@@ -112,7 +112,7 @@ def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = 
     def heldout() -> go.Figure:
         return figures.heldout_figure(held(False), held(True), run_name=name,
                                       reference_name=ref_name, x_title=x_title, full_y=view.spec.full_y,
-                                      empty_reason=why.in_range("held-out evaluation"))
+                                      empty_reason=why.in_range("held-out evaluation", HELDOUT_PREFIX))
 
     def gap() -> go.Figure:
         ref_means = ref.train_means if ref is not None else run.train_means.iloc[0:0]
@@ -135,7 +135,8 @@ def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = 
         "gap": gap,
         "evals": lambda: figures.downstream_figure(figures.downstream_frame(long), figures.downstream_frame(ref_long),
                                                    run_name=name, reference_name=ref_name, x_title=x_title,
-                                                   tasks=tasks or None, empty_reason=why.in_range("downstream evals")),
+                                                   tasks=tasks or None,
+                                                   empty_reason=why.in_range("downstream evals", DOWNSTREAM_PREFIX)),
         "grad_norm": lambda: figures.grad_norm_figure(series(long, TRAIN_GRAD_NORM), spikes=spikes,
                                                       spike_score=series(long, SPIKE_SCORE_GRAD_NORM),
                                                       x_title=x_title, x_of_step=run.axis.to_x,
@@ -217,12 +218,18 @@ class EmptyReasons:
     def _drawn(long: pd.DataFrame, key: str) -> bool:
         return bool(len(long)) and bool((long["key"] == key).any())
 
-    def in_range(self, what: str) -> str:
+    def in_range(self, what: str, prefix: str | None = None) -> str:
         """The panel's series are logged, but nothing of them can be drawn here: no finite value in
         the step range shown, or, over the whole run, only NaN or Inf (a downsampled read keeps
-        finite values only)."""
+        finite values only), or, for a panel of series keyed by `prefix` that only the reference
+        logged, none of the reference's within the steps the run logged (it is read over those)."""
         if self.zoomed:
             return f"no finite {what}" + self.IN_RANGE
+        logged = self.view.run.logged
+        if (prefix is not None and logged and not any(k.startswith(prefix) for k in self.keys)
+                and any(k.startswith(prefix) for k in self.ref_keys)):
+            extent = (min(a for a, _ in logged.values()), max(b for _, b in logged.values()))
+            return f"the run logs no {what}, and the reference logged none within its {steps(extent)}"
         return f"{what}: every logged value is NaN or Inf"
 
     def delta(self) -> str:

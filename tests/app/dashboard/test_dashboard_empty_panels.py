@@ -81,3 +81,26 @@ def test_a_pair_that_shares_no_steps_says_so_rather_than_pointing_at_all_steps(t
         zoomed = panels.build(queries.load_view(store, ViewSpec(run="longer"), 500, (220, 260)))
         assert notes(zoomed.figures["delta"]) == ("no train loss of both runs in this step range (show all steps to "
                                                   "see the rest)")
+
+
+def test_evals_only_the_reference_logged_past_the_runs_steps_are_said_to_be_there(tmp_path):
+    """A run of one step against a reference evaluated every 100 steps: the reference is read over
+    the run's steps, where it has no evaluation; not 'every logged value is NaN or Inf'."""
+    from monitor.schema import downstream_key, heldout_key
+
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    steps = np.arange(1, 1001)
+    evals = steps[steps % 100 == 0]
+    with open_store(url) as store:
+        store.ensure_run("ref")
+        store.write_metrics("ref", pd.concat([
+            pd.DataFrame({"step": steps, "key": TRAIN_LOSS, "value": 3.0 - steps / 1000}),
+            pd.DataFrame({"step": evals, "key": heldout_key("c4"), "value": 3.1 - evals / 1000}),
+            pd.DataFrame({"step": evals, "key": downstream_key("piqa", "acc"), "value": 0.6}),
+        ], ignore_index=True))
+        store.ensure_run("one", reference="ref")
+        store.write_metrics("one", pd.DataFrame({"step": [1], "key": [TRAIN_LOSS], "value": [3.0]}))
+        rendered = panels.build(queries.load_view(store, ViewSpec(run="one", reference="ref"), 500, None))
+    assert notes(rendered.figures["heldout"]) == ("the run logs no held-out evaluation, and the reference logged "
+                                                  "none within its step 1")
+    assert notes(rendered.figures["evals"]).startswith("the run logs no downstream evals, and the reference")
