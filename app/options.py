@@ -36,13 +36,26 @@ def fails(fail_on: str | None, severities: Iterable) -> bool:
     return any(Severity(s).rank >= bar for s in severities)
 
 
-def add_watch_config_argument(parser: argparse.ArgumentParser) -> None:
+def add_watch_config_argument(parser: argparse.ArgumentParser,
+                              overrides: tuple[str, ...] = ("--detectors", "--axis")) -> None:
+    """--config FILE; `overrides`: the command's own options that take precedence over the file."""
     parser.add_argument(
         "--config", metavar="FILE", default=None,
         help="the watch service's config file (YAML or TOML): its detectors, detector_params, axis and "
         "incidents settings judge the run, so the findings are the ones `gapwatch watch --config FILE` "
-        "reaches (--detectors and --axis, when given, override it)",
+        f"reaches ({' and '.join(overrides)}, when given, override{'s' if len(overrides) == 1 else ''} it)",
     )
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535, or 0 for any free one (the server says which)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1 to 65535, or 0 for any free one)")
+    return value
 
 
 def judging_settings(args: argparse.Namespace):

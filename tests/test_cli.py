@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from app.cli import build_parser, main
 from app.options import FAIL_EXIT
 
@@ -138,3 +140,38 @@ def test_a_long_option_is_taken_only_as_spelt_out(tmp_path, sqlite_url, capsys):
     with pytest.raises(SystemExit):
         main(["import", str(tmp_path / "ref.csv"), "--run", "ref", "--reference-o", "cand", "--store", sqlite_url])
     assert "unrecognized arguments: --reference-o" in capsys.readouterr().err
+
+
+def test_detect_refuses_a_run_as_its_own_reference_and_bad_detector_settings(sqlite_url, tmp_path, capsys):
+    url = _store_with_a_nan_run(sqlite_url)
+    detect = ["detect", "--run", "a-run-that-went-nan", "--store", url, "--no-write"]
+    assert main([*detect, "--reference", "a-run-that-went-nan"]) == 2
+    assert capsys.readouterr().err == "gapwatch detect: error: run 'a-run-that-went-nan' cannot be its own reference\n"
+    config = tmp_path / "watch.yaml"
+    config.write_text('detector_params: {spike: {threshold: "abc"}}\n')
+    for command in (detect, ["report", "--run", "a-run-that-went-nan", "--reference", "a-clean-run-with-a-long-name",
+                             "--store", url, "-o", str(tmp_path / "r.html")]):
+        assert main([*command, "--config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"gapwatch {command[0]}: error: watch config {config}: detector settings: threshold of "
+                       "detector spike must be a finite number, not 'abc'\n")
+
+
+def test_the_config_help_names_only_the_options_each_command_has(capsys):
+    for command, overrides in (("report", "(--axis, when given, overrides it)"),
+                               ("detect", "(--detectors and --axis, when given, override it)")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert overrides in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("port, message", [
+    ("99999", "99999 is not a TCP port (1 to 65535, or 0 for any free one)"),
+    ("-1", "-1 is not a TCP port (1 to 65535, or 0 for any free one)"),
+    ("http", "'http' is not a port number"),
+])
+def test_dashboard_refuses_a_port_out_of_range_before_it_starts(sqlite_url, capsys, port, message):
+    with pytest.raises(SystemExit) as exited:
+        main(["dashboard", "--store", sqlite_url, "--port", port])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"gapwatch dashboard: error: argument --port: {message}"

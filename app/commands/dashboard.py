@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.options import add_store_argument
+from app.options import add_store_argument, port
 
 # The server answers requests on threads of one interpreter. A request that waits on the store or
 # on NumPy lets go of the interpreter lock and gets it back only when the thread running Python
@@ -25,7 +25,7 @@ def register(subparsers) -> None:
     )
     add_store_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8050, help="port (default: 8050)")
+    parser.add_argument("--port", type=port, default=8050, help="port (default: 8050; 0: any free one)")
     parser.add_argument("--poll", type=float, default=2.0, metavar="SECONDS",
                         help="seconds between live updates of an open page (default: 2)")
     parser.add_argument("--max-points", type=int, default=2000,

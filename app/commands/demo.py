@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from app.extras import require_extra
-from app.options import add_store_argument
+from app.options import add_store_argument, port
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="benchmark files for the in-loop downstream evals (default: the per-user "
                              "cache, filled once by `gapwatch evals fetch-data`)")
     parser.add_argument("--no-serve", action="store_true", help="do not serve the dashboard at the end")
-    parser.add_argument("--port", type=int, default=8050, help="dashboard port (default: 8050)")
+    parser.add_argument("--port", type=port, default=8050, help="dashboard port (default: 8050)")
     parser.set_defaults(func=run)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+from urllib.parse import urlsplit
 
 from app.options import add_store_argument
 
@@ -11,6 +13,8 @@ from app.options import add_store_argument
 MAPPING_ROWS_SHOWN = 20
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, lm-eval-json, tensorboard, jsonl, csv, "
                "mlflow, hf-trainer-state, llmc-log, megatron-log, gapwatch-export (default: detected)")
+# The hosts of W&B's cloud app, whose run pages are https://wandb.ai/<entity>/<project>/runs/<id>.
+WANDB_APP_HOSTS = ("wandb.ai", "www.wandb.ai")
 
 
 def register(subparsers) -> None:
@@ -27,7 +31,8 @@ def register(subparsers) -> None:
         "`gapwatch export` wrote. Steps are the "
         "trainer's own when the source logs them; the mapping of its keys is printed.",
     )
-    parser.add_argument("source", metavar="SOURCE", help="file, folder or wandb:// URL")
+    parser.add_argument("source", metavar="SOURCE",
+                        help="file, folder, wandb:// URL or a W&B run page's address (https://wandb.ai/...)")
     parser.add_argument("--run", metavar="NAME",
                         help="run name in the store (default: the name the source gives it: a "
                         "W&B run's display name, a TensorBoard run's folder, a file's stem); for "
@@ -86,9 +91,14 @@ def run(args: argparse.Namespace) -> int:
         raise GapwatchError("--poll-interval must be positive")
     if args.tokens_per_step is not None and not 0 < args.tokens_per_step < math.inf:
         raise GapwatchError(f"--tokens-per-step must be a positive number, not {args.tokens_per_step}")
+    console = Console(stderr=True)
+    source = web_source(args.source)
+    if source != args.source:
+        console.print(f"note: importing the W&B run page {args.source} as {source}", highlight=False,
+                      markup=False, soft_wrap=True)
+        args.source = source
     collect_less()  # an import makes many short-lived containers and no cycles worth a pass
     keep_freed_memory(IMPORT_HEAP_BYTES, IMPORT_HEAP_BYTES)  # within the import's bound on growth
-    console = Console(stderr=True)
     api_config = ApiConfig(base_url=args.wandb_base_url)
     fmt = args.fmt or detect_format(args.source)
     load_kwargs = {"tokens_per_step": args.tokens_per_step, "profiles_file": args.profiles_file}
@@ -106,6 +116,36 @@ def run(args: argparse.Namespace) -> int:
         _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_config, console,
                     table=len(targets) == 1)
     return 0
+
+
+def counted(n: int, noun: str) -> str:
+    """`n` and `noun`, singular for one: "1 new row", "2 new rows"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def web_source(source: str) -> str:
+    """`source` as the importers take it: a W&B run page pasted from the browser becomes the
+    wandb://entity/project/run_id it shows; any other URL but a wandb:// one is refused in one line
+    (read as a path, it would end in "no such file" with its double slash folded)."""
+    from monitor.errors import GapwatchError
+
+    if source.startswith("wandb://") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source):
+        return source
+    url = urlsplit(source)
+    parts = [p for p in url.path.split("/") if p]
+    run_page = url.scheme in ("http", "https") and len(parts) >= 4 and parts[2] == "runs"
+    if run_page and url.hostname in WANDB_APP_HOSTS:
+        return f"wandb://{parts[0]}/{parts[1]}/{parts[3]}"
+    if url.hostname in WANDB_APP_HOSTS:
+        raise GapwatchError(f"{source}: a W&B page, but not a run's; open the run and paste its address "
+                            "(https://wandb.ai/entity/project/runs/run_id), or import wandb://entity/project/run_id")
+    origin = f"{url.scheme}://{url.netloc}"
+    if run_page:  # a W&B server of one's own shows its runs at the same path
+        raise GapwatchError(f"{source}: gapwatch does not download web pages; if {origin} is a W&B server, "
+                            f"import wandb://{parts[0]}/{parts[1]}/{parts[3]} --wandb-base-url {origin}")
+    raise GapwatchError(f"{source}: gapwatch does not download {url.scheme}:// URLs; import a W&B run as "
+                        "wandb://entity/project/run_id (or its page, https://wandb.ai/entity/project/runs/run_id), "
+                        "or download the file and import that")
 
 
 def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str | None, str | None]]:
@@ -157,8 +197,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                 if args.reference is not None and poll.poll == 1:
                     store.set_reference(args.run, args.reference)  # the run exists from the first poll on
                 state = "finished" if poll.finished else "following"
-                console.print(f"poll {poll.poll}: {poll.rows_new:,} new rows, "
-                              f"{poll.rows_total:,} source rows in all ({state})")
+                console.print(f"poll {poll.poll}: {counted(poll.rows_new, 'new row')}, "
+                              f"{counted(poll.rows_total, 'source row')} in all ({state})")
 
             follow(store, args.run, args.source, fmt, profile=args.profile,
                    load_kwargs={**load_kwargs, "step_key": args.step_key},
@@ -209,8 +249,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
         console.print(
             f"{what} run {result.run!r}{named} from {imported.source} (profile {imported.profile}): "
             # Source rows count those a profile drops and repeats that the store keeps once.
-            f"{result.rows_new:,} new rows, {result.rows_total:,} source rows in all, "
-            f"{len(imported.keys)} metrics" + (", still running" if imported.live else "")
+            f"{counted(result.rows_new, 'new row')}, {counted(result.rows_total, 'source row')} in all, "
+            f"{counted(len(imported.keys), 'metric')}" + (", still running" if imported.live else "")
             + (f", compared with {args.reference!r}" if args.reference is not None else "")
             + (", crashed (what was complete is imported)" if imported.crashed else ""),
             highlight=False,

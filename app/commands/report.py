@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=FORMATS,
                         help="output format (default: from the output file's suffix, else html)")
     add_store_argument(parser)
-    add_watch_config_argument(parser)
+    add_watch_config_argument(parser, overrides=("--axis",))
     parser.add_argument("--axis", choices=("auto", "step", "tokens"), default=None,
                         help="compare at equal steps or equal tokens (default: the config's, else tokens when the "
                              "batch sizes differ)")

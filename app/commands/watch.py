@@ -8,6 +8,10 @@ from monitor.jsonutil import plain
 
 from app.options import FAIL_EXIT, add_fail_on_argument, add_store_argument, fails
 
+NOT_JUDGED_EXIT = 3
+"""Exit status of `watch --once` when a watched run could not be judged: its verdict is unknown, so
+this overrides 0 and the --fail-on status alike (2 stays a usage error)."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -17,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "into alerts: one per incident, resolved when it ends, delivered through an outbox that "
         "survives restarts. Slack: set SLACK_WEBHOOK_URL (never printed). With --once: one pass, the "
         f"watched runs' notifications delivered, and exit status {FAIL_EXIT} with --fail-on when one of "
-        "their open alerts reached that severity.",
+        f"their open alerts reached that severity, or {NOT_JUDGED_EXIT} when a watched run could not be judged "
+        "(one line each says which and why).",
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--run", action="append", metavar="R", help="run to watch (repeat for several)")
@@ -80,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: service.stop())
         service.run(once=args.once)
+        not_judged = dict(service.failed) if args.once else {}
         runs = service.watched_runs() if args.once else None
         pending = service.outbox.pending_count(runs)
         if pending:
@@ -93,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
                          | {"severity": a.severity.value, "name": a.name, "incident_id": a.incident_id}
                          for a in open_alerts]), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
+    for run, why in not_judged.items():
+        print(f"gapwatch watch: error: could not judge run {run!r}: {why}", file=sys.stderr)
+    if not_judged:
+        return NOT_JUDGED_EXIT
     return FAIL_EXIT if fails(args.fail_on, [a.severity for a in open_alerts]) else 0
 
 

@@ -15,7 +15,15 @@ from dataclasses import replace
 from monitor.alerting.config import IncidentConfig
 from monitor.judging.align import align_pair
 from monitor.judging.engine import no_reference
-from monitor.judging.judge import DetectConfig, ProgressCallback, judge, judge_aligned, missing_reference, quiet
+from monitor.judging.judge import (
+    DetectConfig,
+    ProgressCallback,
+    judge,
+    judge_aligned,
+    missing_reference,
+    own_reference,
+    quiet,
+)
 from monitor.judging.side_process import SidePass
 from monitor.errors import GapwatchError
 from monitor.schema import RunData
@@ -32,7 +40,7 @@ def load_pair(store, run: str, reference: str | None = None, detect: DetectConfi
     if not reference:
         raise GapwatchError(f"run {run!r} has no reference recorded; pass --reference NAME")
     if reference == run:
-        raise GapwatchError(f"run {run!r} cannot be its own reference")
+        raise GapwatchError(own_reference(run))
     if store.get_run(reference) is None:
         raise GapwatchError(missing_reference(reference, run, store))
     progress(f"loading {run}")

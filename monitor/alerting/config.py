@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from monitor.alerting.secrets import Secret
@@ -41,6 +41,17 @@ class IncidentConfig:
     resolve_after_steps_by_detector: dict[str, int] = field(default_factory=dict)
     """Per-detector overrides of `resolve_after_steps`, for metrics logged sparsely (evals)."""
 
+    def __post_init__(self) -> None:
+        # Every setting counts steps, points or escalations: a negative count means nothing.
+        counts = [(name, getattr(self, name)) for name in ("resolve_after_steps", "resolve_after_points",
+                                                           "cooldown_steps", "escalate_after_steps",
+                                                           "max_growth_escalations")]
+        counts += [(f"resolve_after_steps_by_detector: {name}", steps)
+                   for name, steps in self.resolve_after_steps_by_detector.items()]
+        for name, value in counts:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"incidents: {name} must be a whole number, 0 or more, not {value!r}")
+
     def resolve_after(self, detector: str) -> int:
         return int(self.resolve_after_steps_by_detector.get(detector, self.resolve_after_steps))
 
@@ -62,6 +73,9 @@ class DeliveryConfig:
     """Notifications read from the outbox per delivery pass."""
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # seconds and a count: none can be negative
+            if getattr(self, f.name) < 0:
+                raise ValueError(f"delivery: {f.name} must be 0 or more, not {getattr(self, f.name)!r}")
         if self.claim_lease_s <= self.timeout_s:
             raise ValueError("claim_lease_s must exceed timeout_s")
 
@@ -93,8 +107,12 @@ class SinkConfig:
     """Messages that may go out at once before the rate applies (Slack allows short bursts)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in SINK_KINDS:
-            raise ValueError(f"sink {self.name!r}: kind must be one of {SINK_KINDS}, not {self.kind!r}")
+        check_kind(self.name, self.kind)
+        # The sink's token bucket (ratelimit.py) needs a rate and room for one message.
+        if not self.rate_per_minute > 0:
+            raise ValueError(f"sink {self.name!r}: rate_per_minute must be more than 0, not {self.rate_per_minute!r}")
+        if self.burst < 1:
+            raise ValueError(f"sink {self.name!r}: burst must be at least 1, not {self.burst!r}")
         if self.kind == "slack_bot":
             if self.token is None or not self.channel:
                 raise ValueError(f"sink {self.name!r} (slack_bot) needs a token and a channel")
@@ -109,6 +127,13 @@ class SinkConfig:
             return f"{self.name}: slack_bot in {self.channel} (token from {source}), severity >= {self.min_severity.value}"
         where = f" (URL from ${self.url_env})" if self.url_env else (" (URL from the config file)" if self.url else "")
         return f"{self.name}: {self.kind}{where}, severity >= {self.min_severity.value}"
+
+
+def check_kind(name: str, kind: str) -> None:
+    """Refuse a sink kind gapwatch has no sink for, before anything else about the sink is judged
+    (a misspelt kind would otherwise be told about the URL it then seems to lack)."""
+    if kind not in SINK_KINDS:
+        raise ValueError(f"sink {name!r}: unknown sink kind {kind!r} (kinds: {', '.join(SINK_KINDS)})")
 
 
 @dataclass

@@ -44,6 +44,8 @@ def detect_stored(store, run: str, reference: str | None = None, config: DetectC
     unless `write` is False, store the detections (upserted by run, detector, metric and first
     step), detector series, what could not be judged, and the worst severity among the incidents
     still open at the run's end (grouped by `incidents`, as `detect` lists them)."""
+    if reference == run:
+        raise GapwatchError(own_reference(run))
     engine = DetectionEngine(config)  # refuse bad settings before loading a million rows
     progress(f"loading {run}")
     run_data = store.load_run(run)
@@ -83,6 +85,12 @@ def missing_reference(reference: str, run: str, store) -> str:
     or removed since)."""
     return (f"reference {reference!r} of {run!r} is not in {store.url.redacted()}: import it, or name another "
             f"(--reference NAME, or `gapwatch runs set-reference {run} NAME`)")
+
+
+def own_reference(run: str) -> str:
+    """The error for a run named as its own reference: judged against itself, it would always tie
+    (`gapwatch runs set-reference` and the report refuse it in the same words)."""
+    return f"run {run!r} cannot be its own reference"
 
 
 NOT_JUDGED_STATE = "detect/{run}/not_judged"
@@ -151,4 +159,4 @@ def severity_counts(found: list) -> dict[str, int]:
 
 __all__ = ["DetectConfig", "DetectResult", "REGISTRY", "detect_stored", "empty_series", "judge", "judge_aligned",
            "NotJudgedAsOf", "judged_runs", "load_cleans", "load_not_judged", "missing_reference", "open_severity",
-           "severity_counts"]
+           "own_reference", "severity_counts"]

@@ -43,6 +43,7 @@ from monitor.alerting.config import (
     IncidentConfig,
     SilenceRule,
     SinkConfig,
+    check_kind,
 )
 from monitor.alerting.secrets import Secret
 from monitor.judging.engine import DetectConfig, DetectionEngine
@@ -216,6 +217,7 @@ def _sink(raw: Any, env: Mapping[str, str]) -> SinkConfig:
     raw = dict(raw)
     name = str(raw.pop("name"))
     kind = str(raw.pop("kind", "console"))
+    check_kind(name, kind)
     if kind == "slack_bot":
         return _slack_bot_sink(name, raw, env)
     url_env = raw.pop("url_env", SLACK_ENV if kind == "slack" and "url" not in raw else None)
@@ -243,8 +245,13 @@ def _sink(raw: Any, env: Mapping[str, str]) -> SinkConfig:
         raise ValueError(f"sink {name!r}: min_severity must be info, warning or critical") from None
     return SinkConfig(name=name, kind=kind, min_severity=severity, url=url,
                       url_env=str(url_env) if url_env and kind != "console" else None,
-                      rate_per_minute=float(raw.get("rate_per_minute", SinkConfig.rate_per_minute)),
-                      burst=int(raw.get("burst", SinkConfig.burst)))
+                      **_limits(name, raw))
+
+
+def _limits(name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """A sink's rate_per_minute and burst, checked as numbers (SinkConfig checks their range)."""
+    return {key: _coerce(raw.get(key, getattr(SinkConfig, key)), kind, f"sink {name!r}: {key}")
+            for key, kind in (("rate_per_minute", "float"), ("burst", "int"))}
 
 
 def _slack_bot_sink(name: str, raw: dict[str, Any], env: Mapping[str, str]) -> SinkConfig:
@@ -273,8 +280,7 @@ def _slack_bot_sink(name: str, raw: dict[str, Any], env: Mapping[str, str]) -> S
         raise ValueError(f"sink {name!r}: min_severity must be info, warning or critical") from None
     return SinkConfig(name=name, kind="slack_bot", min_severity=severity, token=Secret(str(token_text)),
                       token_env=str(token_env) if token_env else None, channel=str(channel), api_url=api_url,
-                      rate_per_minute=float(raw.get("rate_per_minute", SinkConfig.rate_per_minute)),
-                      burst=int(raw.get("burst", SinkConfig.burst)))
+                      **_limits(name, raw))
 
 
 def _silence(raw: Any, i: int) -> SilenceRule:

@@ -31,6 +31,7 @@ from monitor.alerting.ledger import AlertLedger
 from monitor.alerting.outbox import Outbox
 from monitor.alerting.sinks import Sink, build_sinks
 from monitor.judging.engine import DetectionEngine
+from monitor.judging.judge import own_reference
 from monitor.errors import GapwatchError
 from monitor.schema import RunInfo
 from monitor.store import DatabaseError, LeaseLost, RunMarks, describe_db_error
@@ -85,6 +86,8 @@ class TargetSpec:
             info = store.get_run(run)
             if info is None:
                 raise GapwatchError(f"no run named {run!r} in {store.url.redacted()}")
+            if self.reference == run:
+                raise GapwatchError(own_reference(run))
             if self.reference is not None and store.get_run(self.reference) is None:
                 # Named on the command line: a typo, not a reference still to be imported.
                 raise GapwatchError(f"reference run {self.reference!r} of {run!r} is not in {store.url.redacted()}")
@@ -131,7 +134,10 @@ class WatchService:
         self._state_saved_at: dict[str, float] = {}
         self._held: set[str] = set()
         self._behind: set[str] = set()
-        self._failed: set[str] = set()
+        self.failed: dict[str, str] = {}
+        """The runs whose last pass failed, each with why in one line: the service tries them again
+        next poll; `gapwatch watch --once` fails naming them."""
+        self._once = False
         self._incidents: dict[str, tuple[dict, dict]] = {}
         self._told_single_worker = False
 
@@ -169,10 +175,10 @@ class WatchService:
             self._forget(target)  # a run deleted since the targets were read
         queued = 0
         # Runs with a backlog, or whose last pass failed, last: they do not delay the others' verdicts.
-        for target in sorted(held, key=lambda t: t.run in self._behind or t.run in self._failed):
+        for target in sorted(held, key=lambda t: t.run in self._behind or t.run in self.failed):
             if self.stop_event.is_set():
                 break
-            self._failed.discard(target.run)
+            self.failed.pop(target.run, None)
             try:
                 told = self._poll_target(target, marks[target.run], infos.get(target.run),
                                          marks.get(target.reference) if target.reference is not None else None)
@@ -183,20 +189,28 @@ class WatchService:
                 continue
             except DatabaseError as exc:
                 # The store went away for a moment: forget in-memory state, resume from what was saved.
-                log.warning("%s: store unavailable (%s); will retry", target.run, describe_db_error(exc))
+                why = f"store unavailable ({describe_db_error(exc)})"
+                log.warning("%s: %s%s", target.run, why, self._then())
             except GapwatchError as exc:
-                log.warning("%s: %s", target.run, exc)
-            except Exception:  # noqa: BLE001 - one run's bad data must not stop the watch of the others
-                log.exception("%s: judging new rows failed; will retry from the saved state", target.run)
+                why = str(exc)
+                log.warning("%s: %s", target.run, why)
+            except Exception as exc:  # noqa: BLE001 - one run's bad data must not stop the watch of the others
+                why = _first_line(exc)
+                # The traceback stays: an exception here is a bug, and this is its evidence.
+                log.exception("%s: judging new rows failed%s", target.run, self._then(" from the saved state"))
             else:
                 if told:
                     # Sent while the poll goes on: the other runs' passes do not delay it.
                     self._wake_delivery.set()
                 queued += told
                 continue
-            self._failed.add(target.run)
+            self.failed[target.run] = why
             self._forget(target)
         return queued
+
+    def _then(self, where: str = "") -> str:
+        """What follows a failed pass, for the log: the service tries again; one pass (--once) does not."""
+        return "" if self._once else f"; will retry{where}"
 
     def _watcher(self, target: Target) -> RunWatcher:
         watcher = self.watchers.get(target)
@@ -337,7 +351,9 @@ class WatchService:
     # --- running ---------------------------------------------------------------------------------
     def run(self, once: bool = False, max_polls: int | None = None) -> None:
         """Watch until `stop()` (or a signal handler setting `stop_event`), `max_polls` passes, or one
-        pass with `once` (which then makes one delivery pass; failures stay queued for next time)."""
+        pass with `once` (which then makes one delivery pass; failures stay queued for next time,
+        and the runs that could not be judged are in `failed`)."""
+        self._once = once
         if once:
             self.poll()
             while self._behind and not self.stop_event.is_set():  # once means every run caught up
@@ -370,6 +386,12 @@ class WatchService:
     def stop(self) -> None:
         self.stop_event.set()
         self._wake_delivery.set()
+
+
+def _first_line(exc: Exception) -> str:
+    """An unexpected exception in one line: its type and the first line of its message."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _alive(pid: int) -> bool:

@@ -46,7 +46,7 @@ def test_tied_when_nothing_fired_says_how_close():
     assert v.kind == "tied" and v.severity == "info"
     assert v.sentence.startswith("Tied with the reference: no divergence")
     assert "train loss within 0.006 of the reference in every one of 2 windows" in v.sentence
-    assert "held-out loss within 2 se at 9 of 10 shared checkpoints over 1 set" in v.sentence
+    assert "held-out loss within 2 se at 9 of 10 shared checkpoints over 1 set," in v.sentence
     assert ("1 of 2 downstream metrics with error bars differ significantly (the run better on 1, the reference "
             "on 0)") in v.sentence
     assert "held-out c4 Δ at step 1,000: −0.0040 ± 0.0060" in v.evidence

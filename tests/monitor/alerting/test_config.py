@@ -8,7 +8,7 @@ import pytest
 
 from monitor.errors import GapwatchError
 from monitor.schema import Severity
-from monitor.watch.config import load_config
+from monitor.watch.config import load_config, load_judging
 
 from .helpers import detection
 
@@ -87,7 +87,31 @@ def test_defaults_are_the_console_plus_slack_when_its_variable_is_set():
     ("sinks: [{name: slack, kind: slack}]", {}, "environment variable $SLACK_WEBHOOK_URL is not set"),
     ("sinks: [{name: slack, kind: slack}]", {"SLACK_WEBHOOK_URL": "ftp://verySecretToken123"},
      "the URL in $SLACK_WEBHOOK_URL is not an http(s) URL"),
-    ("sinks: [{name: s, kind: pigeon, url: 'http://x/verySecretToken123'}]", {}, "kind must be one of"),
+    ("sinks: [{name: s, kind: pigeon, url: 'http://x/verySecretToken123'}]", {}, "unknown sink kind 'pigeon'"),
+    # A misspelt kind is named as such, not taken for a webhook that lacks its URL.
+    ("sinks: [{name: s, kind: slak}]", {}, "sink 's': unknown sink kind 'slak' (kinds: console, slack, slack_bot, "
+     "webhook)"),
+    ("sinks: [{name: c, kind: console, burst: 0}]", {}, "sink 'c': burst must be at least 1, not 0"),
+    ("sinks: [{name: c, kind: console, rate_per_minute: fast}]", {}, "sink 'c': rate_per_minute must be a number"),
+    ("incidents: {resolve_after_steps: -1}", {}, "incidents: resolve_after_steps must be a whole number, 0 or more, "
+     "not -1"),
+    ("incidents: {resolve_after_steps_by_detector: {eval_regression: -5}}", {},
+     "incidents: resolve_after_steps_by_detector: eval_regression must be a whole number, 0 or more, not -5"),
+    ("delivery: {timeout_s: -1}", {}, "delivery: timeout_s must be 0 or more, not -1.0"),
+    ("detector_params: {spike: {threshold: abc}}", {},
+     "detector settings: threshold of detector spike must be a finite number, not 'abc'"),
+    ("detector_params: {spike: {treshold: 3}}", {},
+     "unknown parameter 'treshold' of detector spike; its parameters: metrics, definition, threshold, "),
+    ("detector_params: {spike: {center_window: -1}}", {},
+     "center_window of detector spike must be a count (0 or more), not -1"),
+    ("detector_params: {spike: {center_window: 2.5}}", {}, "center_window of detector spike must be a whole number"),
+    ("detector_params: {spike: {metrics: train/loss}}", {}, "metrics of detector spike must be a list of names"),
+    ("detector_params: {spike: {threshold: .nan}}", {}, "threshold of detector spike must be a finite number"),
+    ("detector_params: {eval_regression: {within_run: 1}}", {}, "within_run of detector eval_regression must be true "
+     "or false, not 1"),
+    ("detector_params: {data_invariants: {global_batch_size: many}}", {},
+     "global_batch_size of detector data_invariants must be a whole number or null, not 'many'"),
+    ("detector_params: {spike: 5}", {}, "the parameters of detector spike must be a mapping, not 5"),
     ("poll_interval: 3", {}, "unknown setting(s) ['poll_interval']"),
     ("incidents: {cooldown_steps: lots}", {}, "incidents: cooldown_steps must be a number"),
     ("sinks: [{name: c, kind: console, min_severity: loud}]", {}, "min_severity must be info, warning or critical"),
@@ -127,3 +151,23 @@ def test_missing_file_and_unknown_suffix(tmp_path):
     (tmp_path / "w.ini").write_text("x")
     with pytest.raises(GapwatchError, match="use a .yaml, .yml or .toml file"):
         load_config(tmp_path / "w.ini")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("detector_params: {spike: {threshold: abc}}", "threshold of detector spike must be a finite number"),
+    ("incidents: {cooldown_steps: -10}", "incidents: cooldown_steps must be a whole number, 0 or more"),
+])
+def test_detect_and_report_read_the_judging_settings_as_strictly(tmp_path, text, message):
+    path = tmp_path / "watch.yaml"
+    path.write_text(text)
+    with pytest.raises(GapwatchError, match=message):
+        load_judging(path)
+
+
+def test_detector_parameters_of_the_fields_types_are_taken(tmp_path):
+    path = tmp_path / "watch.yaml"
+    path.write_text("detector_params: {spike: {threshold: 7, metrics: [train/loss], center_window: 16},"
+                    " data_invariants: {global_batch_size: null, records_per_epoch: 1000},"
+                    " resume: {deterministic: true}, eval_regression: {within_run: false}}")
+    detect, _ = load_judging(path)
+    assert detect.params["spike"] == {"threshold": 7, "metrics": ["train/loss"], "center_window": 16}

@@ -35,7 +35,9 @@ def store_with_nan(sqlite_url):
     (["--run", "r", "--reference", "typo"], "reference run 'typo' of 'r' is not in"),
     (["--run", "r", "--detectors", "nonfinite,psychic"], "unknown detector(s) psychic"),
     (["--run", "r", "--poll-interval", "0"], "--poll-interval must be positive"),
-    (["--run", "r", "--config", "{bad_params}"], "detector settings: "),
+    (["--run", "r", "--config", "{bad_params}"], "detector settings: unknown parameter 'sensitivity' of detector "
+                                                 "spike; its parameters: metrics, "),
+    (["--run", "r", "--reference", "r"], "run 'r' cannot be its own reference"),
     (["--run", "r", "--config", "/nonexistent/watch.yaml"], "cannot read watch config"),
 ])
 def test_mistakes_end_in_one_line(store_with_nan, capsys, tmp_path, argv, message):
@@ -145,6 +147,22 @@ def test_once_on_a_clean_run_exits_0_with_fail_on(sqlite_url, capsys):
         store.write_metrics("clean", pd.DataFrame({"step": np.arange(200), "key": "train/loss", "value": 2.0}))
     assert main(["watch", "--run", "clean", "--store", sqlite_url, "--once", "--json", "--fail-on", "warning"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_once_fails_naming_a_run_that_could_not_be_judged(store_with_nan, capsys, monkeypatch):
+    """A pass that crashes leaves the run's verdict unknown: --once must not exit 0 (nor 1, which
+    says a finding reached --fail-on), and says which run failed and why in one line."""
+    from app.commands.watch import NOT_JUDGED_EXIT
+    from monitor.judging.engine import DetectionEngine
+
+    def crash(*_args, **_kwargs):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(DetectionEngine, "update", crash)
+    for gate in ([], ["--fail-on", "warning"]):
+        assert main(["watch", "--run", "r", "--store", store_with_nan, "--once", *gate]) == NOT_JUDGED_EXIT == 3
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert last == "gapwatch watch: error: could not judge run 'r': RuntimeError: boom"
 
 
 def test_json_and_fail_on_need_once(store_with_nan, capsys):

@@ -138,3 +138,35 @@ def test_a_run_whose_reference_is_not_in_the_store_is_still_judged_alone(store, 
 def test_a_reference_named_on_the_command_line_must_be_in_the_store(store, receiver):
     with pytest.raises(GapwatchError, match="reference run 'typo' of 'r' is not in"):
         TargetSpec(runs=("r",), reference="typo").resolve(store)
+
+
+def test_a_run_named_as_its_own_reference_is_refused(store):
+    # Judged against itself a run always ties: refused as `runs set-reference`, `detect` and the report do.
+    with pytest.raises(GapwatchError, match="run 'r' cannot be its own reference"):
+        TargetSpec(runs=("r",), reference="r").resolve(store)
+
+
+def test_a_run_whose_pass_crashed_is_named_and_judged_again_next_poll(store, receiver, monkeypatch, caplog):
+    """The service keeps retrying a run whose pass failed (from its saved state) and lists it in
+    `failed` with why until a pass succeeds; `watch --once` reads that list."""
+    from monitor.judging.engine import DetectionEngine
+
+    update = DetectionEngine.update
+    crashes = iter([True])
+
+    def crash_once(self, *args, **kwargs):
+        if next(crashes, False):
+            raise ValueError("bad row")
+        return update(self, *args, **kwargs)
+
+    monkeypatch.setattr(DetectionEngine, "update", crash_once)
+    svc = service(store, receiver, runs=("r",))
+    bad = losses(1, True)
+    store.write_metrics("r", pd.DataFrame({"step": np.arange(STEPS), "key": "train/loss", "value": bad}))
+    with caplog.at_level("ERROR", logger="gapwatch.watch"):
+        svc.poll()
+    assert svc.failed == {"r": "ValueError: bad row"}
+    assert [r.message for r in caplog.records] == ["r: judging new rows failed; will retry from the saved state"]
+    while svc.poll() or svc._behind:
+        pass
+    assert svc.failed == {} and [a.detector for a in svc.ledger.alerts("r")] == ["reference_divergence"]

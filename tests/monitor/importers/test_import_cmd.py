@@ -6,6 +6,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from app.cli import main
 from monitor import schema
 from monitor.store import open_store
@@ -76,3 +78,33 @@ def test_follow_a_growing_jsonl_until_idle(sqlite_url, tmp_path, capsys):
     store = open_store(sqlite_url)
     assert store.load_run("j").series(schema.TRAIN_LOSS).index.max() == 14
     store.close()
+
+
+def test_a_pasted_wandb_run_page_is_read_as_its_wandb_url(sqlite_url, capsys):
+    # The server is dead on purpose: what matters is that the page became the run, not a path.
+    assert main(["import", "https://wandb.ai/e/p/runs/abc123/overview?nw=x", "--run", "x", "--store", sqlite_url,
+                 "--wandb-base-url", "http://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "importing the W&B run page https://wandb.ai/e/p/runs/abc123/overview?nw=x as wandb://e/p/abc123" in err
+    assert "unreachable" in err and "no such file" not in err
+
+
+@pytest.mark.parametrize("source, message", [
+    ("https://wandb.ai/e/p", "a W&B page, but not a run's; open the run and paste its address"),
+    ("https://wandb.example.org/e/p/runs/abc123",
+     "if https://wandb.example.org is a W&B server, import wandb://e/p/abc123 --wandb-base-url "
+     "https://wandb.example.org"),
+    ("https://example.org/metrics.csv", "gapwatch does not download https:// URLs; import a W&B run as wandb://"),
+    ("s3://bucket/metrics.csv", "gapwatch does not download s3:// URLs"),
+])
+def test_other_urls_are_refused_in_one_line_that_says_what_to_write(sqlite_url, capsys, source, message):
+    assert main(["import", source, "--store", sqlite_url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gapwatch import: error: {source}: ") and message in err and err.count("\n") == 1
+
+
+def test_one_row_of_one_metric_is_counted_in_the_singular(sqlite_url, tmp_path, capsys):
+    log = tmp_path / "one.jsonl"
+    log.write_text(json.dumps({"step": 1, "train/loss": 3.0}) + "\n")
+    assert main(["import", str(log), "--run", "one", "--store", sqlite_url]) == 0
+    assert "1 new row, 1 source row in all, 1 metric" in capsys.readouterr().err
