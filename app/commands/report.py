@@ -115,6 +115,10 @@ def write_atomically(path: Path, text: str) -> None:
     except OSError as exc:
         raise GapwatchError(f"{path}: cannot write: {exc.strerror}") from None
     try:
+        # mkstemp's file is the owner's alone; a report is a file to share, made as `open` makes one.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -235,8 +235,9 @@ def _closeness(tables: dict[str, Table]) -> tuple[list[str], list[str]]:
     if train is not None and train.rows:
         deltas = [r["delta"] for r in train.rows]
         worst = max(deltas, key=lambda e: abs(e.value))
-        parts.append(f"train loss within {abs(worst.value):.3f} of the reference in every one of "
-                     f"{len(deltas)} windows" + (f" ({train.scope})" if train.scope else ""))
+        windows = f"every one of {len(deltas)} windows" if len(deltas) > 1 else "its one window"
+        parts.append(f"train loss within {abs(worst.value):.3f} of the reference in {windows}"
+                     + (f" ({train.scope})" if train.scope else ""))
         evidence += [f"train Δ {r['window']}: {_est(r['delta'])}" for r in train.rows]
     heldout = tables.get("heldout")
     if heldout is not None and heldout.rows:

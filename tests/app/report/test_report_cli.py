@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 
@@ -37,6 +39,13 @@ def test_each_format_from_its_suffix(stored_pair, sqlite_url, tmp_path):
     assert doc["reference"] == "ref"  # the reference recorded with the run
     assert doc["verdict"]["kind"] == "memorization_suspected"
     assert not list(tmp_path.glob(".*.tmp"))  # written through a temporary file, which is gone
+    # A file to share: readable by others as the umask allows (022 here), not the owner's alone.
+    old = os.umask(0o022)
+    try:
+        assert main(["report", "--run", "run", "--store", url, "-o", str(tmp_path / "shared.md")]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "shared.md").stat().st_mode) == 0o644
 
 
 def test_report_from_postgresql(stored_pair, pg_url, capsys):

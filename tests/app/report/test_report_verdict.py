@@ -46,6 +46,9 @@ def test_tied_when_nothing_fired_says_how_close():
     assert v.kind == "tied" and v.severity == "info"
     assert v.sentence.startswith("Tied with the reference: no divergence")
     assert "train loss within 0.006 of the reference in every one of 2 windows" in v.sentence
+    one = tables()
+    one[0].rows = one[0].rows[:1]
+    assert "of the reference in its one window" in decide([], one).sentence
     assert "held-out loss within 2 se at 9 of 10 shared checkpoints over 1 set," in v.sentence
     assert ("1 of 2 downstream metrics with error bars differ significantly (the run better on 1, the reference "
             "on 0)") in v.sentence
