@@ -50,6 +50,7 @@ from .checkpoints import (
 )
 from .eval_keys import heldout_sets, unshared_heldout
 from .noise import HELDOUT_NOISE, BetweenRunNoise, log_slope
+from .overlap import overlap
 from .stats import signed_runs
 
 ALL_SETS = HELDOUT_PREFIX + "all"
@@ -167,6 +168,22 @@ class HeldoutDivergence(Detector, Incremental):
             return [NotJudged(self.name, f"{len(pairs)} paired checkpoint(s) and no logged standard error: the "
                               f"eval noise is estimated from {MIN_NOISE_POINTS}", ALL_SETS,
                               f"{MIN_NOISE_POINTS - len(pairs)} more checkpoints")]
+        return self._past_the_reference(run, reference, stat)
+
+    def _past_the_reference(self, run: RunData, reference: RunData, stat: str) -> list[NotJudged]:
+        """The run's checkpoints beyond the reference's evaluations (a reference that stopped, the
+        run going on), said once for the sets: no checkpoint there pairs with one of the reference's.
+        A stretch shorter than the reference's own interval between evaluations is where its next
+        one would fall, and is not said."""
+        shared = heldout_sets(reference.scalars.columns)
+        for name, keys in heldout_sets(run.scalars.columns).items():
+            key = keys.get(stat)
+            if key is None or key not in shared.get(name, {}).values():
+                continue
+            apart = overlap(run, reference, key)
+            beyond = apart.not_compared() if apart is not None else ""
+            if beyond:
+                return [NotJudged(self.name, f"the run's checkpoints {beyond}", ALL_SETS)]
         return []
 
     def _judge(self, run, reference, frame: pd.DataFrame, metric: str, name: str, stat: str,

@@ -108,3 +108,16 @@ def test_says_what_it_cannot_judge():
         r.scalars = r.scalars.drop(columns=[STDERR])
     (why,) = HeldoutDivergence().not_judged(run, ref)
     assert "paired checkpoint" in why.reason and why.needs
+
+
+def test_says_which_checkpoints_a_reference_that_stopped_left_unjudged():
+    run, ref = pair(n_steps=8000)
+    ref.scalars = ref.scalars[ref.scalars.index <= 5000]  # the reference ended at step 5,000
+    _, aligned = align_pair(run, ref)
+    (why,) = HeldoutDivergence().not_judged(run, aligned)
+    assert why.metric == ALL_SETS
+    assert why.reason == "the run's checkpoints on steps 5,500–8,000: the reference stops at step 5,000"
+    # A run that ends first is compared up to its last step: nothing to say.
+    run, ref = pair(n_steps=8000)
+    run.scalars = run.scalars[run.scalars.index <= 5000]
+    assert HeldoutDivergence().not_judged(run, align_pair(run, ref)[1]) == []
