@@ -14,11 +14,11 @@ metric: `exact_match_strict-match`), its standard error `.../stderr`, its sample
 The step comes from the `revision=` in `config.model_args`, as the harness records the checkpoint
 it loaded, else from the checkpoint folder `pretrained=` names, unless the caller gives one. Either
 is a checkpoint's name (see `_step_in_name`): Pythia's `step1000`, OLMo's `step20000-tokens84B`,
-OLMo 2's `stage1-step928646-tokens3896B`, SmolLM2's `step-125000`; folders `checkpoint-N` of the
-Hugging Face Trainer, `stepN-unsharded` of OLMo, `iter_N` of Megatron-LM, `global_stepN` of
-DeepSpeed. Values that are not numbers (`N/A`
-standard errors) are left out. In a folder, two files that give different values for the same
-step and metric are an error naming both.
+OLMo 2's `stage1-step928646-tokens3896B` (a later stage's, which counts from 0 again, asks for the
+step), SmolLM2's `step-125000`; folders `checkpoint-N` of the Hugging Face Trainer,
+`stepN-unsharded` of OLMo, `iter_N` of Megatron-LM, `global_stepN` of DeepSpeed. Values that are
+not numbers (`N/A` standard errors) are left out. In a folder, two files that give different
+values for the same step and metric are an error naming both.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ _PRETRAINED = re.compile(r"(?:^|[,\s])pretrained=([^,\s]+)")
 _STEP_PART = re.compile(r"(?:global_step|step|iter_)([0-9]+)")
 _STEP_WORDS = ("step", "checkpoint")
 _DIGITS = re.compile(r"[0-9]+")
+_STAGE = re.compile(r"(?:^|[^a-z])stage([0-9]+)-")  # OLMo 2's training stage, the first part of its names
 _STDERR_SUFFIX = "_stderr"
 # Bookkeeping fields of a task's results, not metrics (lm-eval 0.4 writes them beside the metrics).
 _NOT_METRICS = {"alias", "name", "sample_len", "sample_count"}
@@ -218,6 +219,12 @@ def _step_of(file: Path, doc: dict) -> int:
                 f"({shown(args)}): give the step (--step)"
             )
         digits, named = _step_in_name(folder), f"checkpoint folder {shown(folder)}"
+    stage = _STAGE.search(named)
+    if stage is not None and int(stage.group(1)) > 1:
+        # OLMo 2 counts the steps of each stage after the first from 0 again: step 11931 of stage 2
+        # is no step of the run's own axis.
+        raise GapwatchError(f"{file}: {named} is a checkpoint of stage {stage.group(1)}, whose steps count from 0 "
+                            f"again: give the step on the run's axis (--step)")
     digits = digits.lstrip("0") or "0"  # zero-padded names (`step-001000-2BT`)
     if len(digits) > len(str(schema.MAX_STEP)) or int(digits) > schema.MAX_STEP:
         raise GapwatchError(f"{file}: the step of {named} is beyond the "

@@ -161,7 +161,6 @@ def test_the_step_of_the_checkpoint_folder_evaluated(tmp_path, model_args, step)
     ("pretrained=EleutherAI/pythia-160m,revision=step1000", 1000),                          # Pythia
     ("pretrained=allenai/OLMo-1B-hf,revision=step20000-tokens84B", 20000),                  # OLMo
     ("pretrained=allenai/OLMo-2-1124-7B,revision=stage1-step928646-tokens3896B", 928646),   # OLMo 2
-    ("pretrained=allenai/OLMo-2-1124-7B,revision=stage2-ingredient1-step11931-tokens50B", 11931),
     ("pretrained=HuggingFaceTB/SmolLM2-1.7B-intermediate-checkpoints,revision=step-125000", 125000),
     ("pretrained=HuggingFaceFW/ablation-model-fineweb-edu,revision=step-001000-2BT", 1000),
     # A revision that names no step leaves it to the checkpoint folder; the model size is no step.
@@ -172,6 +171,17 @@ def test_the_step_of_the_revision_evaluated(tmp_path, model_args, step):
     path = tmp_path / "res.json"
     path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6}}, "config": {"model_args": model_args}}))
     assert load(path).to_run_data("x").series("eval/downstream/piqa/acc").to_dict() == {step: 0.6}
+
+
+def test_a_checkpoint_of_a_later_stage_asks_for_the_step(tmp_path):
+    # OLMo 2's mid-training (stage 2) counts its steps from 0 again: not steps of the run's axis.
+    path = tmp_path / "res.json"
+    path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6}}, "config": {
+        "model_args": "pretrained=allenai/OLMo-2-1124-7B,revision=stage2-ingredient1-step11931-tokens50B"}}))
+    with pytest.raises(GapwatchError, match="is a checkpoint of stage 2, whose steps count from 0 again: give the "
+                                            r"step on the run's axis \(--step\)"):
+        load(path)
+    assert load(path, step=940_000).to_run_data("x").series("eval/downstream/piqa/acc").to_dict() == {940_000: 0.6}
 
 
 @pytest.mark.parametrize("model_args", ["pretrained=EleutherAI/pythia-1b", "pretrained=/models/step-by-step-llm",
