@@ -62,6 +62,15 @@ def scalars_frame(steps, keys, values, attempts=None, wall_time=None) -> pd.Data
     return pd.DataFrame(columns, copy=False)
 
 
+def resumed_launches(firsts: list[int | None]) -> bool:
+    """Whether launches of a trainer (TensorBoard's or Lightning's version folders), by the step
+    each began at in the order they were started, are one run resumed again and again: each later
+    one begins above where the first began (from a checkpoint), where a new run of a sweep or a
+    second launch from scratch begins where the first did. A launch whose start is unknown (None)
+    makes them no one run."""
+    return firsts[0] is not None and all(s is not None and s > firsts[0] for s in firsts[1:])
+
+
 @dataclass
 class ImportedRun:
     """A run read from a file or a server, before it goes into a store.

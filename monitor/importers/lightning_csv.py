@@ -21,6 +21,7 @@ from pathlib import Path
 from monitor.errors import GapwatchError
 
 from .generic_rows import step_field
+from .imported_run import resumed_launches
 
 METRICS_FILE = "metrics.csv"
 _VERSION = re.compile(r"version_([0-9]+)")
@@ -39,7 +40,7 @@ def run_logs(folder: Path, step_key: str | None = None) -> list[Path]:
     logs = _version_logs(folder)
     if not logs:
         raise GapwatchError(f"{folder}: no {METRICS_FILE} in this folder nor in its version_N folders")
-    if len(logs) > 1 and not _resumed([_first_step(f, step_key) for f in logs]):
+    if len(logs) > 1 and not resumed_launches([_first_step(f, step_key) for f in logs]):
         listed = ", ".join(f.parent.name for f in logs[:_LISTED]) + (" ..." if len(logs) > _LISTED else "")
         raise GapwatchError(f"{folder}: a Lightning CSVLogger folder of {len(logs)} runs ({listed}) that "
                             f"are not one run resumed: import one run from its own folder, such as "
@@ -60,12 +61,6 @@ def _version_logs(folder: Path) -> list[Path]:
     versions = sorted(((len(n := m.group(1).lstrip("0")), n), sub / METRICS_FILE) for sub in subfolders
                       if (m := _VERSION.fullmatch(sub.name)) and (sub / METRICS_FILE).is_file())
     return [log for _, log in versions]
-
-
-def _resumed(firsts: list[int | None]) -> bool:
-    """Whether launches, by their first steps in the order they were started, are one run resumed
-    again and again: each later one begins above where the first began (from a checkpoint)."""
-    return firsts[0] is not None and all(s is not None and s > firsts[0] for s in firsts[1:])
 
 
 def _first_step(log: Path, step_key: str | None) -> int | None:

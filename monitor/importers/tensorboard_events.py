@@ -46,7 +46,7 @@ from monitor.schema import EventKind
 
 from .formats import Format
 from .hparams_file import read_hparams
-from .imported_run import ImportedRun, scalars_frame
+from .imported_run import ImportedRun, resumed_launches, scalars_frame
 
 HPARAMS_PREFIX = "_hparams_"  # the tags of the hparams plugin's records
 _MARKER = "tfevents"
@@ -97,7 +97,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
             launches = [t for t in launches if starts[t] is not None]
             files = [f for f in files if launch_of[f] in launches]
         launches = sorted(launches, key=lambda t: _created(next(f for f in files if launch_of[f] == t)))
-        if len(launches) > 1 and not empty and not _resumed([starts[t] for t in launches]):
+        if len(launches) > 1 and not empty and not resumed_launches([starts[t] for t in launches]):
             listed = ", ".join(t.relative_to(root).as_posix() for t in launches[:10])
             raise GapwatchError(f"{path}: a TensorBoard folder of {len(launches)} training runs "
                                 f"({listed}{' ...' if len(launches) > 10 else ''}): import one run from its "
@@ -199,13 +199,6 @@ def _launch_start(files: list[Path]) -> int | None:
                 at, tags = step, []
             tags.append(tag)
     return at if set(tags) - declared else None
-
-
-def _resumed(starts: list[int]) -> bool:
-    """Whether launches beginning at `starts`, in the order they were started, are one run resumed
-    again and again: each later one begins above the step the first began at (from a checkpoint),
-    where a new run of a sweep or a second launch from scratch begins where the first did."""
-    return all(later > starts[0] for later in starts[1:])
 
 
 def _scalars(file: Path, cut: list[str], settings: dict | None = None, declared: set[str] | None = None):
