@@ -140,6 +140,9 @@ class Detector(abc.ABC):
     """Its findings qualify a "tied" verdict rather than overturn it (spikes, stalls)."""
     reads: ClassVar[Reads | None] = None
     """The metric columns its verdicts read (None: every column)."""
+    counts_from_zero: ClassVar[tuple[str, ...]] = ()
+    """Its whole-number parameters that may be 0 (none to skip, none to wait): every other one
+    counts values, steps, windows or blocks, at least 1 (checked as settings are read)."""
 
     # --- configuration -----------------------------------------------------------------------
     def params(self) -> dict[str, Any]:

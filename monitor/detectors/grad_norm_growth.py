@@ -37,6 +37,7 @@ class GradNormGrowth(Detector, Incremental):
     # nothing until the next block is complete, so only a block judged below the ratio ends it.
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     reads: ClassVar[Reads] = Reads(fields=("metric",))
+    counts_from_zero: ClassVar[tuple[str, ...]] = ("warmup_blocks",)
 
     metric: str = TRAIN_GRAD_NORM
     """The metric judged for slow growth."""

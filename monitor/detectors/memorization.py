@@ -99,6 +99,7 @@ class Memorization(Detector, Incremental):
     verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
     reads: ClassVar[Reads] = Reads(columns=(DATA_SEEN_2PLUS_FRACTION,), prefixes=(HELDOUT_PREFIX, DOWNSTREAM_PREFIX),
                                    fields=("metric",))
+    counts_from_zero: ClassVar[tuple[str, ...]] = ("max_eval_lateness_points",)
 
     metric: str = TRAIN_LOSS
     """The train metric compared with the reference."""

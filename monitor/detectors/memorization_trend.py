@@ -56,6 +56,7 @@ class MemorizationTrend(Detector, Incremental):
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     verdict: ClassVar[VerdictRole | None] = MEMORIZATION_VERDICT
     reads: ClassVar[Reads] = Reads(columns=(DATA_SEEN_2PLUS_FRACTION,), prefixes=(HELDOUT_PREFIX,), fields=("metric",))
+    counts_from_zero: ClassVar[tuple[str, ...]] = ("skip_checkpoints",)
 
     metric: str = TRAIN_LOSS
     """The train metric set against the held-out loss."""

@@ -89,6 +89,7 @@ class SpikeDetector(Detector, Incremental):
     caveat: ClassVar[bool] = True
     reads_events: ClassVar[bool] = False
     reads: ClassVar[Reads] = Reads(fields=("metrics",))
+    counts_from_zero: ClassVar[tuple[str, ...]] = ("recovery_points", "unrecovered_points")
 
     metrics: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
     """The metrics judged for spikes."""

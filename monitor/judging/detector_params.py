@@ -35,18 +35,19 @@ def check_params(params: Any) -> None:
         for key, value in given.items():
             if key not in fields:
                 raise ValueError(f"unknown parameter {key!r} of detector {name}; its parameters: {', '.join(fields)}")
-            wanted = _problem(value, hints[key])
+            wanted = _problem(value, hints[key], least=0 if key in cls.counts_from_zero else 1)
             if wanted is not None:
                 raise ValueError(f"{key} of detector {name} must be {wanted}, not {value!r}")
 
 
-def _problem(value: Any, kind: Any) -> str | None:
-    """What `value` must be to fit the field type `kind` (None: it fits)."""
+def _problem(value: Any, kind: Any, least: int) -> str | None:
+    """What `value` must be to fit the field type `kind` (None: it fits); a whole number, at least
+    `least`."""
     if isinstance(kind, types.UnionType):
         options = typing.get_args(kind)
         if value is None and type(None) in options:
             return None
-        problems = [_problem(value, k) for k in options if k is not type(None)]
+        problems = [_problem(value, k, least) for k in options if k is not type(None)]
         if any(p is None for p in problems):
             return None
         return " or ".join(problems) + (" or null" if type(None) in options else "")
@@ -56,8 +57,9 @@ def _problem(value: Any, kind: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int):
             return "a whole number"
         # Every whole-number parameter of a detector counts something (logged values, steps,
-        # blocks, checkpoints, records), as its docstring says: none can be negative.
-        return "a count (0 or more)" if value < 0 else None
+        # blocks, checkpoints, records), as its docstring says: at least one, unless the detector
+        # says it may be none (Detector.counts_from_zero).
+        return f"a count ({least} or more)" if value < least else None
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return "a finite number"

@@ -103,7 +103,12 @@ def test_defaults_are_the_console_plus_slack_when_its_variable_is_set():
     ("detector_params: {spike: {treshold: 3}}", {},
      "unknown parameter 'treshold' of detector spike; its parameters: metrics, definition, threshold, "),
     ("detector_params: {spike: {center_window: -1}}", {},
-     "center_window of detector spike must be a count (0 or more), not -1"),
+     "center_window of detector spike must be a count (1 or more), not -1"),
+    # A window of none would divide by zero halfway through judging; a cool-down of none is fine.
+    ("detector_params: {throughput: {block_points: 0}}", {},
+     "block_points of detector throughput must be a count (1 or more), not 0"),
+    ("detector_params: {spike: {recovery_points: -1}}", {},
+     "recovery_points of detector spike must be a count (0 or more), not -1"),
     ("detector_params: {spike: {center_window: 2.5}}", {}, "center_window of detector spike must be a whole number"),
     ("detector_params: {spike: {metrics: train/loss}}", {}, "metrics of detector spike must be a list of names"),
     ("detector_params: {spike: {threshold: .nan}}", {}, "threshold of detector spike must be a finite number"),
