@@ -198,7 +198,8 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
                     store.set_reference(args.run, args.reference)  # the run exists from the first poll on
                 state = "finished" if poll.finished else "following"
                 console.print(f"poll {poll.poll}: {counted(poll.rows_new, 'new row')}, "
-                              f"{counted(poll.rows_total, 'source row')} in all ({state})")
+                              f"{counted(poll.rows_total, 'source row')} in all ({state})",
+                              highlight=False, markup=False, soft_wrap=True)
 
             follow(store, args.run, args.source, fmt, profile=args.profile,
                    load_kwargs={**load_kwargs, "step_key": args.step_key},
@@ -253,7 +254,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
             f"{counted(len(imported.keys), 'metric')}" + (", still running" if imported.live else "")
             + (f", compared with {args.reference!r}" if args.reference is not None else "")
             + (", crashed (what was complete is imported)" if imported.crashed else ""),
-            highlight=False,
+            highlight=False, markup=False, soft_wrap=True,  # one line, whole, for a script that reads it
         )
         # With a reference on either side, where the two recipes differ is the first thing to know.
         compared = ((result.run, args.reference) if args.reference is not None

@@ -108,3 +108,12 @@ def test_one_row_of_one_metric_is_counted_in_the_singular(sqlite_url, tmp_path, 
     log.write_text(json.dumps({"step": 1, "train/loss": 3.0}) + "\n")
     assert main(["import", str(log), "--run", "one", "--store", sqlite_url]) == 0
     assert "1 new row, 1 source row in all, 1 metric" in capsys.readouterr().err
+
+
+def test_the_summary_is_one_line_however_long_for_a_script_reading_it(sqlite_url, tmp_path, capsys):
+    log = tmp_path / ("a-run-folder-with-a-long-name-" * 3) / "metrics.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps({"step": s, "train/loss": 3.0}) + "\n" for s in range(1, 4)))
+    assert main(["import", str(log), "--run", "long", "--store", sqlite_url]) == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("created run")]
+    assert line.endswith("3 new rows, 3 source rows in all, 1 metric")
