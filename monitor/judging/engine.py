@@ -26,7 +26,6 @@ from monitor.detectors.incremental import (
 )
 from monitor.errors import GapwatchError
 from monitor.judging.align import AXES, align_pair
-from monitor.judging.detector_params import check_params
 from monitor.schema import Clean, Detection, NotJudged, RunData, empty_long
 
 
@@ -90,7 +89,6 @@ class DetectionEngine:
         if self.config.axis not in AXES:
             raise GapwatchError(f"axis must be one of {', '.join(AXES)}, not {self.config.axis!r}")
         try:
-            check_params(self.config.params)
             self.detectors: list[Detector] = build(self.config.detectors, self.config.params)
         except KeyError as exc:
             raise GapwatchError(str(exc.args[0])) from None

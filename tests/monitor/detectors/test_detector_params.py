@@ -1,4 +1,4 @@
-"""Detector settings checked against the detectors' fields (monitor/judging/detector_params.py)."""
+"""Detector settings checked against the detectors' fields as they are built (monitor/detectors/__init__.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from monitor.detectors import REGISTRY
-from monitor.judging.detector_params import check_params
+from monitor.detectors import REGISTRY, check_params
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
