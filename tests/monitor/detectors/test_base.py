@@ -45,7 +45,7 @@ def test_build_applies_parameters_and_refuses_unknown_names():
     assert spike.fingerprint() != build(["spike"])[0].fingerprint()  # saved watch state is keyed on it
     with pytest.raises(KeyError, match="bogus"):
         build(["bogus"])
-    with pytest.raises(TypeError, match="bogus"):
+    with pytest.raises(ValueError, match="unknown parameter 'bogus' of detector spike; its parameters: metrics, "):
         build(["spike"], {"spike": {"bogus": 1}})
 
 
