@@ -101,7 +101,7 @@ def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = 
                                            values_per_point=fine.values_per_point)[0]
                    if fine is not None else NO_WINDOWS)
         return figures.delta_figure(windows, points, run_name=name, reference_name=ref_name,
-                                    x_title=x_title, empty_reason=why.delta())
+                                    x_title=x_title, empty_reason=why.delta(), full_y=view.spec.full_y)
 
     @functools.cache
     def held(of_reference: bool) -> pd.DataFrame:

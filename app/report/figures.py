@@ -23,6 +23,7 @@ from app.report.model import FigureItem, Table
 from app.report.pair import ComparedPair
 
 HELDOUT_CLIPPED = "the y range starts after the early transient: the first checkpoints lie above it"
+DELTA_CLIPPED = "The y range is the windows' after the early transient: the first lie beyond it"
 PERF_KEYS = (schema.PERF_TOKENS_PER_S, schema.PERF_DEVICE_TOKENS_PER_S, schema.PERF_MFU, schema.PERF_STEP_TIME_S)
 DATA_KEYS = (schema.DATA_CURSOR, schema.DATA_EPOCH, schema.DATA_UNIQUE_FRACTION,
              schema.DATA_SEEN_ONCE_FRACTION, schema.DATA_SEEN_2PLUS_FRACTION,
@@ -119,10 +120,12 @@ def _train_figures(pair: ComparedPair, config: FigureConfig, x_title: str) -> li
     if len(windows):
         points = thin(points.set_index("x")["delta"], config.max_points).rename(columns={"step": "x", "value": "delta"})
         fig = F.delta_figure(windows, points, run_name=run_name, reference_name=ref_name, x_title=x_title)
+        shown = fig.layout.yaxis.range
+        beyond = shown is not None and float(np.nanmax(np.abs(windows["delta"]))) > shown[1]
         out.append(FigureItem("fig-delta", "Train loss delta and the divergence threshold",
                               F.add_event_markers(fig, events),
                               "Window medians of run − reference; the band is the reference-divergence "
-                              "detector's threshold.", section="train_delta"))
+                              "detector's threshold." + (f" {DELTA_CLIPPED}." if beyond else ""), section="train_delta"))
     return out
 
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import pytest
 
 from app import figures
 from app.figures.data import COVERAGE
@@ -116,6 +117,18 @@ def test_delta_figure_draws_band_around_zero_and_window_medians():
     assert names[0] == "pointwise" and "divergence threshold" in names
     median = fig.data[-1]
     assert np.allclose(median.y, -0.2, atol=0.01)
+
+
+def test_the_delta_figure_opens_on_the_band_not_on_the_first_windows():
+    # Two recipes differ most in their first steps (a -1.1 window at the start of a real pair);
+    # the y range is the windows' after that, as the loss panels open; the toggle shows it all.
+    x = np.arange(100, 20_001, 100, dtype=float)
+    delta = np.where(x < 600, -1.1, 0.01)
+    windows = pd.DataFrame({"x": x, "delta": delta, "band": np.full(x.size, 0.05), "n": 100})
+    opened = figures.delta_figure(windows, None, run_name="a", reference_name="b")
+    assert opened.layout.yaxis.range == pytest.approx((-0.11, 0.11))
+    whole = figures.delta_figure(windows, None, run_name="a", reference_name="b", full_y=True)
+    assert whole.layout.yaxis.range == pytest.approx((-2.42, 2.42))
 
 
 def test_heldout_figure_has_error_bars_per_set_and_run():

@@ -74,3 +74,13 @@ def test_on_a_real_pair_the_delta_chart_ends_on_a_judged_window(muon):
     # median was drawn as an uptick of 0.2 nats at the chart's right edge.
     assert x.max() < 20_300
     assert abs(y[-1] - np.median(y[-10:])) < 0.05
+
+
+def test_on_a_real_pair_the_delta_chart_opens_on_the_band_and_says_so(muon):
+    item = figure(muon, "fig-delta")
+    band = next(t for t in item.figure.data if t.name == "divergence threshold")
+    lo, hi = item.figure.layout.yaxis.range
+    # The first windows (Muon and AdamW a nat apart early on) set the range to ±2.4, where the
+    # band of about ±0.1 was a hairline.
+    assert hi < 5 * float(np.nanmax(np.abs(band.y))) and lo == -hi
+    assert "the first lie beyond it" in item.caption
