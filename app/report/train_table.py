@@ -25,7 +25,9 @@ from app.report.pair import ComparedPair, finding_names
 
 
 NOTE = ("Δ is the median over the window of the per-step difference; se accounts for autocorrelation. "
-        "Negative: the run's train loss is below the reference's.")
+        "Negative: the run's train loss is below the reference's. z is Δ over that se alone: a finding "
+        "must also clear the persistent offset between two seeds of one recipe, so a large z is not one "
+        "by itself.")
 
 
 @dataclass
@@ -50,7 +52,7 @@ def train_delta_table(pair: ComparedPair, config: TrainTableConfig | None = None
             Column("run", "run (median)", fmt=".4f"),
             Column("reference", "reference (median)", fmt=".4f"),
             Column("delta", "Δ run − ref ± se", fmt=".4f", signed=True),
-            Column("z", "z", fmt=".1f", signed=True),
+            Column("z", "z (within window)", fmt=".1f", signed=True),
             Column("flagged", "finding", fmt=""),
         ],
         note=NOTE,

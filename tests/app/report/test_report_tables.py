@@ -46,6 +46,9 @@ def test_train_delta_of_two_seeds_is_within_noise(synthetic):
     for row in table.rows:
         assert abs(row["delta"].value) < 4 * row["delta"].stderr + 1e-9
         assert row["flagged"] == ""
+    # Its z is over the within-window error alone, and the table says a finding needs more.
+    assert next(c.label for c in table.columns if c.key == "z") == "z (within window)"
+    assert "a large z is not one by itself" in table.note
 
 
 def test_train_delta_names_who_did_not_log_train_loss(synthetic):
