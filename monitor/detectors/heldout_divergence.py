@@ -215,7 +215,7 @@ class HeldoutDivergence(Detector, Incremental):
             if "sets" in frame:
                 evidence["sets"] = int(frame["sets"].iloc[k])
             what = "held-out loss over all sets (median)" if name == "all" else f"held-out {name} {stat}"
-            message = (f"{what} {abs(typical):.3f} {'above' if worse else 'below'} the reference at {b - a + 1} "
+            message = (f"{what} {abs(typical):.3f} {'above' if worse else 'below'} the reference at {b - a + 1:,} "
                        f"checkpoints (each had to clear ±{np.median(band[sl]):.3f}): the run "
                        f"{'generalises worse' if worse else 'generalises better'} than its reference")
             score = float(ratio.max())

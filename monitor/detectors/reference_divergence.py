@@ -263,7 +263,7 @@ class ReferenceDivergence(Detector, Incremental):
         hint = self._hint(run, reference, start, end, typical, evidence)
         score = float(ratio.max())
         message = (f"{self.metric} {abs(typical):.3f} {'below' if below else 'above'} the reference over "
-                   f"{b - a + 1} windows (median of the window medians; each had to clear ±{np.median(band[sl]):.3f}, "
+                   f"{b - a + 1:,} windows (median of the window medians; each had to clear ±{np.median(band[sl]):.3f}, "
                    f"3 x the spread of two runs of one recipe): {hint}")
         return self._detection(run, reference, self.metric, start, end, int(w["mid_step"].iloc[k]),
                                score, severity_for(score, self.critical_ratio), message, evidence,
