@@ -115,7 +115,9 @@ def _problem(value: Any, kind: Any, least: int) -> str | None:
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return "a finite number"
-        return None
+        # Every real-valued parameter of a detector is a size, a noise level, a ratio, a share or
+        # a tolerance, as its docstring says: none of them means anything below zero.
+        return "a number (0 or more)" if value < 0 else None
     if kind is str:
         return None if isinstance(value, str) else "a text"
     if typing.get_origin(kind) is tuple:

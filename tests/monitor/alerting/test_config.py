@@ -112,6 +112,9 @@ def test_defaults_are_the_console_plus_slack_when_its_variable_is_set():
     ("detector_params: {spike: {center_window: 2.5}}", {}, "center_window of detector spike must be a whole number"),
     ("detector_params: {spike: {metrics: train/loss}}", {}, "metrics of detector spike must be a list of names"),
     ("detector_params: {spike: {threshold: .nan}}", {}, "threshold of detector spike must be a finite number"),
+    # A negative threshold would flag every value; a negative tolerance, none.
+    ("detector_params: {spike: {threshold: -6}}", {}, "threshold of detector spike must be a number (0 or more), "
+     "not -6"),
     ("detector_params: {eval_regression: {within_run: 1}}", {}, "within_run of detector eval_regression must be true "
      "or false, not 1"),
     ("detector_params: {data_invariants: {global_batch_size: many}}", {},
