@@ -20,6 +20,8 @@ Rules:
   (a sweep, a run started again from scratch) are separate runs, and importing their parent is
   refused with their names: one run is imported from its own folder. A launch folder with no
   scalar (a job that died before its first log) is left out, with a note.
+* Keras's callback numbers its series by epoch, by batch and by optimizer step, in `train/` and
+  `validation/`: they are placed on optimizer steps before anything else (keras_steps.py).
 * Where a launch began and whether a tag went back leave out the metrics an hparams record
   declares: Lightning logs its `hp_metric` placeholder at step 0 in every launch.
 * Files are read in the order they were written, so a process that resumed in the run's own
@@ -46,6 +48,7 @@ from monitor.schema import EventKind
 
 from .formats import Format
 from .hparams_file import read_hparams
+from . import keras_steps
 from .imported_run import ImportedRun, resumed_launches, scalars_frame
 
 HPARAMS_PREFIX = "_hparams_"  # the tags of the hparams plugin's records
@@ -112,10 +115,11 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     skipped: dict[str, int] = {}
     settings: dict[str, object] = {}
     declared: set[str] = set()  # an hparams record's metrics: a resumed launch logs them again at step 0
+    placed = _keras_placed(files, launches, launch_of, settings, declared, notes)
     for file in files:
         prefix = _prefix(file.parent, launch_of[file]) if len(folders) > 1 and root.is_dir() else ""
         cut: list[str] = []
-        for step, tag, scalar, wall in _scalars(file, cut, settings, declared):
+        for step, tag, scalar, wall in placed[file] if file in placed else _scalars(file, cut, settings, declared):
             restarts = tag not in declared
             tag = prefix + tag
             if scalar is None:
@@ -158,6 +162,22 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
         notes=notes,
         crashed=any("crashed:" in n for n in notes),
     )
+
+
+def _keras_placed(files, launches, launch_of, settings, declared, notes) -> dict[Path, list]:
+    """The records of each launch Keras's TensorBoard callback wrote, on optimizer steps
+    (keras_steps.py), read ahead since placing one file's needs its launch's others."""
+    placed = {}
+    for launch in launches:
+        mine = [f for f in files if launch_of[f] == launch]
+        if not all(f.parent.parent == launch and f.parent.name in keras_steps.SPLITS for f in mine):
+            continue
+        read = {f: list(_scalars(f, notes, settings, declared)) for f in mine}
+        if keras_steps.is_keras(read, declared):
+            read, said = keras_steps.place(read, str(launch))
+            notes.append(said)
+        placed.update(read)
+    return placed
 
 
 def _created(file: Path) -> float:
