@@ -13,8 +13,8 @@ Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `ma
 (the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
 them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
 keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Megatron-LM),
-`composer` (MosaicML Composer, llm-foundry) and `nemo`
-(NVIDIA NeMo). `detect_profile` picks the profile whose own rules explain the most source names, less
+`composer` (MosaicML Composer, llm-foundry), `nemo`
+(NVIDIA NeMo) and `fairseq` (fairseq and metaseq, whose losses are in bits). `detect_profile` picks the profile whose own rules explain the most source names, less
 those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
 with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
 `$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
@@ -32,6 +32,7 @@ with `extends:` its own name overrides single mappings of it. Users add or repla
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ class Profile:
     description: str
     rules: tuple[Rule, ...] = ()
     step_key: str | None = None  # source column holding the step, when not the format's own
+    marker: str | None = None
+    """A pattern some source name must match for detection to pick this profile, whose other rules
+    read names that mean something else elsewhere (fairseq's `train/loss` is an epoch's mean in
+    bits, any other trainer's the training loss)."""
 
     def map_name(self, name: str) -> tuple[str | None, float, bool]:
         """(gapwatch key or None if dropped, scale, whether one of this profile's rules matched)."""
@@ -118,7 +123,10 @@ class Profile:
         return key, scale
 
     def score(self, names) -> int:
-        """How many source names this profile's own rules explain (for auto-detection)."""
+        """How many source names this profile's own rules explain (for auto-detection); none
+        without a name its `marker` matches."""
+        if self.marker is not None and not any(re.fullmatch(self.marker, str(n)) for n in names):
+            return 0
         return sum(1 for n in names if self.map_name(n)[2])
 
 
@@ -352,8 +360,34 @@ NEMO = Profile(
     ),
 )
 
+# fairseq's criterions log losses in bits (the summed loss / tokens / ln 2): times ln 2, nats.
+_BITS = math.log(2)
+
+FAIRSEQ = Profile(
+    name="fairseq",
+    description="fairseq's and metaseq's (OPT) names: TensorBoard folders or W&B sections train_inner/ (each log "
+                "interval), train/ (each epoch), valid/; losses in bits, made nats",
+    marker=r"train_inner/\w+",
+    rules=(
+        Rule(r"train_inner/loss", "train/loss", _BITS),
+        Rule(r"train_inner/nll_loss", "train/nll_loss", _BITS),  # beside a label-smoothed loss
+        # The means over each epoch, logged at its end: the training loss is train_inner's.
+        Rule(r"train/(?P<stat>loss|nll_loss)", "train/epoch_{stat}", _BITS),
+        Rule(r"(train_inner|train|valid\w*|test\w*)/ppl", None),  # 2 ** loss
+        Rule(r"(valid|test)\w*/best_\w+", None),  # the best so far of a held-out stat
+        Rule(r"(?P<set>(valid|test)\w*)/loss", _HELDOUT, _BITS),
+        Rule(r"(?P<set>(valid|test)\w*)/nll_loss", "eval/heldout/{set}/nll_loss", _BITS),
+        Rule(r"train_inner/lr", "optim/lr"),
+        Rule(r"train_inner/gnorm", "train/grad_norm"),
+        Rule(r"train_inner/wps", "perf/tokens_per_s"),  # tokens ("words") a second, every worker's
+        Rule(r"train_inner/wpb", "train/batch_tokens"),
+        Rule(r"train_inner/loss_scale", "train/loss_scale"),  # fp16's dynamic loss scale, not a loss
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
-    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO)
+    p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
+                        FAIRSEQ)
 }
 
 

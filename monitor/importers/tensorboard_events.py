@@ -70,8 +70,9 @@ def event_files(path: str | Path) -> list[Path]:
     return files
 
 
-# Subfolder names that split one run's logs by data split (Keras' TensorBoard callback).
-SPLIT_FOLDERS = {"train", "training", "validation", "valid", "val", "eval", "test"}
+# Subfolder names that split one run's logs by data split (Keras' TensorBoard callback; fairseq's
+# train_inner/, train/ and valid/).
+SPLIT_FOLDERS = {"train", "train_inner", "training", "validation", "valid", "val", "eval", "test"}
 
 
 def training_runs(folders: set[Path]) -> list[Path]:
