@@ -10,7 +10,7 @@ Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-api`
 (`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
 a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl` and `csv`
 (generic metric logs; `csv` reads a Lightning CSVLogger folder too), `mlflow` (an MLflow file-store run folder), `hf-trainer-state` (the Hugging Face Trainer's `trainer_state.json`, a
-checkpoint folder or an output folder of them), `llmc-log` (llm.c, modded-nanogpt and nanoGPT text logs), `megatron-log`
+checkpoint folder or an output folder of them), `llmc-log` (llm.c, modded-nanogpt, nanoGPT and torchtune text logs), `megatron-log`
 (the stdout logs of Megatron-LM, Megatron-DeepSpeed, GPT-NeoX and nanotron), `fairseq-log` (fairseq's and
 metaseq's stdout logs),
 `gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).

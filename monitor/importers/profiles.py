@@ -10,7 +10,7 @@ namespace goes under `extra/`), so nothing a source logged disappears silently. 
 `_` are W&B bookkeeping (`_step`, `_runtime`, `_timestamp`) and never become metrics.
 
 Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
-(the text logs of llm.c, modded-nanogpt and nanoGPT, as `monitor.importers.text_logs` names
+(the text logs of llm.c, modded-nanogpt, nanoGPT and torchtune, as `monitor.importers.text_logs` names
 them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
 keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Megatron-LM),
 `composer` (MosaicML Composer, llm-foundry), `nemo`
@@ -223,7 +223,7 @@ MAXTEXT = Profile(
 
 LLMC = Profile(
     name="llmc",
-    description="llm.c, modded-nanogpt and nanoGPT text logs (names as text_logs emits them)",
+    description="llm.c, modded-nanogpt, nanoGPT and torchtune text logs (names as text_logs emits them)",
     rules=(
         # llm.c log file: `s:N trl:X lr:Y norm:Z`, `s:N tel:X`, `s:N eval:X` (HellaSwag accuracy)
         Rule(r"trl", "train/loss"),

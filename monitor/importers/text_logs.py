@@ -1,4 +1,4 @@
-"""Text training logs of llm.c, modded-nanogpt and nanoGPT.
+"""Text training logs of llm.c, modded-nanogpt, nanoGPT and torchtune.
 
 Recognised lines (anything else, such as the training script modded-nanogpt prints before its log
 or nvidia-smi tables, is ignored):
@@ -9,6 +9,7 @@ or nvidia-smi tables, is ignored):
     step:N/M val_loss:X train_time:Tms step_avg:Ams          modded-nanogpt
     iter N: loss X, time Tms, mfu M%   nanoGPT stdout
     step N: train loss X, val loss Y   nanoGPT stdout (losses estimated at eval time)
+    Step N | loss:X lr:Y tokens_per_second_per_gpu:Z       torchtune's DiskLogger and StdoutLogger
 
 Source names as emitted (the `llmc` profile maps them): the llm.c/modded names as written
 (`trl`, `tel`, `lr`, `norm`, `eval`, `train_loss`, `val_loss`), `train_time_ms` (cumulative
@@ -53,9 +54,11 @@ _NANOGPT_ITER = re.compile(
     r"iter (\d+): loss (\S+), time (\S+)ms, mfu (\S+)%\s*"
 )
 _NANOGPT_EVAL = re.compile(r"step (\d+): train loss (\S+), val loss (\S+)\s*")
+_TORCHTUNE = re.compile(r"Step (\d+) \|((?: [A-Za-z_][\w/.-]*:\S+)*)\s*")
 # Lines that claim to be log lines: these must parse.
-_LOOKS_LIKE_LOG = re.compile(r"(s:\d|step:\d|iter \d+:|step \d+:)")
+_LOOKS_LIKE_LOG = re.compile(r"(s:\d|step:\d|iter \d+:|step \d+:|Step \d+ \|)")
 _PAIR = re.compile(r"([A-Za-z_]+):(\S+)")
+_NAMED_PAIR = re.compile(r"([A-Za-z_][\w/.-]*):(\S+)")  # torchtune's names: any the recipe logs
 # No setting of a training script is an integer of more bits than this.
 _MAX_POW_BITS = 4096
 _HYPERPARAM = re.compile(r"^\s+(\w+)\s*:\s*\w+\s*=\s*([^#\n]+?)\s*(?:#.*)?$")
@@ -69,7 +72,7 @@ def sniff(head: str) -> bool:
 
 
 def parse_text_log(path: str | Path, text: str | None = None) -> ImportedRun:
-    """Parse one llm.c / modded-nanogpt / nanoGPT log file into an ImportedRun."""
+    """Parse one llm.c / modded-nanogpt / nanoGPT / torchtune log file into an ImportedRun."""
     path = Path(path)
     if text is None:
         try:
@@ -92,7 +95,7 @@ def parse_text_log(path: str | Path, text: str | None = None) -> ImportedRun:
     if isinstance(bs, int) and isinstance(seq, int):
         run.tokens_per_step = float(bs * seq)
     if not len(run.scalars):
-        raise GapwatchError(f"{path}: no llm.c, modded-nanogpt or nanoGPT log lines found")
+        raise GapwatchError(f"{path}: no llm.c, modded-nanogpt, nanoGPT or torchtune log lines found")
     return run
 
 
@@ -121,6 +124,10 @@ class _LogParser:
             # -100% before its first estimate: the import leaves negative MFU out (normalize.py).
             self._add(number, step, "mfu_percent", m.group(4))
             return
+        m = _TORCHTUNE.fullmatch(line)
+        if m:
+            self._pairs(number, self._step_text(number, m.group(1)), m.group(2), _NAMED_PAIR)
+            return
         m = _NANOGPT_EVAL.fullmatch(line)
         if m:
             step = self._step(number, self._step_text(number, m.group(1)))
@@ -132,9 +139,9 @@ class _LogParser:
             f"{shown(line.strip())}"
         )
 
-    def _pairs(self, number: int, step: int, rest: str) -> None:
+    def _pairs(self, number: int, step: int, rest: str, pair: re.Pattern = _PAIR) -> None:
         step = self._step(number, step)
-        pairs = _PAIR.findall(rest)
+        pairs = pair.findall(rest)
         is_train = any(name in ("trl", "train_loss") for name, _ in pairs)
         for name, raw in pairs:
             if name in _DERIVED_NAMES:

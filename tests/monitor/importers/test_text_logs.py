@@ -148,3 +148,21 @@ def test_nanogpt_stdout_log(tmp_path):
     assert data.series(schema.PERF_STEP_TIME_S).loc[10] == pytest.approx(0.25)
     assert data.series(schema.heldout_key("val")).to_dict() == {0: 10.95, 250: 4.3}
     assert data.series(schema.heldout_key("train")).to_dict() == {0: 10.9, 250: 4.2}
+
+
+def test_torchtune_disk_logger(tmp_path):
+    # torchtune's DiskLogger (and StdoutLogger): `Step N | name:value ...` with a trailing space,
+    # a validation loss on a line of its own.
+    lines = [f"Step {s} | loss:{3.0 - s * 0.01:.4f} lr:2e-05 tokens_per_second_per_gpu:1234.5 "
+             f"peak_memory_active:10.2 " for s in range(1, 41)]
+    lines.insert(20, "Step 20 | val_loss:2.9 ")
+    path = tmp_path / "log_1700000000.txt"
+    path.write_text("\n".join(lines) + "\n")
+    data = load(path).to_run_data("tt")
+    assert data.series(schema.TRAIN_LOSS).dropna().loc[10] == pytest.approx(2.9)
+    assert data.series(schema.OPTIM_LR).dropna().loc[40] == pytest.approx(2e-5)
+    assert data.series(schema.PERF_DEVICE_TOKENS_PER_S).dropna().loc[1] == pytest.approx(1234.5)
+    assert data.series(schema.heldout_key("val")).dropna().to_dict() == {20: pytest.approx(2.9)}
+    path.write_text("Step 3 | loss:tensor(2.5) \n")
+    with pytest.raises(GapwatchError, match="line 1: loss value 'tensor"):
+        load(path)
