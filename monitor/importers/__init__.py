@@ -25,7 +25,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from . import fairseq_log, generic_table, hf_trainer_state, lm_eval_json, megatron_log, mlflow_runs, run_export, tensorboard_events, text_logs, wandb
+from . import fairseq_log, generic_table, hf_trainer_state, lm_eval_json, megatron_log, mlflow_runs, run_export, sample_steps, tensorboard_events, text_logs, wandb
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
@@ -98,6 +98,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
         step_key=WANDB_ROW_KEY if wandb_rows else step_key, wandb_run=wandb_run))
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
+    raw = sample_steps.on_steps(raw)
     if not form.url_scheme:
         # The source's identity in the store: the same file wherever it is imported from.
         raw.source = str(Path(raw.source or source).resolve())

@@ -14,7 +14,8 @@ Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `ma
 them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
 keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Megatron-LM),
 `composer` (MosaicML Composer, llm-foundry), `nemo`
-(NVIDIA NeMo) and `fairseq` (fairseq and metaseq, whose losses are in bits). `detect_profile` picks the profile whose own rules explain the most source names, less
+(NVIDIA NeMo), `fairseq` (fairseq and metaseq, whose losses are in bits) and `deepspeed`
+(DeepSpeed's monitor). `detect_profile` picks the profile whose own rules explain the most source names, less
 those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
 with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
 `$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
@@ -385,9 +386,19 @@ FAIRSEQ = Profile(
     ),
 )
 
+DEEPSPEED = Profile(
+    name="deepspeed",
+    description="DeepSpeed's monitor (TensorBoard, W&B): Train/Samples/*, numbered by samples seen (sample_steps.py)",
+    rules=(
+        Rule(r"Train/Samples/train_loss", "train/loss"),
+        Rule(r"Train/Samples/lr", "optim/lr"),
+        Rule(r"Train/Samples/loss_scale", "train/loss_scale"),  # fp16's dynamic loss scale, not a loss
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ)
+                        FAIRSEQ, DEEPSPEED)
 }
 
 

@@ -12,6 +12,8 @@ state per process). Run as `python wandb_writer.py DIR KIND [STEPS]`:
 * declared: a custom loop that accumulates 4 batches a step and declares its own step keys with
   `define_metric`: `train/*` against `optimizer_step` (4, 8, ...), logged every step, and `val/*`
   against `epoch`, logged in a row of its own every 20 steps;
+* deepspeed: what DeepSpeed's engine logs through its W&B monitor, 32 samples a step: each of
+  `Train/Samples/train_loss`, `Train/Samples/lr` with `wandb.log({name: value}, step=samples)`;
 * segment ID FIRST LAST: one process of a resumed run (`resume="allow"`, run id ID) that logs
   `train/global_step` FIRST..LAST-1 with `train/loss` = 10 - step / 100 + FIRST / 1000 (so each
   segment's values differ) and finishes.
@@ -94,6 +96,14 @@ def declared(root: Path, steps: int) -> None:
     run.finish()
 
 
+def deepspeed(root: Path, steps: int) -> None:
+    run = wandb.init(project="gapwatch-test", name="deepspeed-ref", dir=str(root))
+    for step in range(1, steps + 1):
+        for name, value in (("Train/Samples/train_loss", 4.0 - step / steps), ("Train/Samples/lr", 1e-4)):
+            wandb.log({name: value}, step=32 * step)
+    run.finish()
+
+
 def segment(root: Path, run_id: str, first: int, last: int) -> None:
     run = wandb.init(project="gapwatch-test", name="resumed-ref", id=run_id, resume="allow",
                      dir=str(root))
@@ -118,4 +128,5 @@ if __name__ == "__main__":
         segment(out, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         n = int(sys.argv[3]) if len(sys.argv) > 3 else 60
-        {"rich": rich, "live": live, "hf": hf, "lightning": lightning, "declared": declared}[kind](out, n)
+        {"rich": rich, "live": live, "hf": hf, "lightning": lightning, "declared": declared,
+         "deepspeed": deepspeed}[kind](out, n)
