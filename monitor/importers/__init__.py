@@ -8,7 +8,7 @@ chunk (`table_import`), so their memory is bounded by a chunk, not by the file.
 
 Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-api`
 (`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
-a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl` and `csv`
+a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl`, `csv` and `parquet`
 (generic metric logs; `csv` reads a Lightning CSVLogger folder too), `mlflow` (an MLflow file-store run folder), `hf-trainer-state` (the Hugging Face Trainer's `trainer_state.json`, a
 checkpoint folder or an output folder of them), `llmc-log` (llm.c, modded-nanogpt, nanoGPT and torchtune text logs), `megatron-log`
 (the stdout logs of Megatron-LM, Megatron-DeepSpeed, GPT-NeoX and nanotron), `fairseq-log` (fairseq's and
@@ -32,13 +32,13 @@ from .input_checks import check_source
 from .meaning import cadences, mapping_rows, pick_profile
 from .normalize import apply_profile
 from .profiles import Profile, get_profile
-from .step_axis import WANDB_ROW_KEY, choose_step_key, is_wandb_history_jsonl, on_trainer_step
+from .step_axis import WANDB_ROW_KEY, choose_step_key, is_wandb_history, on_trainer_step
 from .wandb import api, csv_export
 
 # Every format, in the order detection asks them (see `formats`): a folder holding a W&B run may
 # hold TensorBoard files too (so may an MLflow run's artifacts), and a W&B export is a CSV before it is a generic one.
 FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, tensorboard_events.FORMAT, run_export.FORMAT,
-           csv_export.FORMAT, generic_table.CSV, hf_trainer_state.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
+           csv_export.FORMAT, generic_table.CSV, generic_table.PARQUET, hf_trainer_state.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
            text_logs.FORMAT,
            megatron_log.FORMAT, generic_table.JSONL]
 
@@ -91,8 +91,8 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     if form.own_keys and not named:
         named = get_profile(form.profile)
     step_key = step_key or (named.step_key if isinstance(named, Profile) else None)
-    # W&B history saved as JSON Lines: read on W&B's row counter, then on the trainer's step.
-    wandb_rows = form is generic_table.JSONL and is_wandb_history_jsonl(source)
+    # W&B history saved as JSON Lines or Parquet: read on W&B's row counter, then on the trainer's step.
+    wandb_rows = form.streamed and is_wandb_history(source, form.name)
     raw = form.read(source, ReadOptions(
         tokens_per_step=tokens_per_step, step=step, progress=progress, api_config=api_config,
         step_key=WANDB_ROW_KEY if wandb_rows else step_key, wandb_run=wandb_run))

@@ -1,4 +1,4 @@
-"""Generic metric logs: JSON Lines and CSV files that any trainer can write.
+"""Generic metric logs: JSON Lines, CSV and Parquet files that any trainer can write.
 
 Two shapes, told apart by their fields:
 * long: one value per line, `{"step": 10, "key": "train/loss", "value": 2.5}` (also `metric` or
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import parquet_table
 from .formats import Format, Probe
 from .generic_rows import MAX_COLUMNS, MAX_NESTING, STEP_FIELDS, step_field
 from .imported_run import ImportedRun
@@ -60,9 +61,17 @@ def _is_csv(probe: Probe) -> bool:
     return probe.suffix in (".csv", ".tsv")
 
 
+def parse_parquet(path: str | Path, step_key: str | None = None) -> ImportedRun:
+    return TableStream(path, "parquet", step_key=step_key).collect()
+
+
+# After `gapwatch-export` in the registry: a Parquet table that is not one of ours.
+PARQUET = Format("parquet", lambda source, options: parse_parquet(source, step_key=options.step_key),
+                 lambda probe: not probe.is_dir and probe.suffix in parquet_table.SUFFIXES, streamed=True)
+
 # After `wandb-csv` in the registry: a CSV that is not a W&B export.
 CSV = Format("csv", lambda source, options: parse_generic_csv(source, step_key=options.step_key),
              _is_csv, streamed=True)
 
-__all__ = ["CSV", "JSONL", "JSONL_SUFFIXES", "MAX_COLUMNS", "MAX_NESTING", "STEP_FIELDS", "parse_generic_csv", "parse_jsonl",
+__all__ = ["CSV", "JSONL", "PARQUET", "JSONL_SUFFIXES", "MAX_COLUMNS", "MAX_NESTING", "STEP_FIELDS", "parse_generic_csv", "parse_jsonl", "parse_parquet",
            "step_field", "stream_table"]

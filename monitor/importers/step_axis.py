@@ -19,8 +19,9 @@ trainer's step runs 10..156). Rules:
 * The step key itself is the axis, not a metric: its rows leave the scalars.
 
 W&B history written out as JSON Lines (`files/wandb-history.jsonl` of a run folder from wandb <
-0.10, or `run.history()` saved by hand) has W&B's `_step` in every row: such a log
-(`is_wandb_history_jsonl`) is read on `_step` like any W&B history, then put on the trainer's step
+0.10, or `run.history()` saved by hand) or as Parquet (`run.history().to_parquet(...)`, the history
+files W&B keeps for a run) has W&B's `_step` in every row: such a log
+(`is_wandb_history`) is read on `_step` like any W&B history, then put on the trainer's step
 by the same rules, so a row that lacks the trainer's step key (an evaluation row) joins the step
 before it instead of landing on a row counter.
 
@@ -53,8 +54,13 @@ WANDB_ROW_KEY = "_step"
 _FIRST_LINE_BYTES = 1 << 20
 
 
-def is_wandb_history_jsonl(path) -> bool:
-    """A JSON Lines file whose first line is an object with W&B's `_step` (see module rules)."""
+def is_wandb_history(path, fmt: str) -> bool:
+    """A JSON Lines file whose first line is an object with W&B's `_step`, or a Parquet table with
+    an integer `_step` column (see module rules)."""
+    if fmt == "parquet":
+        return _parquet_row_counter(path)
+    if fmt != "jsonl":
+        return False
     try:
         with open(path, "rb") as fh:
             first = fh.read(_FIRST_LINE_BYTES).lstrip().split(b"\n", 1)[0]
@@ -62,6 +68,17 @@ def is_wandb_history_jsonl(path) -> bool:
     except (OSError, ValueError, RecursionError):
         return False
     return isinstance(row, dict) and isinstance(row.get(WANDB_ROW_KEY), int)
+
+
+def _parquet_row_counter(path) -> bool:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException):
+        return False
+    return WANDB_ROW_KEY in schema.names and pa.types.is_integer(schema.field(WANDB_ROW_KEY).type)
 
 
 def choose_step_key(names, wanted: str | None = None, source: str = "", declared: str | None = None) -> str | None:
@@ -195,4 +212,4 @@ class StepAxisInParts:
 
 
 __all__ = ["STEP_KEYS", "WANDB_ROW_KEY", "StepAxisInParts", "StepCarry",
-           "choose_step_key", "is_wandb_history_jsonl", "on_trainer_step", "whole_steps"]
+           "choose_step_key", "is_wandb_history", "on_trainer_step", "whole_steps"]

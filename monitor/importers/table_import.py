@@ -29,7 +29,7 @@ from .meaning import CadenceTally, ChunkCadence, contradictions, mapping_rows, w
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
 from .read_ahead import read_ahead
-from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history_jsonl
+from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
 
@@ -99,8 +99,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
 
         stream = WandbCsvStream(source, step_key=step_key)
     axis = None
-    if fmt == "jsonl" and is_wandb_history_jsonl(source):
-        # W&B history as JSON Lines: W&B's row counter, then the trainer's step (step_axis).
+    if is_wandb_history(source, fmt):
+        # W&B history as JSON Lines or Parquet: W&B's row counter, then the trainer's step (step_axis).
         stream = TableStream(source, fmt, step_key=WANDB_ROW_KEY)
         axis = StepAxisInParts(step_key)
     elif fmt != "wandb-csv":

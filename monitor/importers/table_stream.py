@@ -1,4 +1,4 @@
-"""JSON Lines and CSV metric logs read a block at a time, handed on in chunks of whole steps.
+"""JSON Lines, CSV and Parquet metric logs read a block at a time, handed on in chunks of whole steps.
 
 Memory is bounded by a chunk, not by the file: a 1.41M-step log is read in blocks of a few MB and
 handed on as chunks of about CHUNK_ROWS rows. A chunk ends where the step changes, so every row of a
@@ -40,6 +40,7 @@ from .generic_rows import (
 from .hparams_file import read_hparams
 from .lightning_csv import run_logs
 from .imported_run import ImportedRun, scalars_frame
+from . import parquet_table
 from .csv_cells import cell_numbers, leading_spaces_cut, numbers, plain_numbers, whole_steps
 from .input_checks import UnfitNumber, loads, repeated_name, shown
 from .name_codes import NameCodes
@@ -95,7 +96,7 @@ class TableStream:
 
     def __init__(self, path: str | Path, fmt: str, step_key: str | None = None,
                  chunk_rows: int | None = None) -> None:
-        if fmt not in ("jsonl", "csv"):
+        if fmt not in ("jsonl", "csv", "parquet"):
             raise ValueError(f"not a table format: {fmt}")
         given = Path(path)
         self.files = run_logs(given, step_key) if fmt == "csv" and given.is_dir() else [given]
@@ -143,7 +144,7 @@ class TableStream:
             self.path = path
             self.builder.source = str(path)  # a bad line is named in its own file
             told = len(self.events)
-            yield from self._jsonl_blocks() if self.fmt == "jsonl" else self._csv_blocks()
+            yield from {"jsonl": self._jsonl_blocks, "csv": self._csv_blocks, "parquet": self._parquet_blocks}[self.fmt]()
             if len(self.files) > 1:  # a restart's line is in its launch's own file
                 for event in self.events[told:]:
                     event["payload"]["file"] = f"{path.parent.name}/{path.name}"
@@ -406,6 +407,33 @@ class TableStream:
                     break
                 yield self._frame_block(table, line)
                 line += len(table)
+
+    # --- Parquet -------------------------------------------------------------------------------
+    def _parquet_blocks(self) -> Iterator[_Rows]:
+        """The table a batch of rows at a time; a row's number stands for its line."""
+        size, rows = _size(self.path), parquet_table.rows_of(self.path)
+        row = 1
+        for batch in parquet_table.batches(self.path, values=self.chunk_rows):
+            yield self._parquet_block(batch, row)
+            row += batch.num_rows
+            self.bytes_read = self._bytes_before + (size * (row - 1) // rows if rows else size)
+
+    def _parquet_block(self, batch: pa.RecordBatch, first_row: int) -> _Rows:
+        """A batch read a column at a time where its step and metrics are numbers (a column of
+        anything else left out and counted); else row by row, which says what is wrong."""
+        by_name = dict(parquet_table.columns(batch))
+        numeric = [n for n, c in by_name.items() if parquet_table.is_numeric(c)]
+        if step_field(numeric, self.step_key) == step_field(list(by_name), self.step_key):
+            fast = self._plain(numeric, parquet_table.whole_steps, by_name.__getitem__,
+                               lambda name, strict: _arrow_values(by_name[name]), first_row)
+            if fast is not None:
+                for name, column in by_name.items():
+                    if name not in numeric and len(column) > column.null_count:
+                        self.builder.skipped[name] = self.builder.skipped.get(name, 0) + len(column) - column.null_count
+                return fast
+        for number, row in enumerate(batch.to_pylist(), start=first_row):
+            self.builder.add_object(number, row, self.step_key)
+        return self._taken()
 
     def _csv_error(self, exc: Exception) -> GapwatchError:
         if isinstance(exc, pd.errors.ParserError):
