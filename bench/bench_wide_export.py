@@ -10,6 +10,9 @@ Each command runs in a fresh process under `/usr/bin/time` (wall clock and peak 
 - with `--baseline COMMIT`, the import by that commit's tree, for a before and after.
 
     python -m bench.bench_wide_export [--steps N] [--baseline COMMIT] [--no-whole]
+
+With `--parquet`, the same history saved by pandas' `to_parquet` (its default row groups) is
+imported beside the CSV instead, against `pandas.read_parquet`: a section of its own.
 """
 
 from __future__ import annotations
@@ -72,9 +75,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-whole", action="store_true",
                         help="leave out the whole-file reader (gigabytes at 1.41M steps)")
     parser.add_argument("--quick", action="store_true", help="a 30,000-step export")
+    parser.add_argument("--parquet", action="store_true", help="the history as Parquet beside the CSV")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps = 30_000
+    if args.parquet:
+        return parquet(args.steps)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "wide_export.csv"
@@ -107,6 +113,37 @@ def main(argv: list[str] | None = None) -> None:
             f"{load:.1f} and {load_end:.1f} on {os.cpu_count()} cores (other sessions' work): wall "
             "clocks grow with it, the ratios are measured under the same load.\n\n" + table(rows))
     record("wide_export", "Importing a wide W&B history export", body)
+
+
+def parquet(steps: int) -> None:
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        csv_path, path = Path(tmp) / "history.csv", Path(tmp) / "history.parquet"
+        width = write_export(csv_path, steps)
+        import pandas as pd
+        import pyarrow.parquet as pq
+
+        pd.read_csv(csv_path).to_parquet(path)
+        groups = pq.ParquetFile(path).metadata.num_row_groups
+        size = path.stat().st_size / 1e6
+        imported = ("from monitor.importers import import_source; from monitor.store import open_store;"
+                    f"s = open_store('sqlite:///{tmp}/{{db}}.db'); import_source(s, 'a', {{path!r}}); s.close()")
+        cases = {
+            "pandas.read_parquet": f"import pandas; pandas.read_parquet({str(path)!r})",
+            "gapwatch import (Parquet)": imported.format(db="p", path=str(path)),
+            "gapwatch import (the same history as CSV)": imported.format(db="c", path=str(csv_path)),
+        }
+        got = {name: timed(code) for name, code in cases.items()}
+        load_end = os.getloadavg()[0]
+    base = got["pandas.read_parquet"][0]
+    rows = [{"": name, "wall s": f"{wall:.1f}", "x read_parquet": f"{wall / base:.1f}", "peak MB": f"{mb:.0f}"}
+            for name, (wall, mb) in got.items()]
+    body = (f"The history of \"Importing a wide W&B history export\" ({steps:,} steps x {width} columns) saved by pandas' `to_parquet` "
+            f"({size:.0f} MB, {groups} row group(s), pyarrow's default size), each command a fresh process under "
+            f"`/usr/bin/time`, side by side in one run. The import reads a batch of rows at a time, but Parquet is "
+            f"decoded a row group at a time: its peak grows with the row group its writer chose. Load average at the "
+            f"start and the end: {load:.1f} and {load_end:.1f} on {os.cpu_count()} cores.\n\n" + table(rows))
+    record("wide_parquet", "Importing a wide W&B history saved as Parquet", body)
 
 
 if __name__ == "__main__":

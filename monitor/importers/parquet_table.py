@@ -31,7 +31,7 @@ def batches(path: Path, values: int) -> Iterator[pa.RecordBatch]:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.ParquetFile(path, pre_buffer=False)
+        table = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
         rows = max(1, values // max(1, len(table.schema_arrow.names)))
         yield from table.iter_batches(batch_size=rows, use_threads=False)
     except (OSError, pa.ArrowException) as exc:

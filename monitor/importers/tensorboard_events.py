@@ -167,17 +167,20 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
 
 def _keras_placed(files, launches, launch_of, settings, declared, notes) -> dict[Path, list]:
     """The records of each launch Keras's TensorBoard callback wrote, on optimizer steps
-    (keras_steps.py), read ahead since placing one file's needs its launch's others."""
+    (keras_steps.py), read ahead since placing one file's needs its launch's others. A launch of
+    train/ and validation/ folders that another writer wrote is read again as it streams, so that
+    only Keras's (small) logs are held whole."""
     placed = {}
     for launch in launches:
         mine = [f for f in files if launch_of[f] == launch]
         if not all(f.parent.parent == launch and f.parent.name in keras_steps.SPLITS for f in mine):
             continue
-        read = {f: list(_scalars(f, notes, settings, declared)) for f in mine}
+        cut: list[str] = []
+        read = {f: list(_scalars(f, cut, settings, declared)) for f in mine}
         if keras_steps.is_keras(read, declared):
             read, said = keras_steps.place(read, str(launch))
-            notes.append(said)
-        placed.update(read)
+            placed.update(read)
+            notes.extend([*cut, said])
     return placed
 
 
