@@ -340,6 +340,8 @@ COMPOSER = Profile(
     description="MosaicML Composer and llm-foundry names (loss/train/total, metrics/eval/LanguageCrossEntropy)",
     rules=(
         Rule(r"loss/train/total", "train/loss"),
+        Rule(r"time/token", "train/tokens"),  # tokens trained on so far
+        Rule(r"time/batch", None),  # the step itself
         Rule(r"metrics/eval/LanguageCrossEntropy", "eval/heldout/eval/loss"),
         Rule(r"metrics/eval/(?P<set>[^/]+)/LanguageCrossEntropy", _HELDOUT),  # one of several eval sets
         Rule(r"metrics/(train|eval)/(.+/)?LanguagePerplexity", None),  # exp(cross-entropy)
