@@ -12,8 +12,9 @@ Rules:
   creation time) first. Files in different subfolders are different TensorBoard runs: their tags
   are prefixed with the subfolder (`eval/` + `loss`), as TensorBoard shows them.
 * A folder holds one training launch when its event folders nest in one (torch's `add_scalars`
-  writes `loss_train/` inside the run's folder) or are its splits (`train/`, `validation/`, as
-  Keras writes them). Sibling launch folders (`runs/<date>_<host>/`, Lightning's `version_N/`) are
+  writes `loss_train/` inside the run's folder) or part under a folder named for a data split
+  (`train/` and `validation/`, as Keras writes them; fairseq's `train_inner/`, `train/`, `valid/`;
+  T5X's `train/` beside `training_eval/<task>/`). Sibling launch folders (`runs/<date>_<host>/`, Lightning's `version_N/`) are
   one run resumed from its checkpoints when, in the order they were started (the time an event
   file's name begins with), each later one begins above the step the first began at; its tags are
   read as one run's, under the restart rule below. Launches that each begin where the first did
@@ -38,6 +39,7 @@ Rules:
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -77,10 +79,16 @@ SPLIT_FOLDERS = {"train", "train_inner", "training", "validation", "valid", "val
 
 def training_runs(folders: set[Path]) -> list[Path]:
     """The folders of the training launches among event folders: a folder nested in another event
-    folder belongs to it, and sibling split folders (train/, validation/) to their parent."""
+    folder belongs to it; where the outermost event folders part under a folder named for a data
+    split (Keras' train/ and validation/, fairseq's train_inner/, train/ and valid/, T5X's train/
+    beside training_eval/<task>/), they are one launch's, the folder they part from. A launch's
+    folders are written at once, so a later one that begins at a later step (its first evaluation)
+    is no resumed launch."""
     tops = sorted(f for f in folders if not any(o in f.parents for o in folders))
-    if len(tops) > 1 and all(t.name.lower() in SPLIT_FOLDERS and t.parent == tops[0].parent for t in tops):
-        return [tops[0].parent]
+    if len(tops) > 1:
+        parent = Path(*os.path.commonprefix([t.parts for t in tops]))
+        if any(t.relative_to(parent).parts[0].lower() in SPLIT_FOLDERS for t in tops):
+            return [parent]
     return tops
 
 

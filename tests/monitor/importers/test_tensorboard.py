@@ -384,3 +384,23 @@ def test_the_metrics_of_add_hparams_are_keyed_by_name_not_by_the_time_of_the_cal
     run = load(tmp_path)
     assert "hparam/final_loss" in run.to_run_data("r").scalars.columns
     assert run.config == {"lr": pytest.approx(1e-3)}
+
+
+def test_a_train_folder_beside_nested_evaluation_folders_is_one_run(tmp_path):
+    # T5X's model folder: train/ and training_eval/<task>/, written at once by one job. The
+    # evaluation's folder begins at a later step (its first evaluation): once read as a launch that
+    # resumed the training one, its loss folded into the training loss.
+    train, evaluation = SummaryWriter(str(tmp_path / "train")), SummaryWriter(str(tmp_path / "training_eval" / "c4_eval"))
+    for step in range(100, 2001, 100):
+        train.add_scalar("loss", 4 - step / 1000, step)
+        if step % 500 == 0:
+            evaluation.add_scalar("loss", 4.1 - step / 1000, step)
+    train.close()
+    evaluation.close()
+    run = load(tmp_path)
+    assert run.attempts == 1 and not run.events
+    data = run.to_run_data("t5x")
+    assert list(data.series(schema.TRAIN_LOSS).index) == list(range(100, 2001, 100))
+    heldout = [k for k in data.scalars.columns if k.startswith("eval/heldout/")]
+    assert len(heldout) == 1 and data.series(heldout[0]).to_dict() == {
+        s: pytest.approx(4.1 - s / 1000) for s in (500, 1000, 1500, 2000)}
