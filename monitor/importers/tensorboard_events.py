@@ -14,10 +14,13 @@ Rules:
 * A folder holds one training launch when its event folders nest in one (torch's `add_scalars`
   writes `loss_train/` inside the run's folder) or part under a folder named for a data split
   (`train/` and `validation/`, as Keras writes them; fairseq's `train_inner/`, `train/`, `valid/`;
-  T5X's `train/` beside `training_eval/<task>/`). Sibling launch folders (`runs/<date>_<host>/`, Lightning's `version_N/`) are
-  one run resumed from its checkpoints when, in the order they were started (the time an event
-  file's name begins with), each later one begins above the step the first began at; its tags are
-  read as one run's, under the restart rule below. Launches that each begin where the first did
+  T5X's `train/` beside `training_eval/<task>/`). Sibling folders written at the same time (from
+  when each's first file was created to its last record, more than a minute in common) are one
+  job's writers: one run, each folder's tags under its name. Sibling launch folders
+  (`runs/<date>_<host>/`, Lightning's `version_N/`) written one after another are one run resumed
+  from its checkpoints when, in the order they were started (the time an event file's name begins
+  with), each later one begins above the step the first began at; its tags are read as one run's,
+  under the restart rule below. Launches that each begin where the first did
   (a sweep, a run started again from scratch) are separate runs, and importing their parent is
   refused with their names: one run is imported from its own folder. A launch folder with no
   scalar (a job that died before its first log) is left out, with a note.
@@ -109,6 +112,14 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
             launches = [t for t in launches if starts[t] is not None]
             files = [f for f in files if launch_of[f] in launches]
         launches = sorted(launches, key=lambda t: _created(next(f for f in files if launch_of[f] == t)))
+        if len(launches) > 1 and _written_at_once([[f for f in files if launch_of[f] == t] for t in launches]):
+            # Folders one job wrote side by side (a train and an eval writer): one run, each
+            # folder's tags under its name, whatever step each began at.
+            whole = Path(*os.path.commonprefix([t.parts for t in launches]))
+            notes.append(f"{path}: {', '.join(t.relative_to(root).as_posix() for t in launches)} were written at "
+                         "the same time: one run, each folder's series under its name")
+            launches, empty = [whole], []
+            launch_of = dict.fromkeys(files, whole)
         if len(launches) > 1 and not empty and not resumed_launches([starts[t] for t in launches]):
             listed = ", ".join(t.relative_to(root).as_posix() for t in launches[:10])
             raise GapwatchError(f"{path}: a TensorBoard folder of {len(launches)} training runs "
@@ -199,6 +210,51 @@ def _created(file: Path) -> float:
         return float(file.name.split(_MARKER + ".", 1)[1].split(".")[0])
     except (IndexError, ValueError):
         return file.stat().st_mtime
+
+
+def _written_at_once(launches: list[list[Path]]) -> bool:
+    """Whether launch folders (each's event files) were written at the same time: the times from
+    when two began (their first file's creation) to their last record overlap. A resumed launch
+    begins after the one it resumed stopped."""
+    spans = []
+    for files in launches:
+        ends = [w for w in map(_last_wall, files) if w is not None]
+        if ends:
+            spans.append((min(map(_created, files)), max(ends)))
+    return any(min(a[1], b[1]) - max(a[0], b[0]) > _CLOCK_SLACK_S
+               for i, a in enumerate(spans) for b in spans[i + 1:])
+
+
+# Event file names carry whole seconds, and a resumed job's clock may differ a little from the
+# one before it (another host).
+_CLOCK_SLACK_S = 60.0
+
+
+def _last_wall(file: Path) -> float | None:
+    """The wall time of an event file's last complete record, found by skipping from record to
+    record by their lengths (none is decoded but the last): None for a file without one."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto import event_pb2
+
+    last = None
+    try:
+        with open(file, "rb") as fh:
+            size = file.stat().st_size
+            at = 0
+            while at + 12 <= size:
+                fh.seek(at)
+                length = int.from_bytes(fh.read(8), "little")
+                end = at + 12 + length + 4
+                if end > size:
+                    break
+                last = (at + 12, length)
+                at = end
+            if last is None:
+                return None
+            fh.seek(last[0])
+            return event_pb2.Event.FromString(fh.read(last[1])).wall_time
+    except (OSError, DecodeError):
+        return None
 
 
 def _written_order(file: Path) -> tuple:

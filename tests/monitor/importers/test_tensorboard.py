@@ -404,3 +404,30 @@ def test_a_train_folder_beside_nested_evaluation_folders_is_one_run(tmp_path):
     heldout = [k for k in data.scalars.columns if k.startswith("eval/heldout/")]
     assert len(heldout) == 1 and data.series(heldout[0]).to_dict() == {
         s: pytest.approx(4.1 - s / 1000) for s in (500, 1000, 1500, 2000)}
+
+
+def _metrics_folder(folder, steps, wall0: float, tag: str = "loss", every_s: float = 10.0) -> None:
+    writer = SummaryWriter(str(folder))
+    for i, step in enumerate(steps):
+        writer.add_scalar(tag, 4 - step / 1000, step, walltime=wall0 + every_s * i)
+    writer.close()
+
+
+def test_folders_written_at_once_are_one_run_whatever_their_names(tmp_path):
+    # One job's two writers over an hour, their files created now: the evaluation one begins at a
+    # later step, and was written while the training one was. One run, not a resume.
+    _metrics_folder(tmp_path / "training_metrics", range(100, 2001, 100), time.time(), every_s=180)
+    _metrics_folder(tmp_path / "eval_metrics", range(500, 2001, 500), time.time() + 900, tag="heldout_loss",
+                    every_s=900)
+    run = load(tmp_path)
+    assert run.attempts == 1 and not run.events
+    assert any("were written at the same time" in n for n in run.notes)
+    data = run.to_run_data("m")
+    assert list(data.series("training_metrics/loss").index) == list(range(100, 2001, 100))
+    assert list(data.series("eval/heldout/metrics/loss").index) == [500, 1000, 1500, 2000]
+    # A launch whose last record came before the next one was created is still a resume.
+    _metrics_folder(tmp_path / "resumed" / "version_0", range(1, 150), time.time() - 7200)
+    time.sleep(1.1)
+    _metrics_folder(tmp_path / "resumed" / "version_1", range(100, 200), time.time())
+    resumed = load(tmp_path / "resumed")
+    assert resumed.attempts == 2 and [e["step"] for e in resumed.events] == [100]
