@@ -16,7 +16,8 @@ Rules:
   (`train/` and `validation/`, as Keras writes them; fairseq's `train_inner/`, `train/`, `valid/`;
   T5X's `train/` beside `training_eval/<task>/`). Sibling folders written at the same time (from
   when each's first file was created to its last record, more than a minute in common) are one
-  job's writers: one run, each folder's tags under its name. Sibling launch folders
+  job's writers, one run with each folder's tags under its name, unless each began at the same
+  step with the same tags (a sweep's runs, run side by side). Sibling launch folders
   (`runs/<date>_<host>/`, Lightning's `version_N/`) written one after another are one run resumed
   from its checkpoints when, in the order they were started (the time an event file's name begins
   with), each later one begins above the step the first began at; its tags are read as one run's,
@@ -112,7 +113,9 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
             launches = [t for t in launches if starts[t] is not None]
             files = [f for f in files if launch_of[f] in launches]
         launches = sorted(launches, key=lambda t: _created(next(f for f in files if launch_of[f] == t)))
-        if len(launches) > 1 and _written_at_once([[f for f in files if launch_of[f] == t] for t in launches]):
+        alike = len({starts[t] for t in launches}) == 1  # a sweep's runs, run side by side
+        if len(launches) > 1 and not alike and _written_at_once([[f for f in files if launch_of[f] == t]
+                                                                  for t in launches]):
             # Folders one job wrote side by side (a train and an eval writer): one run, each
             # folder's tags under its name, whatever step each began at.
             whole = Path(*os.path.commonprefix([t.parts for t in launches]))
@@ -120,7 +123,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
                          "the same time: one run, each folder's series under its name")
             launches, empty = [whole], []
             launch_of = dict.fromkeys(files, whole)
-        if len(launches) > 1 and not empty and not resumed_launches([starts[t] for t in launches]):
+        if len(launches) > 1 and not empty and not resumed_launches([starts[t][0] for t in launches]):
             listed = ", ".join(t.relative_to(root).as_posix() for t in launches[:10])
             raise GapwatchError(f"{path}: a TensorBoard folder of {len(launches)} training runs "
                                 f"({listed}{' ...' if len(launches) > 10 else ''}): import one run from its "
@@ -270,11 +273,12 @@ def _prefix(folder: Path, launch: Path) -> str:
     return "".join(p + "/" for p in parts)
 
 
-def _launch_start(files: list[Path]) -> int | None:
-    """The step a launch began at: the first at which it logged a scalar other than the metrics
-    an hparams record declares (Lightning's TensorBoardLogger logs an `hp_metric` placeholder at
-    step 0 in every launch, a resumed one too, and declares it in the records that follow it at
-    that step). None for a launch with no scalars."""
+def _launch_start(files: list[Path]) -> tuple[int, frozenset[str]] | None:
+    """The step a launch began at, and the tags it logged there: the first step at which it
+    logged a scalar other than the metrics an hparams record declares (Lightning's
+    TensorBoardLogger logs an `hp_metric` placeholder at step 0 in every launch, a resumed one too,
+    and declares it in the records that follow it at that step). None for a launch with no
+    scalars."""
     declared: set[str] = set()
     at, tags = None, []  # the step being read, and the tags of the scalars logged at it
     for file in files:
@@ -283,10 +287,10 @@ def _launch_start(files: list[Path]) -> int | None:
                 continue
             if step != at:
                 if set(tags) - declared:
-                    return at
+                    return at, frozenset(tags) - declared
                 at, tags = step, []
             tags.append(tag)
-    return at if set(tags) - declared else None
+    return (at, frozenset(tags) - declared) if set(tags) - declared else None
 
 
 def _scalars(file: Path, cut: list[str], settings: dict | None = None, declared: set[str] | None = None):

@@ -431,3 +431,12 @@ def test_folders_written_at_once_are_one_run_whatever_their_names(tmp_path):
     _metrics_folder(tmp_path / "resumed" / "version_1", range(100, 200), time.time())
     resumed = load(tmp_path / "resumed")
     assert resumed.attempts == 2 and [e["step"] for e in resumed.events] == [100]
+
+
+def test_a_sweeps_runs_written_side_by_side_are_still_separate_runs(tmp_path):
+    # Two runs of a sweep on two GPUs at once: the same tags from the same step. Written at the
+    # same time, but not one job's writers.
+    for name in ("lr_0.1", "lr_0.2"):
+        _metrics_folder(tmp_path / name, range(1, 200), time.time(), every_s=30)
+    with pytest.raises(GapwatchError, match="a TensorBoard folder of 2 training runs"):
+        load(tmp_path)
