@@ -166,6 +166,13 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path, sqlite_url):
      "the name 'acc,none' appears twice in one object"),
     ("long.jsonl", ('{"step": 1, "' + "m" * 5_000_000 + '": 1.0}\n').encode(),
      "... (5,000,000 characters))"),
+    ("step64_fairseq.log", b'2021-10-28 16:00:00 | INFO | train_inner | {"num_updates": "18446744073709551616", '
+                           b'"loss": "2.5"}\n', "line 1: num_updates 18446744073709551616 is beyond the largest step"),
+    ("step64_composer.log", b"[batch=18446744073709551616/10]:\n\t Train loss/train/total: 2.5\n",
+     "line 1: batch 18446744073709551616 is beyond the largest step"),
+    ("step64_olmo.log", b"[step=18446744073709551616/10,epoch=0]\n    train/CE loss=2.5\n",
+     "line 1: step 18446744073709551616 is beyond the largest step"),
+    ("rand.parquet", random.Random(2).randbytes(5000), "not a readable Parquet file"),
 ])
 def test_hostile_files_end_in_one_line_and_leave_the_stored_run_alone(tmp_path, sqlite_url, capsys, name,
                                                                       content, message):
