@@ -2,7 +2,8 @@
 
 Two layouts exist and both are read:
 * a run's history export: `_step` plus one column per metric name;
-* a chart panel export: `Step` plus `<run name> - <metric>` columns, each optionally with
+* a chart panel export: its x axis (`Step`, or the step metric the chart was drawn against, such as
+  `train/global_step`) plus `<run name> - <metric>` columns, each optionally with
   `__MIN`/`__MAX` companions (the min and max of the points W&B merged into one when it sampled the
   chart), read under their own names and kept as the metric's band (`panel_band`). A panel that
   showed several runs holds each under its own prefix: one run is read at a time (`run=`, one of
@@ -60,7 +61,17 @@ def separator(path: Path) -> str:
 
 def sniff(header: list[str]) -> bool:
     cols = set(header)
-    return bool(cols & set(_WANDB_STEP_COLUMNS)) or bool(cols & set(TOKEN_COLUMNS))
+    return bool(cols & set(_WANDB_STEP_COLUMNS)) or bool(cols & set(TOKEN_COLUMNS)) or panel_x(header) is not None
+
+
+def panel_x(header: list[str]) -> str | None:
+    """The x axis of a chart panel export: its first column, where every other one is a
+    `<run> - <metric>` column (`Step`, or the metric the chart was drawn against, such as
+    `train/global_step`); None for any other header."""
+    first, *others = header or [""]
+    if not others or _PANEL_COLUMN.match(first) or not all(_PANEL_COLUMN.match(c) for c in others):
+        return None
+    return first
 
 
 # Columns of W&B's runs-table export (the project page's table, "Export as CSV").
@@ -104,9 +115,10 @@ def panel_runs(path: str | Path) -> list[str]:
     except (OSError, UnicodeDecodeError, csv.Error):
         return []
     header = [h.strip() for h in header]
-    if "Step" not in header:
+    x = panel_x(header)
+    if x is None:
         return []
-    matches = [_PANEL_COLUMN.match(c) for c in header if c not in STEP_COLUMNS]
+    matches = [_PANEL_COLUMN.match(c) for c in header if c != x]
     if not matches or not all(matches):
         return []
     return list(dict.fromkeys(m.group("run") for m in matches))
@@ -193,9 +205,10 @@ def _strip_panel_prefixes(table: pd.DataFrame, path: Path,
                           run: str | None) -> tuple[pd.DataFrame, str | None]:
     """`<run> - <metric>` panel columns -> `<metric>`, of the one run the export holds or of
     `run` (one of them), on the rows where that run has a value."""
-    others = [c for c in table.columns if c not in STEP_COLUMNS]
+    x = panel_x(list(table.columns))
+    others = [c for c in table.columns if c != x]
     matches = [_PANEL_COLUMN.match(c) for c in others]
-    if not others or not all(matches) or "Step" not in table.columns:
+    if x is None:
         if run is not None:
             raise GapwatchError(f"{path}: not a W&B panel export of several runs: "
                                 "import it without naming one of its runs")
@@ -212,12 +225,31 @@ def _strip_panel_prefixes(table: pd.DataFrame, path: Path,
         raise GapwatchError(f"{path}: no run {run!r} in this panel export; it holds "
                             + ", ".join(runs))
     mine = [c for c, m in zip(others, matches) if m.group("run") == run]
-    steps = [c for c in table.columns if c in STEP_COLUMNS]
+    steps = [x]
     values = [c for c in mine if not _SAMPLING_SUFFIX.search(c)]
     has_value = (table[values].apply(lambda col: col.str.strip() != "")).any(axis=1)
     table = table.loc[has_value, steps + mine].reset_index(drop=True)
     renamed = {c: _PANEL_COLUMN.match(c).group("metric") for c in mine}
+    if x not in STEP_COLUMNS and x not in TOKEN_COLUMNS:  # tokens: the steps come from them below
+        _check_x_is_steps(path, x, table[x])
+        renamed[x] = "Step"  # the chart was drawn against the trainer's step: its x is the step
     return table.rename(columns=renamed), run
+
+
+def _check_x_is_steps(path: Path, x: str, cells: pd.Series) -> None:
+    """A panel drawn against a metric of its own has steps where that metric is the trainer's
+    step (`train/global_step`); against time (`Relative Time (Wall)`), epochs or samples, none."""
+    from ..step_axis import STEP_KEYS
+
+    if x not in STEP_KEYS:
+        raise GapwatchError(f"{path}: a chart exported against {shown(x)}, which is not the trainer's step "
+                            f"({', '.join(STEP_KEYS)}): export the chart against Step or the trainer's step")
+    values = pd.to_numeric(cells.str.strip(), errors="coerce")
+    bad = values.isna() | (values != values.round()) | (values < 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise GapwatchError(f"{path}: a chart exported against {shown(x)}, which is no step count (line {row + 2}: "
+                            f"{shown(cells.iloc[row])}): export the chart against Step or the trainer's step")
 
 
 def _steps(path, table, numeric, logged, tokens_per_step, step_column):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -101,6 +102,28 @@ def test_panel_export_with_two_runs_reads_the_run_named(tmp_path):
     assert b.to_dict() == {1: 3.0, 2: 4.0}
     a = load(path, wandb_run="a").to_run_data("a").series(schema.TRAIN_LOSS)
     assert a.to_dict() == {1: 2.0}
+
+
+def test_a_panel_drawn_against_the_trainers_step_is_on_it(tmp_path):
+    # A chart whose x axis was set to train/global_step: that is its first column, not Step.
+    path = tmp_path / "wandb_export.csv"
+    path.write_text('"train/global_step","hf-run - train/loss","hf-run - train/loss__MIN","hf-run - train/loss__MAX"\n'
+                    + "".join(f'"{s}","{3 - s / 1000}","{3 - s / 1000}","{3 - s / 1000}"\n' for s in range(10, 60, 10)))
+    run = load(path)
+    assert run.name_hint == "hf-run"
+    assert list(run.to_run_data("r").series(schema.TRAIN_LOSS).index) == [10, 20, 30, 40, 50]
+    two = tmp_path / "two.csv"
+    two.write_text('"train/global_step","a - train/loss","b - train/loss"\n10,2,3\n20,,4\n')
+    assert load(two, wandb_run="b").to_run_data("b").series(schema.TRAIN_LOSS).to_dict() == {10: 3.0, 20: 4.0}
+
+
+@pytest.mark.parametrize("x, cells", [("Relative Time (Wall)", ("12.5", "25.1")), ("train/epoch", ("1", "2")),
+                                      ("train/global_step", ("10", "20.5"))])
+def test_a_panel_drawn_against_anything_but_a_step_is_refused_in_one_line(tmp_path, x, cells):
+    path = tmp_path / "wandb_export.csv"
+    path.write_text(f'"{x}","r - train/loss"\n' + "".join(f'"{c}","2.5"\n' for c in cells))
+    with pytest.raises(GapwatchError, match=f"a chart exported against '{re.escape(x)}'.*export the chart against Step"):
+        load(path)
 
 
 def test_text_column_is_left_out_but_text_in_a_number_column_is_an_error(tmp_path):
