@@ -46,6 +46,7 @@ _LINE = re.compile(r"\|\s*(?:INFO|WARNING)\s*\|\s*(train_inner|train|valid\w*|te
 _SIMPLE_INNER = re.compile(r"epoch \d+:\s+\d+\s*/\s*\d+\s+(.*)$")
 _CONFIG = re.compile(r"\|\s*INFO\s*\|\s*(?:fairseq_cli|metaseq_cli|metaseq\.cli)\.train\s*\|\s*(\{.*\})\s*$")
 STEP = "num_updates"
+_WHOLE = re.compile(r"\d+(?:\.0*)?")  # a count of updates, as text ("100") or a number (100, 100.0)
 _POSITION = {"epoch", "update"}  # where in the data, not metrics
 
 
@@ -88,7 +89,10 @@ class _Parser:
         stats = _json_stats(body, tag) if body.startswith("{") else _simple_stats(body)
         if stats is None or STEP not in stats:
             return
-        step = step_digits(str(stats.pop(STEP)).split(".")[0], f"{self.source}: line {number}", STEP)
+        raw_step = str(stats.pop(STEP)).strip()
+        if not _WHOLE.fullmatch(raw_step):
+            raise GapwatchError(f"{self.source}: line {number}: {STEP} {shown(raw_step)} is not a whole number")
+        step = step_digits(raw_step.split(".")[0], f"{self.source}: line {number}", STEP)
         names, values = [], []
         for name, raw in stats.items():
             if name in _POSITION:

@@ -168,6 +168,10 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path, sqlite_url):
      "... (5,000,000 characters))"),
     ("step64_fairseq.log", b'2021-10-28 16:00:00 | INFO | train_inner | {"num_updates": "18446744073709551616", '
                            b'"loss": "2.5"}\n', "line 1: num_updates 18446744073709551616 is beyond the largest step"),
+    ("bad_step_fairseq.log", b'2021-10-28 16:00:00 | INFO | train_inner | {"num_updates": "1+00", "loss": "2.5"}\n',
+     "line 1: num_updates '1+00' is not a whole number"),
+    ("bad_step_simple.log", b"2021-10-28 16:00:00 | INFO | train_inner | epoch 001:    100 / 5000 loss=2.5, "
+                            b"num_updates=300,{lr=0\n", "line 1: num_updates '300,{lr=0' is not a whole number"),
     ("step64_composer.log", b"[batch=18446744073709551616/10]:\n\t Train loss/train/total: 2.5\n",
      "line 1: batch 18446744073709551616 is beyond the largest step"),
     ("step64_olmo.log", b"[step=18446744073709551616/10,epoch=0]\n    train/CE loss=2.5\n",

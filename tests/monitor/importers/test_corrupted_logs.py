@@ -1,0 +1,97 @@
+"""The line readers of other trainers' stdout logs (fairseq, Composer, OLMo-core, torchtune) and
+the Parquet reader, fed their own logs corrupted at random (bytes flipped, cut short, odd tokens
+spliced in, a stretch repeated or zeroed): each import ends in a GapwatchError or an import, never
+another exception. The generated corpus of bench/fuzz_corpus.py judges the CSV, JSONL and W&B
+readers' values too; these readers are held to the first half of its rule."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from monitor.errors import GapwatchError
+from monitor.importers import load
+
+CASES_EACH = 40
+SPLICED = (b"nan", b"1e309", b"-5", b"\x00\xff", b"99999999999999999999999", b"\n\n", b"|", b"=", b"{", b"]:", b",")
+
+
+def _fairseq_json() -> bytes:
+    lines = []
+    for u in range(100, 2001, 100):
+        stats = {"epoch": 1, "update": u / 5000, "loss": f"{(4 - u / 1000) / math.log(2):.3f}", "num_updates": str(u),
+                 "lr": "0.0003"}
+        lines.append(f"2021-10-28 16:00:00 | INFO | train_inner | {json.dumps(stats)}")
+        if u % 500 == 0:
+            lines.append(f"2021-10-28 16:00:30 | INFO | valid | "
+                         f"{json.dumps({'epoch': 1, 'valid_loss': '5.1', 'valid_num_updates': str(u)})}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _fairseq_simple() -> bytes:
+    return "".join(f"2021-10-28 16:00:00 | INFO | train_inner | epoch 001:    {u:4d} / 5000 loss=5.3, ppl=40, "
+                   f"num_updates={u}, lr=0.0003\n" for u in range(100, 2001, 100)).encode()
+
+
+def _composer() -> bytes:
+    return "".join(f"[batch={b}/100]:\n\t Train loss/train/total: {11 - b / 10:.4f}\n\t Train time/token: {b * 8192}\n"
+                   for b in range(1, 40)).encode()
+
+
+def _olmo_core() -> bytes:
+    return "".join(f"[step={s}/100,epoch=0]\n    train/CE loss={3 - s / 100:.3f}\n    throughput/total tokens={s * 1000:,}\n"
+                   for s in range(1, 40)).encode()
+
+
+def _torchtune() -> bytes:
+    return "".join(f"Step {s} | loss:{3 - s / 100:.4f} lr:2e-05 \n" for s in range(1, 40)).encode()
+
+
+def _parquet(tmp_path) -> bytes:
+    path = tmp_path / "sample.parquet"
+    pd.DataFrame({"_step": range(50), "train/loss": [3 - s / 100 for s in range(50)]}).to_parquet(path)
+    return path.read_bytes()
+
+
+def _corrupt(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    kind = rng.choice(("flip", "cut", "splice", "repeat", "zero"))
+    if kind == "flip":
+        for _ in range(rng.randint(1, 20)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+    elif kind == "cut":
+        del b[rng.randrange(1, len(b)):]
+    elif kind == "splice":
+        at = rng.randrange(len(b))
+        b[at:at] = rng.choice(SPLICED)
+    elif kind == "repeat":
+        lo, hi = sorted(rng.randrange(len(b)) for _ in range(2))
+        b[hi:hi] = b[lo:hi]
+    else:
+        at = rng.randrange(len(b))
+        b[at:at + 64] = bytes(len(b[at:at + 64]))
+    return bytes(b)
+
+
+@pytest.mark.parametrize("name, sample", [("train.log", _fairseq_json), ("simple.log", _fairseq_simple),
+                                          ("composer.log", _composer), ("olmo.log", _olmo_core),
+                                          ("log_1.txt", _torchtune), ("history.parquet", _parquet)])
+def test_corrupted_logs_end_in_one_clear_error_or_an_import(tmp_path, name, sample):
+    data = sample(tmp_path) if sample is _parquet else sample()
+    load(_write(tmp_path / f"clean_{name}", data))  # the sample itself imports
+    rng = random.Random(name)
+    for n in range(CASES_EACH):
+        path = _write(tmp_path / f"{n}_{name}", _corrupt(rng, data))
+        try:
+            load(path)
+        except GapwatchError:
+            pass
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
