@@ -12,9 +12,11 @@ Rules:
   creation time) first. Files in different subfolders are different TensorBoard runs: their tags
   are prefixed with the subfolder (`eval/` + `loss`), as TensorBoard shows them.
 * A folder holds one training launch when its event folders nest in one (torch's `add_scalars`
-  writes `loss_train/` inside the run's folder) or part under a folder named for a data split
-  (`train/` and `validation/`, as Keras writes them; fairseq's `train_inner/`, `train/`, `valid/`;
-  T5X's `train/` beside `training_eval/<task>/`). Sibling folders written at the same time (from
+  writes `loss_train/` inside the run's folder) or are its data splits: a folder named for one
+  belongs to its parent, with the parent's other event folders (`train/` and `validation/`, as
+  Keras writes them; fairseq's `train_inner/`, `train/`, `valid/`; T5X's `train/` beside
+  `training_eval/<task>/`). metaseq's reruns (`tb/`, then `tbA/`, each with its splits) are then
+  launches like any other. Sibling folders written at the same time (from
   when each's first file was created to its last record, more than a minute in common) are one
   job's writers, one run with each folder's tags under its name, unless each began at the same
   step with the same tags (a sweep's runs, run side by side). Sibling launch folders
@@ -83,17 +85,20 @@ SPLIT_FOLDERS = {"train", "train_inner", "training", "validation", "valid", "val
 
 def training_runs(folders: set[Path]) -> list[Path]:
     """The folders of the training launches among event folders: a folder nested in another event
-    folder belongs to it; where the outermost event folders part under a folder named for a data
-    split (Keras' train/ and validation/, fairseq's train_inner/, train/ and valid/, T5X's train/
-    beside training_eval/<task>/), they are one launch's, the folder they part from. A launch's
-    folders are written at once, so a later one that begins at a later step (its first evaluation)
-    is no resumed launch."""
+    folder belongs to it, and one under a folder named for a data split belongs to that split
+    folder's parent (Keras' train/ and validation/, fairseq's train_inner/, train/ and valid/, T5X's
+    train/ beside training_eval/<task>/, which then belongs to it too). A launch's folders are
+    written at once, so one that begins at a later step (its first evaluation) is no resumed
+    launch."""
     tops = sorted(f for f in folders if not any(o in f.parents for o in folders))
-    if len(tops) > 1:
-        parent = Path(*os.path.commonprefix([t.parts for t in tops]))
-        if any(t.relative_to(parent).parts[0].lower() in SPLIT_FOLDERS for t in tops):
-            return [parent]
-    return tops
+    if len(tops) < 2:
+        return tops
+    floor = Path(*os.path.commonprefix([t.parts for t in tops]))
+    launches = set()
+    for top in tops:
+        splits = [a for a in (top, *top.parents) if floor in a.parents and a.name.lower() in SPLIT_FOLDERS]
+        launches.add(splits[-1].parent if splits else top)
+    return sorted(t for t in launches if not any(o in t.parents for o in launches))
 
 
 def parse_tensorboard(path: str | Path) -> ImportedRun:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 from torch.utils.tensorboard import SummaryWriter
@@ -136,3 +137,27 @@ def test_a_log_of_train_and_valid_losses_without_train_inner_is_not_read_in_bits
     data = run.to_run_data("x")
     assert data.series(schema.TRAIN_LOSS).dropna().loc[5] == 3.0
     assert data.series(schema.heldout_key("valid")).dropna().loc[10] == 3.2
+
+
+def test_metaseqs_rerun_folders_are_one_run_resumed(tmp_path):
+    # metaseq does not write into a rerun's old TensorBoard folder: it takes the next free suffix
+    # (tb/, then tbA/), each with its train_inner/ and valid/. Killed after update 600 and resumed
+    # from update 400's checkpoint, the run is one run of two attempts.
+    def launch(folder, updates):
+        writers = {tag: SummaryWriter(str(folder / tag)) for tag in ("train_inner", "valid")}
+        for u in updates:
+            writers["train_inner"].add_scalar("loss", (4 - u / 1000) / LN2, u)
+            if u % 200 == 0:
+                writers["valid"].add_scalar("loss", (4.1 - u / 1000) / LN2, u)
+        for writer in writers.values():
+            writer.close()
+
+    launch(tmp_path / "tb", range(100, 601, 100))
+    time.sleep(1.1)  # event file names tell launches apart by the second they were created in
+    launch(tmp_path / "tbA", range(500, 1001, 100))
+    run = load(tmp_path)
+    assert run.profile == "fairseq" and run.attempts == 2
+    assert [(e["step"], e["kind"]) for e in run.events] == [(500, "restart")]
+    data = run.to_run_data("opt")
+    assert list(data.series(schema.TRAIN_LOSS).index) == list(range(100, 1001, 100))
+    assert list(data.series(schema.heldout_key("valid")).index) == [200, 400, 600, 800, 1000]
