@@ -13,7 +13,8 @@ TensorBoard loggers name them, so the `composer` profile maps each the same wher
 logged. The step is the batch the header names. A value that is not a number (an image logged to
 W&B prints as `<wandb...Image object at 0x...>`) is left out, with one note per name. A block
 whose batch is lower than the last one logged is a restart (logged_rows.py): a job resumed from
-its checkpoint in the same log.
+its checkpoint in the same log. A last line without its newline is still being written: it is left
+out, with a note.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from monitor.errors import GapwatchError
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import shown, step_digits
+from .input_checks import shown, step_digits, whole_lines
 from .logged_rows import LoggedRows
 
 _RANK = r"(?:\d+:\s*|\[\w+\]:\s*)?"
@@ -46,31 +47,26 @@ def parse_composer_log(path: str | Path) -> ImportedRun:
     rows = LoggedRows()
     left_out: dict[str, str] = {}
     step = None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for number, line in enumerate(fh, start=1):
-                line = line.rstrip("\r\n")
-                header = _HEADER.match(line)
-                if header:
-                    step = rows.at_step(number, step_digits(header.group(1), f"{path}: line {number}", "batch"))
-                    continue
-                value = _VALUE.match(line) if step is not None else None
-                if value is None:
-                    step = None if line.strip() else step  # a block ends at the first other line
-                    continue
-                name, raw = value.groups()
-                number_value = _number(raw)
-                if number_value is None:
-                    left_out.setdefault(name, f"{path}: {name}: value {shown(raw)} (line {number}) is not a number: "
-                                              "left out")
-                    continue
-                rows.add(step, name, number_value)
-    except OSError as exc:
-        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+    partial: list[str] = []
+    for number, line in whole_lines(path, partial):
+        header = _HEADER.match(line)
+        if header:
+            step = rows.at_step(number, step_digits(header.group(1), f"{path}: line {number}", "batch"))
+            continue
+        value = _VALUE.match(line) if step is not None else None
+        if value is None:
+            step = None if line.strip() else step  # a block ends at the first other line
+            continue
+        name, raw = value.groups()
+        number_value = _number(raw)
+        if number_value is None:
+            left_out.setdefault(name, f"{path}: {name}: value {shown(raw)} (line {number}) is not a number: left out")
+            continue
+        rows.add(step, name, number_value)
     if not len(rows):
         raise GapwatchError(f"{path}: no Composer batch blocks with values found")
     return ImportedRun(name_hint=Path(path).stem, scalars=rows.take(with_wall_time=False), events=rows.events,
-                       source=str(path), notes=list(left_out.values()))
+                       source=str(path), notes=[*left_out.values(), *partial])
 
 
 def _number(raw: str) -> float | None:

@@ -22,7 +22,8 @@ written as text; any other (`"gb_free": "N/A"`) is left out with one note per na
 loggers are ignored, except the configuration fairseq prints as a Python dict
 (`fairseq_cli.train | {'_name': None, 'common': {...}}`), which becomes the run's config. A stat
 that goes back to a lower step than it last had is a restart (logged_rows.py): metaseq's runs
-were rolled back and resumed in the same log many times.
+were rolled back and resumed in the same log many times. A last line without its newline is still
+being written: it is left out, with a note.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from monitor.errors import GapwatchError
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import shown, step_digits
+from .input_checks import shown, step_digits, whole_lines
 from .logged_rows import LoggedRows
 
 # The logger a line is under, between ` | `: fairseq renames it to the tag of the stats it logs.
@@ -59,16 +60,13 @@ def sniff(head: str) -> bool:
 def parse_fairseq_log(path: str | Path) -> ImportedRun:
     """One fairseq or metaseq stdout log, a line at a time."""
     parser = _Parser(str(path))
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for number, line in enumerate(fh, start=1):
-                parser.feed(number, line.rstrip("\r\n"))
-    except OSError as exc:
-        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+    partial: list[str] = []
+    for number, line in whole_lines(path, partial):
+        parser.feed(number, line)
     if not len(parser.rows):
         raise GapwatchError(f"{path}: no fairseq stats lines with num_updates found")
     return ImportedRun(name_hint=Path(path).stem, scalars=parser.rows.take(with_wall_time=False),
-                       events=parser.rows.events, source=str(path), notes=list(parser.left_out.values()),
+                       events=parser.rows.events, source=str(path), notes=[*parser.left_out.values(), *partial],
                        config=parser.config)
 
 

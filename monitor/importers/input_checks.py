@@ -159,3 +159,19 @@ def step_digits(digits: str, where: str, word: str = "step") -> int:
     if len(digits) > len(str(MAX_STEP)) or int(digits) > MAX_STEP:
         raise GapwatchError(f"{where}: {word} {cut(digits)} is beyond the largest step a store keeps ({MAX_STEP})")
     return int(digits)
+
+
+def whole_lines(path: str | os.PathLike, notes: list[str]):
+    """(number, text) of each line of a text log a trainer may still be appending to, its line end
+    left off. A last line without its newline is still being written: it is left out and `notes`
+    says so, so that a log read while it grows (`import --follow`) never takes half a value."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.endswith("\n"):
+                    if line.strip():
+                        notes.append(f"{path}: line {number} has no newline yet (still being written): left out")
+                    return
+                yield number, line.rstrip("\r\n")
+    except OSError as exc:
+        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None

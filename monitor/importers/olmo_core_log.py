@@ -14,7 +14,8 @@ profile maps them; the one-line shape's short names are turned into those (`loss
 `throughput/device/TPS (actual avg)`). Values are read as OLMo-core formats them: thousands with
 commas, small ones in E notation, a unit after the number (`GiB`, `%`) left off. A value that is
 not a number is left out, with one note per name. A step lower than the last one logged is a
-restart (logged_rows.py): a job resumed from its checkpoint in the same log.
+restart (logged_rows.py): a job resumed from its checkpoint in the same log. A last line without
+its newline is still being written: it is left out, with a note.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from monitor.errors import GapwatchError
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import shown, step_digits
+from .input_checks import shown, step_digits, whole_lines
 from .logged_rows import LoggedRows
 
 _MARKER = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?),epoch=\d+(?:,eta=[^\]]*)?\](.*)$")
@@ -53,28 +54,24 @@ def parse_olmo_core_log(path: str | Path) -> ImportedRun:
     rows = LoggedRows()
     left_out: dict[str, str] = {}
     step = None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for number, line in enumerate(fh, start=1):
-                line = line.rstrip("\r\n")
-                marker = _MARKER.search(line)
-                if marker:
-                    step = rows.at_step(number, step_digits(marker.group(1), f"{path}: line {number}"))
-                    for name, raw in _COMPACT.findall(marker.group(2)):
-                        if name != "epoch":
-                            _add(rows, left_out, path, number, step, _SHORT_NAMES.get(name, name), raw)
-                    continue
-                metric = _METRIC.match(line) if step is not None else None
-                if metric is None:
-                    step = None  # a block ends at the first other line
-                    continue
-                _add(rows, left_out, path, number, step, metric.group(1).strip(), metric.group(2))
-    except OSError as exc:
-        raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+    partial: list[str] = []
+    for number, line in whole_lines(path, partial):
+        marker = _MARKER.search(line)
+        if marker:
+            step = rows.at_step(number, step_digits(marker.group(1), f"{path}: line {number}"))
+            for name, raw in _COMPACT.findall(marker.group(2)):
+                if name != "epoch":
+                    _add(rows, left_out, path, number, step, _SHORT_NAMES.get(name, name), raw)
+            continue
+        metric = _METRIC.match(line) if step is not None else None
+        if metric is None:
+            step = None  # a block ends at the first other line
+            continue
+        _add(rows, left_out, path, number, step, metric.group(1).strip(), metric.group(2))
     if not len(rows):
         raise GapwatchError(f"{path}: no OLMo-core step markers with metrics found")
     return ImportedRun(name_hint=Path(path).stem, scalars=rows.take(with_wall_time=False), events=rows.events,
-                       source=str(path), notes=list(left_out.values()))
+                       source=str(path), notes=[*left_out.values(), *partial])
 
 
 def _add(rows: LoggedRows, left_out: dict, path, number: int, step: int, name: str, raw: str) -> None:

@@ -57,3 +57,12 @@ def test_value_lines_outside_a_block_are_not_composers(tmp_path):
     log = tmp_path / "other.log"
     log.write_text("\t Train loss/train/total: 3.0\nstep 1: train loss 3.0, val loss 3.1\n")
     assert detect_format(log) != "composer-log"
+
+
+def test_a_line_still_being_written_is_left_out(tmp_path):
+    log = tmp_path / "train.log"
+    _log(log, range(1, 11))
+    log.write_text(log.read_text() + "[batch=11/100]:\n\t Train loss/train/total: 9.8")  # 9.8 of 9.8765
+    run = load(log)
+    assert 11 not in run.to_run_data("mpt").series(schema.TRAIN_LOSS).index
+    assert any("has no newline yet" in n for n in run.notes)

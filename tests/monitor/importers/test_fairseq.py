@@ -161,3 +161,12 @@ def test_metaseqs_rerun_folders_are_one_run_resumed(tmp_path):
     data = run.to_run_data("opt")
     assert list(data.series(schema.TRAIN_LOSS).index) == list(range(100, 1001, 100))
     assert list(data.series(schema.heldout_key("valid")).index) == [200, 400, 600, 800, 1000]
+
+
+def test_a_line_still_being_written_is_left_out(tmp_path):
+    log = tmp_path / "train.log"
+    _json_log(log)
+    log.write_text(log.read_text() + '2021-10-28 17:00:01 | INFO | train_inner | {"num_updates": "11')
+    run = load(log)
+    assert run.to_run_data("opt").series(schema.TRAIN_LOSS).index[-1] == 1000  # not update 11
+    assert any("has no newline yet (still being written): left out" in n for n in run.notes)

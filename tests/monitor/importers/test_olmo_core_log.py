@@ -54,3 +54,11 @@ def test_the_one_line_shape_and_a_resume_in_the_same_log(tmp_path):
     assert list(data.series(schema.TRAIN_LOSS).index) == list(range(10, 201, 10))
     assert data.series("throughput/device/tps_actual_avg").loc[30] == 9876  # "9,876"
     assert data.series("throughput/device/mfu_actual_avg").loc[30] == pytest.approx(41.2)  # "41.2%"
+
+
+def test_a_line_still_being_written_is_left_out(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(_block(10, 9.9)) + "\n[step=20/2000,epoch=0]\n    train/CE loss=9")  # 9 of 9.812
+    run = load(log)
+    assert list(run.to_run_data("olmo").series(schema.TRAIN_LOSS).index) == [10]
+    assert any("has no newline yet" in n for n in run.notes)
