@@ -97,8 +97,8 @@ class _Parser:
                 continue
             value = _number(raw)
             if value is None:
-                self.left_out.setdefault(name, f"{self.source}: {tag}/{name}: value {shown(str(raw))} (line "
-                                               f"{number}) is not a number: left out")
+                self.left_out.setdefault(f"{tag}/{name}", f"{self.source}: {tag}/{name}: value {shown(str(raw))} "
+                                                          f"(line {number}) is not a number: left out")
                 continue
             names.append(f"{tag}/{name}")
             values.append(value)
@@ -111,7 +111,7 @@ def _json_stats(body: str, tag: str) -> dict | None:
     (`valid_loss`), left off here."""
     try:
         stats = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # a line that only looks like stats
         return None
     if not isinstance(stats, dict):
         return None

@@ -170,3 +170,12 @@ def test_a_line_still_being_written_is_left_out(tmp_path):
     run = load(log)
     assert run.to_run_data("opt").series(schema.TRAIN_LOSS).index[-1] == 1000  # not update 11
     assert any("has no newline yet (still being written): left out" in n for n in run.notes)
+
+
+def test_a_line_that_only_looks_like_stats_is_passed_over(tmp_path):
+    # JSON nested a hundred thousand deep under a stats logger's name: no stats, no RecursionError.
+    log = tmp_path / "train.log"
+    _json_log(log)
+    log.write_text(log.read_text() + '2021-10-28 17:00:00 | INFO | train_inner | {"a": '
+                   + "[" * 100_000 + "]" * 100_000 + "}\n")
+    assert list(load(log).to_run_data("opt").series(schema.TRAIN_LOSS).index) == list(range(100, 1001, 100))
