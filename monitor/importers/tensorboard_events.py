@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -58,8 +59,10 @@ from .formats import Format
 from .hparams_file import read_hparams
 from . import keras_steps
 from .imported_run import ImportedRun, resumed_launches, scalars_frame
+from .input_checks import setting
 
 HPARAMS_PREFIX = "_hparams_"  # the tags of the hparams plugin's records
+ARGV_TAG = "sys.argv"  # fairseq's and metaseq's command line, written as a text summary
 _MARKER = "tfevents"
 
 
@@ -171,8 +174,9 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
         notes.extend(cut)
     if not steps:
         raise GapwatchError(f"{path}: no scalar summaries in the TensorBoard event files")
-    if settings:  # the hparams plugin's records were read, as the run's settings
-        skipped = {k: n for k, n in skipped.items() if k.split("/")[-2:-1] != [HPARAMS_PREFIX]}
+    if settings:  # the hparams plugin's records and fairseq's command line were read, as the run's settings
+        skipped = {k: n for k, n in skipped.items()
+                   if k.split("/")[-2:-1] != [HPARAMS_PREFIX] and ARGV_TAG not in k.split("/")}
     if skipped:
         listed = ", ".join(f"{k} ({n})" for k, n in sorted(skipped.items())[:6])
         notes.append(f"{path}: left out summaries that are not scalars: {listed}")
@@ -321,7 +325,26 @@ def _scalars(file: Path, cut: list[str], settings: dict | None = None, declared:
                     settings.update(_session_hparams(data))
                 if declared is not None and data is not None and data.WhichOneof("data") == "experiment":
                     declared.update(m.name.tag for m in data.experiment.metric_infos)
+            elif settings is not None and value.tag.split("/")[0] == ARGV_TAG:
+                settings.update(_argv_settings(value, tensor_util))
             yield int(event.step), value.tag, _scalar(value, tensor_util), event.wall_time
+
+
+def _argv_settings(value, tensor_util) -> dict[str, object]:
+    """The `--name value` options (`--flag` alone: true) of the command line fairseq and metaseq
+    write as a text summary, as the run's settings; {} for a summary that holds no text."""
+    try:
+        text = tensor_util.make_ndarray(value.tensor).reshape(-1)[0]
+        words = shlex.split(text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text))
+    except (IndexError, KeyError, TypeError, ValueError):
+        return {}
+    out: dict[str, object] = {}
+    for word, after in zip(words, [*words[1:], None]):
+        if word.startswith("--") and len(word) > 2:
+            name, eq, given = word[2:].partition("=")
+            plain = given if eq else (after if after is not None and not after.startswith("--") else "true")
+            out[name.replace("-", "_")] = setting(plain) if plain != "true" else True
+    return out
 
 
 def _scalar(value, tensor_util) -> float | None:

@@ -97,7 +97,8 @@ def test_the_simple_format_reads_as_the_json_one(tmp_path):
 def test_its_tensorboard_folder_of_train_inner_train_and_valid_is_one_run(tmp_path):
     writers = {tag: SummaryWriter(str(tmp_path / tag)) for tag in ("train_inner", "valid", "train")}
     for writer in writers.values():
-        writer.add_text("sys.argv", "fairseq-train data-bin --task language_modeling")
+        writer.add_text("sys.argv", "fairseq-train data-bin --task language_modeling --lr 0.0005 "
+                                    "--max-tokens 2048 --fp16 --arch=transformer_lm_gpt")
     for u in range(100, 1001, 100):
         writers["train_inner"].add_scalar("loss", (4 - u / 1000) / LN2, u)
         writers["train_inner"].add_scalar("ppl", 9.2, u)
@@ -114,6 +115,10 @@ def test_its_tensorboard_folder_of_train_inner_train_and_valid_is_one_run(tmp_pa
     assert data.series(schema.heldout_key("valid")).dropna().to_dict() == {500: pytest.approx(3.6, abs=1e-6),
                                                                            1000: pytest.approx(3.1, abs=1e-6)}
     assert data.series("train/epoch_loss").dropna().to_dict() == {1000: pytest.approx(3.5, abs=1e-6)}
+    # Its command line, written as a text summary, is the run's settings.
+    assert run.config == {"task": "language_modeling", "lr": 0.0005, "max_tokens": 2048, "fp16": True,
+                          "arch": "transformer_lm_gpt"}
+    assert not [n for n in run.notes if "sys.argv" in n]
 
 
 def test_other_logs_are_not_taken_for_fairseqs(tmp_path):
