@@ -19,7 +19,6 @@ out, with a note.
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from monitor.errors import GapwatchError
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import shown, step_digits, whole_lines
+from .input_checks import printed_number, shown, step_digits, whole_lines
 from .logged_rows import LoggedRows
 
 _RANK = r"(?:\d+:\s*|\[\w+\]:\s*)?"
@@ -58,7 +57,7 @@ def parse_composer_log(path: str | Path) -> ImportedRun:
             step = None if line.strip() else step  # a block ends at the first other line
             continue
         name, raw = value.groups()
-        number_value = _number(raw)
+        number_value = printed_number(raw)
         if number_value is None:
             left_out.setdefault(name, f"{path}: {name}: value {shown(raw)} (line {number}) is not a number: left out")
             continue
@@ -67,14 +66,6 @@ def parse_composer_log(path: str | Path) -> ImportedRun:
         raise GapwatchError(f"{path}: no Composer batch blocks with values found")
     return ImportedRun(name_hint=Path(path).stem, scalars=rows.take(with_wall_time=False), events=rows.events,
                        source=str(path), notes=[*left_out.values(), *partial])
-
-
-def _number(raw: str) -> float | None:
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) or raw.strip().lower().lstrip("+-") in ("nan", "inf") else None
 
 
 FORMAT = Format("composer-log", lambda source, options: parse_composer_log(source),

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import re
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from monitor.errors import GapwatchError
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import shown, step_digits, whole_lines
+from .input_checks import printed_number, shown, step_digits, whole_lines
 from .logged_rows import LoggedRows
 
 # The logger a line is under, between ` | `: fairseq renames it to the tag of the stats it logs.
@@ -95,7 +94,7 @@ class _Parser:
         for name, raw in stats.items():
             if name in _POSITION:
                 continue
-            value = _number(raw)
+            value = printed_number(raw)
             if value is None:
                 self.left_out.setdefault(f"{tag}/{name}", f"{self.source}: {tag}/{name}: value {shown(str(raw))} "
                                                           f"(line {number}) is not a number: left out")
@@ -132,16 +131,6 @@ def _simple_stats(body: str) -> dict | None:
         if name and " " not in name:
             out[name] = value
     return out
-
-
-def _number(raw) -> float | None:
-    if isinstance(raw, bool):
-        return None
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) or str(raw).strip().lower().lstrip("+-") in ("nan", "inf") else None
 
 
 def _config(text: str) -> dict:

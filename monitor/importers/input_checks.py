@@ -175,3 +175,16 @@ def whole_lines(path: str | os.PathLike, notes: list[str]):
                 yield number, line.rstrip("\r\n")
     except OSError as exc:
         raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def printed_number(text) -> float | None:
+    """A value as a log prints it: a number, or NaN or Inf written as such; None for anything else
+    (text, a bool, a number too large for a float, which would read as an infinity)."""
+    if isinstance(text, bool):
+        return None
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    written = str(text).strip().lower().lstrip("+-")
+    return value if math.isfinite(value) or written in ("nan", "inf", "infinity") else None

@@ -20,7 +20,6 @@ its newline is still being written: it is left out, with a note.
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from monitor.errors import GapwatchError
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import shown, step_digits, whole_lines
+from .input_checks import printed_number, shown, step_digits, whole_lines
 from .logged_rows import LoggedRows
 
 _MARKER = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?),epoch=\d+(?:,eta=[^\]]*)?\](.*)$")
@@ -83,14 +82,11 @@ def _add(rows: LoggedRows, left_out: dict, path, number: int, step: int, name: s
 
 
 def _number(raw: str) -> float | None:
+    """A value as OLMo-core prints it: thousands with commas, a unit after the number."""
     text = raw.replace(",", "")
     for unit in _UNITS:
         text = text.removesuffix(unit)
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) or text.strip().lower().lstrip("+-") in ("nan", "inf") else None
+    return printed_number(text)
 
 
 FORMAT = Format("olmo-core-log", lambda source, options: parse_olmo_core_log(source),
