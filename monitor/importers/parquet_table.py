@@ -15,37 +15,38 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from monitor.errors import GapwatchError
 
 from .generic_rows import NESTED_SEP
+from .step_axis import whole_steps as step_values
 
 SUFFIXES = (".parquet", ".pq")
 
 
-def batches(path: Path, values: int) -> Iterator[pa.RecordBatch]:
-    """The table's rows, a batch of about `values` cells at a time; one clear error for a file
-    that is not Parquet. Memory is bounded by one row group, as its writer sized it: a row
-    group is decoded whole."""
+def batches(path: Path, values: int) -> tuple[int, Iterator[pa.RecordBatch]]:
+    """The table's row count (from its footer, for progress) and its rows, a batch of about
+    `values` cells at a time; one clear error for a file that is not Parquet. Memory is bounded by
+    one row group, as its writer sized it: a row group is decoded whole."""
     import pyarrow.parquet as pq
 
     try:
         table = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
-        rows = max(1, values // max(1, len(table.schema_arrow.names)))
-        yield from table.iter_batches(batch_size=rows, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
-        raise GapwatchError(f"{path}: not a readable Parquet file: {' '.join(str(exc).split())}") from None
+        raise _unreadable(path, exc) from None
+    rows = max(1, values // max(1, len(table.schema_arrow.names)))
+
+    def read() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from table.iter_batches(batch_size=rows, use_threads=False)
+        except (OSError, pa.ArrowException) as exc:
+            raise _unreadable(path, exc) from None
+
+    return table.metadata.num_rows, read()
 
 
-def rows_of(path: Path) -> int:
-    """The number of rows the file's footer declares (for progress), 0 when it cannot be read."""
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.ParquetFile(path).metadata.num_rows
-    except (OSError, pa.ArrowException):
-        return 0
+def _unreadable(path: Path, exc: Exception) -> GapwatchError:
+    return GapwatchError(f"{path}: not a readable Parquet file: {' '.join(str(exc).split())}")
 
 
 def columns(batch: pa.RecordBatch) -> list[tuple[str, pa.Array]]:
@@ -71,11 +72,11 @@ def is_numeric(column: pa.Array) -> bool:
 
 
 def whole_steps(column: pa.Array) -> np.ndarray | None:
-    """The steps as 64-bit integers when every cell holds a whole number; None otherwise (the
-    row-by-row reading then says which row is wrong)."""
+    """The steps as 64-bit integers when every cell holds one (step_axis.whole_steps); None
+    otherwise (the row-by-row reading then says which row is wrong)."""
     if not is_numeric(column) or column.null_count or pa.types.is_null(column.type):
         return None
+    if pa.types.is_integer(column.type):
+        return column.cast(pa.int64(), safe=False).to_numpy(zero_copy_only=False)  # exact, however large
     values = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    if not np.isfinite(values).all() or (values != np.round(values)).any():
-        return None
-    return pc.cast(column, pa.int64(), safe=False).to_numpy(zero_copy_only=False)
+    return values.astype(np.int64) if step_values(values).all() else None

@@ -411,9 +411,10 @@ class TableStream:
     # --- Parquet -------------------------------------------------------------------------------
     def _parquet_blocks(self) -> Iterator[_Rows]:
         """The table a batch of rows at a time; a row's number stands for its line."""
-        size, rows = _size(self.path), parquet_table.rows_of(self.path)
+        size = _size(self.path)
+        rows, batches = parquet_table.batches(self.path, values=self.chunk_rows)
         row = 1
-        for batch in parquet_table.batches(self.path, values=self.chunk_rows):
+        for batch in batches:
             yield self._parquet_block(batch, row)
             row += batch.num_rows
             self.bytes_read = self._bytes_before + (size * (row - 1) // rows if rows else size)

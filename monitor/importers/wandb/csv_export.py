@@ -239,15 +239,15 @@ def _strip_panel_prefixes(table: pd.DataFrame, path: Path,
 def _check_x_is_steps(path: Path, x: str, cells: pd.Series) -> None:
     """A panel drawn against a metric of its own has steps where that metric is the trainer's
     step (`train/global_step`); against time (`Relative Time (Wall)`), epochs or samples, none."""
-    from ..step_axis import STEP_KEYS
+    from ..step_axis import STEP_KEYS, whole_steps
 
     if x not in STEP_KEYS:
         raise GapwatchError(f"{path}: a chart exported against {shown(x)}, which is not the trainer's step "
                             f"({', '.join(STEP_KEYS)}): export the chart against Step or the trainer's step")
-    values = pd.to_numeric(cells.str.strip(), errors="coerce")
-    bad = values.isna() | (values != values.round()) | (values < 0)
+    values = pd.to_numeric(cells.str.strip(), errors="coerce").to_numpy(dtype=float)
+    bad = ~whole_steps(values)
     if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+        row = int(np.flatnonzero(bad)[0])
         raise GapwatchError(f"{path}: a chart exported against {shown(x)}, which is no step count (line {row + 2}: "
                             f"{shown(cells.iloc[row])}): export the chart against Step or the trainer's step")
 
