@@ -98,7 +98,6 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
         step_key=WANDB_ROW_KEY if wandb_rows else step_key, wandb_run=wandb_run))
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
-    raw = sample_steps.on_steps(raw)
     if not form.url_scheme:
         # The source's identity in the store: the same file wherever it is imported from.
         raw.source = str(Path(raw.source or source).resolve())
@@ -116,6 +115,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
             axis_rows = pd.DataFrame({"key": axis, "step": logged.to_numpy(dtype="int64")})
             raw = on_trainer_step(raw, axis)
             names.remove(axis)
+    raw = sample_steps.on_steps(raw)
     cadence = cadences(raw.scalars)
     if axis is not None:
         cadence.update(cadences(axis_rows))  # the step key's own values: the steps it logged

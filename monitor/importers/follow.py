@@ -28,6 +28,7 @@ from .imported_run import ImportedRun
 from .normalize import apply_profile
 from .meaning import cadences, pick_profile
 from .profiles import Profile, get_profile
+from .sample_steps import SampleSteps
 from .step_axis import StepAxisInParts
 from .store_writer import import_state, write_run
 from .table_import import import_table
@@ -128,6 +129,7 @@ class _WandbFilePoller:
             profile) else profile
         named_key = self.profile.step_key if isinstance(self.profile, Profile) else None
         self.axis = StepAxisInParts(load_kwargs.get("step_key") or named_key)
+        self.samples = SampleSteps()
         self.prefer: str | None = None  # the profile preferred on a tie: the format's own
 
     def __call__(self):
@@ -142,7 +144,14 @@ class _WandbFilePoller:
         return run, previous, self.reader.finished
 
     def _map(self, run: ImportedRun) -> ImportedRun:
-        return self._named(self.axis.apply(run))
+        return self._named(self._on_steps(self.axis.apply(run)))
+
+    def _on_steps(self, run: ImportedRun) -> ImportedRun:
+        """DeepSpeed's series by samples placed on steps as a whole import places them; their rows
+        wait for the poll that shows the spacing (see sample_steps)."""
+        run.scalars = self.samples.place(run.scalars, final=self.reader.finished)
+        run.events = self.samples.events(run.events)
+        return run
 
     def _named(self, run: ImportedRun) -> ImportedRun:
         """The run under its profile, chosen from the first rows read as a whole import chooses it."""

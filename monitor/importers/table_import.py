@@ -29,6 +29,7 @@ from .meaning import CadenceTally, ChunkCadence, contradictions, mapping_rows, w
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
 from .read_ahead import read_ahead
+from .sample_steps import LATER_SPACING, SampleSteps, SpacingChanged
 from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
@@ -71,10 +72,17 @@ def import_table(store, name: str | None, source: str | os.PathLike, fmt: str,
                 tokens_per_step=tokens_per_step, profiles_file=profiles_file, project=project,
                 reference_of=reference_of, progress=progress)
     infer = not named  # a profile the user named is taken at its word (as `load` does)
-    try:
-        return _import_once(fixed=named or None, infer=infer, **args)
-    except _ProfileRevised as revised:
-        return _import_once(fixed=revised.profile, infer=infer, **args)
+    fixed, kept = named or None, ""
+    # Each pass that meets a surprise settles it for the passes after (the profile all names
+    # choose; DeepSpeed's samples kept), so there are at most three.
+    for _ in range(2):
+        try:
+            return _import_once(fixed=fixed, infer=infer, samples_kept=kept, **args)
+        except _ProfileRevised as revised:
+            fixed = revised.profile
+        except SpacingChanged:
+            kept = LATER_SPACING
+    return _import_once(fixed=fixed, infer=infer, samples_kept=kept, **args)
 
 
 def _detect(names, profiles_file, cadence) -> Profile:
@@ -83,17 +91,24 @@ def _detect(names, profiles_file, cadence) -> Profile:
                           against=lambda p: contradictions(p, names, cadence))
 
 
-def _read(stream, axis: StepAxisInParts | None, source_id: str) -> Iterator[tuple[pd.DataFrame, ChunkCadence]]:
-    """The stream's chunks on the trainer's step axis, each with its share of the cadences: the
-    work on a chunk that does not wait for the chunks before it to be written."""
+def _read(stream, axis: StepAxisInParts | None, samples: SampleSteps,
+          source_id: str) -> Iterator[tuple[pd.DataFrame, ChunkCadence]]:
+    """The stream's chunks on the trainer's step axis (DeepSpeed's series by samples on steps),
+    each with its share of the cadences: the work on a chunk that does not wait for the chunks
+    before it to be written."""
     for raw in stream.chunks():
         if axis is not None:
             raw = axis.apply(ImportedRun(name_hint="", scalars=raw, source=source_id)).scalars
-        yield raw, ChunkCadence.of(raw)
+        raw = samples.place(raw)
+        if len(raw):
+            yield raw, ChunkCadence.of(raw)
+    rest = samples.rest()
+    if rest is not None:
+        yield rest, ChunkCadence.of(rest)
 
 
 def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, infer: bool,
-                 tokens_per_step, profiles_file, project, reference_of, progress):
+                 samples_kept: str, tokens_per_step, profiles_file, project, reference_of, progress):
     if fmt == "wandb-csv":
         from .wandb.csv_stream import WandbCsvStream
 
@@ -114,7 +129,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
     collision: GapwatchError | None = None
     # closing(): an error here stops the reader at once, not when the traceback lets go of it.
     held = freed_memory.HeldMemory()
-    with store.atomic(), closing(read_ahead(_read(stream, axis, source_id))) as chunks:
+    samples = SampleSteps(keep=samples_kept)
+    with store.atomic(), closing(read_ahead(_read(stream, axis, samples, source_id))) as chunks:
         writer = ImportWriter(store, name or stream.name_hint, source_id)
         for raw, cadence in chunks:
             if progress is not None:
@@ -153,8 +169,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
                 raise collision
         notes = list(stream.notes)
         dropped = mapper.dropped_note()
-        notes += [n for n in (dropped, mapper.unmeasured_note()) if n]
-        result = writer.finish(events=stream.events, reference_of=reference_of,
+        notes += [n for n in (samples.note(source_id), dropped, mapper.unmeasured_note()) if n]
+        result = writer.finish(events=samples.events(stream.events), reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))
         if not result.rows_total:  # a run of no history is not imported (rolled back)
             raise GapwatchError(f"{source_id}: no values to import ({dropped})")
