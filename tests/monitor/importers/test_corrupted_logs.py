@@ -1,8 +1,9 @@
-"""The line readers of other trainers' stdout logs (fairseq, Composer, OLMo-core, torchtune) and
-the Parquet reader, fed their own logs corrupted at random (bytes flipped, cut short, odd tokens
-spliced in, a stretch repeated or zeroed): each import ends in a GapwatchError or an import, never
-another exception. The generated corpus of bench/fuzz_corpus.py judges the CSV, JSONL and W&B
-readers' values too; these readers are held to the first half of its rule."""
+"""The line readers of other trainers' stdout logs (fairseq, Composer, OLMo-core, torchtune), the
+Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
+random (bytes flipped, cut short, odd tokens spliced in, a stretch repeated or zeroed): each import
+ends in a GapwatchError or an import, never another exception. The generated corpus of
+bench/fuzz_corpus.py judges the CSV, JSONL and W&B readers' values too; these readers are held to
+the first half of its rule."""
 
 from __future__ import annotations
 
@@ -51,6 +52,13 @@ def _torchtune() -> bytes:
     return "".join(f"Step {s} | loss:{3 - s / 100:.4f} lr:2e-05 \n" for s in range(1, 40)).encode()
 
 
+def _deepspeed_loss_csv() -> bytes:
+    """The train_loss file of DeepSpeed's CSV monitor for a job resumed once: its header again mid-file."""
+    rows = ["step,train_loss", *(f"{s * 64},{4 - s / 200}" for s in range(1, 31)),
+            "step,train_loss", *(f"{s * 64},{4 - s / 200}" for s in range(21, 41))]
+    return ("\r\n".join(rows) + "\r\n").encode()
+
+
 def _parquet(tmp_path) -> bytes:
     path = tmp_path / "sample.parquet"
     pd.DataFrame({"_step": range(50), "train/loss": [3 - s / 100 for s in range(50)]}).to_parquet(path)
@@ -90,6 +98,26 @@ def test_corrupted_logs_end_in_one_clear_error_or_an_import(tmp_path, name, samp
             load(path)
         except GapwatchError:
             pass
+
+
+@pytest.mark.parametrize("fmt", [None, "deepspeed-csv"], ids=["detected", "named"])
+def test_a_corrupted_deepspeed_csv_folder_ends_in_one_clear_error_or_an_import(tmp_path, fmt):
+    data = _deepspeed_loss_csv()
+    load(_deepspeed_job(tmp_path / "clean", data), fmt=fmt)  # the sample itself imports
+    rng = random.Random("deepspeed-csv")
+    for n in range(CASES_EACH):
+        try:
+            load(_deepspeed_job(tmp_path / str(n), _corrupt(rng, data)), fmt=fmt)
+        except GapwatchError:
+            pass
+
+
+def _deepspeed_job(folder, loss: bytes):
+    """A job folder whose train_loss file is `loss`, beside an intact lr file."""
+    folder.mkdir()
+    _write(folder / "Train_Samples_train_loss.csv", loss)
+    _write(folder / "Train_Samples_lr.csv", b"step,lr\r\n64,0.0001\r\n128,0.0001\r\n")
+    return folder
 
 
 def _write(path, data: bytes):
