@@ -11,8 +11,11 @@ from app.options import add_store_argument
 
 # Mapping rows an import prints before its summary (lm-eval results map hundreds of keys).
 MAPPING_ROWS_SHOWN = 20
-FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, lm-eval-json, tensorboard, jsonl, csv, "
-               "mlflow, hf-trainer-state, llmc-log, megatron-log, gapwatch-export (default: detected)")
+# Written out, not read from monitor.importers.FORMATS, so that `--help` loads no reader
+# (tests/monitor/importers/test_import_cmd.py holds the two lists alike).
+FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
+               "hf-trainer-state, mlflow, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
+               "torchtitan-log, maxtext-log, deepspeed-csv, gapwatch-export (default: detected)")
 # The hosts of W&B's cloud app, whose run pages are https://wandb.ai/<entity>/<project>/runs/<id>.
 WANDB_APP_HOSTS = ("wandb.ai", "www.wandb.ai")
 

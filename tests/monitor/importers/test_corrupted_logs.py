@@ -1,5 +1,5 @@
-"""The line readers of other trainers' stdout logs (fairseq, Composer, OLMo-core, torchtune), the
-Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
+"""The line readers of other trainers' stdout logs (fairseq, Composer, OLMo-core, torchtune, torchtitan,
+MaxText), the Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
 random (bytes flipped, cut short, odd tokens spliced in, a stretch repeated or zeroed): each import
 ends in a GapwatchError or an import, never another exception. The generated corpus of
 bench/fuzz_corpus.py judges the CSV, JSONL and W&B readers' values too; these readers are held to
@@ -52,6 +52,18 @@ def _torchtune() -> bytes:
     return "".join(f"Step {s} | loss:{3 - s / 100:.4f} lr:2e-05 \n" for s in range(1, 40)).encode()
 
 
+def _torchtitan() -> bytes:
+    return "".join(f"[rank0]:[titan] 2025-03-04 10:00:01,123 - root - INFO - \033[31mstep: {s:2}  \033[32mloss: "
+                   f"{10 - s / 100:8.5f}  \033[34mtps: {12345 + s:,}  \033[35mmfu: 12.34%\033[39m\n"
+                   for s in range(1, 40)).encode()
+
+
+def _maxtext() -> bytes:
+    return "".join(f"completed step: {s}, seconds: 1.234, TFLOP/s/device: 123.457, Tokens/s/device: 4567.891, "
+                   f"total_weights: 65536, loss: {10 - s / 100:.3f}\n" + (f"eval metrics after step: {s}, loss=9.100, "
+                   "total_weights=131072\n" if s % 10 == 9 else "") for s in range(40)).encode()
+
+
 def _deepspeed_loss_csv() -> bytes:
     """The train_loss file of DeepSpeed's CSV monitor for a job resumed once: its header again mid-file."""
     rows = ["step,train_loss", *(f"{s * 64},{4 - s / 200}" for s in range(1, 31)),
@@ -87,7 +99,8 @@ def _corrupt(rng: random.Random, data: bytes) -> bytes:
 
 @pytest.mark.parametrize("name, sample", [("train.log", _fairseq_json), ("simple.log", _fairseq_simple),
                                           ("composer.log", _composer), ("olmo.log", _olmo_core),
-                                          ("log_1.txt", _torchtune), ("history.parquet", _parquet)])
+                                          ("log_1.txt", _torchtune), ("titan.log", _torchtitan),
+                                          ("maxtext.log", _maxtext), ("history.parquet", _parquet)])
 def test_corrupted_logs_end_in_one_clear_error_or_an_import(tmp_path, name, sample):
     data = sample(tmp_path) if sample is _parquet else sample()
     load(_write(tmp_path / f"clean_{name}", data))  # the sample itself imports

@@ -117,3 +117,11 @@ def test_the_summary_is_one_line_however_long_for_a_script_reading_it(sqlite_url
     assert main(["import", str(log), "--run", "long", "--store", sqlite_url]) == 0
     (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("created run")]
     assert line.endswith("3 new rows, 3 source rows in all, 1 metric")
+
+
+def test_the_help_names_every_format_detection_knows():
+    from app.commands.import_cmd import FORMAT_HELP
+    from monitor.importers import FORMATS
+
+    named = set(FORMAT_HELP.removesuffix(" (default: detected)").split(", "))
+    assert named == {f.name for f in FORMATS}

@@ -1,0 +1,118 @@
+"""The console log of torchtitan (PyTorch's pre-training trainer): a line for each logged step, its
+fields `name: value` two spaces apart, coloured with ANSI escapes unless color printing is off:
+
+    [rank0]:[titan] 2025-03-04 10:00:01,123 - root - INFO - step: 10  loss:  7.9342  grad_norm:  1.2345
+        memory: 40.12GiB(42.30%)  tps: 1,234  tflops: 123.45  mfu: 12.34%            (one line)
+    [rank0]:[titan] ... - INFO - validate step: 500  loss:  6.1234  memory: 40.12GiB(42.30%)  tps: 9,876
+
+Source names are those its TensorBoard and W&B loggers give the same values, so the `torchtitan`
+profile maps them wherever they were logged: `loss` is `loss_metrics/global_avg_loss` (the mean
+over data-parallel ranks), `tps` is `throughput(tps)`, `mfu: 12.34%` is `mfu(%)`, `memory:
+40.12GiB(42.30%)` is `memory/max_reserved(GiB)` and `memory/max_reserved(%)`; a validation line's
+values are under `validation_metrics/`. A field the trainer added (`elapsed_time_per_step: 1.234s`)
+keeps its name, its unit in brackets as torchtitan writes units (`elapsed_time_per_step(s)`).
+Numbers may carry thousands separators (`1,234`). A value that is not a number (`mfu: N/A`) is
+left out, with one note per name.
+
+torchrun prefixes each line with its rank (`[rank0]:`) when it tees the ranks' output into one
+file; every rank prints the same values, so only the lowest rank's lines are read and a note says
+how many others were left out. A step lower than a series last had is a restart (logged_rows.py):
+the job resumed from a checkpoint in the same log. A last line without its newline is still being
+written: it is left out, with a note.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from monitor.errors import GapwatchError
+
+from .formats import Format
+from .generic_table import JSONL_SUFFIXES
+from .imported_run import ImportedRun
+from .input_checks import printed_number, shown, step_digits, whole_lines
+from .logged_rows import LoggedRows
+
+_COLOR = re.compile(r"\x1b\[[0-9;]*m")
+_RANK = re.compile(r"^\[rank(\d+)\]:")
+_STEP = re.compile(r"(?:^|\s)(validate )?step:\s*(\d+)(?=\s)(.*)$")
+_FIELD = re.compile(r"([A-Za-z_]\w*):\s*(\S+)")
+_UNIT = re.compile(r"^(.*?\d)(%|s|GiB)$")
+_MEMORY = re.compile(r"^(.+)GiB\((.+)%\)$")
+# The console's short names of values its metric loggers name otherwise.
+_LOGGED_AS = {"loss": "loss_metrics/global_avg_loss", "tps": "throughput(tps)"}
+_VALIDATION = "validation_metrics/"
+
+
+def sniff(head: str) -> bool:
+    """True if the first part of a file holds a torchtitan step line."""
+    return any(_step_line(line) is not None for line in head.splitlines())
+
+
+def parse_torchtitan_log(path: str | Path) -> ImportedRun:
+    """One torchtitan console log, a line at a time."""
+    rows = LoggedRows()
+    left_out: dict[str, str] = {}
+    partial: list[str] = []
+    rank: int | None = None
+    other_ranks = 0
+    for number, line in whole_lines(path, partial):
+        found = _step_line(line)
+        if found is None:
+            continue
+        line_rank, validation, digits, fields = found
+        if line_rank is not None:
+            rank = line_rank if rank is None else rank
+            if line_rank != rank:
+                other_ranks += 1
+                continue
+        step = rows.at_step(number, step_digits(digits, f"{path}: line {number}"))
+        prefix = _VALIDATION if validation else ""
+        for name, raw in _FIELD.findall(fields):
+            values = _values(name, raw, validation)
+            if values is None:
+                left_out.setdefault(name, f"{path}: {name}: value {shown(raw)} (line {number}) is not a number: left out")
+                continue
+            for key, value in values:
+                rows.add(step, prefix + key, value)
+    if not len(rows):
+        raise GapwatchError(f"{path}: no torchtitan step lines with values found")
+    notes = [*left_out.values(), *partial]
+    if other_ranks:
+        notes.append(f"{path}: {other_ranks:,} lines of ranks other than rank {rank} left out (every rank prints "
+                     "the same values)")
+    return ImportedRun(name_hint=Path(path).stem, scalars=rows.take(with_wall_time=False), events=rows.events,
+                       source=str(path), notes=notes)
+
+
+def _step_line(line: str) -> tuple[int | None, bool, str, str] | None:
+    """(rank or None, a validation line, the step's digits, the fields after it) of a step line."""
+    text = _COLOR.sub("", line)
+    rank = _RANK.match(text)
+    found = _STEP.search(text)
+    if found is None or not _FIELD.search(found.group(3)):
+        return None
+    return (int(rank.group(1)) if rank else None), bool(found.group(1)), found.group(2), found.group(3)
+
+
+def _values(name: str, raw: str, validation: bool) -> list[tuple[str, float]] | None:
+    """The values one field prints, under their metric loggers' names (a validation line's `loss`
+    is `validation_metrics/loss`); None if it is no number."""
+    memory = _MEMORY.match(raw) if name == "memory" else None
+    if memory is not None:
+        gib, share = (printed_number(v) for v in memory.groups())
+        if gib is None or share is None:
+            return None
+        return [("memory/max_reserved(GiB)", gib), ("memory/max_reserved(%)", share)]
+    unit = _UNIT.match(raw)
+    number, suffix = (unit.group(1), f"({unit.group(2)})") if unit else (raw, "")
+    value = printed_number(number.replace(",", ""))
+    if value is None:
+        return None
+    logged_as = name + suffix if validation and name == "loss" else _LOGGED_AS.get(name, name + suffix)
+    return [(logged_as, value)]
+
+
+FORMAT = Format("torchtitan-log", lambda source, options: parse_torchtitan_log(source),
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="torchtitan")
