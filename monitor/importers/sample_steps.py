@@ -3,12 +3,13 @@
 With a monitor on in its config (`tensorboard`, `wandb`, `csv_monitor`), DeepSpeed's engine writes
 `Train/Samples/train_loss`, `Train/Samples/lr`, `Train/Samples/loss_scale` (and, with
 wall_clock_breakdown, `Train/Samples/elapsed_time_ms_*`) at `global_samples`, the samples consumed
-so far, once every optimizer step. Read as steps, a run of 64 samples a step is at "step" 6,400
-after 100 steps and pairs with nothing another trainer logged at its step 100. Each such series is
-placed at samples / (samples a step): the one spacing between consecutive values of every one of
-them (a run resumed from a checkpoint goes on at the same spacing). Where the spacing varies (a
-batch size that ramps up), or a value falls between two steps, they keep their samples, and a note
-says so.
+so far, once every optimizer step; with `eigenvalue` on, `Train/Eigenvalues/ModelBlockParam_<i>`
+at the samples seen too, every few steps. Read as steps, a run of 64 samples a step is at "step"
+6,400 after 100 steps and pairs with nothing another trainer logged at its step 100. Each such
+series is placed at samples / (samples a step): the one spacing between consecutive values of every
+Samples series (a run resumed from a checkpoint goes on at the same spacing). Where the spacing
+varies (a batch size that ramps up), or a value falls between two steps, they keep their samples,
+and a note says so.
 
 A source read in parts (a streamed table, a followed W&B run) is placed part by part with the
 same rule (`SampleSteps`): the series' rows wait until two values of one of them give the spacing,
@@ -26,6 +27,9 @@ from monitor.errors import GapwatchError
 from .imported_run import ImportedRun
 
 SAMPLES = "Train/Samples/"
+# Logged at the samples seen too, every few optimizer steps (`eigenvalue_gas_boundary_resolution`):
+# placed at the spacing the Samples series give, never giving it.
+EIGENVALUES = "Train/Eigenvalues/"
 
 
 class SpacingChanged(GapwatchError):
@@ -61,7 +65,7 @@ class SampleSteps:
         """The rows of the next part that can be handed on now: the series' rows on steps once the
         spacing is known (with the rows that waited for it before them), the other rows as they
         are. final: no part follows, so nothing waits (rows of an unknown spacing keep their samples)."""
-        mine = _named_by_samples(scalars["key"])
+        mine = _named_by(scalars["key"], (SAMPLES, EIGENVALUES))
         self.only_samples &= bool(mine.all())
         if not mine.any():
             return self._unknown(scalars) if final and self._held else scalars
@@ -105,10 +109,11 @@ class SampleSteps:
         return None
 
     def _gaps(self, rows: pd.DataFrame) -> tuple[set[int], np.ndarray]:
-        """The spacings between consecutive values of each series in each attempt (from its last
-        value in the parts before), and every step of these rows and of those that wait."""
+        """The spacings between consecutive values of each Samples series in each attempt (from its
+        last value in the parts before), and every step of these rows and of those that wait."""
         gaps: set[int] = set()
-        for (key, attempt), group in rows.groupby(["key", "attempt"], observed=True, sort=False):
+        spaced = rows.loc[_named_by(rows["key"], (SAMPLES,))]
+        for (key, attempt), group in spaced.groupby(["key", "attempt"], observed=True, sort=False):
             steps = np.unique(group["step"].to_numpy())
             last = self._last.get((str(key), int(attempt)))
             if last is not None:
@@ -123,7 +128,7 @@ class SampleSteps:
 
     def _unknown(self, scalars: pd.DataFrame | None) -> pd.DataFrame:
         """The source ended before any series gave a spacing: its rows keep their samples."""
-        return self._keep("one value was logged", scalars)
+        return self._keep(f"no {SAMPLES} series logged two values", scalars)
 
     def _keep(self, why: str, scalars: pd.DataFrame | None) -> pd.DataFrame:
         self.kept_because = why
@@ -142,15 +147,16 @@ class SampleSteps:
         return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
-def _named_by_samples(keys: pd.Series) -> np.ndarray:
-    """Which rows are of a `Train/Samples/` series (a categorical key column is read by its
-    categories, not row by row: a streamed chunk holds a million rows of a few names)."""
+def _named_by(keys: pd.Series, prefixes: tuple[str, ...]) -> np.ndarray:
+    """Which rows are of a series whose name starts with one of `prefixes` (a categorical key
+    column is read by its categories, not row by row: a streamed chunk holds a million rows of a
+    few names)."""
     if isinstance(keys.dtype, pd.CategoricalDtype):
-        named = np.asarray(keys.cat.categories.astype(str).str.startswith(SAMPLES), dtype=bool)
+        named = np.asarray(keys.cat.categories.astype(str).str.startswith(prefixes), dtype=bool)
         if not named.any():
             return np.zeros(len(keys), dtype=bool)
         return np.append(named, False)[keys.cat.codes.to_numpy()]  # code -1 (no key) is last
-    return keys.astype(str).str.startswith(SAMPLES).to_numpy()
+    return keys.astype(str).str.startswith(prefixes).to_numpy()
 
 
 def on_steps(run: ImportedRun) -> ImportedRun:

@@ -131,7 +131,7 @@ def test_rows_wait_for_the_part_that_shows_the_spacing_and_keep_their_order():
     # A source that ends before any series shows a spacing gives its rows back on their samples.
     lone = SampleSteps()
     assert not len(lone.place(scalars_frame([64], ["Train/Samples/train_loss"], [4.0])))
-    assert list(lone.rest()["step"]) == [64] and "one value was logged" in lone.note("src")
+    assert list(lone.rest()["step"]) == [64] and "no Train/Samples/ series logged two values" in lone.note("src")
 
 
 def test_a_followed_wandb_run_is_on_optimizer_steps_as_its_whole_import_is(sqlite_url, tmp_path):
@@ -141,3 +141,16 @@ def test_a_followed_wandb_run_is_on_optimizer_steps_as_its_whole_import_is(sqlit
                sleep=lambda s: None)
         loss = store.load_run("followed").series(schema.TRAIN_LOSS).dropna()
     assert list(loss.index) == list(range(1, 31))
+
+
+def test_eigenvalues_logged_every_few_steps_go_on_the_steps_the_samples_series_give():
+    steps = list(range(1, 21))
+    keys = ["Train/Samples/train_loss"] * 20 + ["Train/Eigenvalues/ModelBlockParam_0"] * 4
+    samples = [64 * s for s in steps] + [64 * s for s in (5, 10, 15, 20)]
+    run = on_steps(ImportedRun(name_hint="ev", source="ev", scalars=scalars_frame(samples, keys, [1.0] * 24)))
+    eigen = run.scalars[run.scalars["key"] == "Train/Eigenvalues/ModelBlockParam_0"]
+    assert list(eigen["step"]) == [5, 10, 15, 20]
+    # Alone, they give no spacing (every few steps is not one step): they keep their samples.
+    alone = on_steps(ImportedRun(name_hint="ev", source="ev", scalars=scalars_frame(
+        samples[20:], keys[20:], [1.0] * 4)))
+    assert list(alone.scalars["step"]) == samples[20:] and "logged two values" in alone.notes[-1]
