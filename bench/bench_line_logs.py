@@ -5,7 +5,7 @@
   each in a child process of its own so that its peak resident memory is its own: CPU seconds and
   the peak MB above what the process held after its imports, best of two.
 - Follow: a poll of `import --follow` once the job has appended 1,000 iterations, read on from the
-  last whole line (`LogTail`) against reading the grown log again from its start.
+  last whole line (`line_tail.LineTail`) against reading the grown log again from its start.
 
 The log: 500,000 iterations (10 fields a line, as Megatron-LM prints them) with a validation line
 every 1,000, about 180 MB.
@@ -97,10 +97,10 @@ def best(reader: tuple[str, str], path: Path) -> tuple[int, float, float]:
 
 
 def follow_poll(path: Path, steps: int) -> tuple[float, float]:
-    """CPU seconds of one poll after APPENDED iterations: read on (LogTail) vs read again whole."""
-    from monitor.importers.megatron_log import LogTail, parse_megatron_log
+    """CPU seconds of one poll after APPENDED iterations: read on (LineTail) vs read again whole."""
+    from monitor.importers.megatron_log import follow_megatron_log, parse_megatron_log
 
-    tail = LogTail(path)
+    tail = follow_megatron_log(path)
     tail.read()
     write_log(path, steps + 1, steps + APPENDED)
     start = time.process_time()

@@ -22,13 +22,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from monitor.errors import GapwatchError
-
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import printed_number, shown, step_digits, whole_lines
-from .logged_rows import LoggedRows
+from .input_checks import printed_number, step_digits
+from .line_tail import LineParser, LineTail, read_whole
 
 _RANK = r"(?:\d+:\s*|\[\w+\]:\s*)?"
 _HEADER = re.compile(rf"{_RANK}(?:\[epoch=\d+\])?\[batch=(\d+)/\d+\]:\s*$")
@@ -43,30 +41,36 @@ def sniff(head: str) -> bool:
 
 def parse_composer_log(path: str | Path) -> ImportedRun:
     """One Composer console log, a line at a time."""
-    rows = LoggedRows()
-    left_out: dict[str, str] = {}
-    step = None
-    partial: list[str] = []
-    for number, line in whole_lines(path, partial):
+    return read_whole(path, _Parser(str(path)), "no Composer batch blocks with values found")
+
+
+def follow_composer_log(path: str | Path) -> LineTail:
+    """The log read on from where the last read stopped (`import --follow`)."""
+    return LineTail(path, _Parser(str(path)))
+
+
+class _Parser(LineParser):
+    def __init__(self, source: str) -> None:
+        super().__init__(source)
+        self.step: int | None = None  # the batch of the block being read
+
+    def feed(self, number: int, line: str) -> None:
         header = _HEADER.match(line)
         if header:
-            step = rows.at_step(number, step_digits(header.group(1), f"{path}: line {number}", "batch"))
-            continue
-        value = _VALUE.match(line) if step is not None else None
+            self.step = self.rows.at_step(number, step_digits(header.group(1), f"{self.source}: line {number}", "batch"))
+            return
+        value = _VALUE.match(line) if self.step is not None else None
         if value is None:
-            step = None if line.strip() else step  # a block ends at the first other line
-            continue
+            self.step = None if line.strip() else self.step  # a block ends at the first other line
+            return
         name, raw = value.groups()
         number_value = printed_number(raw)
         if number_value is None:
-            left_out.setdefault(name, f"{path}: {name}: value {shown(raw)} (line {number}) is not a number: left out")
-            continue
-        rows.add(step, name, number_value)
-    if not len(rows):
-        raise GapwatchError(f"{path}: no Composer batch blocks with values found")
-    return ImportedRun(name_hint=Path(path).stem, scalars=rows.take(with_wall_time=False), events=rows.events,
-                       source=str(path), notes=[*left_out.values(), *partial])
+            self.not_a_number(name, raw, number)
+            return
+        self.rows.add(self.step, name, number_value)
 
 
 FORMAT = Format("composer-log", lambda source, options: parse_composer_log(source),
-                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="composer")
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="composer",
+                tail=follow_composer_log)

@@ -38,8 +38,8 @@ from monitor.errors import GapwatchError
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import printed_number, shown, step_digits, whole_lines
-from .logged_rows import LoggedRows
+from .input_checks import printed_number, shown, step_digits
+from .line_tail import LineParser, LineTail, read_whole
 
 # The logger a line is under, between ` | `: fairseq renames it to the tag of the stats it logs.
 _LINE = re.compile(r"\|\s*(?:INFO|WARNING)\s*\|\s*(train_inner|train|valid\w*|test\w*)\s*\|\s*(.*?)\s*$")
@@ -58,24 +58,15 @@ def sniff(head: str) -> bool:
 
 def parse_fairseq_log(path: str | Path) -> ImportedRun:
     """One fairseq or metaseq stdout log, a line at a time."""
-    parser = _Parser(str(path))
-    partial: list[str] = []
-    for number, line in whole_lines(path, partial):
-        parser.feed(number, line)
-    if not len(parser.rows):
-        raise GapwatchError(f"{path}: no fairseq stats lines with num_updates found")
-    return ImportedRun(name_hint=Path(path).stem, scalars=parser.rows.take(with_wall_time=False),
-                       events=parser.rows.events, source=str(path), notes=[*parser.left_out.values(), *partial],
-                       config=parser.config)
+    return read_whole(path, _Parser(str(path)), "no fairseq stats lines with num_updates found")
 
 
-class _Parser:
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.rows = LoggedRows()
-        self.left_out: dict[str, str] = {}
-        self.config: dict = {}
+def follow_fairseq_log(path: str | Path) -> LineTail:
+    """The log read on from where the last read stopped (`import --follow`)."""
+    return LineTail(path, _Parser(str(path)))
 
+
+class _Parser(LineParser):
     def feed(self, number: int, line: str) -> None:
         m = _LINE.search(line)
         if m is None:
@@ -96,8 +87,7 @@ class _Parser:
                 continue
             value = printed_number(raw)
             if value is None:
-                self.left_out.setdefault(f"{tag}/{name}", f"{self.source}: {tag}/{name}: value {shown(str(raw))} "
-                                                          f"(line {number}) is not a number: left out")
+                self.not_a_number(f"{tag}/{name}", str(raw), number)
                 continue
             names.append(f"{tag}/{name}")
             values.append(value)
@@ -143,4 +133,5 @@ def _config(text: str) -> dict:
 
 
 FORMAT = Format("fairseq-log", lambda source, options: parse_fairseq_log(source),
-                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="fairseq")
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="fairseq",
+                tail=follow_fairseq_log)

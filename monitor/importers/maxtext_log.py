@@ -23,13 +23,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from monitor.errors import GapwatchError
-
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import printed_number, shown, step_digits, whole_lines
-from .logged_rows import LoggedRows
+from .input_checks import printed_number, step_digits
+from .line_tail import LineParser, LineTail, read_whole
 
 _TRAIN = re.compile(r"completed step: (\d+), (.*)$")
 _EVAL = re.compile(r"eval metrics after step: (\d+),(.*)$")
@@ -47,26 +45,28 @@ def sniff(head: str) -> bool:
 
 def parse_maxtext_log(path: str | Path) -> ImportedRun:
     """One MaxText console log, a line at a time."""
-    rows = LoggedRows()
-    left_out: dict[str, str] = {}
-    partial: list[str] = []
-    for number, line in whole_lines(path, partial):
+    return read_whole(path, _Parser(str(path)), "no MaxText step lines with values found")
+
+
+def follow_maxtext_log(path: str | Path) -> LineTail:
+    """The log read on from where the last read stopped (`import --follow`)."""
+    return LineTail(path, _Parser(str(path)))
+
+
+class _Parser(LineParser):
+    def feed(self, number: int, line: str) -> None:
         train = _TRAIN.search(line)
         found = train or _EVAL.search(line)
         if found is None:
-            continue
-        step = rows.at_step(number, step_digits(found.group(1), f"{path}: line {number}"))
+            return
+        step = self.rows.at_step(number, step_digits(found.group(1), f"{self.source}: line {number}"))
         fields = (_TRAIN_FIELD if train else _EVAL_FIELD).findall(found.group(2))
         for name, raw in ((n.strip(), r.strip()) for n, r in fields):
             value = printed_number(raw.removesuffix("%"))
             if value is None:
-                left_out.setdefault(name, f"{path}: {name}: value {shown(raw)} (line {number}) is not a number: left out")
+                self.not_a_number(name, raw, number)
                 continue
-            rows.add(step, _train_name(name) if train else _EVAL_NAMES.get(name, f"eval/{name}"), value)
-    if not len(rows):
-        raise GapwatchError(f"{path}: no MaxText step lines with values found")
-    return ImportedRun(name_hint=Path(path).stem, scalars=rows.take(with_wall_time=False), events=rows.events,
-                       source=str(path), notes=[*left_out.values(), *partial])
+            self.rows.add(step, _train_name(name) if train else _EVAL_NAMES.get(name, f"eval/{name}"), value)
 
 
 def _train_name(name: str) -> str:
@@ -76,4 +76,5 @@ def _train_name(name: str) -> str:
 
 
 FORMAT = Format("maxtext-log", lambda source, options: parse_maxtext_log(source),
-                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="maxtext")
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="maxtext",
+                tail=follow_maxtext_log)

@@ -44,13 +44,11 @@ import math
 import re
 from pathlib import Path
 
-from monitor.errors import GapwatchError
-
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import setting, shown, step_digits
-from .logged_rows import LoggedRows
+from .line_tail import LineParser, LineTail, read_whole
 
 _ITERATION = re.compile(r"\biteration:?\s+(\d+)\s*/\s*\d+\s*$")
 _VALIDATION = re.compile(
@@ -88,73 +86,21 @@ def sniff(head: str) -> bool:
 def parse_megatron_log(path: str | Path) -> ImportedRun:
     """Parse one Megatron-LM / GPT-NeoX / nanotron training log into an ImportedRun, a block of
     lines at a time: a log of a million iterations is never held whole."""
-    tail = LogTail(path)
-    run = tail.read()
-    if tail.unfinished():
-        run.notes.append(f"{path}: line {tail.number + 1} has no newline yet (still being written): left out")
-    if not len(run.scalars):
-        raise GapwatchError(f"{path}: no Megatron-LM, GPT-NeoX or nanotron iteration lines with values found")
-    return run
+    return read_whole(path, _LogParser(str(path)),
+                      "no Megatron-LM, GPT-NeoX or nanotron iteration lines with values found")
 
 
-class LogTail:
-    """A log read from where the last read stopped, whole lines only: `import --follow` reads a
-    growing log a poll at a time without reading it again from its start."""
-
-    BLOCK_BYTES = 8 << 20
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.parser = _LogParser(str(self.path))
-        self.offset = 0  # bytes read, up to the end of the last whole line
-        self.number = 0  # lines read
-        self.events_told = 0
-
-    def read(self) -> ImportedRun:
-        """The rows of the whole lines written since the last read."""
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                while block := fh.read(self.BLOCK_BYTES):
-                    end = block.rfind(b"\n") + 1
-                    if end == 0:  # no whole line in it: a line longer than a block, or one being written
-                        if len(block) < self.BLOCK_BYTES:
-                            break
-                        raise GapwatchError(f"{self.path}: line {self.number + 1} is longer than "
-                                            f"{self.BLOCK_BYTES >> 20} MiB: not a training log")
-                    for line in block[:end].decode("utf-8", errors="replace").split("\n")[:-1]:
-                        self.number += 1
-                        self.parser.feed(self.number, line.rstrip("\r"))
-                    self.offset += end
-                    fh.seek(self.offset)
-        except OSError as exc:
-            raise GapwatchError(f"{self.path}: cannot read: {exc.strerror}") from None
-        rows = self.parser.rows
-        events, self.events_told = rows.events[self.events_told:], len(rows.events)
-        config = dict(self.parser.arguments)
-        return ImportedRun(name_hint=self.path.stem, scalars=rows.take(with_wall_time=False), events=events,
-                           source=str(self.path), notes=self.parser.notes(), config=config,
-                           tokens_per_step=_tokens_per_step(config))
-
-    def unfinished(self) -> bool:
-        """Whether the file goes on past the last whole line (a line still being written)."""
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                return bool(fh.read(self.BLOCK_BYTES).strip())
-        except OSError:
-            return False
+def follow_megatron_log(path: str | Path) -> LineTail:
+    """The log read on from where the last read stopped (`import --follow`)."""
+    return LineTail(path, _LogParser(str(path)))
 
 
-class _LogParser:
+class _LogParser(LineParser):
     def __init__(self, source: str) -> None:
-        self.source = source
-        self.rows = LoggedRows()
+        super().__init__(source)
         self.last_step: int | None = None
         self.last_logged: dict[str, int] = {}  # validation series -> the step it was last logged at
-        self.left_out: dict[str, str] = {}  # field name -> the note that says why
-        self.arguments: dict = {}
-        self.in_arguments = False
+        self.in_arguments = False  # the config is Megatron-LM's argument block
 
     def feed(self, number: int, line: str) -> None:
         if self._argument(line) or not _has_fields(line):
@@ -179,7 +125,7 @@ class _LogParser:
 
     def _argument(self, line: str) -> bool:
         """Whether the line belongs to Megatron-LM's argument block: its `name ..... value` lines
-        fill `arguments`, numbers and True/False/None read as such."""
+        fill `config`, numbers and True/False/None read as such."""
         if not self.in_arguments and "arguments" not in line:
             return False
         if _ARGS_START.search(line):
@@ -187,7 +133,7 @@ class _LogParser:
         elif self.in_arguments and _ARGS_END.search(line):
             self.in_arguments = False
         elif self.in_arguments and (m := _ARG.search(line)):
-            self.arguments[m.group(1)] = setting(m.group(2))
+            self.config[m.group(1)] = setting(m.group(2))
         else:
             return False
         return True
@@ -253,17 +199,13 @@ class _LogParser:
     def _leave_out(self, name: str, note: str) -> None:
         self.left_out.setdefault(name, f"{self.source}: {note}")
 
-    def notes(self) -> list[str]:
-        return list(self.left_out.values())
-
-
-def _tokens_per_step(config: dict) -> float | None:
-    batch, length = config.get("global_batch_size"), config.get("seq_length")
-    if isinstance(batch, int) and isinstance(length, int) and config.get("rampup_batch_size") is None:
-        return float(batch * length)
-    return None
+    def tokens_per_step(self) -> float | None:
+        batch, length = self.config.get("global_batch_size"), self.config.get("seq_length")
+        if isinstance(batch, int) and isinstance(length, int) and self.config.get("rampup_batch_size") is None:
+            return float(batch * length)
+        return None
 
 
 FORMAT = Format("megatron-log", lambda source, options: parse_megatron_log(source),
                 lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="megatron",
-                tail=LogTail)
+                tail=follow_megatron_log)

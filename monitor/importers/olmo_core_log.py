@@ -23,13 +23,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from monitor.errors import GapwatchError
-
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import printed_number, shown, step_digits, whole_lines
-from .logged_rows import LoggedRows
+from .input_checks import printed_number, step_digits
+from .line_tail import LineParser, LineTail, read_whole
 
 _MARKER = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?),epoch=\d+(?:,eta=[^\]]*)?\](.*)$")
 _METRIC = re.compile(r"(?:\[\w+\]:)? {4}(\S[^=]*)=(\S+)\s*$")
@@ -50,35 +48,39 @@ def sniff(head: str) -> bool:
 
 def parse_olmo_core_log(path: str | Path) -> ImportedRun:
     """One OLMo-core console log, a line at a time."""
-    rows = LoggedRows()
-    left_out: dict[str, str] = {}
-    step = None
-    partial: list[str] = []
-    for number, line in whole_lines(path, partial):
+    return read_whole(path, _Parser(str(path)), "no OLMo-core step markers with metrics found")
+
+
+def follow_olmo_core_log(path: str | Path) -> LineTail:
+    """The log read on from where the last read stopped (`import --follow`)."""
+    return LineTail(path, _Parser(str(path)))
+
+
+class _Parser(LineParser):
+    def __init__(self, source: str) -> None:
+        super().__init__(source)
+        self.step: int | None = None  # the step of the block being read
+
+    def feed(self, number: int, line: str) -> None:
         marker = _MARKER.search(line)
         if marker:
-            step = rows.at_step(number, step_digits(marker.group(1), f"{path}: line {number}"))
+            self.step = self.rows.at_step(number, step_digits(marker.group(1), f"{self.source}: line {number}"))
             for name, raw in _COMPACT.findall(marker.group(2)):
                 if name != "epoch":
-                    _add(rows, left_out, path, number, step, _SHORT_NAMES.get(name, name), raw)
-            continue
-        metric = _METRIC.match(line) if step is not None else None
+                    self._add(number, _SHORT_NAMES.get(name, name), raw)
+            return
+        metric = _METRIC.match(line) if self.step is not None else None
         if metric is None:
-            step = None  # a block ends at the first other line
-            continue
-        _add(rows, left_out, path, number, step, metric.group(1).strip(), metric.group(2))
-    if not len(rows):
-        raise GapwatchError(f"{path}: no OLMo-core step markers with metrics found")
-    return ImportedRun(name_hint=Path(path).stem, scalars=rows.take(with_wall_time=False), events=rows.events,
-                       source=str(path), notes=[*left_out.values(), *partial])
+            self.step = None  # a block ends at the first other line
+            return
+        self._add(number, metric.group(1).strip(), metric.group(2))
 
-
-def _add(rows: LoggedRows, left_out: dict, path, number: int, step: int, name: str, raw: str) -> None:
-    value = _number(raw)
-    if value is None:
-        left_out.setdefault(name, f"{path}: {name}: value {shown(raw)} (line {number}) is not a number: left out")
-        return
-    rows.add(step, name, value)
+    def _add(self, number: int, name: str, raw: str) -> None:
+        value = _number(raw)
+        if value is None:
+            self.not_a_number(name, raw, number)
+            return
+        self.rows.add(self.step, name, value)
 
 
 def _number(raw: str) -> float | None:
@@ -90,4 +92,5 @@ def _number(raw: str) -> float | None:
 
 
 FORMAT = Format("olmo-core-log", lambda source, options: parse_olmo_core_log(source),
-                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="olmo")
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="olmo",
+                tail=follow_olmo_core_log)

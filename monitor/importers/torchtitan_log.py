@@ -26,13 +26,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from monitor.errors import GapwatchError
-
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
-from .input_checks import printed_number, shown, step_digits, whole_lines
-from .logged_rows import LoggedRows
+from .input_checks import printed_number, step_digits
+from .line_tail import LineParser, LineTail, read_whole
 
 _COLOR = re.compile(r"\x1b\[[0-9;]*m")
 _RANK = re.compile(r"^\[rank(\d+)\]:")
@@ -52,38 +50,45 @@ def sniff(head: str) -> bool:
 
 def parse_torchtitan_log(path: str | Path) -> ImportedRun:
     """One torchtitan console log, a line at a time."""
-    rows = LoggedRows()
-    left_out: dict[str, str] = {}
-    partial: list[str] = []
-    rank: int | None = None
-    other_ranks = 0
-    for number, line in whole_lines(path, partial):
+    return read_whole(path, _Parser(str(path)), "no torchtitan step lines with values found")
+
+
+def follow_torchtitan_log(path: str | Path) -> LineTail:
+    """The log read on from where the last read stopped (`import --follow`)."""
+    return LineTail(path, _Parser(str(path)))
+
+
+class _Parser(LineParser):
+    def __init__(self, source: str) -> None:
+        super().__init__(source)
+        self.rank: int | None = None  # the rank whose lines are read
+        self.other_ranks = 0  # lines of other ranks left out
+
+    def feed(self, number: int, line: str) -> None:
         found = _step_line(line)
         if found is None:
-            continue
-        line_rank, validation, digits, fields = found
-        if line_rank is not None:
-            rank = line_rank if rank is None else rank
-            if line_rank != rank:
-                other_ranks += 1
-                continue
-        step = rows.at_step(number, step_digits(digits, f"{path}: line {number}"))
+            return
+        rank, validation, digits, fields = found
+        if rank is not None:
+            self.rank = rank if self.rank is None else self.rank
+            if rank != self.rank:
+                self.other_ranks += 1
+                return
+        step = self.rows.at_step(number, step_digits(digits, f"{self.source}: line {number}"))
         prefix = _VALIDATION if validation else ""
         for name, raw in _FIELD.findall(fields):
             values = _values(name, raw, validation)
             if values is None:
-                left_out.setdefault(name, f"{path}: {name}: value {shown(raw)} (line {number}) is not a number: left out")
+                self.not_a_number(name, raw, number)
                 continue
             for key, value in values:
-                rows.add(step, prefix + key, value)
-    if not len(rows):
-        raise GapwatchError(f"{path}: no torchtitan step lines with values found")
-    notes = [*left_out.values(), *partial]
-    if other_ranks:
-        notes.append(f"{path}: {other_ranks:,} lines of ranks other than rank {rank} left out (every rank prints "
-                     "the same values)")
-    return ImportedRun(name_hint=Path(path).stem, scalars=rows.take(with_wall_time=False), events=rows.events,
-                       source=str(path), notes=notes)
+                self.rows.add(step, prefix + key, value)
+
+    def notes(self) -> list[str]:
+        if not self.other_ranks:
+            return super().notes()
+        return [*super().notes(), f"{self.source}: {self.other_ranks:,} lines of ranks other than rank {self.rank} "
+                                  "left out (every rank prints the same values)"]
 
 
 def _step_line(line: str) -> tuple[int | None, bool, str, str] | None:
@@ -115,4 +120,5 @@ def _values(name: str, raw: str, validation: bool) -> list[tuple[str, float]] | 
 
 
 FORMAT = Format("torchtitan-log", lambda source, options: parse_torchtitan_log(source),
-                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="torchtitan")
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="torchtitan",
+                tail=follow_torchtitan_log)

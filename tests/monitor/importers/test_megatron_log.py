@@ -12,7 +12,7 @@ from monitor import schema
 from monitor.errors import GapwatchError
 from monitor.importers import detect_format, load
 from monitor.importers.follow import FollowConfig, follow
-from monitor.importers.megatron_log import LogTail
+from monitor.importers.line_tail import LineTail
 from monitor.store import open_store
 
 
@@ -166,13 +166,13 @@ def test_following_a_growing_log_reads_on_from_its_last_whole_line(tmp_path, sql
     cuts = [text.index(" iteration      110/"), text.index(" iteration      200/") + 25, len(text)]
     path.write_text(text[:cuts[0]])
     starts = []
-    read = LogTail.read
+    read = LineTail.read
 
     def spy(self):
         starts.append(self.offset)
         return read(self)
 
-    monkeypatch.setattr(LogTail, "read", spy)
+    monkeypatch.setattr(LineTail, "read", spy)
 
     def grow(poll):
         if poll.poll < len(cuts):
