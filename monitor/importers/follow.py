@@ -8,8 +8,8 @@ Each poll writes what is new, in its own transaction (so a reader sees whole pol
 * both are put on the trainer's step as a whole import puts them (`step_axis.StepAxisInParts`:
   the step key is chosen from the first poll that finds rows);
 * a format with a `tail` reader (the trainers' console logs: Megatron-LM's, fairseq's,
-  Composer's, OLMo-core's, torchtitan's, MaxText's; line_tail.py) is read from the last whole line
-  the last poll read;
+  Composer's, OLMo-core's, torchtitan's, MaxText's, llm.c's and its family's; line_tail.py) is
+  read from the last whole line the last poll read;
 * every other format is read again from its start (JSONL and CSV logs chunk by chunk, the rest
   whole); the store writer takes only the rows after those it already has (they grow by
   appending), and following ends after `idle_timeout_s` without new rows, if set.

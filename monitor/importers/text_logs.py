@@ -45,7 +45,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import UnfitNumber, shown, step_digits, unfit_literal
-from .logged_rows import LoggedRows
+from .line_tail import LineParser, LineTail, read_whole
 
 
 _LLMC = re.compile(r"s:(\d+)((?: [A-Za-z_]+:\S+)+)\s*")
@@ -71,42 +71,24 @@ def sniff(head: str) -> bool:
     return any(_LOOKS_LIKE_LOG.match(line) for line in head.splitlines())
 
 
-def parse_text_log(path: str | Path, text: str | None = None) -> ImportedRun:
+def parse_text_log(path: str | Path) -> ImportedRun:
     """Parse one llm.c / modded-nanogpt / nanoGPT / torchtune log file into an ImportedRun."""
-    path = Path(path)
-    if text is None:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise GapwatchError(f"{path}: cannot read: {exc.strerror}") from None
-    parser = _LogParser(str(path))
-    lines = text.split("\n")
-    # The piece after the last newline is a line still being written (or "" at a clean end).
-    partial = lines.pop()
-    for number, line in enumerate(lines, start=1):
-        parser.feed(number, line)
-    run = parser.result(path.stem)
-    if partial.strip():
-        run.notes.append(
-            f"{path}: line {len(lines) + 1} has no newline yet (still being written): left out"
-        )
-    run.config.update(_hyperparameters(lines))
-    bs, seq = run.config.get("batch_size"), run.config.get("sequence_length")
-    if isinstance(bs, int) and isinstance(seq, int):
-        run.tokens_per_step = float(bs * seq)
-    if not len(run.scalars):
-        raise GapwatchError(f"{path}: no llm.c, modded-nanogpt, nanoGPT or torchtune log lines found")
-    return run
+    return read_whole(path, _LogParser(str(path)), "no llm.c, modded-nanogpt, nanoGPT or torchtune log lines found")
 
 
-class _LogParser:
+def follow_text_log(path: str | Path) -> LineTail:
+    """The log read on from where the last read stopped (`import --follow`)."""
+    return LineTail(path, _LogParser(str(path)))
+
+
+class _LogParser(LineParser):
     def __init__(self, source: str) -> None:
-        self.source = source
-        self.rows = LoggedRows()
+        super().__init__(source)
         self.last_train: tuple[int, float, int] | None = None  # (step, train_time_ms, attempt)
+        self.in_hyperparameters = False  # inside modded-nanogpt's Hyperparameters block
 
     def feed(self, number: int, line: str) -> None:
-        if not _LOOKS_LIKE_LOG.match(line):
+        if self._hyperparameter(line) or not _LOOKS_LIKE_LOG.match(line):
             return
         m = _LLMC.fullmatch(line)
         if m:
@@ -188,13 +170,26 @@ class _LogParser:
     def _append(self, step: int, name: str, value: float) -> None:
         self.rows.add(step, name, value)
 
-    def result(self, name_hint: str) -> ImportedRun:
-        return ImportedRun(
-            name_hint=name_hint,
-            scalars=self.rows.scalars(),
-            events=self.rows.events,
-            source=self.source,
-        )
+    def _hyperparameter(self, line: str) -> bool:
+        """Whether the line opens or belongs to the script's first Hyperparameters dataclass, whose
+        `name : type = value` lines fill `config`: values evaluated when they are arithmetic on
+        literals (`8*64`, `int(0.75*2*10172)`), else kept as text."""
+        if line.startswith("class Hyperparameters") and not self.config:
+            self.in_hyperparameters = True
+            return True
+        if not self.in_hyperparameters:
+            return False
+        if line and not line[0].isspace():
+            self.in_hyperparameters = False
+            return False
+        m = _HYPERPARAM.match(line)
+        if m:
+            self.config[m.group(1)] = _literal(m.group(2))
+        return True
+
+    def tokens_per_step(self) -> float | None:
+        bs, seq = self.config.get("batch_size"), self.config.get("sequence_length")
+        return float(bs * seq) if isinstance(bs, int) and isinstance(seq, int) else None
 
 
 # --- the Hyperparameters block of a modded-nanogpt script -------------------------------------------
@@ -203,24 +198,6 @@ _SAFE_OPS = {
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
     ast.USub: operator.neg,
 }
-
-
-def _hyperparameters(lines: list[str]) -> dict:
-    """`name : type = value` lines of the script's Hyperparameters dataclass, values evaluated
-    when they are arithmetic on literals (`8*64`, `int(0.75*2*10172)`), else kept as text."""
-    out: dict = {}
-    inside = False
-    for line in lines:
-        if line.startswith("class Hyperparameters"):
-            inside = True
-            continue
-        if inside:
-            if line and not line[0].isspace():
-                break
-            m = _HYPERPARAM.match(line)
-            if m:
-                out[m.group(1)] = _literal(m.group(2))
-    return out
 
 
 def _literal(text: str):
@@ -263,4 +240,5 @@ def _pow_too_big(base, exponent) -> bool:
 
 # A JSON file is never a text log, whatever its lines look like.
 FORMAT = Format("llmc-log", lambda source, options: parse_text_log(source),
-                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="llmc")
+                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="llmc",
+                tail=follow_text_log)

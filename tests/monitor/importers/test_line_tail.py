@@ -13,7 +13,8 @@ from monitor.importers import FORMATS, get_format
 from monitor.importers.formats import ReadOptions
 from monitor.importers.line_tail import LineTail
 
-from .test_corrupted_logs import _composer, _fairseq_json, _fairseq_simple, _maxtext, _olmo_core, _torchtitan
+from .test_corrupted_logs import (
+    _composer, _fairseq_json, _fairseq_simple, _maxtext, _olmo_core, _torchtitan, _torchtune)
 
 
 def _megatron() -> bytes:
@@ -22,8 +23,16 @@ def _megatron() -> bytes:
                    for s in range(10, 400, 10)).encode()
 
 
+def _modded_nanogpt() -> bytes:
+    script = "class Hyperparameters:\n    batch_size : int = 8*64\n    sequence_length : int = 1024\n\n"
+    return (script + "".join(f"step:{s}/100 train_loss:{4 - s / 50:.4f} train_time:{s * 100}ms step_avg:100ms\n"
+                             + (f"step:{s}/100 val_loss:{4.1 - s / 50:.4f} train_time:{s * 100}ms step_avg:100ms\n"
+                                if s % 10 == 0 else "") for s in range(1, 40))).encode()
+
+
 SAMPLES = {"megatron-log": _megatron, "fairseq-log": _fairseq_json, "composer-log": _composer,
-           "olmo-core-log": _olmo_core, "torchtitan-log": _torchtitan, "maxtext-log": _maxtext}
+           "olmo-core-log": _olmo_core, "torchtitan-log": _torchtitan, "maxtext-log": _maxtext,
+           "llmc-log": _modded_nanogpt}
 
 
 def test_every_console_log_reader_can_be_followed():
@@ -38,6 +47,8 @@ def test_a_log_read_on_as_it_grows_is_the_log_read_whole(tmp_path, fmt, line_end
     text = (SAMPLES[fmt]() * 2).decode().replace("\n", line_end).encode()
     if fmt == "fairseq-log":
         text += _fairseq_simple().replace(b"\n", line_end.encode())
+    if fmt == "llmc-log":
+        text += _torchtune().replace(b"\n", line_end.encode())
     whole_path = tmp_path / "whole.log"
     whole_path.write_bytes(text)
     whole = get_format(fmt).read(whole_path, ReadOptions())  # the reader's own names, before a profile
@@ -55,6 +66,7 @@ def test_a_log_read_on_as_it_grows_is_the_log_read_whole(tmp_path, fmt, line_end
     followed = pd.concat(scalars, ignore_index=True).astype({"key": str})
     pd.testing.assert_frame_equal(followed, whole.scalars.reset_index(drop=True).astype({"key": str}))
     assert events == whole.events and len(events) >= 1
+    assert part.config == whole.config and part.tokens_per_step == whole.tokens_per_step
 
 
 def test_a_progress_bar_redrawn_in_place_ends_its_lines_with_carriage_returns(tmp_path):
