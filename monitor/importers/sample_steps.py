@@ -33,14 +33,13 @@ EIGENVALUES = "Train/Eigenvalues/"
 
 
 class SpacingChanged(GapwatchError):
-    """Rows were placed on steps at one spacing, and a later part of the source has another."""
+    """Rows were placed on steps at one spacing, and a later part of the source has another: `why`
+    they keep their samples after all."""
 
-    def __init__(self, per_step: int) -> None:
+    def __init__(self, per_step: int, why: str) -> None:
         super().__init__(f"{SAMPLES}* (DeepSpeed's monitor) were placed on optimizer steps at {per_step:,} "
-                         f"samples a step, and later values are spaced otherwise (a batch size that changed)")
-
-
-LATER_SPACING = "their samples grow by different numbers between values further on"
+                         f"samples a step, and later values are not (a batch size that changed): {why}")
+        self.why = why
 
 
 class SampleSteps:
@@ -85,8 +84,10 @@ class SampleSteps:
             if self._off_grid(steps):
                 self.per_step = None
                 return self._keep("some fall between two steps", scalars)
-        elif gaps - {self.per_step} or self._off_grid(steps):
-            raise SpacingChanged(self.per_step)
+        elif gaps - {self.per_step}:
+            raise SpacingChanged(self.per_step, "their samples grow by different numbers between values further on")
+        elif self._off_grid(steps):
+            raise SpacingChanged(self.per_step, "some further on fall between two steps")
         return self._released(self._on_steps(scalars, mine))
 
     def rest(self) -> pd.DataFrame | None:

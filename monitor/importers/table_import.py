@@ -29,7 +29,7 @@ from .meaning import CadenceTally, ChunkCadence, contradictions, mapping_rows, w
 from .normalize import NameMapper, TokensPerStep
 from .profiles import Profile, detect_profile, get_profile
 from .read_ahead import read_ahead
-from .sample_steps import LATER_SPACING, SampleSteps, SpacingChanged
+from .sample_steps import SampleSteps, SpacingChanged
 from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
@@ -80,8 +80,8 @@ def import_table(store, name: str | None, source: str | os.PathLike, fmt: str,
             return _import_once(fixed=fixed, infer=infer, samples_kept=kept, **args)
         except _ProfileRevised as revised:
             fixed = revised.profile
-        except SpacingChanged:
-            kept = LATER_SPACING
+        except SpacingChanged as changed:
+            kept = changed.why
     return _import_once(fixed=fixed, infer=infer, samples_kept=kept, **args)
 
 
