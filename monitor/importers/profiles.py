@@ -390,7 +390,7 @@ FAIRSEQ = Profile(
 
 DEEPSPEED = Profile(
     name="deepspeed",
-    description="DeepSpeed's monitor (TensorBoard, W&B): Train/Samples/*, numbered by samples seen (sample_steps.py)",
+    description="DeepSpeed's monitor (TensorBoard, W&B, CSV): Train/Samples/*, numbered by samples seen (sample_steps.py)",
     rules=(
         Rule(r"Train/Samples/train_loss", "train/loss"),
         Rule(r"Train/Samples/lr", "optim/lr"),
