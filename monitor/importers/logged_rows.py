@@ -94,6 +94,22 @@ class LoggedRows:
         self._line_start = len(self.steps)
         return step
 
+    def started_again(self, line: int, step: int, said: str) -> None:
+        """The trainer said at `line` (`said`) that a new process trains on from `step`: a new
+        attempt starts there, whether or not a step goes back (a job resumed from the checkpoint
+        of its last logged step goes back on nothing). Said before anything was logged in the
+        attempt in force, it is the first start, or the same one again."""
+        series = self.series
+        if not series.last_of:
+            return
+        previous = max(series.last_of.values())
+        series.attempt += 1
+        series.last_of = {}
+        self.events.append({
+            "step": step, "kind": EventKind.RESTART.value, "attempt": series.attempt,
+            "payload": {"reason": said, "line": line, "previous_step": previous},
+        })
+
     def _event(self, line: int, restart: Restart, attempt: int) -> None:
         self.events.append({
             "step": restart.step, "kind": EventKind.RESTART.value, "attempt": attempt,

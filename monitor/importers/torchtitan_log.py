@@ -15,9 +15,10 @@ Numbers may carry thousands separators (`1,234`). A value that is not a number (
 left out, with one note per name.
 
 torchrun prefixes each line with its rank (`[rank0]:`) when it tees the ranks' output into one
-file; every rank prints the same values, so only the lowest rank's lines are read and a note says
-how many others were left out. A step lower than a series last had is a restart (logged_rows.py):
-the job resumed from a checkpoint in the same log. A last line without its newline is still being
+file; every rank prints the same values, so only the first rank seen is read and a note says how
+many other lines were left out. A job that appends to the same log starts with `Training starts at
+step N`: after logged steps, that is a restart at N (a new attempt, logged_rows.py), even where
+it goes back on no step; so is a step lower than a series last had. A last line without its newline is still being
 written: it is left out, with a note.
 """
 
@@ -36,6 +37,7 @@ _COLOR = re.compile(r"\x1b\[[0-9;]*m")
 _RANK = re.compile(r"^\[rank(\d+)\]:")
 _STEP = re.compile(r"(?:^|\s)(validate )?step:\s*(\d+)(?=\s)(.*)$")
 _FIELD = re.compile(r"([A-Za-z_]\w*):\s*(\S+)")
+_STARTS = re.compile(r"Training starts at step (\d+)")
 _UNIT = re.compile(r"^(.*?\d)(%|s|GiB)$")
 _MEMORY = re.compile(r"^(.+)GiB\((.+)%\)$")
 # The console's short names of values its metric loggers name otherwise.
@@ -67,6 +69,7 @@ class _Parser(LineParser):
     def feed(self, number: int, line: str) -> None:
         found = _step_line(line)
         if found is None:
+            self._started(number, line)
             return
         rank, validation, digits, fields = found
         if rank is not None:
@@ -83,6 +86,14 @@ class _Parser(LineParser):
                 continue
             for key, value in values:
                 self.rows.add(step, prefix + key, value)
+
+    def _started(self, number: int, line: str) -> None:
+        """`Training starts at step N`: a process starts (or resumes) training there."""
+        start = _STARTS.search(line)
+        rank = _RANK.match(line)
+        if start is not None and (rank is None or self.rank in (None, int(rank.group(1)))):
+            step = step_digits(start.group(1), f"{self.source}: line {number}")
+            self.rows.started_again(number, step, f"the job started again: {start.group(0)!r}")
 
     def notes(self) -> list[str]:
         if not self.other_ranks:

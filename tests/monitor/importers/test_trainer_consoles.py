@@ -80,6 +80,18 @@ def test_a_torchtitan_job_resumed_in_the_same_log_is_a_restart(tmp_path):
     assert list(loss.index) == list(range(1, 61)) and loss.loc[35] == pytest.approx(9.15)  # the resumed value
 
 
+def test_a_job_resumed_from_its_last_logged_step_is_a_restart_though_no_step_goes_back(tmp_path):
+    path = tmp_path / "titan.log"
+    _titan_log(path, list(range(10, 101, 10)))  # a checkpoint at step 100, then killed
+    with open(path, "a") as fh:
+        fh.write(f"{PREFIX}Training starts at step 101\n")
+        fh.writelines(_titan_step(s, 9.0 - s / 100) for s in range(110, 201, 10))
+    run = load(path)
+    assert [(e["step"], e["kind"], e["attempt"]) for e in run.events] == [(101, "restart", 2)]
+    assert run.events[0]["payload"]["previous_step"] == 100
+    assert run.attempts == 2
+
+
 def test_a_value_that_is_no_number_and_a_line_still_being_written_are_left_out_and_said(tmp_path):
     path = tmp_path / "titan.log"
     path.write_text(_titan_step(1, 9.9, mfu="N/A") + _titan_step(2, 9.8) + _titan_step(3, 9.7).rstrip("\n")[:60])
