@@ -6,7 +6,10 @@ from a checkpoint and logs those steps again). A new attempt starts there, its v
 earlier ones for the same steps, and a `restart` event records the line where it happened. A lower
 step alone is not a restart: a series with a counter of its own (Lightning's CSVLogger numbers a
 validation loss logged per batch by validation batch) or an evaluation that arrives after later
-training steps logs below the previous line without going back on itself.
+training steps logs below the previous line without going back on itself. A reader whose trainer
+says in its log that a new process starts training (torchtitan's `Training starts at step N`)
+starts an attempt there too (`started_again`): a job resumed from the checkpoint of its last logged
+step goes back on no step.
 """
 
 from __future__ import annotations
