@@ -23,11 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report", help="compare a run with its reference in one file (HTML, Markdown or JSON)",
         description="Compare a run with its reference: a verdict with its evidence, tables of train, "
                     "held-out and downstream deltas, spikes, resumes, data coverage, throughput and an "
-                    "energy estimate, and charts. The HTML opens offline.",
+                    "energy estimate, and charts. A run with no reference is reported alone: its own "
+                    "findings, with the comparisons said not made. The HTML opens offline.",
     )
     parser.add_argument("--run", required=True, metavar="NAME", help="the run to judge")
     parser.add_argument("--reference", metavar="NAME",
-                        help="the run to compare with (default: the reference recorded with the run)")
+                        help="the run to compare with (default: the reference recorded with the run; "
+                             "none: the run alone)")
     parser.add_argument("-o", "--output", metavar="PATH",
                         help=f"file to write ('-' for stdout); default: {DEFAULT_HTML_PATH} for HTML, "
                              "stdout for Markdown and JSON")

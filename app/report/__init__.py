@@ -1,4 +1,5 @@
-"""The offline report: two runs compared in one self-contained file (HTML, Markdown or JSON).
+"""The offline report: two runs compared in one self-contained file (HTML, Markdown or JSON), or a
+run with no reference reported alone (`alone`; each table that compares says why it is empty).
 
     pair = load_pair(store, "run", "reference")      # load, align, detect (inputs.py)
     report = build_report(pair, ReportConfig())       # tables, verdict, figures (build.py)
@@ -8,7 +9,7 @@
 from __future__ import annotations
 
 from app.report.build import ReportConfig, build_report
-from app.report.inputs import compare, load_pair
+from app.report.inputs import alone, compare, load_pair
 from app.report.model import Report
 from app.report.render_html import render_html
 from app.report.render_json import render_json
@@ -24,5 +25,5 @@ def render(report: Report, fmt: str) -> str:
         raise ValueError(f"report format must be one of {', '.join(FORMATS)}, not {fmt!r}") from None
 
 
-__all__ = ["FORMATS", "Report", "ReportConfig", "build_report", "compare", "load_pair", "render",
+__all__ = ["FORMATS", "Report", "ReportConfig", "alone", "build_report", "compare", "load_pair", "render",
            "render_html", "render_json", "render_markdown"]

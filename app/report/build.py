@@ -55,19 +55,19 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
     ]
     verdict = decide(pair.detections, tables, cleans=[c for c in pair.cleans if c.run == pair.run.name],
                      not_judged=pair.not_judged.get(pair.run.name, []),
-                     incidents=[i for i in incidents if i.run == pair.run.name])
+                     incidents=[i for i in incidents if i.run == pair.run.name], alone=pair.reference is None)
     figures = build_figures(pair, tables, scores, config.figures) if config.with_figures else []
     notes = [f"{t.title}: {t.empty_reason}." for t in tables if not t.rows and t.empty_reason]
     return Report(
         run=pair.run.name,
-        reference=pair.reference.name,
+        reference=pair.reference.name if pair.reference is not None else None,
         generated_at=dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         axis=pair.axis,
         axis_reason=pair.axis_reason,
         verdict=verdict,
         tables=tables,
         figures=figures,
-        detections=list(pair.detections) + list(pair.reference_detections),
+        detections=[d for _, found in pair.each_run() for d in found],
         notes=notes,
         parameters=_parameters(config, pair),
     )

@@ -37,7 +37,7 @@ def data_table(pair: ComparedPair) -> Table:
              "37% once, 26% twice or more (Poisson(1)).",
         flag_key="flagged",
     )
-    for data, found in ((pair.run, pair.detections), (pair.reference, pair.reference_detections)):
+    for data, found in pair.each_run():
         row = _row(data)
         if row is None:
             continue
@@ -47,7 +47,7 @@ def data_table(pair: ComparedPair) -> Table:
         row["flagged"] = bool(hits)
         table.rows.append(row)
     if not table.rows:
-        table.empty_reason = "neither run logged data-loader metrics (data/*)"
+        table.empty_reason = pair.none_logged("data-loader metrics (data/*)")
     return table
 
 

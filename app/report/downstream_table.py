@@ -21,7 +21,7 @@ from monitor.detectors.eval_keys import downstream_aggregate, downstream_metrics
 from monitor.schema import Section
 
 from app.report.model import Column, Estimate, Table
-from app.report.pair import ComparedPair, finding_names
+from app.report.pair import NO_REFERENCE, ComparedPair, finding_names
 from app.report.uncertainty import scatter_sigma
 
 
@@ -57,6 +57,9 @@ def downstream_table(pair: ComparedPair, config: DownstreamTableConfig | None = 
               f"it misses the eval set's sampling error, so a ≈ verdict is a hint, not a finding."),
         flag_key="flagged",
     )
+    if ref is None:
+        table.empty_reason = NO_REFERENCE
+        return table
     metrics = downstream_metrics(set(run.scalars.columns) & set(ref.scalars.columns))
     rows = []
     for m in metrics:

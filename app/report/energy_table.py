@@ -31,7 +31,7 @@ def energy_table(pair: ComparedPair, params: EnergyParams | None = None) -> Tabl
               f"(on site + off site). Hours are the run's own step times, redone steps included; "
               f"every factor is a parameter of `gapwatch report`."),
     )
-    for data in (pair.run, pair.reference):
+    for data, _ in pair.each_run():
         e = estimate(data, params)
         row = asdict(e)
         table.rows.append(row)

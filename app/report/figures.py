@@ -106,7 +106,12 @@ def _train_figures(pair: ComparedPair, config: FigureConfig, x_title: str) -> li
     loss_run = pair.run.series(schema.TRAIN_LOSS)
     if not len(loss_run):
         return []
-    run_name, ref_name, events = pair.run.name, pair.reference.name, pair.run.events
+    run_name, events = pair.run.name, pair.run.events
+    if pair.reference is None:
+        fig = F.loss_overlay(thin(loss_run, config.max_points), run_name=run_name, x_title=x_title)
+        return [FigureItem("fig-overlay", f"Train loss of {run_name}", F.add_event_markers(fig, events),
+                           section="train_delta")]
+    ref_name = pair.reference.name
     # On the step axis the reference is drawn whole; on the token axis only where alignment placed
     # it on the run's steps.
     ref_loss = (pair.reference if pair.axis == "step" else pair.aligned_reference).series(schema.TRAIN_LOSS)

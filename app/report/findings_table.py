@@ -17,10 +17,9 @@ from app.report.pair import ComparedPair
 
 def incidents_of(pair: ComparedPair) -> list[Incident]:
     """The incidents of both runs' findings, as the watch service's tracker makes them."""
-    progress = {**progress_from_marks(pair.run.name, marks_of(pair.run)),
-                **progress_from_marks(pair.reference.name, marks_of(pair.reference))}
-    return group(list(pair.detections) + list(pair.reference_detections), progress, pair.incidents,
-                 cleans=pair.cleans)
+    progress = {key: last for data, _ in pair.each_run()
+                for key, last in progress_from_marks(data.name, marks_of(data)).items()}
+    return group([d for _, found in pair.each_run() for d in found], progress, pair.incidents, cleans=pair.cleans)
 
 
 def findings_table(pair: ComparedPair, incidents: list[Incident]) -> Table:
@@ -40,8 +39,9 @@ def findings_table(pair: ComparedPair, incidents: list[Incident]) -> Table:
         ],
         note="One row per incident, as the watch service alerts: the detections of one story (memorization, "
              "divergence, instability, data, throughput) belong together until every detector in it shows its "
-             "condition gone, and the most specific explanation names it. The run is judged against the "
-             "reference; the reference is judged on its own (spikes, data, resumes, throughput).",
+             "condition gone, and the most specific explanation names it. "
+             + ("The run is judged against the reference; the reference is judged on its own (spikes, data, "
+                "resumes, throughput)." if pair.reference is not None else "The run is judged on its own."),
         flag_key="flagged",
     )
     ordered = most_severe_first(incidents)
@@ -55,7 +55,8 @@ def findings_table(pair: ComparedPair, incidents: list[Incident]) -> Table:
             "message": headline(i), "flagged": i.severity.rank >= Severity.WARNING.rank,
         })
     if not table.rows:
-        table.empty_reason = "no detector fired on either run"
+        table.empty_reason = ("no detector fired on either run" if pair.reference is not None
+                              else "no detector fired on the run")
     return table
 
 
@@ -78,5 +79,5 @@ def not_judged_table(pair: ComparedPair) -> Table:
             table.rows.append({"run": run, "judges": judging(n.detector), "detector": n.detector,
                                "metric": n.metric or "(all)", "reason": n.reason, "needs": n.needs or ""})
     if not table.rows:
-        table.empty_reason = "every detector judged both runs"
+        table.empty_reason = "every detector judged both runs" if pair.reference is not None else "every detector judged the run"
     return table

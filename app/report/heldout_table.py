@@ -17,7 +17,7 @@ from monitor.detectors.eval_keys import heldout_sets, matching_steps
 from monitor.schema import Section
 
 from app.report.model import Column, Estimate, Table
-from app.report.pair import ComparedPair, finding_names
+from app.report.pair import NO_REFERENCE, ComparedPair, finding_names
 from app.report.uncertainty import scatter_sigma
 
 
@@ -37,8 +37,6 @@ class HeldoutTableConfig:
 def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) -> Table:
     config = config or HeldoutTableConfig()
     run, ref = pair.aligned_run, pair.aligned_reference
-    sets = heldout_sets(set(run.scalars.columns) & set(ref.scalars.columns))
-    sets = {name: keys for name, keys in sorted(sets.items()) if config.stat in keys}
     table = Table(
         id="heldout",
         title=f"Held-out {config.stat} per set at matching checkpoints",
@@ -48,6 +46,11 @@ def heldout_table(pair: ComparedPair, config: HeldoutTableConfig | None = None) 
               f"counts the shared checkpoints where |Δ| ≤ {config.z_tied:g} se."),
         flag_key="flagged",
     )
+    if ref is None:
+        table.empty_reason = NO_REFERENCE
+        return table
+    sets = heldout_sets(set(run.scalars.columns) & set(ref.scalars.columns))
+    sets = {name: keys for name, keys in sorted(sets.items()) if config.stat in keys}
     if not sets:
         table.empty_reason = _why_empty(pair, config.stat)
         return table

@@ -1,4 +1,5 @@
-"""From two stored runs to a ComparedPair: load, align, judge.
+"""From two stored runs to a ComparedPair: load, align, judge (or a run without a reference: load,
+judge it alone, `alone`).
 
 The report reads each run whole at full resolution (`store.load_run`): windows, checkpoints and
 spike scores need every point. Detection is monitor.judging.judge's, as `gapwatch detect` runs it:
@@ -38,7 +39,8 @@ def load_pair(store, run: str, reference: str | None = None, detect: DetectConfi
         raise GapwatchError(f"no run named {run!r} in {store.url.redacted()}")
     reference = reference or info.get("reference")
     if not reference:
-        raise GapwatchError(f"run {run!r} has no reference recorded; pass --reference NAME")
+        progress(f"loading {run} (no reference recorded: a report of the run alone)")
+        return alone(store.load_run(run), detect=detect, incidents=incidents, progress=progress)
     if reference == run:
         raise GapwatchError(own_reference(run))
     if store.get_run(reference) is None:
@@ -75,5 +77,22 @@ def compare(run: RunData, reference: RunData, detect: DetectConfig | None = None
         not_judged={run.name: judged.not_judged,
                     reference.name: [n for n in alone.not_judged if n != no_reference(n.detector)]},
         detector_series={run.name: judged.series, reference.name: alone.series}, detect=detect,
+        incidents=incidents or IncidentConfig(),
+    )
+
+
+def alone(run: RunData, detect: DetectConfig | None = None, incidents: IncidentConfig | None = None,
+          progress: ProgressCallback = quiet) -> ComparedPair:
+    """The run judged on its own (as `gapwatch detect` judges a run without a reference): its
+    spikes, NaNs, resumes, data and throughput; the detectors that compare say they were not judged."""
+    detect = replace(detect or DetectConfig(), write_series=True)
+    if run.scalars.empty:
+        raise GapwatchError(f"run {run.name!r} has no metrics to report")
+    progress(f"judging {run.name} on its own")
+    judged = judge(run, None, detect, lambda m: progress(f"  {m}"))
+    return ComparedPair(
+        run=run, reference=None, aligned_run=run, aligned_reference=None, axis="step",
+        axis_reason="the run alone, on its own steps", detections=judged.detections, cleans=judged.cleans,
+        not_judged={run.name: judged.not_judged}, detector_series={run.name: judged.series}, detect=detect,
         incidents=incidents or IncidentConfig(),
     )

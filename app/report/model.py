@@ -81,10 +81,10 @@ class FigureItem:
 
 @dataclass
 class Report:
-    """Everything the report says about a run compared with its reference."""
+    """Everything the report says about a run compared with its reference (or about a run alone)."""
 
     run: str
-    reference: str
+    reference: str | None  # None: a report of the run alone
     generated_at: str  # ISO 8601, UTC
     axis: str  # "step" or "tokens": how the two runs were put side by side
     axis_reason: str

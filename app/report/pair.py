@@ -1,4 +1,5 @@
-"""The two runs a report compares, as stored and as aligned, with what the detectors found."""
+"""The two runs a report compares, as stored and as aligned, with what the detectors found; or a
+run alone, when it has no reference (`reference` None: the tables that compare say so)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ class ComparedPair:
     """Input of every table: built once per report (app/report/inputs.py)."""
 
     run: RunData  # as stored, full resolution
-    reference: RunData
+    reference: RunData | None  # None: the run alone
     aligned_run: RunData  # both on the run's steps, only fairly comparable values (monitor.judging.align)
-    aligned_reference: RunData
+    aligned_reference: RunData | None
     axis: str  # "step" or "tokens"
     axis_reason: str
     detections: list[Detection] = field(default_factory=list)  # the run, judged against the reference
@@ -40,7 +41,25 @@ class ComparedPair:
 
     def not_logged_by(self, key: str) -> list[str]:
         """Names of the runs (as stored) that never logged a value of `key`."""
-        return [d.name for d in (self.run, self.reference) if d.series(key).empty]
+        return [d.name for d, _ in self.each_run() if d.series(key).empty]
+
+    def each_run(self) -> list[tuple[RunData, list[Detection]]]:
+        """The run and the reference (where there is one), each with its own detections: what the
+        tables that set the two side by side show."""
+        runs = [(self.run, self.detections)]
+        if self.reference is not None:
+            runs.append((self.reference, self.reference_detections))
+        return runs
+
+
+    def none_logged(self, what: str) -> str:
+        """Why a table of both runs is empty: "neither run logged <what>" (the run alone: "the run
+        logged no <what>")."""
+        return f"neither run logged {what}" if self.reference is not None else f"the run logged no {what}"
+
+
+# Why a table that compares the run with its reference has no rows in a report of the run alone.
+NO_REFERENCE = "the run has no reference, so nothing is compared (pass --reference NAME to compare it with one)"
 
 
 def finding_names(found: list[Detection]) -> str:

@@ -35,14 +35,16 @@ TEMPLATE = """<!DOCTYPE html>
 <meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{{ csp }}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>gapwatch report: {{ r.run }} vs {{ r.reference }}</title>
+<title>gapwatch report: {{ r.run }}{% if r.reference %} vs {{ r.reference }}{% endif %}</title>
 <style>{{ css }}</style>
 {% if has_figures %}<script>{{ plotlyjs }}</script>{% endif %}
 </head>
 <body>
 <main>
-<h1>{{ r.run }} <span class="vs">vs reference</span> {{ r.reference }}</h1>
+{% if r.reference %}<h1>{{ r.run }} <span class="vs">vs reference</span> {{ r.reference }}</h1>
 <div class="meta">Compared on the {{ r.axis }} axis ({{ r.axis_reason }}) · generated {{ r.generated_at }} by gapwatch</div>
+{% else %}<h1>{{ r.run }} <span class="vs">alone: no reference</span></h1>
+<div class="meta">Judged on its own steps · generated {{ r.generated_at }} by gapwatch</div>{% endif %}
 <section class="verdict {{ r.verdict.severity }}" id="verdict">
   <div class="headline">{{ r.verdict.headline }}</div>
   <p>{{ verdict_rest }}</p>

@@ -28,7 +28,8 @@ def md(text: object) -> str:
 def render_markdown(report: Report, max_rows: int = DEFAULT_MAX_ROWS) -> str:
     v = report.verdict
     out = [
-        f"## gapwatch report: {md(report.run)} vs {md(report.reference)}",
+        f"## gapwatch report: {md(report.run)} vs {md(report.reference)}" if report.reference
+        else f"## gapwatch report: {md(report.run)}, alone (no reference)",
         "",
         f"> **{md(v.headline)}.** {md(verdict_rest(v))}",
         "",
@@ -37,8 +38,9 @@ def render_markdown(report: Report, max_rows: int = DEFAULT_MAX_ROWS) -> str:
         out += ["<details><summary>Evidence</summary>", ""]
         out += [f"- {md(line)}" for line in v.evidence]
         out += ["", "</details>", ""]
-    out += [f"Compared on the {md(report.axis)} axis ({md(report.axis_reason)}). "
-            f"Generated {md(report.generated_at)}.", ""]
+    judged = (f"Compared on the {md(report.axis)} axis ({md(report.axis_reason)})" if report.reference
+              else "Judged on its own steps")
+    out += [f"{judged}. Generated {md(report.generated_at)}.", ""]
     for table in report.tables:
         if table.rows:
             out += _table(table, max_rows)

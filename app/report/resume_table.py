@@ -35,13 +35,13 @@ def resume_table(pair: ComparedPair) -> Table:
               "one step ahead of its data trains every later step on the neighbouring batch."),
         flag_key="flagged",
     )
-    for data, found in ((pair.run, pair.detections), (pair.reference, pair.reference_detections)):
+    for data, found in pair.each_run():
         table.rows += _event_rows(data, found)
         replay = _replay_row(data, found)
         if replay is not None:
             table.rows.append(replay)
     if not table.rows:
-        table.empty_reason = "neither run logged a resume or restart, nor any step twice"
+        table.empty_reason = pair.none_logged("resume or restart, nor any step twice")
     return table
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from app.report.model import Column, Table
-from app.report.pair import ComparedPair
+from app.report.pair import NO_REFERENCE, ComparedPair
 from monitor.judging.settings_diff import compare_settings
 
 # Past this many differing settings (two Hugging Face configs of different models differ in dozens
@@ -13,7 +13,8 @@ MAX_ROWS = 60
 
 
 def settings_table(pair: ComparedPair) -> Table:
-    run, reference = pair.run.name, pair.reference.name
+    run = pair.run.name
+    reference = pair.reference.name if pair.reference is not None else "reference"
     table = Table(
         id="settings",
         title="Settings that differ",
@@ -21,6 +22,9 @@ def settings_table(pair: ComparedPair) -> Table:
                  Column("reference", reference, fmt="")],
         flag_key="differs",
     )
+    if pair.reference is None:
+        table.empty_reason = NO_REFERENCE
+        return table
     diff = compare_settings(pair.run.info.config, pair.reference.info.config)
     if not diff.comparable:
         table.empty_reason = diff.why_not(run, reference)

@@ -40,7 +40,7 @@ def spike_scores(pair: ComparedPair) -> dict[str, pd.DataFrame]:
     produced when they judged the pair, else computed here (seconds on a million-step run)."""
     detector = spike_detector(pair)
     out = {}
-    for data in (pair.run, pair.reference):
+    for data, _ in pair.each_run():
         series = pair.detector_series.get(data.name)
         if detector is not None and (series is None or not series["key"].isin(detector.score_keys.values()).any()):
             series = detector.score_series(data)
@@ -72,9 +72,9 @@ def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None,
     table.note = (f"Spike score: share of the last {detector.score_window:,} logged steps that "
                   f"were spikes ({detector.definition} rule, the OLMo-core statistic). A spike "
                   f"is shared when the other run spiked within {config.shared_within_steps} steps.")
-    runs = ((pair.run, pair.detections, pair.reference, pair.reference_detections),
-            (pair.reference, pair.reference_detections, pair.run, pair.detections))
-    for data, found, other, other_found in runs:
+    each = pair.each_run()
+    for i, (data, found) in enumerate(each):
+        others = each[:i] + each[i + 1:]  # the run its spikes may be shared with (none: a run alone)
         mine_scores = scores[data.name]
         unjudged = {n.metric: n for n in pair.not_judged.get(data.name, []) if n.detector == detector.name}
         for metric, score_key in detector.score_keys.items():
@@ -87,22 +87,22 @@ def spike_table(pair: ComparedPair, config: SpikeTableConfig | None = None,
                                    "worst": f"not judged: {unjudged[metric].reason}", "peak_steps": []})
                 continue
             mine = _spikes(found, metric)
-            theirs = np.array(sorted(d.peak_step for d in _spikes(other_found, metric)))
+            theirs = np.array(sorted(d.peak_step for _, other_found in others for d in _spikes(other_found, metric)))
             shared = sum(_near(d.peak_step, theirs, config.shared_within_steps) for d in mine)
             s = mine_scores.loc[mine_scores["key"] == score_key, "value"].to_numpy()
             worst = max(mine, key=lambda d: d.score, default=None)
             table.rows.append({
                 "run": data.name, "metric": metric, "spikes": len(mine),
                 # Stored detections sit on each run's own steps: comparable only on the step axis.
-                "shared": (f"{shared}/{len(mine)}" if other.series(metric).size and pair.axis == "step"
-                           else "—"),
+                "shared": (f"{shared}/{len(mine)}"
+                           if any(o.series(metric).size for o, _ in others) and pair.axis == "step" else "—"),
                 "max_score": float(s.max()) if s.size else None,
                 "final_score": float(s[-1]) if s.size else None,
                 "worst": (f"step {worst.peak_step:,}: {worst.message}" if worst is not None else ""),
                 "peak_steps": [int(d.peak_step) for d in mine],
             })
     if not table.rows:
-        table.empty_reason = "neither run logged train loss or grad norm"
+        table.empty_reason = pair.none_logged("train loss or grad norm")
     return table
 
 

@@ -36,7 +36,7 @@ def throughput_table(pair: ComparedPair) -> Table:
              "of each block (ml-goodput-measurement's convention).",
         flag_key="flagged",
     )
-    for data, found in ((pair.run, pair.detections), (pair.reference, pair.reference_detections)):
+    for data, found in pair.each_run():
         row = {"run": data.name,
                "tokens_per_s": _median(data, schema.PERF_TOKENS_PER_S),
                "mfu": _median(data, schema.PERF_MFU),
@@ -50,7 +50,7 @@ def throughput_table(pair: ComparedPair) -> Table:
         row["flagged"] = any(d.severity.rank >= 1 for d in hits)
         table.rows.append(row)
     if not table.rows:
-        table.empty_reason = "neither run logged throughput (perf/*)"
+        table.empty_reason = pair.none_logged("throughput (perf/*)")
     return table
 
 

@@ -21,7 +21,7 @@ from monitor.detectors.stats import window_summaries
 from monitor.schema import TRAIN_LOSS, Section
 
 from app.report.model import Column, Estimate, Table
-from app.report.pair import ComparedPair, finding_names
+from app.report.pair import NO_REFERENCE, ComparedPair, finding_names
 
 
 NOTE = ("Δ is the median over the window of the per-step difference; se accounts for autocorrelation. "
@@ -58,6 +58,9 @@ def train_delta_table(pair: ComparedPair, config: TrainTableConfig | None = None
         note=NOTE,
         flag_key="flagged",
     )
+    if pair.aligned_reference is None:
+        table.empty_reason = NO_REFERENCE
+        return table
     r = _finite(pair.aligned_run.series(config.metric))
     f = _finite(pair.aligned_reference.series(config.metric))
     common = r.index.intersection(f.index)

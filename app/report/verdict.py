@@ -47,11 +47,13 @@ REASONS_SHOWN = 3
 
 
 def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Clean],
-           not_judged: list[NotJudged], incidents: list[Incident] = ()) -> Verdict:
+           not_judged: list[NotJudged], incidents: list[Incident] = (), alone: bool = False) -> Verdict:
     """The verdict for a run from its detections, clean verdicts and "not judged" lines (judged
     against the reference) and the report tables. `incidents` are the run's, as the findings table
     lists them: the findings of a resolved one (the run showed its condition gone later, by clean
-    verdicts) name no verdict, and the sentence lists it as resolved; caveats are counted in them."""
+    verdicts) name no verdict, and the sentence lists it as resolved; caveats are counted in them.
+    `alone`: the run has no reference; a finding still names the verdict, and without one the verdict
+    says what a run alone can show."""
     resolved = [i for i in incidents if _shown_gone(i)]
     gone = {_key(d) for i in resolved for d in i.detections}
     strong = [d for d in detections
@@ -62,6 +64,8 @@ def decide(detections: list[Detection], tables: list[Table], *, cleans: list[Cle
     after = resolved_clause + _recipe_clause(tables)
     if fired:
         return _with(_finding_verdict(fired), _scope_clause(tables) + after)
+    if alone:
+        return _with(_alone_verdict(detections, incidents, open_only=bool(resolved_clause)), after)
     compared = comparing()
     unjudged = [n for n in not_judged if n.detector in compared]
     if any(c.reference is not None for c in cleans):
@@ -226,6 +230,17 @@ def _undecided_verdict(detections: list[Detection], tables: dict[str, Table], un
     evidence += [n.describe(judging(n.detector)) for n in unjudged]
     return Verdict(kind="undecided", headline=headline, sentence=sentence, evidence=evidence,
                    detections=qualifying, severity="warning")
+
+
+def _alone_verdict(detections: list[Detection], incidents: list[Incident], open_only: bool = False) -> Verdict:
+    """No reference and no finding that names a verdict: what the run shows on its own, and what
+    only a reference could show."""
+    sentence = (f"No reference: judged on its own, the run shows no {'open ' if open_only else ''}finding that "
+                "names a verdict; whether it trains as another run of its recipe does was not judged (pass "
+                "--reference NAME to compare it)")
+    qualifying = _caveats(detections)
+    sentence += "." + _caveat_clause(qualifying, incidents)
+    return Verdict(kind="alone", headline="No reference", sentence=sentence, detections=qualifying, severity="info")
 
 
 def _closeness(tables: dict[str, Table]) -> tuple[list[str], list[str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.report import build_report, compare, render_html
+from app.report import alone, build_report, compare, render_html
 
 pytestmark = pytest.mark.browser
 
@@ -28,3 +28,13 @@ def test_report_opens_offline_and_draws_every_chart(synthetic, tmp_path, open_in
     assert visit.plots == len(report.figures) >= 7
     # The title shows the names as written, not as markup.
     assert visit.title == f"gapwatch report: {HOSTILE_RUN} vs {HOSTILE_REF}"
+
+
+def test_a_report_of_a_run_alone_opens_and_draws_its_charts(synthetic, tmp_path, open_in_chromium):
+    report = build_report(alone(synthetic(name=HOSTILE_RUN, seed=1, grad_spikes=(700, 2200), stalls=(400,))))
+    path = tmp_path / "report-alone.html"
+    path.write_text(render_html(report), encoding="utf-8")
+    visit = open_in_chromium(path, "report-alone.png")
+    assert visit.console_errors == [] and visit.requests == [] and visit.dialogs == []
+    assert visit.plots == len(report.figures) >= 3  # train loss, grad norm, throughput, findings
+    assert visit.title == f"gapwatch report: {HOSTILE_RUN}"

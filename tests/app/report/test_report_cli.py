@@ -72,7 +72,6 @@ def test_default_html_output_goes_to_report_html(stored_pair, sqlite_url, tmp_pa
 
 @pytest.mark.parametrize("argv, message", [
     (["--run", "nope"], "no run named 'nope' in sqlite:///"),
-    (["--run", "ref"], "run 'ref' has no reference recorded; pass --reference NAME"),
     (["--run", "run", "--reference", "run"], "run 'run' cannot be its own reference"),
     (["--run", "run", "--reference", "ghost"], "reference 'ghost' of 'run' is not in sqlite:///"),
     (["--run", "run", "--pue", "0.9"], "PUE is total over IT energy and cannot be below 1"),
