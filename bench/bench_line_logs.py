@@ -98,9 +98,10 @@ def best(reader: tuple[str, str], path: Path) -> tuple[int, float, float]:
 
 def follow_poll(path: Path, steps: int) -> tuple[float, float]:
     """CPU seconds of one poll after APPENDED iterations: read on (LineTail) vs read again whole."""
-    from monitor.importers.megatron_log import follow_megatron_log, parse_megatron_log
+    from monitor.importers import get_format
+    from monitor.importers.megatron_log import parse_megatron_log
 
-    tail = follow_megatron_log(path)
+    tail = get_format("megatron-log").tail(path)
     tail.read()
     write_log(path, steps + 1, steps + APPENDED)
     start = time.process_time()

@@ -26,7 +26,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import printed_number, step_digits
-from .line_tail import LineParser, LineTail, read_whole
+from .line_tail import LineParser, read_whole, tail_of
 
 _RANK = r"(?:\d+:\s*|\[\w+\]:\s*)?"
 _HEADER = re.compile(rf"{_RANK}(?:\[epoch=\d+\])?\[batch=(\d+)/\d+\]:\s*$")
@@ -42,11 +42,6 @@ def sniff(head: str) -> bool:
 def parse_composer_log(path: str | Path) -> ImportedRun:
     """One Composer console log, a line at a time."""
     return read_whole(path, _Parser(str(path)), "no Composer batch blocks with values found")
-
-
-def follow_composer_log(path: str | Path) -> LineTail:
-    """The log read on from where the last read stopped (`import --follow`)."""
-    return LineTail(path, _Parser(str(path)))
 
 
 class _Parser(LineParser):
@@ -73,4 +68,4 @@ class _Parser(LineParser):
 
 FORMAT = Format("composer-log", lambda source, options: parse_composer_log(source),
                 lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="composer",
-                tail=follow_composer_log)
+                tail=tail_of(_Parser))

@@ -39,7 +39,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import printed_number, shown, step_digits
-from .line_tail import LineParser, LineTail, read_whole
+from .line_tail import LineParser, read_whole, tail_of
 
 # The logger a line is under, between ` | `: fairseq renames it to the tag of the stats it logs.
 _LINE = re.compile(r"\|\s*(?:INFO|WARNING)\s*\|\s*(train_inner|train|valid\w*|test\w*)\s*\|\s*(.*?)\s*$")
@@ -59,11 +59,6 @@ def sniff(head: str) -> bool:
 def parse_fairseq_log(path: str | Path) -> ImportedRun:
     """One fairseq or metaseq stdout log, a line at a time."""
     return read_whole(path, _Parser(str(path)), "no fairseq stats lines with num_updates found")
-
-
-def follow_fairseq_log(path: str | Path) -> LineTail:
-    """The log read on from where the last read stopped (`import --follow`)."""
-    return LineTail(path, _Parser(str(path)))
 
 
 class _Parser(LineParser):
@@ -134,4 +129,4 @@ def _config(text: str) -> dict:
 
 FORMAT = Format("fairseq-log", lambda source, options: parse_fairseq_log(source),
                 lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="fairseq",
-                tail=follow_fairseq_log)
+                tail=tail_of(_Parser))

@@ -11,6 +11,7 @@ it waits for the next read, and a whole import says it was left out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from monitor.errors import GapwatchError
@@ -101,6 +102,11 @@ def _whole_lines_end(block: bytes) -> int:
     newline = block.rfind(b"\n") + 1
     cr = block.rfind(b"\r", newline, len(block) - 1) + 1
     return max(newline, cr)
+
+
+def tail_of(parser: Callable[[str], LineParser]) -> Callable[[str | Path], LineTail]:
+    """A format's `tail`: its log at a path, read on by a parser of its own (`parser(source)`)."""
+    return lambda path: LineTail(path, parser(str(path)))
 
 
 def read_whole(path: str | Path, parser: LineParser, nothing: str) -> ImportedRun:

@@ -27,7 +27,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import printed_number, step_digits
-from .line_tail import LineParser, LineTail, read_whole
+from .line_tail import LineParser, read_whole, tail_of
 
 _TRAIN = re.compile(r"completed step: (\d+), (.*)$")
 _EVAL = re.compile(r"eval metrics after step: (\d+),(.*)$")
@@ -46,11 +46,6 @@ def sniff(head: str) -> bool:
 def parse_maxtext_log(path: str | Path) -> ImportedRun:
     """One MaxText console log, a line at a time."""
     return read_whole(path, _Parser(str(path)), "no MaxText step lines with values found")
-
-
-def follow_maxtext_log(path: str | Path) -> LineTail:
-    """The log read on from where the last read stopped (`import --follow`)."""
-    return LineTail(path, _Parser(str(path)))
 
 
 class _Parser(LineParser):
@@ -77,4 +72,4 @@ def _train_name(name: str) -> str:
 
 FORMAT = Format("maxtext-log", lambda source, options: parse_maxtext_log(source),
                 lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="maxtext",
-                tail=follow_maxtext_log)
+                tail=tail_of(_Parser))

@@ -48,7 +48,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import setting, shown, step_digits
-from .line_tail import LineParser, LineTail, read_whole
+from .line_tail import LineParser, read_whole, tail_of
 
 _ITERATION = re.compile(r"\biteration:?\s+(\d+)\s*/\s*\d+\s*$")
 _VALIDATION = re.compile(
@@ -88,11 +88,6 @@ def parse_megatron_log(path: str | Path) -> ImportedRun:
     lines at a time: a log of a million iterations is never held whole."""
     return read_whole(path, _LogParser(str(path)),
                       "no Megatron-LM, GPT-NeoX or nanotron iteration lines with values found")
-
-
-def follow_megatron_log(path: str | Path) -> LineTail:
-    """The log read on from where the last read stopped (`import --follow`)."""
-    return LineTail(path, _LogParser(str(path)))
 
 
 class _LogParser(LineParser):
@@ -208,4 +203,4 @@ class _LogParser(LineParser):
 
 FORMAT = Format("megatron-log", lambda source, options: parse_megatron_log(source),
                 lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="megatron",
-                tail=follow_megatron_log)
+                tail=tail_of(_LogParser))

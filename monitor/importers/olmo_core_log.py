@@ -27,7 +27,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import printed_number, step_digits
-from .line_tail import LineParser, LineTail, read_whole
+from .line_tail import LineParser, read_whole, tail_of
 
 _MARKER = re.compile(r"\[step=(\d+)/(?:\d+|\?\?\?),epoch=\d+(?:,eta=[^\]]*)?\](.*)$")
 _METRIC = re.compile(r"(?:\[\w+\]:)? {4}(\S[^=]*)=(\S+)\s*$")
@@ -49,11 +49,6 @@ def sniff(head: str) -> bool:
 def parse_olmo_core_log(path: str | Path) -> ImportedRun:
     """One OLMo-core console log, a line at a time."""
     return read_whole(path, _Parser(str(path)), "no OLMo-core step markers with metrics found")
-
-
-def follow_olmo_core_log(path: str | Path) -> LineTail:
-    """The log read on from where the last read stopped (`import --follow`)."""
-    return LineTail(path, _Parser(str(path)))
 
 
 class _Parser(LineParser):
@@ -93,4 +88,4 @@ def _number(raw: str) -> float | None:
 
 FORMAT = Format("olmo-core-log", lambda source, options: parse_olmo_core_log(source),
                 lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="olmo",
-                tail=follow_olmo_core_log)
+                tail=tail_of(_Parser))

@@ -45,7 +45,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import UnfitNumber, shown, step_digits, unfit_literal
-from .line_tail import LineParser, LineTail, read_whole
+from .line_tail import LineParser, read_whole, tail_of
 
 
 _LLMC = re.compile(r"s:(\d+)((?: [A-Za-z_]+:\S+)+)\s*")
@@ -74,11 +74,6 @@ def sniff(head: str) -> bool:
 def parse_text_log(path: str | Path) -> ImportedRun:
     """Parse one llm.c / modded-nanogpt / nanoGPT / torchtune log file into an ImportedRun."""
     return read_whole(path, _LogParser(str(path)), "no llm.c, modded-nanogpt, nanoGPT or torchtune log lines found")
-
-
-def follow_text_log(path: str | Path) -> LineTail:
-    """The log read on from where the last read stopped (`import --follow`)."""
-    return LineTail(path, _LogParser(str(path)))
 
 
 class _LogParser(LineParser):
@@ -241,4 +236,4 @@ def _pow_too_big(base, exponent) -> bool:
 # A JSON file is never a text log, whatever its lines look like.
 FORMAT = Format("llmc-log", lambda source, options: parse_text_log(source),
                 lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="llmc",
-                tail=follow_text_log)
+                tail=tail_of(_LogParser))

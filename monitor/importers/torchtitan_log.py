@@ -31,7 +31,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
 from .input_checks import printed_number, step_digits
-from .line_tail import LineParser, LineTail, read_whole
+from .line_tail import LineParser, read_whole, tail_of
 
 _COLOR = re.compile(r"\x1b\[[0-9;]*m")
 _RANK = re.compile(r"^\[rank(\d+)\]:")
@@ -53,11 +53,6 @@ def sniff(head: str) -> bool:
 def parse_torchtitan_log(path: str | Path) -> ImportedRun:
     """One torchtitan console log, a line at a time."""
     return read_whole(path, _Parser(str(path)), "no torchtitan step lines with values found")
-
-
-def follow_torchtitan_log(path: str | Path) -> LineTail:
-    """The log read on from where the last read stopped (`import --follow`)."""
-    return LineTail(path, _Parser(str(path)))
 
 
 class _Parser(LineParser):
@@ -132,4 +127,4 @@ def _values(name: str, raw: str, validation: bool) -> list[tuple[str, float]] | 
 
 FORMAT = Format("torchtitan-log", lambda source, options: parse_torchtitan_log(source),
                 lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="torchtitan",
-                tail=follow_torchtitan_log)
+                tail=tail_of(_Parser))
