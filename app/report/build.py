@@ -12,7 +12,7 @@ from app.report.energy_table import energy_table
 from app.report.figures import FigureConfig, build_figures
 from app.report.findings_table import findings_table, incidents_of, not_judged_table
 from app.report.heldout_table import HeldoutTableConfig, heldout_table
-from app.report.model import Report
+from app.report.model import Report, Table
 from app.report.pair import ComparedPair
 from app.report.resume_table import resume_table
 from app.report.settings_table import settings_table
@@ -57,7 +57,7 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
                      not_judged=pair.not_judged.get(pair.run.name, []),
                      incidents=[i for i in incidents if i.run == pair.run.name], alone=pair.reference is None)
     figures = build_figures(pair, tables, scores, config.figures) if config.with_figures else []
-    notes = [f"{t.title}: {t.empty_reason}." for t in tables if not t.rows and t.empty_reason]
+    notes = _not_compared(tables)
     return Report(
         run=pair.run.name,
         reference=pair.reference.name if pair.reference is not None else None,
@@ -71,6 +71,16 @@ def build_report(pair: ComparedPair, config: ReportConfig | None = None) -> Repo
         notes=notes,
         parameters=_parameters(config, pair),
     )
+
+
+def _not_compared(tables: list[Table]) -> list[str]:
+    """A line for each reason tables are empty, naming the tables it empties (a run alone: one
+    line for the four tables that compare)."""
+    titles: dict[str, list[str]] = {}
+    for t in tables:
+        if not t.rows and t.empty_reason:
+            titles.setdefault(t.empty_reason, []).append(t.title)
+    return [f"{'; '.join(names)}: {reason}." for reason, names in titles.items()]
 
 
 def _parameters(config: ReportConfig, pair: ComparedPair) -> dict:

@@ -41,6 +41,8 @@ def test_a_run_without_a_reference_is_reported_alone(lone_run, tmp_path):
     assert [r["run"] for r in tables["throughput"]["rows"]] == ["solo"]
     assert {r["run"] for r in tables["findings"]["rows"]} == {"solo"} and tables["findings"]["rows"]
     assert any("none was given" in r["reason"] for r in tables["not_judged"]["rows"])
+    assert [n for n in doc["notes"] if NO_REFERENCE in n] == [
+        f"{'; '.join(tables[t]['title'] for t in COMPARING_TABLES)}: {NO_REFERENCE}."]  # said once
     assert (tmp_path / "r.md").read_text().startswith("## gapwatch report: solo, alone (no reference)")
     html = (tmp_path / "r.html").read_text()
     assert "alone: no reference" in html and 'id="fig-overlay"' in html and "vs reference" not in html
