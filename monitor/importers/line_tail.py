@@ -11,6 +11,7 @@ it waits for the next read, and a whole import says it was left out.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from .input_checks import shown
 from .logged_rows import LoggedRows
 
 
-class LineParser:
+class LineParser(ABC):
     """A log's reader between its lines: `feed` takes each line; the rows, restarts, notes and
     config read so far are kept here."""
 
@@ -31,9 +32,9 @@ class LineParser:
         self.left_out: dict[str, str] = {}  # a name -> the note that says why its values were left out
         self.config: dict = {}
 
+    @abstractmethod
     def feed(self, number: int, line: str) -> None:
-        """Line `number` (from 1), its line end left off."""
-        raise NotImplementedError
+        """Line `number` (from 1), its line end left off: each reader's own rule."""
 
     def not_a_number(self, name: str, raw: str, number: int) -> None:
         """A value of `name` that is no number: left out, one note a name."""
