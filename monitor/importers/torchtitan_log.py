@@ -18,8 +18,8 @@ torchrun prefixes each line with its rank (`[rank0]:`) when it tees the ranks' o
 file; every rank prints the same values, so only the first rank seen is read and a note says how
 many other lines were left out. A job that appends to the same log starts with `Training starts at
 step N`: after logged steps, that is a restart at N (a new attempt, logged_rows.py), even where
-it goes back on no step; so is a step lower than a series last had. A last line without its newline is still being
-written: it is left out, with a note.
+it goes back on no step; so is a step lower than a series last had. A last line without its
+newline is still being written: it is left out, with a note.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _VALIDATION = "validation_metrics/"
 
 def sniff(head: str) -> bool:
     """True if the first part of a file holds a torchtitan step line."""
-    return any(_step_line(line) is not None for line in head.splitlines())
+    return any(_step_fields(_rank_and_text(line)[1]) is not None for line in head.splitlines())
 
 
 def parse_torchtitan_log(path: str | Path) -> ImportedRun:
@@ -62,16 +62,14 @@ class _Parser(LineParser):
         self.other_ranks = 0  # lines of other ranks left out
 
     def feed(self, number: int, line: str) -> None:
-        found = _step_line(line)
-        if found is None:
-            self._started(number, line)
+        rank, text = _rank_and_text(line)
+        if rank is not None and not self._reads(rank):
             return
-        rank, validation, digits, fields = found
-        if rank is not None:
-            self.rank = rank if self.rank is None else self.rank
-            if rank != self.rank:
-                self.other_ranks += 1
-                return
+        found = _step_fields(text)
+        if found is None:
+            self._started(number, text)
+            return
+        validation, digits, fields = found
         step = self.rows.at_step(number, step_digits(digits, f"{self.source}: line {number}"))
         prefix = _VALIDATION if validation else ""
         for name, raw in _FIELD.findall(fields):
@@ -82,11 +80,17 @@ class _Parser(LineParser):
             for key, value in values:
                 self.rows.add(step, prefix + key, value)
 
-    def _started(self, number: int, line: str) -> None:
+    def _reads(self, rank: int) -> bool:
+        """True for the lines of the first rank seen; the others' lines are counted and left out."""
+        self.rank = rank if self.rank is None else self.rank
+        if rank != self.rank:
+            self.other_ranks += 1
+        return rank == self.rank
+
+    def _started(self, number: int, text: str) -> None:
         """`Training starts at step N`: a process starts (or resumes) training there."""
-        start = _STARTS.search(line)
-        rank = _RANK.match(line)
-        if start is not None and (rank is None or self.rank in (None, int(rank.group(1)))):
+        start = _STARTS.search(text)
+        if start is not None:
             step = step_digits(start.group(1), f"{self.source}: line {number}")
             self.rows.started_again(number, step, f"the job started again: {start.group(0)!r}")
 
@@ -97,14 +101,19 @@ class _Parser(LineParser):
                                   "left out (every rank prints the same values)"]
 
 
-def _step_line(line: str) -> tuple[int | None, bool, str, str] | None:
-    """(rank or None, a validation line, the step's digits, the fields after it) of a step line."""
+def _rank_and_text(line: str) -> tuple[int | None, str]:
+    """The rank torchrun prefixed a line with (None without one), and the line without colours."""
     text = _COLOR.sub("", line)
     rank = _RANK.match(text)
+    return (int(rank.group(1)) if rank else None), text
+
+
+def _step_fields(text: str) -> tuple[bool, str, str] | None:
+    """(a validation line, the step's digits, the fields after it) of a step line, else None."""
     found = _STEP.search(text)
     if found is None or not _FIELD.search(found.group(3)):
         return None
-    return (int(rank.group(1)) if rank else None), bool(found.group(1)), found.group(2), found.group(3)
+    return bool(found.group(1)), found.group(2), found.group(3)
 
 
 def _values(name: str, raw: str, validation: bool) -> list[tuple[str, float]] | None:
