@@ -33,7 +33,7 @@ from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
 from .meaning import cadences, mapping_rows, pick_profile
 from .normalize import apply_profile
-from .profiles import Profile, get_profile
+from .profiles import Profile, get_profile, marked_step_key
 from .step_axis import WANDB_ROW_KEY, choose_step_key, is_wandb_history, on_trainer_step
 from .wandb import api, csv_export
 
@@ -112,8 +112,9 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
         raw, band = split_band(raw)
     names = [str(n) for n in raw.scalars["key"].unique().tolist()]
     axis = None
-    if form.steps == "rows" or wandb_rows or (step_key and form.steps == "asked"):
-        axis = choose_step_key(names, step_key, raw.source, raw.step_key)
+    trainer_key = step_key or marked_step_key(names)
+    if form.steps == "rows" or wandb_rows or (trainer_key and form.steps == "asked"):
+        axis = choose_step_key(names, trainer_key, raw.source, raw.step_key)
         if axis is not None:
             logged = raw.scalars.loc[raw.scalars["key"] == axis, "value"]
             axis_rows = pd.DataFrame({"key": axis, "step": logged.to_numpy(dtype="int64")})

@@ -10,14 +10,15 @@ namespace goes under `extra/`), so nothing a source logged disappears silently. 
 `_` are W&B bookkeeping (`_step`, `_runtime`, `_timestamp`) and never become metrics.
 
 Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `maxtext`, `llmc`
-(the text logs of llm.c, modded-nanogpt, nanoGPT and torchtune, as `monitor.importers.text_logs` names
-them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
+(the text logs of llm.c, modded-nanogpt, nanoGPT and torchtune, as `monitor.importers.text_logs`
+names them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
 keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Megatron-LM),
-`composer` (MosaicML Composer, llm-foundry), `nemo`
-(NVIDIA NeMo), `fairseq` (fairseq and metaseq, whose losses are in bits) and `deepspeed`
-(DeepSpeed's monitor). `detect_profile` picks the profile whose own rules explain the most source names, less
-those the data contradicts (`monitor.importers.meaning`). A user profile named like a built-in one
-with `extends:` its own name overrides single mappings of it. Users add or replace profiles in a YAML file:
+`composer` (MosaicML Composer, llm-foundry), `nemo` (NVIDIA NeMo), `fairseq` (fairseq and
+metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor) and `litgpt` (LitGPT, on its
+optimizer step: `marked_step_key`). `detect_profile` picks the profile whose own rules explain the
+most source names, less those the data contradicts (`monitor.importers.meaning`). A user profile
+named like a built-in one with `extends:` its own name overrides single mappings of it. Users add
+or replace profiles in a YAML file:
 `$GAPWATCH_PROFILES`, else `profiles.yaml` in the per-user config directory (platformdirs):
 
     profiles:
@@ -398,9 +399,38 @@ DEEPSPEED = Profile(
     ),
 )
 
+# Lightning's ThroughputMonitor counts "items" in the lengths it is given: LitGPT gives it tokens.
+LITGPT = Profile(
+    name="litgpt",
+    description="LitGPT's pretrain and finetune scripts (Lightning Fabric's TensorBoard, CSV and W&B loggers): loss, "
+                "val_loss, iter_time; the optimizer step logged as `step`",
+    # Its loggers number rows by micro-batch iteration (iter - 1): with gradient accumulation, not
+    # the optimizer step, which it logs as `step`. Two runs of one recipe on different device
+    # counts accumulate differently, so only `step` lines them up.
+    step_key="step",
+    marker=r"iter_time",
+    rules=(
+        Rule(r"loss", "train/loss"),  # the mean over the optimizer step's micro-batches
+        Rule(r"val_loss", "eval/heldout/val/loss"),
+        Rule(r"val_ppl", None),  # exp(val_loss)
+        Rule(r"learning_rate", "optim/lr"),
+        Rule(r"total_tokens", "train/tokens"),  # every device's, so far
+        Rule(r"tokens", "train/device_tokens"),  # one device's
+        # The last micro-batch's time (with the optimizer step), not the whole step's.
+        Rule(r"iter_time", "perf/iter_time_s"),
+        Rule(r"iter", "train/micro_batches"),
+        Rule(r"trainer/global_step", None),  # Lightning's WandbLogger's copy of its step: iter - 1
+        Rule(r"epoch", "train/epoch"),
+        Rule(r"device/items_per_sec", "perf/device_tokens_per_s"),
+        Rule(r"items_per_sec", "perf/tokens_per_s"),
+        Rule(r"device/mfu", "perf/mfu"),
+        Rule(r"device/flops_per_sec", "perf/device_tflops_per_s", 1e-12),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ, DEEPSPEED)
+                        FAIRSEQ, DEEPSPEED, LITGPT)
 }
 
 
@@ -524,6 +554,18 @@ def resolve_profile(profile: str | Profile | None, names, prefer: str | None = N
     return detect_profile(names, user_file, prefer=prefer, against=against)
 
 
+def marked_step_key(names) -> str | None:
+    """The step key of a built-in profile whose marker the names carry, when the run logs it
+    (LitGPT's `step`): such a trainer's own logger numbers its rows by something other than its
+    optimizer step, so its step key wins over the one a logger declares and over STEP_KEYS."""
+    names = {str(n) for n in names}
+    for profile in BUILTIN_PROFILES.values():
+        if profile.marker and profile.step_key in names and any(
+                re.fullmatch(profile.marker, n) for n in names):
+            return profile.step_key
+    return None
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
@@ -536,6 +578,7 @@ __all__ = [
     "get_profile",
     "detect_profile",
     "resolve_profile",
+    "marked_step_key",
     "load_user_profiles",
     "user_profiles_path",
     "default_key",

@@ -5,9 +5,12 @@ W&B numbers its history rows (`_step`); a trainer that logs its own step (HF Tra
 and only that number lines a run up with another by step (LLaMA-Factory: `_step` 0..15 where the
 trainer's step runs 10..156). Rules:
 
-* The step key is the one named (`--step-key`, a profile's `step_key`), else the one the run
-  declares (a W&B run's `define_metric(..., step_metric=...)`, wandb/step_metric.py), else the
-  first of STEP_KEYS the run logs; W&B's `_step` stays the axis only when the run logs none of them.
+* The step key is the one named (`--step-key`, a profile's `step_key`), else that of a trainer
+  whose marker the names carry (`profiles.marked_step_key`: LitGPT's loggers number rows by
+  micro-batch and it logs its optimizer step as `step`), else the one the run declares (a W&B
+  run's `define_metric(..., step_metric=...)`, wandb/step_metric.py), else the first of STEP_KEYS
+  the run logs; W&B's `_step` stays the axis only when the run logs none of them. A source with
+  steps of its own (TensorBoard) is put on a named or marked step key only.
 * A row without the step key belongs to the step logged before it (an evaluation logged in its own
   `wandb.log` call after the training row); rows before the first step key take the first one.
 * Rows that land on one step are one step: their values are merged (a key given twice keeps the
@@ -44,6 +47,7 @@ from monitor.schema import MAX_STEP
 
 from .imported_run import ImportedRun, scalars_frame
 from .logged_rows import SeriesAttempts
+from .profiles import marked_step_key
 
 STEP_KEYS = ("train/global_step", "trainer/global_step", "global_step", "iter", "step", "Step",
              "trainer/step")
@@ -157,7 +161,7 @@ def on_trainer_step(run: ImportedRun, step_key: str,
     for event in run.events:
         event["step"] = step_at.get(int(event["step"]), int(event["step"]))
     note = (f"step axis: {step_key} (the trainer's step, {first}..{last}); the source's own "
-            f"row counter ran {old_lo}..{old_hi}")
+            f"steps ran {old_lo}..{old_hi}")
     if rewinds:
         note += f"; {rewinds} rewind(s) to an earlier step, each kept as a new attempt"
     run.notes.append(note)
@@ -204,7 +208,8 @@ class StepAxisInParts:
             return run
         if not self.decided:
             names = [str(n) for n in pd.unique(run.scalars["key"])]
-            self.key = choose_step_key(names, self.wanted, run.source, run.step_key)
+            self.key = choose_step_key(names, self.wanted or marked_step_key(names), run.source,
+                                       run.step_key)
             self.decided = True
         if self.key is None:
             return run

@@ -9,6 +9,8 @@ state per process). Run as `python wandb_writer.py DIR KIND [STEPS]`:
   `train/loss`, `train/learning_rate`, `train/epoch` and `train/global_step` every 10 steps, an
   evaluation row (`eval/loss`, `eval/runtime`) every 50, and the final `train/train_*` row;
 * lightning VAL_ON_STEP: lightning_fit's run through Lightning's WandbLogger;
+* litgpt ACCUMULATION: litgpt_logging's run (40 optimizer steps) through Lightning's WandbLogger,
+  as LitGPT logs to W&B;
 * declared: a custom loop that accumulates 4 batches a step and declares its own step keys with
   `define_metric`: `train/*` against `optimizer_step` (4, 8, ...), logged every step, and `val/*`
   against `epoch`, logged in a row of its own every 20 steps;
@@ -122,6 +124,16 @@ def lightning(root: Path, val_on_step: int) -> None:
     wandb.finish()
 
 
+def litgpt(root: Path, accumulation: int) -> None:
+    from lightning.pytorch.loggers import WandbLogger
+
+    from litgpt_logging import log_run
+
+    log_run([WandbLogger(project="gapwatch-test", name="litgpt-ref", save_dir=str(root), offline=True)],
+            accumulation, 40)
+    wandb.finish()
+
+
 if __name__ == "__main__":
     out, kind = Path(sys.argv[1]), sys.argv[2]
     if kind == "segment":
@@ -129,4 +141,4 @@ if __name__ == "__main__":
     else:
         n = int(sys.argv[3]) if len(sys.argv) > 3 else 60
         {"rich": rich, "live": live, "hf": hf, "lightning": lightning, "declared": declared,
-         "deepspeed": deepspeed}[kind](out, n)
+         "deepspeed": deepspeed, "litgpt": litgpt}[kind](out, n)
