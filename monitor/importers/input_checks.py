@@ -141,6 +141,18 @@ def csv_header(path: str | os.PathLike, delimiter: str) -> list[str]:
         return []
 
 
+def unnamed_columns(path, header: list[str]) -> tuple[list[int], str | None]:
+    """The positions of a CSV header's columns without a name, and a note leaving them out: such
+    a column is no series (pandas' `to_csv` writes its index so, W&B's `run.history()` saved
+    without `index=False` among them)."""
+    unnamed = [i for i, h in enumerate(header) if not h.strip()]
+    if not unnamed:
+        return [], None
+    at = ", ".join(str(i + 1) for i in unnamed)
+    return unnamed, (f"{path}: column {at} has no name (as the index pandas' to_csv writes): "
+                     "left out")
+
+
 def setting(text: str):
     """A setting written as text (a Megatron-LM argument, an MLflow param): an int, a finite float,
     True, False or None where it reads as one, else the text."""

@@ -42,7 +42,7 @@ from .lightning_csv import run_logs
 from .imported_run import ImportedRun, scalars_frame
 from . import parquet_table
 from .csv_cells import cell_numbers, leading_spaces_cut, numbers, plain_numbers, whole_steps
-from .input_checks import UnfitNumber, loads, repeated_name, shown
+from .input_checks import UnfitNumber, loads, repeated_name, shown, unnamed_columns
 from .name_codes import NameCodes
 from .wandb.csv_export import separator
 
@@ -330,12 +330,9 @@ class TableStream:
     # --- CSV -----------------------------------------------------------------------------------
     def _csv_blocks(self) -> Iterator[_Rows]:
         header = _csv_header(self.path)
-        # A column without a name is no series (pandas' to_csv writes its index so): left out.
-        named = [i for i, h in enumerate(header) if h.strip()]
-        if len(named) < len(header):
-            at = ", ".join(str(i + 1) for i in range(len(header)) if i not in named)
-            self._unnamed.append(f"{self.path}: column {at} has no name (as the index pandas' to_csv "
-                                 "writes): left out")
+        unnamed, note = unnamed_columns(self.path, header)
+        named = [i for i in range(len(header)) if i not in unnamed]
+        self._unnamed += [note] if note else []
         rows = 0
         if _arrow_reads(self.path, header):
             for batch in self._arrow_batches(header, [header[i] for i in named]):

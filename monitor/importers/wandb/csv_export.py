@@ -38,7 +38,7 @@ from monitor.schema import MAX_STEP
 
 from ..formats import Format, Probe
 from ..imported_run import ImportedRun, scalars_frame
-from ..input_checks import csv_header, repeated_name, shown, unfit_literal
+from ..input_checks import csv_header, repeated_name, shown, unfit_literal, unnamed_columns
 
 
 STEP_COLUMNS = ("_step", "Step", "step")
@@ -136,13 +136,17 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
         raise GapwatchError(f"{path}: not a valid CSV file: {' '.join(str(exc).split())}") from None
     except pd.errors.EmptyDataError:
         raise GapwatchError(f"{path}: empty file") from None
-    # pandas renames a repeated column `name.1`: look at the header as written.
-    dup = repeated_name(csv_header(path, separator(path)))
+    # pandas renames a repeated column `name.1` and an unnamed one `Unnamed: N`: look at the
+    # header as written.
+    written = csv_header(path, separator(path))
+    dup = repeated_name(written)
     if dup is not None:
         raise GapwatchError(f"{path}: column {shown(dup)} appears twice")
     if table.empty:
         raise GapwatchError(f"{path}: a header and no rows: no history to import")
-    notes: list[str] = []
+    unnamed, note = unnamed_columns(path, written)
+    table = table.drop(columns=[table.columns[i] for i in unnamed if i < len(table.columns)])
+    notes: list[str] = [note] if note else []
     name_hint = path.stem
     if is_runs_table(list(table.columns)):
         raise runs_table_error(path)

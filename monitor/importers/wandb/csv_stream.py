@@ -35,9 +35,10 @@ from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
 from ..imported_run import scalars_frame
-from ..input_checks import cut, shown, unfit_literal
+from ..input_checks import cut, shown, unfit_literal, unnamed_columns
 from ..logged_rows import SeriesAttempts
 from ..name_codes import NameCodes
+from ..profiles import marked_step_key
 from ..step_axis import choose_step_key
 from ..table_stream import CHUNK_ROWS, _Rows, step_chunks
 from .csv_export import separator
@@ -79,10 +80,12 @@ class WandbCsvStream:
         if len(set(self.columns)) != len(self.columns):
             dup = next(c for c in self.columns if self.columns.count(c) > 1)
             raise GapwatchError(f"{self.path}: column {dup!r} appears twice")
+        unnamed, note = unnamed_columns(self.path, self.columns)
         others = [c for c in self.columns if c != ROW_STEP]
-        self.step_key = choose_step_key(others, step_key, self.source)
-        self.metrics = [c for c in self.columns
-                        if not c.startswith("_") and c != self.step_key]
+        self.step_key = choose_step_key(others, step_key or marked_step_key(others), self.source)
+        self.metrics = [c for i, c in enumerate(self.columns)
+                        if not c.startswith("_") and c != self.step_key and i not in unnamed]
+        self._unnamed_note = note
         self.notes: list[str] = []
         self.events: list[dict] = []
         self.bytes_read = 0
@@ -131,7 +134,7 @@ class WandbCsvStream:
 
     def _final_notes(self) -> list[str]:
         notes = [f"{self.path}: column {c!r} holds text, not numbers: left out"
-                 for c in self.metrics if c in self._text]
+                 for c in self.metrics if c in self._text] + [n for n in [self._unnamed_note] if n]
         if self.step_key is not None and self._range:
             note = (f"step axis: {self.step_key} (the trainer's step); the source's own row "
                     f"counter ran {self._range[0]}..{self._range[1]}")

@@ -144,3 +144,29 @@ def test_a_streamed_export_is_read_back_exactly(tmp_path, rows):
     path.write_text("_step," + ",".join(names) + "\n" + "".join(
         f"{s}," + ",".join(csv_cell(v[n]) if n in v else "" for n in names) + "\n" for s, v in rows))
     assert same(_stream_rows(path), {(s, k): v for s, vals in rows for k, v in vals.items()})
+
+
+def test_history_saved_with_its_pandas_index_leaves_the_index_out(tmp_path, sqlite_url):
+    """`run.history().to_csv(path)` writes pandas' index first, under no name: a row counter, not a
+    series, whether the file is streamed or read whole. LitGPT's history (loggers numbering by
+    micro-batch, its optimizer step logged as `step`) lands on `step`, not on Lightning's
+    `trainer/global_step`."""
+    hf = pd.DataFrame({"_step": range(6), "train/global_step": [10, 20, 30, 40, 50, 50],
+                       "train/loss": [3.0, 2.9, 2.8, 2.7, 2.6, np.nan],
+                       "eval/loss": [np.nan] * 5 + [3.1], "_runtime": np.arange(6.0)})
+    litgpt = pd.DataFrame({"_step": range(4), "trainer/global_step": [3, 7, 11, 15],
+                           "step": [1, 2, 3, 4], "iter": [4, 8, 12, 16], "iter_time": [0.1] * 4,
+                           "loss": [9.0, 8.0, 7.0, 6.0]})
+    store = open_store(sqlite_url)
+    try:
+        for name, frame, steps in (("hf", hf, [10, 20, 30, 40, 50]), ("litgpt", litgpt, [1, 2, 3, 4])):
+            path = tmp_path / f"{name}.csv"
+            frame.to_csv(path)  # with its index, as people save it
+            summary, whole = _same_run(store, path, name)
+            assert not [k for k in whole.key_map.values() if "unnamed" in k]
+            for notes in (summary.notes, whole.notes):
+                assert any("column 1 has no name" in n for n in notes)
+            loss = whole.scalars.loc[whole.scalars["key"] == schema.TRAIN_LOSS, "step"].tolist()
+            assert loss == steps
+    finally:
+        store.close()
