@@ -36,6 +36,7 @@ from .normalize import apply_profile
 from .profiles import Profile, get_profile, marked_step_key
 from .step_axis import WANDB_ROW_KEY, choose_step_key, is_wandb_history, on_trainer_step
 from .wandb import api, csv_export
+from .wandb.history_sample import HistorySample, went_back
 
 # Every format, in the order detection asks them (see `formats`): a folder holding a W&B run may
 # hold TensorBoard files too (so may an MLflow run's artifacts), and a W&B export is a CSV before it is a generic one.
@@ -110,6 +111,8 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
         from .wandb.panel_band import split_band
 
         raw, band = split_band(raw)
+    if wandb_rows:
+        _check_history_rows(raw)
     names = [str(n) for n in raw.scalars["key"].unique().tolist()]
     axis = None
     trainer_key = step_key or marked_step_key(names)
@@ -136,6 +139,16 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
 
         run = attach_band(run, band, chosen)
     return run
+
+
+def _check_history_rows(raw: ImportedRun) -> None:
+    """A W&B history's rows, read whole: refused where `_step` goes back, noted where they look
+    like a sample (wandb/history_sample.py)."""
+    history = HistorySample()
+    history.add(raw.scalars["step"].to_numpy())
+    if history.back is not None:
+        raise GapwatchError(went_back(raw.source, *history.back))
+    raw.notes += [n for n in [history.note(raw.source)] if n]
 
 
 def import_source(store, name: str | None, source: str | os.PathLike, profile: str | Profile | None = None,

@@ -33,6 +33,7 @@ from .sample_steps import SampleSteps, SpacingChanged
 from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
+from .wandb.history_sample import HistorySample, went_back
 
 
 @dataclass
@@ -91,13 +92,17 @@ def _detect(names, profiles_file, cadence) -> Profile:
                           against=lambda p: contradictions(p, names, cadence))
 
 
-def _read(stream, axis: StepAxisInParts | None, samples: SampleSteps,
-          source_id: str) -> Iterator[tuple[pd.DataFrame, ChunkCadence]]:
+def _read(stream, axis: StepAxisInParts | None, samples: SampleSteps, source_id: str,
+          history: HistorySample) -> Iterator[tuple[pd.DataFrame, ChunkCadence]]:
     """The stream's chunks on the trainer's step axis (DeepSpeed's series by samples on steps),
     each with its share of the cadences: the work on a chunk that does not wait for the chunks
-    before it to be written."""
+    before it to be written. A W&B history's rows (`axis` given) are watched for a sample's
+    marks on the way."""
     for raw in stream.chunks():
         if axis is not None:
+            history.add(raw["step"].to_numpy())
+            if history.back is not None:
+                raise GapwatchError(went_back(source_id, *history.back))
             raw = axis.apply(ImportedRun(name_hint="", scalars=raw, source=source_id)).scalars
         raw = samples.place(raw)
         if len(raw):
@@ -130,7 +135,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
     # closing(): an error here stops the reader at once, not when the traceback lets go of it.
     held = freed_memory.HeldMemory()
     samples = SampleSteps(keep=samples_kept)
-    with store.atomic(), closing(read_ahead(_read(stream, axis, samples, source_id))) as chunks:
+    history = HistorySample()
+    with store.atomic(), closing(read_ahead(_read(stream, axis, samples, source_id, history))) as chunks:
         writer = ImportWriter(store, name or stream.name_hint, source_id)
         for raw, cadence in chunks:
             if progress is not None:
@@ -169,7 +175,8 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
                 raise collision
         notes = list(stream.notes)
         dropped = mapper.dropped_note()
-        notes += [n for n in (samples.note(source_id), dropped, mapper.unmeasured_note()) if n]
+        notes += [n for n in (samples.note(source_id), history.note(source_id), dropped,
+                              mapper.unmeasured_note()) if n]
         result = writer.finish(events=samples.events(stream.events), reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))
         if not result.rows_total:  # a run of no history is not imported (rolled back)

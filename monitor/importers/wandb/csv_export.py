@@ -39,6 +39,8 @@ from monitor.schema import MAX_STEP
 from ..formats import Format, Probe
 from ..imported_run import ImportedRun, scalars_frame
 from ..input_checks import csv_header, repeated_name, shown, unfit_literal, unnamed_columns
+from ..step_axis import WANDB_ROW_KEY
+from .history_sample import HistorySample, went_back
 
 
 STEP_COLUMNS = ("_step", "Step", "step")
@@ -180,6 +182,10 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
     if derived_from:
         notes.append(f"{path}: steps derived from {derived_from}")
     _check_increasing(path, steps)
+    if step_col == WANDB_ROW_KEY:
+        sample = HistorySample()
+        sample.add(steps)
+        notes += [n for n in [sample.note(str(path))] if n]
 
     keys, step_list, values = [], [], []
     for col, vals in numeric.items():
@@ -332,10 +338,7 @@ def _check_increasing(path: Path, steps: np.ndarray) -> None:
     back = np.flatnonzero(np.diff(steps) <= 0)
     if len(back):
         i = int(back[0]) + 1
-        raise GapwatchError(
-            f"{path}: line {i + 2}: step {steps[i]} after step {steps[i - 1]}: W&B steps only "
-            "grow, so the export is damaged or joins several runs"
-        )
+        raise GapwatchError(went_back(f"{path}: line {i + 2}", steps[i], steps[i - 1]))
 
 
 FORMAT = Format("wandb-csv", lambda source, options: parse_wandb_csv(

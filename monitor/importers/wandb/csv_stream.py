@@ -42,6 +42,7 @@ from ..profiles import marked_step_key
 from ..step_axis import choose_step_key
 from ..table_stream import CHUNK_ROWS, _Rows, step_chunks
 from .csv_export import separator
+from .history_sample import HistorySample, went_back
 
 ROW_STEP = "_step"
 WALL_TIME = "_timestamp"
@@ -97,6 +98,7 @@ class WandbCsvStream:
         self._step: int | None = None  # the trainer's step carried from the rows before
         self._attempts = SeriesAttempts()  # an export is one attempt until a rewind
         self._range: list[int] = []  # first and last row step
+        self._sample = HistorySample()
         self._line = 2
 
     @property
@@ -134,7 +136,8 @@ class WandbCsvStream:
 
     def _final_notes(self) -> list[str]:
         notes = [f"{self.path}: column {c!r} holds text, not numbers: left out"
-                 for c in self.metrics if c in self._text] + [n for n in [self._unnamed_note] if n]
+                 for c in self.metrics if c in self._text]
+        notes += [n for n in (self._unnamed_note, self._sample.note(self.source)) if n]
         if self.step_key is not None and self._range:
             note = (f"step axis: {self.step_key} (the trainer's step); the source's own row "
                     f"counter ran {self._range[0]}..{self._range[1]}")
@@ -243,9 +246,8 @@ class WandbCsvStream:
         back = np.flatnonzero(steps <= previous)
         if len(back):
             i = int(back[0])
-            raise GapwatchError(
-                f"{self.path}: line {first_line + i}: step {steps[i]} after step {previous[i]}: "
-                "W&B steps only grow, so the export is damaged or joins several runs")
+            raise GapwatchError(went_back(f"{self.path}: line {first_line + i}", steps[i], previous[i]))
+        self._sample.add(steps)
         if len(steps):
             self._last_row_step = int(steps[-1])
             self._range = [self._range[0] if self._range else int(steps[0]), int(steps[-1])]
