@@ -7,10 +7,15 @@ would sit at twice the steps of the other."""
 
 from __future__ import annotations
 
+import json
+import math
+
+import numpy as np
 import pandas as pd
 import pytest
 from lightning.fabric.loggers import TensorBoardLogger
 
+from app.cli import main
 from monitor import schema
 from monitor.importers import load
 
@@ -75,3 +80,43 @@ def test_a_logger_step_without_iter_time_stays_as_declared(tmp_path):
     run = load(next(tmp_path.rglob("events.out.tfevents.*")).parent)
     assert run.profile != "litgpt"
     assert _series(run, schema.TRAIN_LOSS).index.tolist() == list(range(1, 11))
+
+
+def _recipe_run(root, accumulation: int, seed: int, heldout_shift: float = 0.0):
+    """3,000 optimizer steps of one recipe's TensorBoard log as LitGPT writes it: the same global
+    batch in `accumulation` micro-batches, a seed's own offset and noise; held-out every 100."""
+    rng = np.random.default_rng(seed)
+    logger = TensorBoardLogger(root, name="tb")
+    offset = rng.normal(0, 0.003)
+    for step in range(1, 3_001):
+        curve = 8.0 * (step + 20) ** -0.45 + offset
+        iteration = step * accumulation
+        logger.log_metrics({"loss": 2.5 + curve + rng.normal(0, 0.03), "iter": iteration, "step": step,
+                            "iter_time": 0.2, "learning_rate": 3e-4}, step=iteration - 1)
+        if step % 100 == 0:
+            heldout = 2.6 + curve + heldout_shift + rng.normal(0, 0.005)
+            logger.log_metrics({"val_loss": heldout, "val_ppl": math.exp(heldout)}, step=iteration - 1)
+    logger.finalize("success")
+    return next(root.rglob("events.out.tfevents.*")).parent
+
+
+@pytest.mark.parametrize("heldout_shift", [0.0, 0.1], ids=["one recipe", "held-out worse"])
+def test_a_pair_that_accumulates_differently_is_judged_on_its_steps(tmp_path, sqlite_url, capsys,
+                                                                     heldout_shift):
+    """The same recipe on 8 and 4 devices (2 and 4 micro-batches a step): read on the loggers'
+    numbering, the reference stopped half way and `detect` called the run's held-out loss diverged
+    (a critical). On the optimizer step the pair ties; a run whose held-out loss is 0.1 worse is
+    still told."""
+    reference = _recipe_run(tmp_path / "ref", 2, seed=1)
+    run = _recipe_run(tmp_path / "run", 4, seed=2, heldout_shift=heldout_shift)
+    assert main(["import", str(run), "--run", "run", "--store", sqlite_url]) == 0
+    assert main(["import", str(reference), "--run", "ref", "--reference-of", "run", "--store", sqlite_url]) == 0
+    capsys.readouterr()
+    assert main(["detect", "--run", "run", "--store", sqlite_url, "--no-write", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "against ref" in out.err  # judged against its reference, not alone
+    found = json.loads(out.out)
+    if heldout_shift:
+        assert any(r["detector"] == "heldout_divergence" for r in found)
+    else:
+        assert found == []
