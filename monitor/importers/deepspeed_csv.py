@@ -24,9 +24,10 @@ Rules:
   eigenvalue it did not reach) has no header from it, so its later attempts are numbered lower.
   Within one process steps are taken as written: the later value of a repeated step wins.
 * Rows are ordered by attempt, then step, then file, as DeepSpeed logs them step after step. A
-  folder read while DeepSpeed was between the files of one step, and read again later (`import
-  --follow`, a second import into the same run), has that step's rows in another order: the store
-  writer refuses it as a changed source, and the import says to choose another run name.
+  folder read while DeepSpeed is between the files of one step has that step in some files only:
+  the step is left out, with a note, until a later read finds it whole (a series logged at each
+  of the two steps before it and not at it yet tells), so `import --follow` or a second import
+  into the same run stores the rows a whole read of the finished folder stores.
 * A row that is not `step,value`, a step that is not a whole number, a header unlike the file's
   own, a `.csv` file that does not begin with DeepSpeed's header: an error naming the file and
   line. A value that is not a number (the text of a tensor a user logged) is left out, with a
@@ -93,6 +94,7 @@ def parse_deepspeed_csv(source: str | Path) -> ImportedRun:
         raise GapwatchError(f"{folder}: no DeepSpeed CSV monitor values here ({SUFFIX} files of `step,<name>` rows)")
     steps, codes, values, attempts = _columns(logged)
     order = np.lexsort((codes, steps, attempts))  # stable: a file's own order among equal rows
+    order = _without_unfinished_step(folder, order, steps, codes, attempts, logged, notes)
     keys = pd.Categorical.from_codes(codes[order], categories=[s.key for s in logged])
     scalars = scalars_frame(steps[order], keys, values[order], attempts[order])
     return ImportedRun(name_hint=folder.name, scalars=scalars, source=str(folder), notes=notes,
@@ -221,6 +223,29 @@ def _columns(logged: list[_Series]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     values = np.concatenate([np.asarray(s.values, dtype=np.float64) for s in logged])
     attempts = np.concatenate([np.asarray(s.attempts, dtype=np.int64) for s in logged])
     return steps, codes, values, attempts
+
+
+def _without_unfinished_step(folder: Path, order: np.ndarray, steps: np.ndarray, codes: np.ndarray,
+                             attempts: np.ndarray, logged: list[_Series], notes: list[str]) -> np.ndarray:
+    """`order` less the rows of the last step while DeepSpeed is between its files: some series
+    that logged each of the two steps before it has not logged it yet (one logged every step:
+    an eigenvalue logged every few steps never logs two in a row). Those rows come with the read
+    that finds the step whole, so a folder read mid-step and read again stores its rows once, in
+    the order a whole read gives them."""
+    last = attempts[order] == attempts[order[-1]]
+    tail = order[last]
+    distinct = np.unique(steps[tail])
+    if len(distinct) < 3:
+        return order
+    before, just_before, final = distinct[-3:]
+    at = {step: set(codes[tail][steps[tail] == step].tolist()) for step in (before, just_before, final)}
+    missing = (at[before] & at[just_before]) - at[final]
+    if not missing:
+        return order
+    names = ", ".join(sorted(logged[c].key for c in missing))
+    notes.append(f"{folder}: step {int(final):,} has {len(at[final])} of its series so far (not yet {names}): "
+                 "DeepSpeed is between the files of one step, so that step is left out until it is whole")
+    return order[~(last & (steps[order] == final))]
 
 
 def _restarts(logged: list[_Series], steps: np.ndarray, codes: np.ndarray, attempts: np.ndarray) -> list[dict]:

@@ -194,3 +194,29 @@ def test_the_cli_says_a_bad_folder_in_one_line(tmp_path, sqlite_url, capsys):
     assert err.startswith("gapwatch import: error:") and "line 4" in err and "Traceback" not in err
     with open_store(sqlite_url) as store:
         assert store.get_run("ds") is None  # never half an import
+
+
+def test_a_folder_read_between_the_files_of_a_step_is_read_on_later(tmp_path, sqlite_url):
+    """DeepSpeed writes a step's series one file after the other: a read that falls between them
+    leaves that step out, with a note, and a later read into the same run stores the folder as a
+    whole read of it does."""
+    folder = tmp_path / "ds_logs" / "job"
+    process = _Process(folder)
+    _train(process, range(1, 51))
+    samples = 51 * SAMPLES_PER_STEP
+    process.write_events([("Train/Samples/train_loss", 3.7, samples)])  # the rest of step 51 to come
+    mid = load(folder)
+    assert mid.to_run_data("ds").series(schema.TRAIN_LOSS).index[-1] == 50
+    assert any("step 3,264 has 1 of its series so far" in n and "Train/Samples/lr" in n for n in mid.notes)
+    with open_store(sqlite_url) as store:
+        import_source(store, "followed", folder)
+        process.write_events([("Train/Samples/lr", 1e-4, samples), ("Train/Samples/loss_scale", 65536.0, samples)])
+        process.write_events([(f"Train/Samples/elapsed_time_ms_{t}", 120.0, samples) for t in TIMES])
+        _train(process, range(52, 61))
+        again, _ = import_source(store, "followed", folder)  # refused as a changed source before
+        assert again.rows_new > 0
+        import_source(store, "whole", folder)
+        followed, whole = store.load_run("followed"), store.load_run("whole")
+        assert followed.series(schema.TRAIN_LOSS).to_dict() == whole.series(schema.TRAIN_LOSS).to_dict()
+        assert followed.series(schema.TRAIN_LOSS).loc[51] == pytest.approx(3.7)
+        assert list(whole.series(schema.OPTIM_LR).index) == list(range(1, 61))  # a finished step is kept
