@@ -36,7 +36,7 @@ from .normalize import apply_profile
 from .profiles import Profile, get_profile, marked_step_key
 from .step_axis import WANDB_ROW_KEY, choose_step_key, is_wandb_history, on_trainer_step
 from .wandb import api, csv_export
-from .wandb.history_sample import HistorySample, went_back
+from .wandb.history_sample import HistorySample
 
 # Every format, in the order detection asks them (see `formats`): a folder holding a W&B run may
 # hold TensorBoard files too (so may an MLflow run's artifacts), and a W&B export is a CSV before it is a generic one.
@@ -144,11 +144,9 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
 def _check_history_rows(raw: ImportedRun) -> None:
     """A W&B history's rows, read whole: refused where `_step` goes back, noted where they look
     like a sample (wandb/history_sample.py)."""
-    history = HistorySample()
+    history = HistorySample(raw.source)
     history.add(raw.scalars["step"].to_numpy())
-    if history.back is not None:
-        raise GapwatchError(went_back(raw.source, *history.back))
-    raw.notes += [n for n in [history.note(raw.source)] if n]
+    raw.notes += [n for n in [history.note()] if n]
 
 
 def import_source(store, name: str | None, source: str | os.PathLike, profile: str | Profile | None = None,

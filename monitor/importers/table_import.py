@@ -33,7 +33,7 @@ from .sample_steps import SampleSteps, SpacingChanged
 from .step_axis import WANDB_ROW_KEY, StepAxisInParts, is_wandb_history
 from .store_writer import ImportWriter, WriteResult
 from .table_stream import TableStream
-from .wandb.history_sample import HistorySample, went_back
+from .wandb.history_sample import HistorySample
 
 
 @dataclass
@@ -101,8 +101,6 @@ def _read(stream, axis: StepAxisInParts | None, samples: SampleSteps, source_id:
     for raw in stream.chunks():
         if axis is not None:
             history.add(raw["step"].to_numpy())
-            if history.back is not None:
-                raise GapwatchError(went_back(source_id, *history.back))
             raw = axis.apply(ImportedRun(name_hint="", scalars=raw, source=source_id)).scalars
         raw = samples.place(raw)
         if len(raw):
@@ -135,7 +133,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
     # closing(): an error here stops the reader at once, not when the traceback lets go of it.
     held = freed_memory.HeldMemory()
     samples = SampleSteps(keep=samples_kept)
-    history = HistorySample()
+    history = HistorySample(source_id)
     with store.atomic(), closing(read_ahead(_read(stream, axis, samples, source_id, history))) as chunks:
         writer = ImportWriter(store, name or stream.name_hint, source_id)
         for raw, cadence in chunks:
@@ -175,7 +173,7 @@ def _import_once(*, store, name, source, fmt, step_key, fixed: Profile | None, i
                 raise collision
         notes = list(stream.notes)
         dropped = mapper.dropped_note()
-        notes += [n for n in (samples.note(source_id), history.note(source_id), dropped,
+        notes += [n for n in (samples.note(source_id), history.note(), dropped,
                               mapper.unmeasured_note()) if n]
         result = writer.finish(events=samples.events(stream.events), reference_of=reference_of,
                                tokens_per_step=tokens_per_step or tokens.result({}))

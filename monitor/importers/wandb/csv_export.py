@@ -183,9 +183,9 @@ def parse_wandb_csv(path: str | Path, tokens_per_step: float | None = None,
         notes.append(f"{path}: steps derived from {derived_from}")
     _check_increasing(path, steps)
     if step_col == WANDB_ROW_KEY:
-        sample = HistorySample()
+        sample = HistorySample(str(path))
         sample.add(steps)
-        notes += [n for n in [sample.note(str(path))] if n]
+        notes += [n for n in [sample.note()] if n]
 
     keys, step_list, values = [], [], []
     for col, vals in numeric.items():

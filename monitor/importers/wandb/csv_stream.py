@@ -98,7 +98,7 @@ class WandbCsvStream:
         self._step: int | None = None  # the trainer's step carried from the rows before
         self._attempts = SeriesAttempts()  # an export is one attempt until a rewind
         self._range: list[int] = []  # first and last row step
-        self._sample = HistorySample()
+        self._sample = HistorySample(self.source)
         self._line = 2
 
     @property
@@ -137,7 +137,7 @@ class WandbCsvStream:
     def _final_notes(self) -> list[str]:
         notes = [f"{self.path}: column {c!r} holds text, not numbers: left out"
                  for c in self.metrics if c in self._text]
-        notes += [n for n in (self._unnamed_note, self._sample.note(self.source)) if n]
+        notes += [n for n in (self._unnamed_note, self._sample.note()) if n]
         if self.step_key is not None and self._range:
             note = (f"step axis: {self.step_key} (the trainer's step); the source's own row "
                     f"counter ran {self._range[0]}..{self._range[1]}")

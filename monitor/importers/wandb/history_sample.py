@@ -19,6 +19,8 @@ from collections import Counter
 
 import numpy as np
 
+from monitor.errors import GapwatchError
+
 # Rows too few to tell a cadence from a sample: a short run's history is left alone.
 MIN_ROWS = 20
 ADVICE = "export every row with run.scan_history() (run.history() returns 500 rows by default)"
@@ -27,15 +29,16 @@ ADVICE = "export every row with run.scan_history() (run.history() returns 500 ro
 class HistorySample:
     """The `_step` of a W&B history's rows, seen in file order, part by part."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: str) -> None:
+        self.source = source
         self.gaps: Counter[int] = Counter()
         self.rows = 0
         self.last: int | None = None
         self.span: list[int] = []
-        self.back: tuple[int, int] | None = None  # the first (step, step before) that goes back
 
     def add(self, row_steps: np.ndarray) -> None:
-        """The `_step` of the next values or rows (a row's values repeat its step)."""
+        """The `_step` of the next values or rows (a row's values repeat its step); a step that
+        goes back is refused (`went_back`)."""
         steps = np.asarray(row_steps, dtype=np.int64)
         if self.last is not None:
             steps = np.concatenate(([self.last], steps))
@@ -43,8 +46,8 @@ class HistorySample:
             return
         gaps = np.diff(steps)
         back = np.flatnonzero(gaps < 0)
-        if len(back) and self.back is None:
-            self.back = (int(steps[back[0] + 1]), int(steps[back[0]]))
+        if len(back):
+            raise GapwatchError(went_back(self.source, int(steps[back[0] + 1]), int(steps[back[0]])))
         gaps = gaps[gaps != 0]  # a row's further values, not a new row
         values, counts = np.unique(gaps, return_counts=True)
         self.gaps.update(dict(zip(values.tolist(), counts.tolist())))
@@ -57,11 +60,11 @@ class HistorySample:
             return False
         return max(self.gaps.values()) * 2 < sum(self.gaps.values())
 
-    def note(self, source: str) -> str | None:
+    def note(self) -> str | None:
         """A note saying the rows look like a sample, else None."""
         if not self.looks_sampled():
             return None
-        return (f"{source}: {self.rows:,} rows whose W&B _step skips irregularly over "
+        return (f"{self.source}: {self.rows:,} rows whose W&B _step skips irregularly over "
                 f"{self.span[0]:,}..{self.span[1]:,}: this looks like a sample of the run's "
                 f"history, not every row; {ADVICE}")
 
