@@ -15,7 +15,7 @@ MAPPING_ROWS_SHOWN = 20
 # (tests/monitor/importers/test_import_cmd.py holds the two lists alike).
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
                "hf-trainer-state, mlflow, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
-               "torchtitan-log, maxtext-log, deepspeed-csv, gapwatch-export (default: detected)")
+               "torchtitan-log, maxtext-log, hf-console-log, deepspeed-csv, gapwatch-export (default: detected)")
 # The hosts of W&B's cloud app, whose run pages are https://wandb.ai/<entity>/<project>/runs/<id>.
 WANDB_APP_HOSTS = ("wandb.ai", "www.wandb.ai")
 

@@ -1,7 +1,7 @@
 """A text log a trainer appends to, read a whole line at a time from where the last read stopped.
 
 Each console-log reader (Megatron-LM's, fairseq's, Composer's, OLMo-core's, torchtitan's,
-MaxText's) is a `LineParser`, fed the log's lines in turn. `LineTail` feeds it the lines written
+MaxText's, the Hugging Face Trainer's) is a `LineParser`, fed the log's lines in turn. `LineTail` feeds it the lines written
 since its last read: `import --follow` reads a growing log a poll at a time (a format's `tail`),
 never again from its start, and a whole import is one read (`read_whole`). Lines end where
 Python's text mode ends them: at a newline, a carriage return and newline, or a carriage return

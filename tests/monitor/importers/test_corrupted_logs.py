@@ -1,5 +1,5 @@
 """The line readers of other trainers' stdout logs (fairseq, Composer, OLMo-core, torchtune, torchtitan,
-MaxText), the Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
+MaxText, the Hugging Face Trainer), the Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
 random (bytes flipped, cut short, odd tokens spliced in, a stretch repeated or zeroed): each import
 ends in a GapwatchError or an import, never another exception. The generated corpus of
 bench/fuzz_corpus.py judges the CSV, JSONL and W&B readers' values too; these readers are held to
@@ -64,6 +64,26 @@ def _maxtext() -> bytes:
                    "total_weights=131072\n" if s % 10 == 9 else "") for s in range(40)).encode()
 
 
+def _hf_console() -> bytes:
+    """The Hugging Face Trainer's console as tqdm and its ProgressCallback write it (transformers 5
+    prints values as text): the bar redrawn with carriage returns, a dict every 5 steps written
+    above it and the bar drawn again, an evaluation every 20 with its own bar a line below."""
+    def bar(n: int, total: int = 40) -> str:
+        return f"\r{100 * n // total:3d}%|#         | {n}/{total} [00:01<00:05,  5.69it/s]"
+
+    out = [bar(0)]
+    for s in range(1, 41):
+        out.append(bar(s))
+        if s % 5 == 0:
+            out.append("\r" + " " * 46 + "\r" + f"{{'loss': '{4 - s / 100:.4g}', 'grad_norm': '0.82', "
+                       f"'learning_rate': '0.0009333', 'epoch': '{s / 100:.2g}'}}\n" + bar(s))
+        if s % 20 == 0:
+            out.append("\n" + bar(0, 5).replace("\r", "\r\x1b[A") + "\x1b[A\r" + " " * 46 + "\r\n\r" + " " * 37
+                       + f"\r\x1b[A{{'eval_loss': '{4.1 - s / 100:.4g}', 'eval_runtime': '0.0145', "
+                       f"'epoch': '{s / 100:.2g}'}}\n" + bar(s) + "\n")
+    return "".join(out).encode()
+
+
 def _deepspeed_loss_csv() -> bytes:
     """The train_loss file of DeepSpeed's CSV monitor for a job resumed once: its header again mid-file."""
     rows = ["step,train_loss", *(f"{s * 64},{4 - s / 200}" for s in range(1, 31)),
@@ -100,7 +120,8 @@ def _corrupt(rng: random.Random, data: bytes) -> bytes:
 @pytest.mark.parametrize("name, sample", [("train.log", _fairseq_json), ("simple.log", _fairseq_simple),
                                           ("composer.log", _composer), ("olmo.log", _olmo_core),
                                           ("log_1.txt", _torchtune), ("titan.log", _torchtitan),
-                                          ("maxtext.log", _maxtext), ("history.parquet", _parquet)])
+                                          ("maxtext.log", _maxtext), ("hf.log", _hf_console),
+                                          ("history.parquet", _parquet)])
 def test_corrupted_logs_end_in_one_clear_error_or_an_import(tmp_path, name, sample):
     data = sample(tmp_path) if sample is _parquet else sample()
     load(_write(tmp_path / f"clean_{name}", data))  # the sample itself imports

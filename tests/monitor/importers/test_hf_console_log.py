@@ -1,0 +1,111 @@
+"""The Hugging Face Trainer's console output (monitor/importers/hf_console_log.py), written by a
+real Trainer run (hf_trainer_console.py) with stdout and stderr in one file: each logged dict lands
+on the step the Trainer logged it at, read against what its own callbacks saw."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor import schema
+from monitor.errors import GapwatchError
+from monitor.importers import detect_format, load
+from monitor.importers.hf_trainer_state import source_name
+
+WRITER = Path(__file__).with_name("hf_trainer_console.py")
+
+
+def _console(root: Path, *flags: str) -> tuple[Path, list[dict]]:
+    root.mkdir(parents=True)
+    log = root / "train.log"
+    with open(log, "wb") as out:
+        done = subprocess.run([sys.executable, str(WRITER), str(root), *flags], stdout=out,
+                              stderr=subprocess.STDOUT, timeout=300)
+    assert done.returncode == 0, log.read_text()[-2000:]
+    return log, json.loads((root / "logged.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def trainer_console(tmp_path_factory):
+    return _console(tmp_path_factory.mktemp("hf") / "bar")
+
+
+def _values(run, key: str) -> dict[int, float]:
+    return run.to_run_data("hf").series(key).dropna().to_dict()
+
+
+def test_each_dict_lands_on_the_step_the_trainer_logged_it_at(trainer_console):
+    log, logged = trainer_console
+    assert detect_format(log) == "hf-console-log"
+    run = load(log)
+    assert run.profile == "hf" and run.config["max_steps"] == 60
+    truth = {(e["step"], source_name(k)): float(v) for e in logged for k, v in e["logs"].items()
+             if isinstance(v, (int, float))}
+    assert {s for s, k in truth if k == "train/loss"} == set(range(5, 61, 5))
+    loss = _values(run, schema.TRAIN_LOSS)
+    assert loss.keys() == {s for s, k in truth if k == "train/loss"}
+    for step, value in loss.items():  # printed to four significant figures
+        assert value == pytest.approx(truth[(step, "train/loss")], rel=5e-4)
+    heldout = _values(run, schema.heldout_key("eval"))
+    assert list(heldout) == [20, 40, 60]
+    assert all(v == pytest.approx(truth[(s, "eval/loss")], rel=5e-4) for s, v in heldout.items())
+    assert _values(run, schema.OPTIM_LR)[5] == pytest.approx(truth[(5, "train/learning_rate")], rel=5e-4)
+    # The run's own mean over training (train_loss) is an aggregate, not a series.
+    assert "train/train_loss" not in run.key_map
+    assert not [n for n in run.notes if "left out" in n and "dict" in n]
+
+
+def test_a_log_written_twice_over_is_a_restart(trainer_console, tmp_path):
+    """`trainer.train(resume_from_checkpoint=...)` in the same log: the bar counts again from below."""
+    log, _ = trainer_console
+    twice = tmp_path / "resumed.log"
+    twice.write_bytes(log.read_bytes() * 2)
+    run = load(twice)
+    assert run.attempts == 2
+    assert [(e["kind"], e["step"]) for e in run.events] == [("restart", 5)]
+
+
+def test_a_dict_whose_bar_is_not_drawn_yet_waits_with_a_note(trainer_console, tmp_path):
+    log, _ = trainer_console
+    text = log.read_bytes()
+    cut = text.rindex(b"{'loss'")
+    cut = text.index(b"\n", cut) + 1  # the last training dict, its bar not yet drawn again
+    path = tmp_path / "live.log"
+    path.write_bytes(text[:cut])
+    run = load(path)
+    assert max(_values(run, schema.TRAIN_LOSS)) == 55
+    assert any("1 logged dict(s) after the last progress bar" in n for n in run.notes)
+
+
+def test_a_console_without_its_progress_bar_is_not_claimed(tmp_path):
+    """disable_tqdm=True: the Trainer prints its dicts and no step; trainer_state.json has them."""
+    log, _ = _console(tmp_path / "no-bar", "--no-bar")
+    assert "{'loss'" in log.read_text()
+    with pytest.raises(GapwatchError, match="unrecognised format"):
+        detect_format(log)
+    with pytest.raises(GapwatchError, match="no dict logged under a training progress bar"):
+        load(log, fmt="hf-console-log")
+
+
+def test_other_progress_bars_and_printed_dicts_are_not_read_as_logs(tmp_path):
+    path = tmp_path / "eval.log"
+    path.write_text("Running loglikelihood requests\n"
+                    + "".join(f"\r{n}%|##| {n}/100 [00:01<00:05,  5.69it/s]" for n in range(101))
+                    + "\n{'model': 'gpt2', 'epoch': 'best'}\n{'results': {'arc_easy': 0.5}}\n")
+    with pytest.raises(GapwatchError, match="unrecognised format"):
+        detect_format(path)
+    with pytest.raises(GapwatchError, match="no dict logged"):
+        load(path, fmt="hf-console-log")
+
+
+def test_a_value_that_is_no_number_is_left_out_with_a_note(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("\r  0%|  | 0/10 [00:00<?, ?it/s]\r 50%|# | 5/10 [00:01<00:01, 5.0it/s]\r"
+                    "{'loss': '3.9', 'router': 'n/a', 'epoch': '0.5'}\n\r 50%|# | 5/10 [00:01<00:01, 5.0it/s]\n")
+    run = load(path)
+    assert _values(run, schema.TRAIN_LOSS) == {5: 3.9}
+    assert any("router: value 'n/a' (line 4) is not a number: left out" in n for n in run.notes)
