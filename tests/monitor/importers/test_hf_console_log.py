@@ -102,10 +102,13 @@ def test_other_progress_bars_and_printed_dicts_are_not_read_as_logs(tmp_path):
         load(path, fmt="hf-console-log")
 
 
-def test_a_value_that_is_no_number_is_left_out_with_a_note(tmp_path):
+def test_numbers_as_transformers_4_prints_them_and_a_value_that_is_no_number(tmp_path):
     path = tmp_path / "train.log"
     path.write_text("\r  0%|  | 0/10 [00:00<?, ?it/s]\r 50%|# | 5/10 [00:01<00:01, 5.0it/s]\r"
-                    "{'loss': '3.9', 'router': 'n/a', 'epoch': '0.5'}\n\r 50%|# | 5/10 [00:01<00:01, 5.0it/s]\n")
+                    "{'loss': '3.9', 'router': 'n/a', 'epoch': '0.5'}\n\r 50%|# | 5/10 [00:01<00:01, 5.0it/s]"
+                    "\r{'loss': 3.8123456789, 'learning_rate': 9.3e-05, 'epoch': 0.6}\n"
+                    "\r 60%|# | 6/10 [00:01<00:01, 5.0it/s]\n")
     run = load(path)
-    assert _values(run, schema.TRAIN_LOSS) == {5: 3.9}
+    assert _values(run, schema.TRAIN_LOSS) == {5: 3.9, 6: 3.8123456789}
+    assert _values(run, schema.OPTIM_LR) == {6: 9.3e-05}
     assert any("router: value 'n/a' (line 4) is not a number: left out" in n for n in run.notes)
