@@ -14,6 +14,7 @@ from monitor.schema import MAX_STEP
 
 from .input_checks import UnfitNumber, cut, shown, unfit_literal
 from .logged_rows import LoggedRows
+from .profiles import marked_step_key
 
 STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
 KEY_FIELDS = ("key", "metric", "name")
@@ -27,9 +28,12 @@ MAX_NESTING = 32
 
 
 def step_field(fields, step_key: str | None) -> str | None:
+    """The field that holds the step: `step_key`, else the first of STEP_FIELDS, else that of a
+    trainer whose marker the fields carry (`profiles.marked_step_key`: LLaMA-Factory's
+    `current_steps`)."""
     if step_key:
         return step_key if step_key in fields else None
-    return next((f for f in STEP_FIELDS if f in fields), None)
+    return next((f for f in STEP_FIELDS if f in fields), None) or marked_step_key(fields)
 
 
 # Fields that count something else than steps in most logs (Keras' CSVLogger counts epochs), but

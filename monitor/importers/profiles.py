@@ -14,8 +14,9 @@ Built-in profiles: `gapwatch` (ours, identity), `olmo` (OLMo and OLMo-core), `ma
 names them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Face Trainer's W&B
 keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Megatron-LM),
 `composer` (MosaicML Composer, llm-foundry), `nemo` (NVIDIA NeMo), `fairseq` (fairseq and
-metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor) and `litgpt` (LitGPT, on its
-optimizer step: `marked_step_key`). `detect_profile` picks the profile whose own rules explain the
+metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor), `litgpt` (LitGPT, on its
+optimizer step: `marked_step_key`) and `llamafactory` (LLaMA-Factory's trainer_log.jsonl, on its
+`current_steps`). `detect_profile` picks the profile whose own rules explain the
 most source names, less those the data contradicts (`monitor.importers.meaning`). A user profile
 named like a built-in one with `extends:` its own name overrides single mappings of it. Users add
 or replace profiles in a YAML file:
@@ -428,9 +429,28 @@ LITGPT = Profile(
     ),
 )
 
+LLAMAFACTORY = Profile(
+    name="llamafactory",
+    description="LLaMA-Factory's trainer_log.jsonl (its LogCallback): current_steps, loss, eval_loss, lr, "
+                "percentage",
+    step_key="current_steps",  # the Trainer's global step; the log has no field STEP_FIELDS names
+    marker=r"percentage",  # beside its step field, which detection does not see as a name
+    rules=(
+        Rule(r"loss", "train/loss"),
+        Rule(r"eval_loss", "eval/heldout/eval/loss"),
+        Rule(r"lr|learning_rate", "optim/lr"),  # `lr` since 2024, `learning_rate` before
+        Rule(r"epoch", "train/epoch"),
+        Rule(r"total_tokens", "train/tokens"),  # the Trainer's num_input_tokens_seen
+        # Tokens seen over the time since the start: a mean, which a stall barely moves.
+        Rule(r"throughput", "perf/mean_tokens_per_s"),
+        # The schedule's length, the share done and the clock as text: no series.
+        Rule(r"total_steps|percentage|elapsed_time|remaining_time", None),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ, DEEPSPEED, LITGPT)
+                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY)
 }
 
 
@@ -555,9 +575,10 @@ def resolve_profile(profile: str | Profile | None, names, prefer: str | None = N
 
 
 def marked_step_key(names) -> str | None:
-    """The step key of a built-in profile whose marker the names carry, when the run logs it
-    (LitGPT's `step`): such a trainer's own logger numbers its rows by something other than its
-    optimizer step, so its step key wins over the one a logger declares and over STEP_KEYS."""
+    """The step key of a built-in profile whose marker the names carry, when the run logs it: a
+    trainer whose loggers number its rows by something other than its optimizer step (LitGPT's
+    `step` wins over the one a logger declares and over STEP_KEYS), or whose log names its step
+    as no other does (LLaMA-Factory's `current_steps`)."""
     names = {str(n) for n in names}
     for profile in BUILTIN_PROFILES.values():
         if profile.marker and profile.step_key in names and any(
