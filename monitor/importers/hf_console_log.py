@@ -22,8 +22,9 @@ them (`loss` -> `train/loss`, `eval_loss` -> `eval/loss`, hf_trainer_state.sourc
 
 Rules:
 * A dict line is a Python dict literal of names and values with a numeric `epoch` (the Trainer
-  adds it to every dict it logs); another (a dict a user printed) is passed over. A value that is
-  not a number is left out with a note a name.
+  adds it to every dict it logs) and the Trainer's own `learning_rate` (a training log) or
+  `*_runtime` (an evaluation's, the summary's); another (a dict a loop of one's own printed beside
+  its own bars) is passed over. A value that is not a number is left out with a note a name.
 * A dict after the last training bar of a whole read has no step yet: left out, with a note; a
   followed log takes it when the bar is drawn.
 * The bar's count going back (a `trainer.train(resume_from_checkpoint=...)` in the same log) is a
@@ -114,6 +115,8 @@ def _logged_dict(text: str) -> dict | None:
         return None
     if not isinstance(logged, dict) or printed_number(str(logged.get("epoch"))) is None:
         return None  # the Trainer adds the epoch it is at to every dict it logs
+    if "learning_rate" not in logged and not any(str(k).endswith("_runtime") for k in logged):
+        return None  # nor one of the Trainer's own: a loop's own dict beside its own bars
     if not all(isinstance(k, str) and isinstance(v, (int, float, str)) and not isinstance(v, bool)
                for k, v in logged.items()):
         return None

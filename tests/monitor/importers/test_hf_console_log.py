@@ -92,23 +92,28 @@ def test_a_console_without_its_progress_bar_is_not_claimed(tmp_path):
 
 
 def test_other_progress_bars_and_printed_dicts_are_not_read_as_logs(tmp_path):
-    path = tmp_path / "eval.log"
-    path.write_text("Running loglikelihood requests\n"
-                    + "".join(f"\r{n}%|##| {n}/100 [00:01<00:05,  5.69it/s]" for n in range(101))
-                    + "\n{'model': 'gpt2', 'epoch': 'best'}\n{'results': {'arc_easy': 0.5}}\n")
-    with pytest.raises(GapwatchError, match="unrecognised format"):
-        detect_format(path)
-    with pytest.raises(GapwatchError, match="no dict logged"):
-        load(path, fmt="hf-console-log")
+    evaluation = tmp_path / "eval.log"
+    evaluation.write_text("Running loglikelihood requests\n"
+                          + "".join(f"\r{n}%|##| {n}/100 [00:01<00:05,  5.69it/s]" for n in range(101))
+                          + "\n{'model': 'gpt2', 'epoch': 'best'}\n{'results': {'arc_easy': 0.5}}\n")
+    # A loop of one's own: a bar over each epoch's batches, its own dict after each epoch.
+    loop = tmp_path / "loop.log"
+    loop.write_text("".join("".join(f"\r{n}%|##| {n}/100 [00:01<00:05,  5.69it/s]" for n in range(101))
+                            + f"\n{{'epoch': {e}, 'loss': {3 - e / 10}}}\n" for e in range(5)))
+    for path in (evaluation, loop):
+        with pytest.raises(GapwatchError, match="unrecognised format"):
+            detect_format(path)
+        with pytest.raises(GapwatchError, match="no dict logged"):
+            load(path, fmt="hf-console-log")
 
 
 def test_numbers_as_transformers_4_prints_them_and_a_value_that_is_no_number(tmp_path):
     path = tmp_path / "train.log"
     path.write_text("\r  0%|  | 0/10 [00:00<?, ?it/s]\r 50%|# | 5/10 [00:01<00:01, 5.0it/s]\r"
-                    "{'loss': '3.9', 'router': 'n/a', 'epoch': '0.5'}\n\r 50%|# | 5/10 [00:01<00:01, 5.0it/s]"
+                    "{'loss': '3.9', 'router': 'n/a', 'learning_rate': '1e-05', 'epoch': '0.5'}\n\r 50%|# | 5/10 [00:01<00:01, 5.0it/s]"
                     "\r{'loss': 3.8123456789, 'learning_rate': 9.3e-05, 'epoch': 0.6}\n"
                     "\r 60%|# | 6/10 [00:01<00:01, 5.0it/s]\n")
     run = load(path)
     assert _values(run, schema.TRAIN_LOSS) == {5: 3.9, 6: 3.8123456789}
-    assert _values(run, schema.OPTIM_LR) == {6: 9.3e-05}
+    assert _values(run, schema.OPTIM_LR) == {5: 1e-05, 6: 9.3e-05}
     assert any("router: value 'n/a' (line 4) is not a number: left out" in n for n in run.notes)
