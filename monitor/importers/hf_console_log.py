@@ -45,7 +45,7 @@ from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .hf_trainer_state import source_name
 from .imported_run import ImportedRun
-from .input_checks import printed_number
+from .input_checks import printed_number, step_digits
 from .line_tail import LineParser, read_whole, tail_of
 
 _ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -75,7 +75,7 @@ class _Parser(LineParser):
     def feed(self, number: int, line: str) -> None:
         bar = _BAR.search(line)
         if bar is not None and _CURSOR_UP not in line:
-            self._bar(number, int(bar.group(1)), int(bar.group(2)))
+            self._bar(number, step_digits(bar.group(1), f"{self.source}: line {number}"), int(bar.group(2)))
             return
         logged = _logged_dict(_ESCAPE.sub("", line).strip())
         if logged is not None:
