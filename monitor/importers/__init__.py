@@ -116,9 +116,10 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
         _check_history_rows(raw)
     names = [str(n) for n in raw.scalars["key"].unique().tolist()]
     axis = None
-    trainer_key = step_key or marked_step_key(names)
-    if form.steps == "rows" or wandb_rows or (trainer_key and form.steps == "asked"):
-        axis = choose_step_key(names, trainer_key, raw.source, raw.step_key)
+    # A source with steps of its own is put on a trainer's step only when one is named or marked.
+    asked = form.steps == "asked" and (step_key or marked_step_key(names))
+    if form.steps == "rows" or wandb_rows or asked:
+        axis = choose_step_key(names, step_key, raw.source, raw.step_key)
         if axis is not None:
             logged = raw.scalars.loc[raw.scalars["key"] == axis, "value"]
             axis_rows = pd.DataFrame({"key": axis, "step": logged.to_numpy(dtype="int64")})

@@ -233,12 +233,15 @@ def _without_unfinished_step(folder: Path, order: np.ndarray, steps: np.ndarray,
     that finds the step whole, so a folder read mid-step and read again stores its rows once, in
     the order a whole read gives them."""
     last = attempts[order] == attempts[order[-1]]
-    tail = order[last]
-    distinct = np.unique(steps[tail])
+    # Rows are in step order, a row a series a step: the last three steps' rows are among the
+    # last three rows a series (a step written twice only leaves fewer steps in them, and then
+    # nothing is left out).
+    recent = order[last][-3 * len(logged):]
+    distinct = np.unique(steps[recent])
     if len(distinct) < 3:
         return order
     before, just_before, final = distinct[-3:]
-    at = {step: set(codes[tail][steps[tail] == step].tolist()) for step in (before, just_before, final)}
+    at = {step: set(codes[recent][steps[recent] == step].tolist()) for step in (before, just_before, final)}
     missing = (at[before] & at[just_before]) - at[final]
     if not missing:
         return order

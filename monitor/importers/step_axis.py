@@ -86,9 +86,10 @@ def _parquet_row_counter(path) -> bool:
 
 
 def choose_step_key(names, wanted: str | None = None, source: str = "", declared: str | None = None) -> str | None:
-    """The key that holds the trainer's step: `wanted` (an error when the run lacks it), else the
-    one the run `declared` (ImportedRun.step_key) when it logs it, else the first of STEP_KEYS
-    among names, else None (the source's own step stays the axis)."""
+    """The key that holds the trainer's step: `wanted` (an error when the run lacks it), else a
+    marked trainer's (`profiles.marked_step_key`), else the one the run `declared`
+    (ImportedRun.step_key) when it logs it, else the first of STEP_KEYS among names, else None
+    (the source's own step stays the axis)."""
     names = set(map(str, names))
     if wanted:
         if wanted not in names:
@@ -96,6 +97,9 @@ def choose_step_key(names, wanted: str | None = None, source: str = "", declared
             raise GapwatchError(f"{source or 'input'}: step key {wanted!r} is not logged in this "
                                 f"run (it logs {shown})")
         return wanted
+    marked = marked_step_key(names)
+    if marked:
+        return marked
     if declared in names:
         return declared
     return next((k for k in STEP_KEYS if k in names), None)
@@ -208,8 +212,7 @@ class StepAxisInParts:
             return run
         if not self.decided:
             names = [str(n) for n in pd.unique(run.scalars["key"])]
-            self.key = choose_step_key(names, self.wanted or marked_step_key(names), run.source,
-                                       run.step_key)
+            self.key = choose_step_key(names, self.wanted, run.source, run.step_key)
             self.decided = True
         if self.key is None:
             return run

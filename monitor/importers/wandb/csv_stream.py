@@ -38,7 +38,6 @@ from ..imported_run import scalars_frame
 from ..input_checks import cut, shown, unfit_literal, unnamed_columns
 from ..logged_rows import SeriesAttempts
 from ..name_codes import NameCodes
-from ..profiles import marked_step_key
 from ..step_axis import choose_step_key
 from ..table_stream import CHUNK_ROWS, _Rows, step_chunks
 from .csv_export import separator
@@ -83,7 +82,7 @@ class WandbCsvStream:
             raise GapwatchError(f"{self.path}: column {dup!r} appears twice")
         unnamed, note = unnamed_columns(self.path, self.columns)
         others = [c for c in self.columns if c != ROW_STEP]
-        self.step_key = choose_step_key(others, step_key or marked_step_key(others), self.source)
+        self.step_key = choose_step_key(others, step_key, self.source)
         self.metrics = [c for i, c in enumerate(self.columns)
                         if not c.startswith("_") and c != self.step_key and i not in unnamed]
         self._unnamed_note = note

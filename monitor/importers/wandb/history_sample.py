@@ -31,10 +31,9 @@ class HistorySample:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.gaps: Counter[int] = Counter()
-        self.rows = 0
+        self.gaps: Counter[int] = Counter()  # rows by the `_step` gap from the row before them
+        self.first: int | None = None
         self.last: int | None = None
-        self.span: list[int] = []
 
     def add(self, row_steps: np.ndarray) -> None:
         """The `_step` of the next values or rows (a row's values repeat its step); a step that
@@ -51,21 +50,24 @@ class HistorySample:
         gaps = gaps[gaps != 0]  # a row's further values, not a new row
         values, counts = np.unique(gaps, return_counts=True)
         self.gaps.update(dict(zip(values.tolist(), counts.tolist())))
-        self.rows = sum(self.gaps.values()) + 1
+        self.first = int(steps[0]) if self.first is None else self.first
         self.last = int(steps[-1])
-        self.span = [int(steps[0]) if not self.span else self.span[0], self.last]
+
+    @property
+    def rows(self) -> int:
+        return sum(self.gaps.values()) + (self.first is not None)
 
     def looks_sampled(self) -> bool:
         if self.rows < MIN_ROWS:
             return False
-        return max(self.gaps.values()) * 2 < sum(self.gaps.values())
+        return max(self.gaps.values()) * 2 < self.rows - 1
 
     def note(self) -> str | None:
         """A note saying the rows look like a sample, else None."""
         if not self.looks_sampled():
             return None
         return (f"{self.source}: {self.rows:,} rows whose W&B _step skips irregularly over "
-                f"{self.span[0]:,}..{self.span[1]:,}: this looks like a sample of the run's "
+                f"{self.first:,}..{self.last:,}: this looks like a sample of the run's "
                 f"history, not every row; {ADVICE}")
 
 
