@@ -15,7 +15,7 @@ checkpoint folder or an output folder of them), `llmc-log` (llm.c, modded-nanogp
 metaseq's stdout logs), `composer-log` (MosaicML Composer's console log, llm-foundry's), `olmo-core-log` (an OLMo-core run's console log),
 `torchtitan-log` and `maxtext-log` (torchtitan's and MaxText's console logs), `hf-console-log`
 (the Hugging Face Trainer's console output, its progress bar and logged dicts),
-`deepspeed-csv` (the folder DeepSpeed's CSV monitor writes),
+`deepspeed-csv` (the folder DeepSpeed's CSV monitor writes), `lingua` (the dump folder of a lingua job),
 `gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).
 """
 
@@ -28,7 +28,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from . import composer_log, deepspeed_csv, fairseq_log, generic_table, hf_console_log, hf_trainer_state, lm_eval_json, maxtext_log, megatron_log, mlflow_runs, olmo_core_log, run_export, sample_steps, tensorboard_events, text_logs, torchtitan_log, wandb
+from . import composer_log, deepspeed_csv, fairseq_log, generic_table, hf_console_log, hf_trainer_state, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_runs, olmo_core_log, run_export, sample_steps, tensorboard_events, text_logs, torchtitan_log, wandb
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
@@ -44,7 +44,7 @@ from .wandb.history_sample import HistorySample
 # A folder of CSV files is Lightning's CSVLogger's before it is DeepSpeed's, and DeepSpeed's before lm-eval's
 # (which takes any folder with a JSON file in it).
 FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, tensorboard_events.FORMAT, run_export.FORMAT,
-           csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
+           csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lingua_dump.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
            composer_log.FORMAT, olmo_core_log.FORMAT, text_logs.FORMAT,
            megatron_log.FORMAT, torchtitan_log.FORMAT, maxtext_log.FORMAT, hf_console_log.FORMAT, generic_table.JSONL]
 

@@ -8,6 +8,7 @@ lines: the attempt and last step (`LoggedRows`), names seen, text values left ou
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 
 from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
@@ -19,7 +20,8 @@ from .profiles import marked_step_key
 STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
 KEY_FIELDS = ("key", "metric", "name")
 LONG_VALUE_FIELD = "value"
-TIME_FIELDS = ("wall_time", "_timestamp", "timestamp", "time")
+# A line's wall time: seconds since the epoch, or ISO 8601 text (lingua's `created_at`).
+TIME_FIELDS = ("wall_time", "_timestamp", "timestamp", "time", "created_at")
 NESTED_SEP = "/"
 # Limits that turn a pathological file into one clear line instead of minutes of work or a
 # RecursionError: no trainer logs 10,000 metrics, nor names of 32 nested parts.
@@ -97,6 +99,8 @@ class RowBuilder:
         for f in TIME_FIELDS:
             if f in obj:
                 value = self._checked(number, f, obj[f], from_csv=isinstance(obj[f], str))
+                if value is None:
+                    value = iso_seconds(obj[f])
                 if value is not None and math.isfinite(value):
                     self.any_time = True
                     return value
@@ -148,6 +152,20 @@ def _flatten(obj: dict, prefix: str = "", depth: int = 1):
             yield from _flatten(value, full + NESTED_SEP, depth + 1)
         else:
             yield full, value
+
+
+def iso_seconds(raw) -> float | None:
+    """Seconds since the epoch of a time written as ISO 8601 text ("2024-11-01T12:00:00.5+00:00")
+    or read as a datetime (a Parquet timestamp); one without an offset is UTC, as
+    `datetime.utcnow().isoformat()` writes it. None for anything else."""
+    if isinstance(raw, str):
+        try:
+            raw = datetime.fromisoformat(raw.strip())
+        except ValueError:
+            return None
+    if not isinstance(raw, datetime):
+        return None
+    return (raw if raw.tzinfo else raw.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _whole(raw) -> int | None:

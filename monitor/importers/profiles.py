@@ -15,8 +15,8 @@ names them), `nanogpt` (the W&B keys nanoGPT's train.py logs), `hf` (Hugging Fac
 keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Megatron-LM),
 `composer` (MosaicML Composer, llm-foundry), `nemo` (NVIDIA NeMo), `fairseq` (fairseq and
 metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor), `litgpt` (LitGPT, on its
-optimizer step: `marked_step_key`) and `llamafactory` (LLaMA-Factory's trainer_log.jsonl, on its
-`current_steps`). `detect_profile` picks the profile whose own rules explain the
+optimizer step: `marked_step_key`), `llamafactory` (LLaMA-Factory's trainer_log.jsonl, on its
+`current_steps`) and `lingua` (Meta's lingua). `detect_profile` picks the profile whose own rules explain the
 most source names, less those the data contradicts (`monitor.importers.meaning`). A user profile
 named like a built-in one with `extends:` its own name overrides single mappings of it. Users add
 or replace profiles in a YAML file:
@@ -448,9 +448,42 @@ LLAMAFACTORY = Profile(
     ),
 )
 
+# lingua's train.py logs its MetricLogger's names to metrics.jsonl and to W&B; monitor.importers.
+# lingua_dump reads its evaluation files' names under validation/ and evals/.
+LINGUA = Profile(
+    name="lingua",
+    description="Meta's lingua (its dump folder's metrics.jsonl, metrics.validation.jsonl and metrics.eval.jsonl, "
+                "and its W&B runs): loss/out, optim/*, speed/*, memory/*",
+    step_key="global_step",
+    marker=r"loss/out",
+    rules=(
+        # The last micro-batch's loss of the optimizer step, averaged over the ranks.
+        Rule(r"loss/out", "train/loss"),
+        Rule(r"acc_step", None),  # the micro-batch within the step at logging: 0 unless asked
+        Rule(r"optim/grad_norm", "train/grad_norm"),
+        Rule(r"optim/total_tokens", "train/tokens"),
+        # One rank's tokens since the last log over the time since it (a tensor-parallel group
+        # counted once), and that times the model's FLOPs per token.
+        Rule(r"speed/wps", "perf/device_tokens_per_s"),
+        Rule(r"speed/FLOPS", "perf/device_tflops_per_s", 1e-12),
+        Rule(r"speed/curr_iter_time", "perf/iter_time_s"),  # the last micro-batch's, not the step's
+        Rule(r"speed/data_load_time", "perf/data_load_s"),
+        Rule(r"memory/power_draw", "system/gpu_power_w", 1e-3),  # torch.cuda.power_draw(): milliwatts
+        # Per held-out source: the mean loss of a token; per character; a sequence's summed loss.
+        Rule(r"validation/(?P<set>[^/]+)/nll_per_token", "eval/heldout/{set}/loss"),
+        Rule(r"validation/(?P<set>[^/]+)/(?P<stat>[^/]+)", "validation/{set}/{stat}"),
+        # lm-eval's results: `<metric>,<filter>`, `none` when the task filters nothing.
+        Rule(r"evals/(?P<task>[^/]+)/(?P<metric>[^/,]+)_stderr,none", "eval/downstream/{task}/{metric}/stderr"),
+        Rule(r"evals/(?P<task>[^/]+)/(?P<metric>[^/,]+),none", "eval/downstream/{task}/{metric}"),
+        Rule(r"evals/(?P<task>[^/]+)/(?P<metric>[^/,]+)_stderr,(?P<filter>[^/]+)",
+             "eval/downstream/{task}/{metric}_{filter}/stderr"),
+        Rule(r"evals/(?P<task>[^/]+)/(?P<metric>[^/,]+),(?P<filter>[^/]+)", "eval/downstream/{task}/{metric}_{filter}"),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY)
+                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, LINGUA)
 }
 
 

@@ -421,7 +421,8 @@ class TableStream:
         anything else left out and counted); else row by row, which says what is wrong."""
         by_name = dict(parquet_table.columns(batch))
         numeric = [n for n, c in by_name.items() if parquet_table.is_numeric(c)]
-        if step_field(numeric, self.step_key) == step_field(list(by_name), self.step_key):
+        times_read = all(n in numeric for n in TIME_FIELDS if n in by_name)  # else: a timestamp column
+        if times_read and step_field(numeric, self.step_key) == step_field(list(by_name), self.step_key):
             fast = self._plain(numeric, parquet_table.whole_steps, by_name.__getitem__,
                                lambda name, strict: _arrow_values(by_name[name]), first_row)
             if fast is not None:
@@ -504,9 +505,12 @@ class TableStream:
         for f in reversed(TIME_FIELDS):
             if f in names:
                 try:
-                    got, logged = read(f, False)
+                    got = read(f, True)
                 except UnfitNumber:
                     return None
+                if got is None:
+                    return None  # a time written as text: read line by line (generic_rows)
+                got, logged = got
                 ok = logged & np.isfinite(got)
                 walls[ok] = got[ok]
         metric_names = [n for n in names if n != field and n not in TIME_FIELDS]

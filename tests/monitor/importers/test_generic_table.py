@@ -43,6 +43,27 @@ def test_wide_jsonl_with_nested_values_nan_and_text(tmp_path):
     assert run.scalars["wall_time"].iloc[0] == 1.7e9
 
 
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
+def test_a_wall_time_written_as_iso_8601_text(tmp_path, suffix):
+    """lingua's `created_at` (and a `timestamp` of many loggers) is text; one without an offset is
+    UTC, as `datetime.utcnow().isoformat()` writes it. Read a block at a time or line by line, the
+    same seconds; before, the times were lost (and the CSV's counted as left-out text)."""
+    import pandas as pd
+
+    rows = [{"step": 1, "loss": 2.0, "created_at": "2026-12-01T00:00:05+00:00"},
+            {"step": 2, "loss": 1.9, "created_at": "2026-12-01T00:00:10.5"},
+            {"step": 3, "loss": 1.8, "created_at": "2026-12-01T02:00:10.5+02:00"}]
+    path = tmp_path / f"m.{suffix}"
+    if suffix == "parquet":
+        pd.DataFrame(rows).to_parquet(path)
+    else:
+        _log(path, rows, ["step", "loss", "created_at"])
+    run = load(path)
+    start = 1_796_083_200  # 2026-12-01T00:00:00Z
+    assert run.scalars["wall_time"].tolist() == [start + 5, start + 10.5, start + 10.5]
+    assert not run.notes
+
+
 def test_long_jsonl_and_restart(tmp_path):
     path = _jsonl(tmp_path / "long.jsonl", [
         {"step": 5, "key": "train/loss", "value": 2.0},

@@ -10,6 +10,8 @@ import pytest
 from monitor.errors import GapwatchError
 from monitor.importers import detect_format, load
 
+from .lm_eval_tiny import tiny_results
+
 LAMBADA_PPL = "eval/downstream/lambada_openai/ppl"
 
 
@@ -84,38 +86,9 @@ def test_broken_json_names_the_line(tmp_path):
 
 
 def test_results_written_by_the_real_harness(tmp_path):
-    from lm_eval import simple_evaluate
-    from lm_eval.api.model import LM
     from lm_eval.loggers import EvaluationTracker
-    from lm_eval.tasks import TaskManager
 
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"q": f"q{i}", "a": i % 2}) + "\n" for i in range(8)))
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "tiny.yaml").write_text(
-        "task: tiny_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
-        f"    test: {data}\ntest_split: test\noutput_type: multiple_choice\n"
-        'doc_to_text: "{{q}}"\ndoc_to_choice: ["no", "yes"]\ndoc_to_target: a\n'
-        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
-    )
-
-    class AlwaysYes(LM):
-        """Scores "yes" above "no" on every question: accuracy = share of "yes" answers."""
-
-        def loglikelihood(self, requests):
-            return [(-1.0 if r.args[1].strip() == "yes" else -2.0, False) for r in requests]
-
-        def loglikelihood_rolling(self, requests):
-            raise AssertionError("not used by a multiple-choice task")
-
-        def generate_until(self, requests):
-            raise AssertionError("not used by a multiple-choice task")
-
-    results = simple_evaluate(model=AlwaysYes(), tasks=["tiny_choice"],
-                              task_manager=TaskManager(include_path=str(tasks),
-                                                       include_defaults=False),
-                              model_args="pretrained=tiny,revision=step1200")
+    results = tiny_results(tmp_path, model_args="pretrained=tiny,revision=step1200")
     tracker = EvaluationTracker(output_path=str(tmp_path / "out"))
     tracker.save_results_aggregated(results=results, samples=None)
     (written,) = (tmp_path / "out").rglob("results_*.json")

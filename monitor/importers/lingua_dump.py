@@ -1,0 +1,103 @@
+"""Meta's lingua: the folder a training job dumps (`dump_dir`), read as one run.
+
+lingua writes three JSON Lines files there, each line carrying the `global_step` it belongs to:
+
+* `metrics.jsonl`: its MetricLogger appends one line per log interval while training (the names of
+  the `lingua` profile: `loss/out`, `optim/*`, `speed/*`, `memory/*`). A job requeued after a
+  preemption resumes from its last checkpoint and appends steps it logged already: a restart.
+* `metrics.validation.jsonl`: one line per evaluation, a mapping per held-out source
+  (`{"c4": {"nll_per_token": ..., "nll_per_char": ..., "nll": ..., "avg_seqlen": ...}}`).
+* `metrics.eval.jsonl`: one line per evaluation, lm-eval's `results` (`{"hellaswag":
+  {"acc,none": ..., "acc_stderr,none": ...}}`).
+
+The evaluation files' names are read under `validation/` and `evals/` (the profile's rules tell
+them apart from the training names). Evaluations run as jobs of their own (`async_eval_gpus`), so
+they may finish, and be appended, out of step order: there a lower step is no restart, and of a
+step evaluated twice the line written last wins. An evaluation file may also be imported alone.
+
+Every line carries the time it was written (`created_at`), and the rows of the three files are
+given in that order: a folder read again while the job runs has only rows after the ones read
+before (the import takes up where it stopped, `store_writer`), wherever in its files they were
+appended. Without those times the files are given one after the other, and a folder whose
+training file grew since an import is refused as changed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from monitor.errors import GapwatchError
+
+from .formats import Format, Probe
+from .generic_table import parse_jsonl
+from .imported_run import ImportedRun, scalars_frame
+
+TRAIN_FILE = "metrics.jsonl"
+EVAL_FILES = {"metrics.validation.jsonl": "validation/", "metrics.eval.jsonl": "evals/"}
+STEP = "global_step"
+# Fields of lingua's MetricLogger lines that a generic metrics.jsonl seldom has together.
+_TRAIN_MARKS = (STEP, "acc_step")
+
+
+def _first_object(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            obj = json.loads(fh.readline())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def recognize(probe: Probe) -> bool:
+    """A dump folder whose metrics.jsonl is lingua's, or one of its evaluation files."""
+    if probe.is_dir:
+        return all(k in _first_object(probe.path / TRAIN_FILE) for k in _TRAIN_MARKS)
+    return probe.path.name in EVAL_FILES and STEP in _first_object(probe.path)
+
+
+def parse_lingua(source: str | Path, step_key: str | None = None) -> ImportedRun:
+    """A dump folder (training and evaluation files as one run), or one evaluation file."""
+    path = Path(source)
+    if not path.is_dir():
+        run = _evaluations(path, step_key)
+        run.name_hint = path.parent.name or run.name_hint
+        return run
+    run = parse_jsonl(path / TRAIN_FILE, step_key=step_key or STEP)
+    parts = [run.scalars] + [_evaluations(path / name, step_key).scalars
+                             for name in EVAL_FILES if (path / name).is_file()]
+    evals = [p for p in parts[1:] if len(p)]
+    notes = list(run.notes)
+    if not evals:
+        notes.append(f"{path}: no evaluation files ({', '.join(EVAL_FILES)}): training values only")
+    scalars = pd.concat([run.scalars, *evals], ignore_index=True) if evals else run.scalars
+    return ImportedRun(name_hint=path.name, scalars=_in_written_order(scalars), events=run.events,
+                       source=str(path), notes=notes)
+
+
+def _in_written_order(scalars: pd.DataFrame) -> pd.DataFrame:
+    """Rows by the time their line was written, those of one time in file order (module rules)."""
+    if "wall_time" not in scalars or not np.isfinite(scalars["wall_time"].to_numpy()).all():
+        return scalars
+    order = np.argsort(scalars["wall_time"].to_numpy(), kind="stable")
+    return scalars.iloc[order].reset_index(drop=True)
+
+
+def _evaluations(path: Path, step_key: str | None) -> ImportedRun:
+    """One evaluation file, its names under its prefix, every line in one attempt (module rules)."""
+    if path.name not in EVAL_FILES:
+        raise GapwatchError(f"{path}: not one of lingua's evaluation files ({', '.join(EVAL_FILES)})")
+    run = parse_jsonl(path, step_key=step_key or STEP)
+    s = run.scalars
+    keys = EVAL_FILES[path.name] + s["key"].astype(str)
+    run.scalars = scalars_frame(s["step"].to_numpy(), keys.to_numpy(), s["value"].to_numpy(),
+                                wall_time=s["wall_time"].to_numpy() if "wall_time" in s else None)
+    run.events = []
+    return run
+
+
+FORMAT = Format("lingua", lambda source, options: parse_lingua(source, step_key=options.step_key),
+                recognize, profile="lingua")
