@@ -8,6 +8,7 @@ lines: the attempt and last step (`LoggedRows`), names seen, text values left ou
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 
 from monitor.errors import GapwatchError
@@ -37,6 +38,8 @@ def step_field(fields, step_key: str | None) -> str | None:
         return step_key if step_key in fields else None
     return next((f for f in STEP_FIELDS if f in fields), None) or marked_step_key(fields)
 
+
+_PROGRESS = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
 
 # Fields that count something else than steps in most logs (Keras' CSVLogger counts epochs), but
 # may be what a user's log counts steps by: named in the error, never taken unasked.
@@ -84,6 +87,8 @@ class RowBuilder:
     def _step(self, number: int, field: str, raw) -> int:
         try:
             step = _whole(raw)
+            if step is None:
+                step = _progress_step(raw)
         except UnfitNumber:
             step = MAX_STEP + 1  # beyond even a float: said below as beyond the largest step
         if step is None or step < 0:
@@ -166,6 +171,13 @@ def iso_seconds(raw) -> float | None:
     if not isinstance(raw, datetime):
         return None
     return (raw if raw.tzinfo else raw.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _progress_step(raw) -> int | None:
+    """The steps done of a progress written as text, "done/planned" (ms-swift's
+    `global_step/max_steps`: "340/9060"); None for anything else."""
+    m = _PROGRESS.fullmatch(raw) if isinstance(raw, str) else None
+    return int(m.group(1)) if m and int(m.group(1)) <= int(m.group(2)) else None
 
 
 def _whole(raw) -> int | None:

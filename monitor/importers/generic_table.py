@@ -7,7 +7,8 @@ Two shapes, told apart by their fields:
   become `optim/lr`), or a CSV with a step column and one column per metric.
 
 The step field is the profile's `step_key` when it has one, else the first of `step`, `_step`,
-`global_step`, `iteration`, `iter`, `trainer/global_step` that the file has.
+`global_step`, `iteration`, `iter`, `trainer/global_step` that the file has. A step written as
+progress text, `done/planned` (ms-swift's "340/9060"), is the steps done.
 
 Rules (the same as for text logs, since these are appended by a running trainer):
 * null or empty is "not logged"; NaN and Infinity (JSON's non-standard spellings and CSV's) are

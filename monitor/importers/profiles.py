@@ -16,7 +16,8 @@ keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Mega
 `composer` (MosaicML Composer, llm-foundry), `nemo` (NVIDIA NeMo), `fairseq` (fairseq and
 metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor), `litgpt` (LitGPT, on its
 optimizer step: `marked_step_key`), `llamafactory` (LLaMA-Factory's trainer_log.jsonl, on its
-`current_steps`) and `lingua` (Meta's lingua). `detect_profile` picks the profile whose own rules explain the
+`current_steps`), `swift` (ms-swift's logging.jsonl, on its `global_step/max_steps`) and `lingua`
+(Meta's lingua). `detect_profile` picks the profile whose own rules explain the
 most source names, less those the data contradicts (`monitor.importers.meaning`). A user profile
 named like a built-in one with `extends:` its own name overrides single mappings of it. Users add
 or replace profiles in a YAML file:
@@ -448,6 +449,33 @@ LLAMAFACTORY = Profile(
     ),
 )
 
+# ms-swift (ModelScope) runs the Hugging Face Trainer and appends each of its logs to
+# logging.jsonl, with the step as progress text.
+SWIFT = Profile(
+    name="swift",
+    description="ms-swift's logging.jsonl (its callback's copy of each Trainer log): loss, eval_loss, "
+                "token_acc, memory(GiB), the step as global_step/max_steps (\"340/9060\")",
+    step_key="global_step/max_steps",
+    # The step field on every line (for the step), a series of its own (for detection, which
+    # sees the series, not the step field).
+    marker=r"global_step/max_steps|train_speed\(iter/s\)",
+    rules=(
+        Rule(r"loss", "train/loss"),
+        Rule(r"token_acc", "train/token_acc"),
+        Rule(r"grad_norm", "train/grad_norm"),
+        Rule(r"learning_rate", "optim/lr"),
+        Rule(r"epoch", "train/epoch"),
+        Rule(r"eval_loss", "eval/heldout/eval/loss"),
+        Rule(r"eval_token_acc", "eval/heldout/eval/token_acc"),
+        Rule(r"memory\(GiB\)", "system/max_memory_gib"),  # the most CUDA memory held so far
+        # Steps over the time since the start: a mean, which a stall barely moves.
+        Rule(r"train_speed\(iter/s\)", "perf/mean_steps_per_s"),
+        # The run's and each evaluation's totals, and the share done and the clock as text.
+        Rule(r"(eval|train)_(runtime|samples_per_second|steps_per_second)|train_loss|total_flos", None),
+        Rule(r"percentage|elapsed_time|remaining_time", None),
+    ),
+)
+
 # lingua's train.py logs its MetricLogger's names to metrics.jsonl and to W&B; monitor.importers.
 # lingua_dump reads its evaluation files' names under validation/ and evals/.
 LINGUA = Profile(
@@ -483,7 +511,7 @@ LINGUA = Profile(
 
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, LINGUA)
+                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA)
 }
 
 

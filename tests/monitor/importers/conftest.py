@@ -38,3 +38,26 @@ def rich_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wandb_rich")
     run_writer(root, "rich", 60)
     return offline_run_dir(root)
+
+
+CONSOLE_WRITER = Path(__file__).with_name("hf_trainer_console.py")
+
+
+def trainer_console_log(root: Path, *flags: str) -> tuple[Path, list[dict]]:
+    """A real Trainer run (hf_trainer_console.py) with stdout and stderr in root/train.log, and
+    what its callbacks saw."""
+    import json
+
+    root.mkdir(parents=True)
+    log = root / "train.log"
+    with open(log, "wb") as out:
+        done = subprocess.run([sys.executable, str(CONSOLE_WRITER), str(root), *flags], stdout=out,
+                              stderr=subprocess.STDOUT, timeout=300)
+    assert done.returncode == 0, log.read_text()[-2000:]
+    return log, json.loads((root / "logged.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def trainer_console(tmp_path_factory):
+    """One real Trainer run shared by the tests of what it wrote: its console, ms-swift's log."""
+    return trainer_console_log(tmp_path_factory.mktemp("hf") / "bar")

@@ -4,9 +4,6 @@ on the step the Trainer logged it at, read against what its own callbacks saw.""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,23 +13,7 @@ from monitor.errors import GapwatchError
 from monitor.importers import detect_format, load
 from monitor.importers.hf_trainer_state import source_name
 
-WRITER = Path(__file__).with_name("hf_trainer_console.py")
-
-
-def _console(root: Path, *flags: str) -> tuple[Path, list[dict]]:
-    root.mkdir(parents=True)
-    log = root / "train.log"
-    with open(log, "wb") as out:
-        done = subprocess.run([sys.executable, str(WRITER), str(root), *flags], stdout=out,
-                              stderr=subprocess.STDOUT, timeout=300)
-    assert done.returncode == 0, log.read_text()[-2000:]
-    return log, json.loads((root / "logged.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def trainer_console(tmp_path_factory):
-    return _console(tmp_path_factory.mktemp("hf") / "bar")
-
+from .conftest import trainer_console_log
 
 def _values(run, key: str) -> dict[int, float]:
     return run.to_run_data("hf").series(key).dropna().to_dict()
@@ -83,7 +64,7 @@ def test_a_dict_whose_bar_is_not_drawn_yet_waits_with_a_note(trainer_console, tm
 
 def test_a_console_without_its_progress_bar_is_not_claimed(tmp_path):
     """disable_tqdm=True: the Trainer prints its dicts and no step; trainer_state.json has them."""
-    log, _ = _console(tmp_path / "no-bar", "--no-bar")
+    log, _ = trainer_console_log(tmp_path / "no-bar", "--no-bar")
     assert "{'loss'" in log.read_text()
     _not_claimed(log)
 
