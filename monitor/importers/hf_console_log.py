@@ -31,8 +31,9 @@ Rules:
   restart at the lower step (logged_rows.py).
 * Without the progress bar (`disable_tqdm=True`, or a process other than the main one) the log holds
   no step: such a file is not claimed; import the run's `trainer_state.json` instead.
-* The file is recognised by a logged dict and a training bar in its first 64 KB; a log whose first
-  dict comes later is imported with `--format hf-console-log`.
+* The file is recognised by a training bar in its first 64 KB and a logged dict in its first 4 MB
+  (the Trainer logs every 500 steps unless told otherwise, and redraws its bar up to once a step
+  until then); a log whose first dict comes later is imported with `--format hf-console-log`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import ast
 import re
 from pathlib import Path
 
-from .formats import Format
+from .formats import Format, Probe
 from .generic_table import JSONL_SUFFIXES
 from .hf_trainer_state import source_name
 from .imported_run import ImportedRun
@@ -54,11 +55,29 @@ _BAR = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _DICT = re.compile(r"^\{'[^']+': .*\}$")
 
 
-def sniff(head: str) -> bool:
-    """True if the first part of a file holds a training bar and a dict the Trainer logged."""
-    segments = re.split(r"[\r\n]", head)
-    bar = any(_BAR.search(s) and _CURSOR_UP not in s for s in segments)
-    return bar and any(_logged_dict(_ESCAPE.sub("", s).strip()) is not None for s in segments)
+# How far into a file detection looks for the first logged dict, once its first 64 KB show a bar.
+DICT_SEARCH_BYTES = 4 * 1024 * 1024
+
+
+def recognize(probe: Probe) -> bool:
+    """A training bar in the probe's head, and a dict the Trainer logged there or further on
+    (module rules)."""
+    head = re.split(r"[\r\n]", probe.head)
+    if probe.is_dir or probe.suffix in JSONL_SUFFIXES or not _has_bar(head):
+        return False
+    if _has_dict(head):
+        return True
+    with open(probe.path, "rb") as fh:
+        text = fh.read(DICT_SEARCH_BYTES).decode("utf-8", errors="replace")
+    return _has_dict(re.split(r"[\r\n]", text))
+
+
+def _has_bar(segments: list[str]) -> bool:
+    return any(_BAR.search(s) and _CURSOR_UP not in s for s in segments)
+
+
+def _has_dict(segments: list[str]) -> bool:
+    return any(_logged_dict(_ESCAPE.sub("", s).strip()) is not None for s in segments)
 
 
 def parse_hf_console_log(path: str | Path) -> ImportedRun:
@@ -123,6 +142,5 @@ def _logged_dict(text: str) -> dict | None:
     return {k: float(v) if isinstance(v, (int, float)) else v for k, v in logged.items()}
 
 
-FORMAT = Format("hf-console-log", lambda source, options: parse_hf_console_log(source),
-                lambda probe: probe.suffix not in JSONL_SUFFIXES and sniff(probe.head), profile="hf",
+FORMAT = Format("hf-console-log", lambda source, options: parse_hf_console_log(source), recognize, profile="hf",
                 tail=tail_of(_Parser))

@@ -62,6 +62,22 @@ def test_a_dict_whose_bar_is_not_drawn_yet_waits_with_a_note(trainer_console, tm
     assert any("1 logged dict(s) after the last progress bar" in n for n in run.notes)
 
 
+def test_a_first_dict_beyond_the_first_64_kb_is_found(trainer_console, tmp_path):
+    """The Trainer logs every 500 steps by default and redraws its bar up to ten times a second
+    until then: here 2,000 drawings come before the first dict. Before, such a log was unrecognised
+    unless imported with --format hf-console-log."""
+    log, _ = trainer_console
+    text = log.read_bytes()
+    first_bar = text.index(b"/60 [")
+    start = text.rindex(b"\r", 0, first_bar)
+    slow = b"".join(b"\r  0%%|          | 0/60 [00:%02d<?, ?it/s]" % (i % 60) for i in range(2000))
+    late = tmp_path / "late.log"
+    late.write_bytes(text[:start] + slow + text[start:])
+    assert text.index(b"{'loss'") < 64 * 1024 < late.read_bytes().index(b"{'loss'")
+    assert detect_format(late) == "hf-console-log"
+    assert _values(load(late), schema.TRAIN_LOSS).keys() == _values(load(log), schema.TRAIN_LOSS).keys()
+
+
 def test_a_console_without_its_progress_bar_is_not_claimed(tmp_path):
     """disable_tqdm=True: the Trainer prints its dicts and no step; trainer_state.json has them."""
     log, _ = trainer_console_log(tmp_path / "no-bar", "--no-bar")
