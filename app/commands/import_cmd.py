@@ -15,7 +15,8 @@ MAPPING_ROWS_SHOWN = 20
 # (tests/monitor/importers/test_import_cmd.py holds the two lists alike).
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
                "hf-trainer-state, mlflow, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
-               "torchtitan-log, maxtext-log, hf-console-log, deepspeed-csv, lingua, gapwatch-export (default: detected)")
+               "torchtitan-log, maxtext-log, hf-console-log, deepspeed-csv, lingua, tensorboard-export, gapwatch-export "
+               "(default: detected)")
 # The hosts of W&B's cloud app, whose run pages are https://wandb.ai/<entity>/<project>/runs/<id>.
 WANDB_APP_HOSTS = ("wandb.ai", "www.wandb.ai")
 
@@ -40,10 +41,11 @@ def register(subparsers) -> None:
     parser.add_argument("--run", metavar="NAME",
                         help="run name in the store (default: the name the source gives it: a "
                         "W&B run's display name, a TensorBoard run's folder, a file's stem); for "
-                        "a W&B panel export of several runs, the run (column prefix) to import, "
-                        "stored under that name")
+                        "a W&B panel export or a folder of TensorBoard downloads of several runs, "
+                        "the run (column prefix, run-NAME-tag-...) to import, stored under that name")
     parser.add_argument("--all-runs", action="store_true",
-                        help="import every run of a W&B panel export, each under its own name")
+                        help="import every run of a W&B panel export or a folder of TensorBoard "
+                        "downloads, each under its own name")
     parser.add_argument("--dry-run", action="store_true",
                         help="print how the source's keys would map (key, metric, cadence, "
                         "count, why) and store nothing")
@@ -86,10 +88,9 @@ def run(args: argparse.Namespace) -> int:
 
     from app.heap import IMPORT_HEAP_BYTES, collect_less, keep_freed_memory
     from monitor.errors import GapwatchError
-    from monitor.importers import detect_format, load
+    from monitor.importers import detect_format, get_format, load
     from monitor.importers.meaning import format_table
     from monitor.importers.wandb.api import ApiConfig
-    from monitor.importers.wandb.csv_export import panel_runs
 
     if args.poll_interval <= 0:
         raise GapwatchError("--poll-interval must be positive")
@@ -107,17 +108,18 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.fmt or detect_format(args.source)
     load_kwargs = {"tokens_per_step": args.tokens_per_step, "profiles_file": args.profiles_file}
     write_kwargs = {"project": args.project, "reference_of": args.reference_of}
-    targets = _targets(args, fmt, panel_runs(args.source) if fmt == "wandb-csv" else [])
+    runs = get_format(fmt).runs
+    targets = _targets(args, fmt, runs(args.source) if runs else [])
     if args.dry_run:
-        for name, wandb_run in targets:
+        for name, source_run in targets:
             run = load(args.source, args.profile, fmt=fmt, step=args.step, api_config=api_config,
-                       step_key=args.step_key, wandb_run=wandb_run, **load_kwargs)
+                       step_key=args.step_key, source_run=source_run, **load_kwargs)
             if len(targets) > 1:
                 print(f"{name}:")
             print(format_table(run.mapping))
         return 0
-    for name, wandb_run in targets:
-        _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_config, console,
+    for name, source_run in targets:
+        _import_one(args, fmt, name, source_run, load_kwargs, write_kwargs, api_config, console,
                     table=len(targets) == 1)
     return 0
 
@@ -153,16 +155,17 @@ def web_source(source: str) -> str:
 
 
 def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str | None, str | None]]:
-    """(store run name or None for the source's own, panel run or None) of each run the command
-    imports; runs: the run names of a W&B panel export ([] for any other source)."""
+    """(store run name or None for the source's own, the source's run or None) of each run the
+    command imports; runs: the runs a source of several holds (`Format.runs`: a W&B panel export,
+    a folder of TensorBoard downloads; [] for any other source)."""
     from monitor.errors import GapwatchError
 
     if args.dry_run and not args.run and len(runs) > 1:
         return [(r, r) for r in runs]  # the mapping of every run the export holds
     if args.all_runs:
         if len(runs) < 2:
-            raise GapwatchError(f"--all-runs: {args.source} is not a W&B panel export of "
-                                "several runs; name the run with --run")
+            raise GapwatchError(f"--all-runs: {args.source} does not hold several runs (a W&B panel "
+                                "export, a folder of TensorBoard downloads); name the run with --run")
         return [(r, r) for r in runs]
     if len(runs) > 1 and args.run in runs:
         return [(args.run, args.run)]
@@ -171,7 +174,7 @@ def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str | None, str | No
     return [(args.run, None)]
 
 
-def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_config, console,
+def _import_one(args, fmt, name, source_run, load_kwargs, write_kwargs, api_config, console,
                 table: bool) -> None:
     """Import one run; table: print the mapping table before the summary line."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -185,7 +188,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
 
     from app.output import phases
 
-    if args.follow and wandb_run:
+    if args.follow and source_run:
         raise GapwatchError("import a panel export's runs without --follow")
     args = argparse.Namespace(**{**vars(args), "run": name})
     store = open_store(args.store)
@@ -212,7 +215,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
             return
         import_kwargs = {**load_kwargs, **write_kwargs, "fmt": fmt, "step": args.step,
                          "api_config": api_config, "step_key": args.step_key,
-                         "wandb_run": wandb_run}
+                         "source_run": source_run}
         if console.is_terminal:
             columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console, transient=True) as progress:
@@ -236,7 +239,7 @@ def _import_one(args, fmt, name, wandb_run, load_kwargs, write_kwargs, api_confi
 
                 # read and written chunk by chunk
                 streamed = (get_format(fmt).streamed
-                            or is_streamed_export(fmt, args.source, wandb_run))
+                            or is_streamed_export(fmt, args.source, source_run))
                 phase(f"importing {args.source} ({fmt})" + (f" as {args.run}" if args.run else "")
                       if streamed else f"reading {args.source} ({fmt})")
                 result, imported = import_source(store, args.run, args.source, args.profile,

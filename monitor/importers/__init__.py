@@ -16,6 +16,7 @@ metaseq's stdout logs), `composer-log` (MosaicML Composer's console log, llm-fou
 `torchtitan-log` and `maxtext-log` (torchtitan's and MaxText's console logs), `hf-console-log`
 (the Hugging Face Trainer's console output, its progress bar and logged dicts),
 `deepspeed-csv` (the folder DeepSpeed's CSV monitor writes), `lingua` (the dump folder of a lingua job),
+`tensorboard-export` (scalars downloaded from TensorBoard's page, a file or a folder of them),
 `gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).
 """
 
@@ -28,7 +29,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from . import composer_log, deepspeed_csv, fairseq_log, generic_table, hf_console_log, hf_trainer_state, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_runs, olmo_core_log, run_export, sample_steps, tensorboard_events, text_logs, torchtitan_log, wandb
+from . import composer_log, deepspeed_csv, fairseq_log, generic_table, hf_console_log, hf_trainer_state, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_runs, olmo_core_log, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
@@ -43,7 +44,7 @@ from .wandb.history_sample import HistorySample
 # hold TensorBoard files too (so may an MLflow run's artifacts), and a W&B export is a CSV before it is a generic one.
 # A folder of CSV files is Lightning's CSVLogger's before it is DeepSpeed's, and DeepSpeed's before lm-eval's
 # (which takes any folder with a JSON file in it).
-FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, tensorboard_events.FORMAT, run_export.FORMAT,
+FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
            csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lingua_dump.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
            composer_log.FORMAT, olmo_core_log.FORMAT, text_logs.FORMAT,
            megatron_log.FORMAT, torchtitan_log.FORMAT, maxtext_log.FORMAT, hf_console_log.FORMAT, generic_table.JSONL]
@@ -75,7 +76,7 @@ def detect_format(source: str | os.PathLike) -> str:
 def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
          fmt: str | None = None, tokens_per_step: float | None = None, step: int | None = None,
          profiles_file: str | os.PathLike | None = None, progress=None,
-         api_config=None, step_key: str | None = None, wandb_run: str | None = None
+         api_config=None, step_key: str | None = None, source_run: str | None = None
          ) -> ImportedRun:
     """Read one source into an ImportedRun with gapwatch metric keys.
 
@@ -88,7 +89,8 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     api_config: how a wandb:// source's server is reached (wandb.api.ApiConfig).
     step_key: the source key that holds the trainer's step (default: the profile's, else the
         first of `step_axis.STEP_KEYS` the run logs).
-    wandb_run: which run of a multi-run W&B panel export (a column prefix).
+    source_run: which run of a source that holds several (a W&B panel export's column prefix, a
+        folder of TensorBoard downloads' run).
     """
     form = get_format(fmt or detect_format(source))
     if not form.url_scheme:
@@ -101,7 +103,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     wandb_rows = form.streamed and is_wandb_history(source, form.name)
     raw = form.read(source, ReadOptions(
         tokens_per_step=tokens_per_step, step=step, progress=progress, api_config=api_config,
-        step_key=WANDB_ROW_KEY if wandb_rows else step_key, wandb_run=wandb_run))
+        step_key=WANDB_ROW_KEY if wandb_rows else step_key, source_run=source_run))
     if tokens_per_step is not None:
         raw.tokens_per_step = float(tokens_per_step)
     if not form.url_scheme:
@@ -155,7 +157,7 @@ def import_source(store, name: str | None, source: str | os.PathLike, profile: s
                   *, fmt: str | None = None, tokens_per_step: float | None = None,
                   step: int | None = None, profiles_file: str | os.PathLike | None = None,
                   api_config=None, project: str | None = None, reference_of: str | None = None,
-                  progress=None, step_key: str | None = None, wandb_run: str | None = None):
+                  progress=None, step_key: str | None = None, source_run: str | None = None):
     """Read `source` and write it into `store` as run `name`: (WriteResult, ImportSummary).
 
     name: None stores it under the name the source gives it (`ImportedRun.name_hint`: a W&B run's
@@ -168,7 +170,7 @@ def import_source(store, name: str | None, source: str | os.PathLike, profile: s
     from .table_import import ImportSummary, import_table
 
     fmt = fmt or detect_format(source)
-    if get_format(fmt).streamed or is_streamed_export(fmt, source, wandb_run):
+    if get_format(fmt).streamed or is_streamed_export(fmt, source, source_run):
         check_source(source)
         on_bytes = None if progress is None else (
             lambda done, total: progress("importing", done, total))
@@ -179,7 +181,7 @@ def import_source(store, name: str | None, source: str | os.PathLike, profile: s
     writing = None if progress is None else (lambda done, total: progress("writing", done, total))
     run = load(source, profile, fmt=fmt, tokens_per_step=tokens_per_step, step=step,
                profiles_file=profiles_file, progress=reading, api_config=api_config,
-               step_key=step_key, wandb_run=wandb_run)
+               step_key=step_key, source_run=source_run)
     if run.scalars.empty:
         raise GapwatchError(f"{run.source}: no values to import ({'; '.join(run.notes) or 'none logged'})")
     name = name or run.name_hint
@@ -191,10 +193,10 @@ def import_source(store, name: str | None, source: str | os.PathLike, profile: s
                                  crashed=run.crashed, mapping=run.mapping)
 
 
-def is_streamed_export(fmt: str, source, wandb_run: str | None = None) -> bool:
+def is_streamed_export(fmt: str, source, source_run: str | None = None) -> bool:
     """A W&B history export (`_step`, no run-name prefixes): imported chunk by chunk, as a generic
     log is (`wandb.csv_stream`)."""
-    if fmt != "wandb-csv" or wandb_run is not None:
+    if fmt != "wandb-csv" or source_run is not None:
         return False
     from .wandb.csv_stream import streamable
 

@@ -29,7 +29,8 @@ class ReadOptions:
     step_key: str | None = None
     progress: Callable[[int, int], None] | None = None
     api_config: Any = None
-    wandb_run: str | None = None
+    source_run: str | None = None
+    """Which run of a source that holds several (`Format.runs`)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ class Format:
     tail: for `import --follow`, a reader of the source (source -> object whose `read()` returns
         an ImportedRun of the rows added since its last read), so that a growing source is not
         read again from its start at every poll; None: read whole each poll.
+    runs: for a source that may hold several runs (a W&B panel export), the runs it holds; the
+        reader reads the one `ReadOptions.source_run` names.
     steps: "own" (the reader puts rows on the trainer's step, taking `step_key` if it can),
         "rows" (its steps count rows: the trainer's step key is chosen from its names after
         reading), "asked" (its own steps, unless a step key is named).
@@ -88,6 +91,7 @@ class Format:
     own_keys: bool = False
     streamed: bool = False
     tail: Callable[[Any], Any] | None = None
+    runs: Callable[[Any], list[str]] | None = None
     steps: Literal["own", "rows", "asked"] = "own"
 
 

@@ -342,4 +342,4 @@ def _check_increasing(path: Path, steps: np.ndarray) -> None:
 
 
 FORMAT = Format("wandb-csv", lambda source, options: parse_wandb_csv(
-    source, tokens_per_step=options.tokens_per_step, run=options.wandb_run), recognize, steps="rows")
+    source, tokens_per_step=options.tokens_per_step, run=options.source_run), recognize, runs=panel_runs, steps="rows")

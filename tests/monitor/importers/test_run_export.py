@@ -24,7 +24,7 @@ def _wild_sources(shared_data):
     sources.append(("tb", next(wild.glob("tensorboard/*/lightning_logs/version_0")), {}))
     sources.append(("lm_eval", next(wild.glob("lm_eval/*/results/*")), {"step": 1000}))
     export = next(wild.glob("wandb_csv/*/wandb_export.csv"))
-    sources.append(("panel", export, {"wandb_run": "gpt2"}))
+    sources.append(("panel", export, {"source_run": "gpt2"}))
     return sources
 
 

@@ -98,9 +98,9 @@ def test_panel_export_with_two_runs_reads_the_run_named(tmp_path):
     path.write_text('"Step","a - train/loss","b - train/loss"\n1,2,3\n2,,4\n')
     with pytest.raises(GapwatchError, match="panel export of 2 runs .*--run NAME"):
         load(path)
-    b = load(path, wandb_run="b").to_run_data("b").series(schema.TRAIN_LOSS)
+    b = load(path, source_run="b").to_run_data("b").series(schema.TRAIN_LOSS)
     assert b.to_dict() == {1: 3.0, 2: 4.0}
-    a = load(path, wandb_run="a").to_run_data("a").series(schema.TRAIN_LOSS)
+    a = load(path, source_run="a").to_run_data("a").series(schema.TRAIN_LOSS)
     assert a.to_dict() == {1: 2.0}
 
 
@@ -114,7 +114,7 @@ def test_a_panel_drawn_against_the_trainers_step_is_on_it(tmp_path):
     assert list(run.to_run_data("r").series(schema.TRAIN_LOSS).index) == [10, 20, 30, 40, 50]
     two = tmp_path / "two.csv"
     two.write_text('"train/global_step","a - train/loss","b - train/loss"\n10,2,3\n20,,4\n')
-    assert load(two, wandb_run="b").to_run_data("b").series(schema.TRAIN_LOSS).to_dict() == {10: 3.0, 20: 4.0}
+    assert load(two, source_run="b").to_run_data("b").series(schema.TRAIN_LOSS).to_dict() == {10: 3.0, 20: 4.0}
 
 
 @pytest.mark.parametrize("x, cells", [("Relative Time (Wall)", ("12.5", "25.1")), ("train/epoch", ("1", "2")),

@@ -173,7 +173,7 @@ def test_multi_run_panel_export_gives_each_run(shared_data):
     rows = _panel_columns(path)
     lengths = set()
     for name in runs:
-        run = load(path, wandb_run=name)
+        run = load(path, source_run=name)
         assert run.name_hint == name
         loss = run.to_run_data(name).series(schema.TRAIN_LOSS)
         column = [(int(r["Step"]), float(r[f"{name} - train/loss"])) for r in rows
@@ -190,7 +190,7 @@ def test_multi_run_panel_export_gives_each_run(shared_data):
         lengths.add(len(loss))
     assert len(lengths) > 1  # runs of different lengths, each read to its own end
     with pytest.raises(GapwatchError, match="no run 'nope' in this panel export"):
-        load(path, wandb_run="nope")
+        load(path, source_run="nope")
 
 
 def test_runs_table_and_empty_files_are_refused_in_one_line(tmp_path, sqlite_url, capsys):
