@@ -66,11 +66,39 @@ def detect_format(source: str | os.PathLike) -> str:
         if form.url_scheme and str(source).startswith(form.url_scheme):
             return form.name
     probe = Probe.of(source)
-    for form in FORMATS:
-        if form.recognize(probe):
-            return form.name
-    what = "folder" if probe.is_dir else "file"
-    raise GapwatchError(f"{source}: unrecognised format (no importer reads this {what})")
+    found = _recognized(probe)
+    if found is not None:
+        return found
+    if not probe.is_dir:
+        raise GapwatchError(f"{source}: unrecognised format (no importer reads this file; --format names one)")
+    inside = _importable_files(probe.path)
+    hint = (f"; files in it that import on their own: {', '.join(inside)}" if inside else "")
+    raise GapwatchError(f"{source}: unrecognised format (no importer reads this folder as one run{hint})")
+
+
+def _recognized(probe: Probe) -> str | None:
+    return next((form.name for form in FORMATS if form.recognize(probe)), None)
+
+
+# Entries of a folder looked at for the files in it that import, and the most of them named.
+_FOLDER_ENTRIES_LOOKED_AT = 200
+_FILES_NAMED = 5
+
+
+def _importable_files(folder: Path) -> list[str]:
+    """`name (format)` of the files directly in an unrecognised folder that a format reads."""
+    named = []
+    entries = sorted(folder.iterdir())[:_FOLDER_ENTRIES_LOOKED_AT]
+    for path in (p for p in entries if p.is_file() and p.stat().st_size):
+        try:
+            fmt = _recognized(Probe.of(path))
+        except GapwatchError:
+            continue
+        if fmt is not None:
+            named.append(f"{path.name} ({fmt})")
+        if len(named) == _FILES_NAMED:
+            break
+    return named
 
 
 def load(source: str | os.PathLike, profile: str | Profile | None = None, *,

@@ -13,6 +13,7 @@ import pytest
 
 from app.cli import main
 from monitor import schema
+from monitor.errors import GapwatchError
 from monitor.importers import detect_format, load
 from monitor.store import open_store
 
@@ -157,9 +158,11 @@ def test_a_training_file_alone_and_an_evaluation_file_alone(tmp_path, lm_eval_re
     assert any("no evaluation files" in n for n in load(dump).notes)
 
 
-def test_a_folder_of_another_metrics_jsonl_is_not_claimed(tmp_path):
+def test_a_folder_of_another_metrics_jsonl_is_not_claimed_and_says_what_imports(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "metrics.jsonl").write_text(json.dumps({"global_step": 1, "loss": 2.0}) + "\n")
-    with pytest.raises(Exception, match="unrecognised format"):
+    (folder / "notes.txt").write_text("lr sweep, second try\n")
+    with pytest.raises(GapwatchError, match=r"unrecognised format \(no importer reads this folder as one run; "
+                       r"files in it that import on their own: metrics.jsonl \(jsonl\)\)"):
         detect_format(folder)
