@@ -189,7 +189,8 @@ def _import_one(args, fmt, name, source_run, load_kwargs, write_kwargs, api_conf
     from app.output import phases
 
     if args.follow and source_run:
-        raise GapwatchError("import a panel export's runs without --follow")
+        raise GapwatchError("import the runs of a source of several (a panel export, TensorBoard downloads) "
+                            "without --follow")
     args = argparse.Namespace(**{**vars(args), "run": name})
     store = open_store(args.store)
     try:

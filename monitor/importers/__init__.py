@@ -43,7 +43,8 @@ from .wandb.history_sample import HistorySample
 # Every format, in the order detection asks them (see `formats`): a folder holding a W&B run may
 # hold TensorBoard files too (so may an MLflow run's artifacts), and a W&B export is a CSV before it is a generic one.
 # A folder of CSV files is Lightning's CSVLogger's before it is DeepSpeed's, and DeepSpeed's before lm-eval's
-# (which takes any folder with a JSON file in it).
+# (which takes any folder with a JSON file in it). TensorBoard's downloads are CSV and JSON files before they
+# are generic CSV logs or lm-eval results, and a lingua folder holds JSON Lines files.
 FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
            csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lingua_dump.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
            composer_log.FORMAT, olmo_core_log.FORMAT, text_logs.FORMAT,

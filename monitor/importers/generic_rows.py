@@ -24,6 +24,8 @@ LONG_VALUE_FIELD = "value"
 # A line's wall time: seconds since the epoch, or ISO 8601 text (lingua's `created_at`).
 TIME_FIELDS = ("wall_time", "_timestamp", "timestamp", "time", "created_at")
 NESTED_SEP = "/"
+# A step written as progress text, "done/planned" (`_progress_step`).
+_PROGRESS = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
 # Limits that turn a pathological file into one clear line instead of minutes of work or a
 # RecursionError: no trainer logs 10,000 metrics, nor names of 32 nested parts.
 MAX_COLUMNS = 10_000
@@ -38,8 +40,6 @@ def step_field(fields, step_key: str | None) -> str | None:
         return step_key if step_key in fields else None
     return next((f for f in STEP_FIELDS if f in fields), None) or marked_step_key(fields)
 
-
-_PROGRESS = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")
 
 # Fields that count something else than steps in most logs (Keras' CSVLogger counts epochs), but
 # may be what a user's log counts steps by: named in the error, never taken unasked.

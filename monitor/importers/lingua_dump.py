@@ -41,13 +41,15 @@ EVAL_FILES = {"metrics.validation.jsonl": "validation/", "metrics.eval.jsonl": "
 STEP = "global_step"
 # Fields of lingua's MetricLogger lines that a generic metrics.jsonl seldom has together.
 _TRAIN_MARKS = (STEP, "acc_step")
+# Detection reads at most this much of a first line (lingua's are under 2 KB).
+_FIRST_LINE_BYTES = 1 << 20
 
 
 def _first_object(path: Path) -> dict:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            obj = json.loads(fh.readline())
-    except (OSError, ValueError):
+            obj = json.loads(fh.readline(_FIRST_LINE_BYTES))
+    except (OSError, ValueError, RecursionError):
         return {}
     return obj if isinstance(obj, dict) else {}
 
@@ -60,16 +62,17 @@ def recognize(probe: Probe) -> bool:
 
 
 def parse_lingua(source: str | Path, step_key: str | None = None) -> ImportedRun:
-    """A dump folder (training and evaluation files as one run), or one evaluation file."""
+    """A dump folder (training and evaluation files as one run), or one of its files."""
     path = Path(source)
     if not path.is_dir():
-        run = _evaluations(path, step_key)
+        run = parse_jsonl(path, step_key=step_key or STEP) if path.name == TRAIN_FILE else _evaluations(path, step_key)
         run.name_hint = path.parent.name or run.name_hint
         return run
+    if not (path / TRAIN_FILE).is_file():
+        raise GapwatchError(f"{path}: no {TRAIN_FILE} here: not the dump folder of a lingua job")
     run = parse_jsonl(path / TRAIN_FILE, step_key=step_key or STEP)
-    parts = [run.scalars] + [_evaluations(path / name, step_key).scalars
-                             for name in EVAL_FILES if (path / name).is_file()]
-    evals = [p for p in parts[1:] if len(p)]
+    evals = [_evaluations(path / name, step_key).scalars for name in EVAL_FILES if (path / name).is_file()]
+    evals = [e for e in evals if len(e)]
     notes = list(run.notes)
     if not evals:
         notes.append(f"{path}: no evaluation files ({', '.join(EVAL_FILES)}): training values only")

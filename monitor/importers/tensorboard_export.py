@@ -85,6 +85,8 @@ def export_runs(source: str | Path) -> list[str]:
 
 
 def parse_tensorboard_export(source: str | Path, options: ReadOptions = ReadOptions()) -> ImportedRun:
+    """One download, or the downloads of one run in a folder (`options.source_run` names it where
+    the folder holds several)."""
     path = Path(source)
     files = _exports(path) if path.is_dir() else [path]
     runs = export_runs(path)
