@@ -14,7 +14,7 @@ MAPPING_ROWS_SHOWN = 20
 # Written out, not read from monitor.importers.FORMATS, so that `--help` loads no reader
 # (tests/monitor/importers/test_import_cmd.py holds the two lists alike).
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
-               "hf-trainer-state, mlflow, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
+               "hf-trainer-state, mlflow, mlflow-db, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
                "torchtitan-log, maxtext-log, hf-console-log, deepspeed-csv, lingua, tensorboard-export, gapwatch-export "
                "(default: detected)")
 # The hosts of W&B's cloud app, whose run pages are https://wandb.ai/<entity>/<project>/runs/<id>.
@@ -30,7 +30,8 @@ def register(subparsers) -> None:
         ".wandb file, a run folder or a wandb/ folder (a resumed run's folders are one run), "
         "wandb://entity/project/run_id, a W&B CSV export, lm-eval results (a file or a folder), "
         "TensorBoard event files (a file or a folder), a JSONL or CSV metric log, a Hugging Face "
-        "trainer_state.json (or its checkpoint folder), an MLflow run folder (mlruns/), an llm.c / "
+        "trainer_state.json (or its checkpoint folder), an MLflow run folder (mlruns/) or database "
+        "(mlflow.db), an llm.c / "
         "modded-nanogpt / nanoGPT log, a Megatron-LM / GPT-NeoX / nanotron stdout log, a lingua dump "
         "folder, or a file "
         "`gapwatch export` wrote. Steps are the "
@@ -41,11 +42,12 @@ def register(subparsers) -> None:
     parser.add_argument("--run", metavar="NAME",
                         help="run name in the store (default: the name the source gives it: a "
                         "W&B run's display name, a TensorBoard run's folder, a file's stem); for "
-                        "a W&B panel export or a folder of TensorBoard downloads of several runs, "
-                        "the run (column prefix, run-NAME-tag-...) to import, stored under that name")
+                        "a W&B panel export, a folder of TensorBoard downloads or an MLflow "
+                        "database of several runs, the run (column prefix, run-NAME-tag-..., run "
+                        "name) to import, stored under that name")
     parser.add_argument("--all-runs", action="store_true",
-                        help="import every run of a W&B panel export or a folder of TensorBoard "
-                        "downloads, each under its own name")
+                        help="import every run of a W&B panel export, a folder of TensorBoard "
+                        "downloads or an MLflow database, each under its own name")
     parser.add_argument("--dry-run", action="store_true",
                         help="print how the source's keys would map (key, metric, cadence, "
                         "count, why) and store nothing")
@@ -157,7 +159,7 @@ def web_source(source: str) -> str:
 def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str | None, str | None]]:
     """(store run name or None for the source's own, the source's run or None) of each run the
     command imports; runs: the runs a source of several holds (`Format.runs`: a W&B panel export,
-    a folder of TensorBoard downloads; [] for any other source)."""
+    a folder of TensorBoard downloads, an MLflow database; [] for any other source)."""
     from monitor.errors import GapwatchError
 
     if args.dry_run and not args.run and len(runs) > 1:
@@ -165,7 +167,8 @@ def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str | None, str | No
     if args.all_runs:
         if len(runs) < 2:
             raise GapwatchError(f"--all-runs: {args.source} does not hold several runs (a W&B panel "
-                                "export, a folder of TensorBoard downloads); name the run with --run")
+                                "export, a folder of TensorBoard downloads, an MLflow database); name the "
+                                "run with --run")
         return [(r, r) for r in runs]
     if len(runs) > 1 and args.run in runs:
         return [(args.run, args.run)]
@@ -189,8 +192,8 @@ def _import_one(args, fmt, name, source_run, load_kwargs, write_kwargs, api_conf
     from app.output import phases
 
     if args.follow and source_run:
-        raise GapwatchError("import the runs of a source of several (a panel export, TensorBoard downloads) "
-                            "without --follow")
+        raise GapwatchError("import the runs of a source of several (a panel export, TensorBoard downloads, "
+                            "an MLflow database) without --follow")
     args = argparse.Namespace(**{**vars(args), "run": name})
     store = open_store(args.store)
     try:

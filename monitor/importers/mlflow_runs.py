@@ -6,7 +6,9 @@ A run folder holds `meta.yaml` (its name, status, times), `metrics/<key>` (a fil
 with `/` in it a path: `metrics/eval/loss`), each line `timestamp_ms value step` (files of MLflow
 before 1.0 have no step: step 0), `params/<name>` (one value a file) and `tags/`. Source names are
 the metric keys as logged; the Hugging Face Trainer's MLflow callback logs its own (`loss`,
-`learning_rate`, `eval_loss`), which the inference every source gets reads.
+`learning_rate`, `eval_loss`, and `train_loss` at the end: the mean over the run) with its
+TrainingArguments as params: such a run's names are read as its W&B callback gives them
+(`train/loss`, `eval/loss`, `train/train_loss`), so that the `hf` profile reads them.
 
 Rules:
 * Values are replayed in the order they were logged (their timestamps, a file's own order among
@@ -29,12 +31,15 @@ from monitor.errors import GapwatchError
 from monitor.schema import MAX_STEP
 
 from .formats import Format, Probe
+from .hf_trainer_state import source_name
 from .imported_run import ImportedRun
 from .input_checks import setting, shown
 from .logged_rows import LoggedRows
 
-# RunStatus in MLflow's protos.
-_RUNNING, _FAILED, _KILLED = 1, 4, 5
+# TrainingArguments every Hugging Face Trainer's MLflow callback logs as params.
+_HF_TRAINER_PARAMS = {"per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps"}
+# RunStatus in MLflow's protos, as its file store writes it.
+_STATUS_NAMES = {1: "RUNNING", 2: "SCHEDULED", 3: "FINISHED", 4: "FAILED", 5: "KILLED"}
 
 
 def is_run_folder(path: Path) -> bool:
@@ -75,19 +80,41 @@ def parse_mlflow_run(source: str | Path) -> ImportedRun:
     logged = [_metric(folder, path) for path in sorted((folder / "metrics").rglob("*")) if path.is_file()]
     if not logged or not sum(len(m[2]) for m in logged):
         raise GapwatchError(f"{folder}: the MLflow run logged no metric values: nothing to import")
-    rows = LoggedRows()
     keys = np.concatenate([np.full(len(m[2]), i) for i, m in enumerate(logged)])
     times, steps, values = (np.concatenate([m[c] for m in logged]) for c in (1, 2, 3))
-    for i in np.lexsort((np.arange(keys.size), times)):  # logging order, a file's own among ties
-        rows.at_step(int(i) + 1, int(steps[i]))
-        rows.add(int(steps[i]), logged[keys[i]][0], float(values[i]), float(times[i]) / 1000.0)
-    notes = []
-    status = meta.get("status")
-    if status in (_FAILED, _KILLED):
-        notes.append(f"{folder}: MLflow marks the run {'FAILED' if status == _FAILED else 'KILLED'}: what it "
-                     f"logged before it ended is imported")
+    params = _params(folder)
+    rows = replayed(trainer_names([m[0] for m in logged], params), keys, times, steps, values)
+    status = _STATUS_NAMES.get(meta.get("status"))
     return ImportedRun(name_hint=_name(folder), scalars=rows.scalars(with_wall_time=True), events=rows.events,
-                       source=str(folder), config=_params(folder), notes=notes, live=status == _RUNNING)
+                       source=str(folder), config=params, notes=ended_notes(folder, status),
+                       live=status == "RUNNING")
+
+
+def replayed(names: list[str], codes: np.ndarray, times_ms: np.ndarray, steps: np.ndarray,
+             values: np.ndarray) -> LoggedRows:
+    """A run's values (series names[codes[i]]) replayed in the order they were logged: by their
+    timestamps, the order given among equal ones (module rules)."""
+    rows = LoggedRows()
+    for i in np.lexsort((np.arange(len(codes)), times_ms)):
+        rows.at_step(int(i) + 1, int(steps[i]))
+        rows.add(int(steps[i]), names[codes[i]], float(values[i]), float(times_ms[i]) / 1000.0)
+    return rows
+
+
+def trainer_names(names: list[str], params: dict) -> list[str]:
+    """Metric names as the Hugging Face Trainer's W&B callback gives them (`loss` -> `train/loss`,
+    hf_trainer_state.source_name) where the run was logged by the Trainer's MLflow callback, which
+    logs the Trainer's own names with its TrainingArguments as params; else the names as they are."""
+    if not _HF_TRAINER_PARAMS <= params.keys():
+        return names
+    return [source_name(n) for n in names]
+
+
+def ended_notes(where, status: str | None) -> list[str]:
+    """A note for a run MLflow marks FAILED or KILLED."""
+    if status not in ("FAILED", "KILLED"):
+        return []
+    return [f"{where}: MLflow marks the run {status}: what it logged before it ended is imported"]
 
 
 def _metric(folder: Path, path: Path) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:

@@ -6,11 +6,13 @@ Run it with stdout and stderr sent to one file, as `python train.py > train.log 
 
 Beside them, OUT_DIR/logging.jsonl is what ms-swift, which runs this Trainer, appends at each log
 (its callback's `on_log` and `append_to_jsonl`; ms-swift itself is not installed here): the log
-with its trainer's memory and mean speed, and the progress as text."""
+with its trainer's memory and mean speed, and the progress as text. And OUT_DIR/mlflow.db is what
+the Trainer's own MLflow callback (`report_to="mlflow"`) tracks into MLflow's database store."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -63,11 +65,12 @@ class SwiftLog(TrainerCallback):
 
 
 def main(out: Path, bar: bool) -> None:
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{out / 'mlflow.db'}"
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=64, bos_token_id=0, eos_token_id=0, n_positions=16, n_embd=16,
                                        n_layer=1, n_head=2))
     args = TrainingArguments(output_dir=str(out), max_steps=60, logging_steps=5, eval_strategy="steps",
-                             eval_steps=20, per_device_train_batch_size=4, learning_rate=1e-3, report_to=[],
+                             eval_steps=20, per_device_train_batch_size=4, learning_rate=1e-3, report_to=["mlflow"], run_name="tiny-gpt2",
                              save_strategy="no", use_cpu=True, disable_tqdm=not bar)
     recorder = Recorder()
     Trainer(model=model, args=args, train_dataset=Tokens(400), eval_dataset=Tokens(40),

@@ -60,6 +60,21 @@ def test_a_run_folder_reads_every_metric_on_its_step(tracking):
     assert imported.attempts == 1 and not imported.events
 
 
+def test_a_run_the_hugging_face_trainer_logged_reads_its_names_as_the_trainer_means_them(tracking):
+    """Its MLflow callback logs the Trainer's own names with its TrainingArguments as params, and at
+    the end the mean loss over the run as `train_loss`: no held-out set called train."""
+    with mlflow.start_run(run_name="hf") as run:
+        mlflow.log_params({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "logging_steps": 10})
+        _log(range(10, 101, 10))
+        mlflow.log_metrics({"train_loss": 3.1, "train_runtime": 60.0, "total_flos": 1e15}, step=100)
+    imported = load(_folder(run))
+    assert imported.profile == "hf"
+    assert not any(k.startswith(schema.HELDOUT_PREFIX + "train") for k in imported.keys)
+    data = imported.to_run_data("hf")
+    assert list(data.series(schema.TRAIN_LOSS).dropna().index) == list(range(10, 101, 10))
+    assert list(data.series(schema.heldout_key("eval")).dropna().index) == [50, 100]
+
+
 def test_a_run_resumed_from_an_earlier_checkpoint_is_a_second_attempt(tracking):
     with mlflow.start_run(run_name="resumed") as run:
         _log(range(10, 101, 10))
