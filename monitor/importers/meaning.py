@@ -187,6 +187,8 @@ def infer(name: str, cadence: dict[str, Cadence]) -> tuple[str, str] | None:
     if rest and not set(rest) <= set(TRAIN_WORDS):
         return None
     if sparser_exists:
+        if c.steps <= 1:
+            return None  # logged once: a summary (the Hugging Face Trainer's mean over the run), no evaluation
         # A training-split loss measured at evaluation time only, beside a per-step series.
         return schema.heldout_key("train"), f"name and cadence ({c.describe()}, not every step)"
     if dense and c.steps > 2:

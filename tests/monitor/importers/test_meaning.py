@@ -35,6 +35,14 @@ def test_loss_logged_every_n_steps_beside_a_denser_series_is_an_evaluation():
     assert why == "name (eval) and cadence (every 25 steps beside a denser series)"
 
 
+def test_a_training_loss_logged_once_beside_a_per_step_one_is_a_summary_not_an_evaluation():
+    # The Hugging Face Trainer logs `train_loss`, its mean over the run, once at the end: read as
+    # an evaluation, it became a held-out set called "train".
+    cad = _cadence(loss=(1, 100), train_loss=(100, 1))
+    assert infer("train_loss", cad) is None
+    assert infer("loss", cad) == (schema.TRAIN_LOSS, "name and cadence (every step)")
+
+
 def test_a_series_at_two_neighbouring_steps_does_not_set_the_runs_cadence():
     # A metric logged at steps 0 and 1 only (an initial norm, say) is no denser series beside
     # which the loss logged every 10 steps would be an evaluation.
