@@ -71,9 +71,9 @@ def parse_lingua(source: str | Path, step_key: str | None = None) -> ImportedRun
     if not (path / TRAIN_FILE).is_file():
         raise GapwatchError(f"{path}: no {TRAIN_FILE} here: not the dump folder of a lingua job")
     run = parse_jsonl(path / TRAIN_FILE, step_key=step_key or STEP)
-    evals = [_evaluations(path / name, step_key).scalars for name in EVAL_FILES if (path / name).is_file()]
-    evals = [e for e in evals if len(e)]
-    notes = list(run.notes)
+    read = [_evaluations(path / name, step_key) for name in EVAL_FILES if (path / name).is_file()]
+    evals = [e.scalars for e in read if len(e.scalars)]
+    notes = run.notes + [n for e in read for n in e.notes]
     if not evals:
         notes.append(f"{path}: no evaluation files ({', '.join(EVAL_FILES)}): training values only")
     scalars = pd.concat([run.scalars, *evals], ignore_index=True) if evals else run.scalars
