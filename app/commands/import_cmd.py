@@ -191,9 +191,6 @@ def _import_one(args, fmt, name, source_run, load_kwargs, write_kwargs, api_conf
 
     from app.output import phases
 
-    if args.follow and source_run:
-        raise GapwatchError("import the runs of a source of several (a panel export, TensorBoard downloads, "
-                            "an MLflow database) without --follow")
     args = argparse.Namespace(**{**vars(args), "run": name})
     store = open_store(args.store)
     try:
@@ -212,8 +209,11 @@ def _import_one(args, fmt, name, source_run, load_kwargs, write_kwargs, api_conf
                               f"{counted(poll.rows_total, 'source row')} in all ({state})",
                               highlight=False, markup=False, soft_wrap=True)
 
+            # One run of a source of several (an MLflow database a job still tracks into) is read
+            # again at each poll, that run only.
+            picked = {"source_run": source_run} if source_run is not None else {}
             follow(store, args.run, args.source, fmt, profile=args.profile,
-                   load_kwargs={**load_kwargs, "step_key": args.step_key},
+                   load_kwargs={**load_kwargs, "step_key": args.step_key, **picked},
                    write_kwargs=write_kwargs, config=config,
                    api_config=api_config, on_poll=report)
             return

@@ -65,6 +65,20 @@ def test_a_database_of_several_runs_imports_the_one_named_or_each(tmp_path, sqli
         assert sorted(store.list_runs()["name"]) == sorted(["adamw", *ids["muon"]])
 
 
+def test_one_run_of_a_database_is_followed_while_mlflow_tracks_into_it(tmp_path, sqlite_url):
+    """`import --follow --run NAME`: a job still training into a database of several runs."""
+    db = tmp_path / "mlflow.db"
+    client = _client(db)
+    for name in ("old", "live"):
+        run_id = client.create_run("0", run_name=name).info.run_id
+        _log(client, run_id, range(1, 11), 1_000)
+    assert main(["import", str(db), "--run", "live", "--follow", "--poll-interval", "0.01",
+                 "--idle-timeout", "0.05", "--store", sqlite_url]) == 0
+    with open_store(sqlite_url) as store:
+        assert list(store.list_runs()["name"]) == ["live"]
+        assert store.load_run("live").scalars.index.max() == 10
+
+
 def test_a_resumed_run_nan_infinity_and_a_failure_are_what_was_logged(tmp_path):
     db = tmp_path / "mlflow.db"
     client = _client(db)
