@@ -55,7 +55,8 @@ _BAR = re.compile(r"\|\s*(\d+)/(\d+) \[")
 _DICT = re.compile(r"^\{'[^']+': .*\}$")
 
 
-# How far into a file detection looks for the first logged dict, once its first 64 KB show a bar.
+# How far into a file detection looks for the first logged dict, once the probe's head shows a
+# training bar: far enough for the bar's redrawings before a Trainer's first log (module rules).
 DICT_SEARCH_BYTES = 4 * 1024 * 1024
 
 

@@ -41,7 +41,8 @@ EVAL_FILES = {"metrics.validation.jsonl": "validation/", "metrics.eval.jsonl": "
 STEP = "global_step"
 # Fields of lingua's MetricLogger lines that a generic metrics.jsonl seldom has together.
 _TRAIN_MARKS = (STEP, "acc_step")
-# Detection reads at most this much of a first line (lingua's are under 2 KB).
+# Detection reads a bounded part of a first line: a lingua line is a few dozen fields, and a file
+# of one huge line is not read whole to find that out.
 _FIRST_LINE_BYTES = 1 << 20
 
 

@@ -10,8 +10,8 @@ a name it saved before).
 * The page holds a sample of each tag, not every step (about 1,000 points unless TensorBoard was
   started with `--samples_per_plugin scalars=N`), drawn uniformly from the steps. A series logged
   at one cadence has one gap between its steps nearly everywhere; a sample has gaps of every
-  length. A series of 20 points or more whose commonest gap holds under half of its gaps is said
-  to look sampled: the run's event files hold every step.
+  length. A series whose commonest gap holds under half of its gaps is said to look sampled (the
+  rule a W&B history sample is told by, `wandb/history_sample.py`): the run's event files hold every step.
 * Steps are the ones the points were written at; of a step given twice, the later row wins.
 """
 
@@ -31,11 +31,10 @@ from monitor.errors import GapwatchError
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, scalars_frame
 from .input_checks import shown
+from .wandb.history_sample import HistorySample
 
 HEADER = ["Wall time", "Step", "Value"]
 SUFFIXES = (".csv", ".json")
-# Points too few to tell a cadence from a sample.
-MIN_POINTS = 20
 _NAMED = re.compile(r"run-(?P<run>.*)-tag-(?P<tag>.+)")
 _SAVED_AGAIN = re.compile(r" \(\d+\)$")
 _JSON_HEAD = re.compile(r"\s*\[\s*\[\s*[-+0-9.eE]+\s*,\s*[0-9]+(?:\.0*)?\s*,")
@@ -128,11 +127,11 @@ def _name(path: Path, run: str | None) -> str:
 
 
 def _looks_sampled(steps: np.ndarray) -> bool:
-    """The module's rule: at least MIN_POINTS steps, the commonest gap under half of the gaps."""
-    gaps = np.diff(np.unique(steps))
-    if len(gaps) + 1 < MIN_POINTS:
-        return False
-    return np.unique(gaps, return_counts=True)[1].max() * 2 < len(gaps)
+    """The module's rule, which is a W&B history sample's (`HistorySample`): enough steps, the
+    commonest gap under half of the gaps."""
+    seen = HistorySample("")
+    seen.add(np.unique(steps))
+    return seen.looks_sampled()
 
 
 def _points(file: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
