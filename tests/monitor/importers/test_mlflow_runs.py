@@ -22,6 +22,9 @@ def _loss(step: int) -> float:
 def tracking(tmp_path, monkeypatch):
     """MLflow tracking into tmp_path/mlruns, its file store allowed (MLflow 3 asks for a database)."""
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    # set_experiment exports the experiment's id to the environment; later tests' MLflow runs
+    # (a Trainer in a subprocess) would look for it in their own databases.
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", "")
     root = tmp_path / "mlruns"
     mlflow.set_tracking_uri(root.as_uri())
     mlflow.set_experiment("pretrain")
