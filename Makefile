@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@bash scripts/ensure_test_services.sh
-	$(BIN)/python -m pytest -q -x -p no:cacheprovider --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider --durations=20 -n 2 --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
