@@ -16,6 +16,7 @@ metaseq's stdout logs), `composer-log` (MosaicML Composer's console log, llm-fou
 `torchtitan-log` and `maxtext-log` (torchtitan's and MaxText's console logs), `hf-console-log`
 (the Hugging Face Trainer's console output, its progress bar and logged dicts),
 `deepspeed-csv` (the folder DeepSpeed's CSV monitor writes), `lingua` (the dump folder of a lingua job),
+`fairseq2` (the `metrics/` folder of a fairseq2 job's output directory),
 `tensorboard-export` (scalars downloaded from TensorBoard's page, a file or a folder of them),
 `gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).
 """
@@ -29,7 +30,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from . import composer_log, deepspeed_csv, fairseq_log, generic_table, hf_console_log, hf_trainer_state, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_db, mlflow_runs, olmo_core_log, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
+from . import composer_log, deepspeed_csv, fairseq2_metrics, fairseq_log, generic_table, hf_console_log, hf_trainer_state, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_db, mlflow_runs, olmo_core_log, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
@@ -44,8 +45,9 @@ from .wandb.history_sample import HistorySample
 # hold TensorBoard files too (so may an MLflow run's artifacts), and a W&B export is a CSV before it is a generic one.
 # A folder of CSV files is Lightning's CSVLogger's before it is DeepSpeed's, and DeepSpeed's before lm-eval's
 # (which takes any folder with a JSON file in it). TensorBoard's downloads are CSV and JSON files before they
-# are generic CSV logs or lm-eval results, and a lingua folder holds JSON Lines files.
-FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, mlflow_db.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
+# are generic CSV logs or lm-eval results, and a lingua folder holds JSON Lines files. A fairseq2 output
+# directory holds its TensorBoard files (tb/) beside the JSON Lines it is read from.
+FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, mlflow_db.FORMAT, fairseq2_metrics.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
            csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lingua_dump.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
            composer_log.FORMAT, olmo_core_log.FORMAT, text_logs.FORMAT,
            megatron_log.FORMAT, torchtitan_log.FORMAT, maxtext_log.FORMAT, hf_console_log.FORMAT, generic_table.JSONL]

@@ -18,11 +18,12 @@ from .input_checks import UnfitNumber, cut, shown, unfit_literal
 from .logged_rows import LoggedRows
 from .profiles import marked_step_key
 
-STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step")
+STEP_FIELDS = ("step", "_step", "global_step", "iteration", "iter", "trainer/global_step", "Step")
 KEY_FIELDS = ("key", "metric", "name")
 LONG_VALUE_FIELD = "value"
-# A line's wall time: seconds since the epoch, or ISO 8601 text (lingua's `created_at`).
-TIME_FIELDS = ("wall_time", "_timestamp", "timestamp", "time", "created_at")
+# A line's wall time: seconds since the epoch, or ISO 8601 text (lingua's `created_at`, fairseq2's
+# `Time`).
+TIME_FIELDS = ("wall_time", "_timestamp", "timestamp", "time", "created_at", "Time")
 NESTED_SEP = "/"
 # A step written as progress text, "done/planned" (`_progress_step`).
 _PROGRESS = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")

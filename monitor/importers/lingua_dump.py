@@ -11,15 +11,10 @@ lingua writes three JSON Lines files there, each line carrying the `global_step`
   {"acc,none": ..., "acc_stderr,none": ...}}`).
 
 The evaluation files' names are read under `validation/` and `evals/` (the profile's rules tell
-them apart from the training names). Evaluations run as jobs of their own (`async_eval_gpus`), so
-they may finish, and be appended, out of step order: there a lower step is no restart, and of a
-step evaluated twice the line written last wins. An evaluation file may also be imported alone.
-
-Every line carries the time it was written (`created_at`), and the rows of the three files are
-given in that order: a folder read again while the job runs has only rows after the ones read
-before (the import takes up where it stopped, `store_writer`), wherever in its files they were
-appended. Without those times the files are given one after the other, and a folder whose
-training file grew since an import is refused as changed.
+them apart from the training names), as sections of one run (`section_files`): evaluations run as
+jobs of their own (`async_eval_gpus`), so they may be appended out of step order. Every line
+carries the time it was written (`created_at`), which orders the three files' rows. An evaluation
+file may also be imported alone.
 """
 
 from __future__ import annotations
@@ -27,14 +22,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
 from monitor.errors import GapwatchError
 
 from .formats import Format, Probe
 from .generic_table import parse_jsonl
-from .imported_run import ImportedRun, scalars_frame
+from .imported_run import ImportedRun
+from .section_files import joined, section_file
 
 TRAIN_FILE = "metrics.jsonl"
 EVAL_FILES = {"metrics.validation.jsonl": "validation/", "metrics.eval.jsonl": "evals/"}
@@ -71,36 +64,16 @@ def parse_lingua(source: str | Path, step_key: str | None = None) -> ImportedRun
         return run
     if not (path / TRAIN_FILE).is_file():
         raise GapwatchError(f"{path}: no {TRAIN_FILE} here: not the dump folder of a lingua job")
-    run = parse_jsonl(path / TRAIN_FILE, step_key=step_key or STEP)
+    train = parse_jsonl(path / TRAIN_FILE, step_key=step_key or STEP)
     read = [_evaluations(path / name, step_key) for name in EVAL_FILES if (path / name).is_file()]
-    evals = [e.scalars for e in read if len(e.scalars)]
-    notes = run.notes + [n for e in read for n in e.notes]
-    if not evals:
-        notes.append(f"{path}: no evaluation files ({', '.join(EVAL_FILES)}): training values only")
-    scalars = pd.concat([run.scalars, *evals], ignore_index=True) if evals else run.scalars
-    return ImportedRun(name_hint=path.name, scalars=_in_written_order(scalars), events=run.events,
-                       source=str(path), notes=notes)
-
-
-def _in_written_order(scalars: pd.DataFrame) -> pd.DataFrame:
-    """Rows by the time their line was written, those of one time in file order (module rules)."""
-    if "wall_time" not in scalars or not np.isfinite(scalars["wall_time"].to_numpy()).all():
-        return scalars
-    order = np.argsort(scalars["wall_time"].to_numpy(), kind="stable")
-    return scalars.iloc[order].reset_index(drop=True)
+    return joined(train, read, path, f"{path}: no evaluation files ({', '.join(EVAL_FILES)}): training values only")
 
 
 def _evaluations(path: Path, step_key: str | None) -> ImportedRun:
-    """One evaluation file, its names under its prefix, every line in one attempt (module rules)."""
+    """One evaluation file, its names under its prefix (section_files)."""
     if path.name not in EVAL_FILES:
         raise GapwatchError(f"{path}: not one of lingua's evaluation files ({', '.join(EVAL_FILES)})")
-    run = parse_jsonl(path, step_key=step_key or STEP)
-    s = run.scalars
-    keys = EVAL_FILES[path.name] + s["key"].astype(str)
-    run.scalars = scalars_frame(s["step"].to_numpy(), keys.to_numpy(), s["value"].to_numpy(),
-                                wall_time=s["wall_time"].to_numpy() if "wall_time" in s else None)
-    run.events = []
-    return run
+    return section_file(path, EVAL_FILES[path.name], step_key or STEP)
 
 
 FORMAT = Format("lingua", lambda source, options: parse_lingua(source, step_key=options.step_key),

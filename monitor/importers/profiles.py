@@ -509,9 +509,33 @@ LINGUA = Profile(
     ),
 )
 
+# fairseq2's metric descriptors' display names: its JSON Lines recorder's (monitor.importers.
+# fairseq2_metrics reads a validation section's names under valid/) and its W&B recorder's
+# (`<section>/<display name>`).
+FAIRSEQ2 = Profile(
+    name="fairseq2",
+    description="Meta's fairseq2 (its metrics/ folder's train.jsonl and valid*.jsonl, and its W&B runs): "
+                "NLL Loss, Gradient Norm, Learning Rate, Elements per Second, valid/NLL Loss",
+    step_key="Step",
+    marker=r"(train/|valid/(.+/)?)?NLL Loss",
+    rules=(
+        # The mean loss of a target token (nats) over the steps since the last published values.
+        Rule(r"(train/)?NLL Loss", "train/loss"),
+        Rule(r"(train/)?Gradient Norm", "train/grad_norm"),
+        Rule(r"(train/)?Learning Rate", "optim/lr"),
+        Rule(r"(train/)?Loss Scale", "train/loss_scale"),  # fp16's dynamic loss scale, not a loss
+        Rule(r"(train/)?Data Epoch", "train/epoch"),
+        # Summed over the data-parallel workers: every worker's tokens, padding included.
+        Rule(r"(train/)?Elements per Second", "perf/tokens_per_s"),
+        Rule(r"(train/)?Total Number of Elements", "train/tokens"),
+        Rule(r"valid/NLL Loss", "eval/heldout/valid/loss"),
+        Rule(r"valid/(?P<set>[^/]+)/NLL Loss", _HELDOUT),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA)
+                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA, FAIRSEQ2)
 }
 
 
