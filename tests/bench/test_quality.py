@@ -44,6 +44,7 @@ def outcomes(shared_data):
     return out
 
 
+@pytest.mark.slow
 def test_no_alarm_on_clean_pairs_under_any_cadence(outcomes):
     clean = [o for o in outcomes if o.fault == "clean"]
     assert len(clean) == 3 * len(faults.CADENCE_NAMES)

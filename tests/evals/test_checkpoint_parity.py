@@ -13,6 +13,7 @@ from evals.parity import compare_logits
 from checkpoint_worker import run_worker
 
 
+@pytest.mark.slow
 def test_logits_survive_save_and_restore_bitwise(runs, tmp_path):
     import functools
 

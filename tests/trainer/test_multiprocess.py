@@ -5,6 +5,8 @@ import json
 import socket
 import subprocess
 
+import pytest
+
 from monitor import schema
 from monitor.store import open_store
 from tests.trainer.conftest import REPO, cli, cli_env
@@ -29,6 +31,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_read_each_record_exactly_once_per_epoch(tmp_path, caches):
     config_file = tmp_path / "two.yaml"
     config_file.write_text(CONFIG)

@@ -13,6 +13,7 @@ from trainer.model import forward, init_params
 from trainer.step import next_token_loss, reread_split
 
 
+@pytest.mark.slow
 def test_checkpoint_loads_for_evaluation(clean_run):
     config, result, tmp = clean_run.config, clean_run.result, clean_run.tmp
     latest = load_for_eval(tmp / "clean")  # a run directory: the latest step

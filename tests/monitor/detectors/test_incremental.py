@@ -208,6 +208,7 @@ def test_the_spike_score_in_pieces_is_the_whole_runs_curve_from_the_first_verdic
         np.testing.assert_allclose(mine["value"].to_numpy(), at)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("size", "first"), [(1, 3900), (97, 0), (1111, 0)])
 def test_a_jump_that_stays_up_longer_than_the_tail_is_one_detection_in_pieces(size, first):
     # Its excursion outlives the rows the state keeps: the state carries it, so the pieces reach

@@ -18,6 +18,7 @@ from monitor.schema import TRAIN_LOSS
 from . import real_results as rr
 
 
+@pytest.mark.slow
 def test_no_alarm_between_any_two_of_the_13_repeats(shared_data):
     result = rr.repeat_pairs()
     assert result["pairs"] == 156

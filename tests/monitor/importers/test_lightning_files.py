@@ -27,6 +27,7 @@ def lightning_logs(request, tmp_path_factory):
     return root, request.param
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["metrics.csv", "events", "wandb"])
 def test_lightning_step_and_epoch_twins(lightning_logs, source):
     root, val_on_step = lightning_logs

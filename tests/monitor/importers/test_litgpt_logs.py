@@ -38,6 +38,7 @@ def _series(run, key: str) -> pd.Series:
     return pd.Series(s["value"].to_numpy(), index=s["step"].to_numpy())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["tensorboard", "wandb"])
 def test_litgpt_runs_land_on_the_optimizer_step(litgpt_logs, source):
     root, accumulation = litgpt_logs

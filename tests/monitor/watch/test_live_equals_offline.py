@@ -122,6 +122,7 @@ def offline_alerts(whole, run: RunData) -> set[tuple]:
 
 @settings(max_examples=12, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate),
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@pytest.mark.slow
 @given(cuts=st.lists(st.integers(min_value=2, max_value=1529), min_size=2, max_size=9, unique=True),
        lag=st.sampled_from([0, 250]), restart=st.integers(min_value=0, max_value=9),
        save_every_poll=st.booleans())
