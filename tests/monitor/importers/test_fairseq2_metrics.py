@@ -145,3 +145,25 @@ def test_a_folder_of_another_trainers_train_jsonl_is_not_claimed(tmp_path):
     assert detect_format(folder / "train.jsonl") == "jsonl"
     with pytest.raises(GapwatchError, match="unrecognised format"):
         detect_format(folder)
+
+
+def test_its_tensorboard_folder_reads_with_the_same_meaning(tmp_path):
+    """fairseq2's TensorBoardRecorder: a writer per section under tb/ (tb/train, tb/valid/c4), each
+    value tagged with its display name; here torch's own SummaryWriter, as fairseq2 uses it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    tb = tmp_path / "job" / "tb"
+    train, valid = SummaryWriter(str(tb / "train")), SummaryWriter(str(tb / "valid" / "c4"))
+    for step in range(10, 501, 10):
+        for (name, _), value in zip((DESCRIPTORS["nll_loss"], DESCRIPTORS["grad_norm"]), (_loss(step), 0.8)):
+            train.add_scalar(name, value, step)
+        if step % 250 == 0:
+            valid.add_scalar(DESCRIPTORS["nll_loss"][0], _loss(step) + 0.1, step)
+    train.close()
+    valid.close()
+    run = load(tb)
+    assert run.profile == "fairseq2"
+    data = run.to_run_data("t")
+    assert list(data.series(schema.TRAIN_LOSS).dropna().index) == list(range(10, 501, 10))
+    held = data.series(schema.heldout_key("c4")).dropna()
+    assert list(held.index) == [250, 500] and held.loc[500] == pytest.approx(_loss(500) + 0.1, rel=1e-6)
