@@ -17,7 +17,6 @@ file is left out with a note. The folder, or the output directory holding it, is
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from monitor.errors import GapwatchError
@@ -25,13 +24,11 @@ from monitor.errors import GapwatchError
 from .formats import Format, Probe
 from .generic_table import parse_jsonl
 from .imported_run import ImportedRun
-from .section_files import joined, section_file
+from .section_files import first_object, joined, section_file
 
 METRICS_DIR = "metrics"
 TRAIN_FILE = "train.jsonl"
 STEP, TIME = "Step", "Time"
-# Detection reads a bounded part of a first line (a line is a few dozen values).
-_FIRST_LINE_BYTES = 1 << 20
 
 
 def metrics_folder(path: Path) -> Path | None:
@@ -42,19 +39,10 @@ def metrics_folder(path: Path) -> Path | None:
     return None
 
 
-def _first_fields(path: Path) -> list[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            obj = json.loads(fh.readline(_FIRST_LINE_BYTES))
-    except (OSError, ValueError, RecursionError):
-        return []
-    return list(obj)[:2] if isinstance(obj, dict) else []
-
-
 def recognize(probe: Probe) -> bool:
     """A folder whose training file's lines open with the recorder's two fields, in its order."""
     folder = metrics_folder(probe.path) if probe.is_dir else None
-    return folder is not None and _first_fields(folder / TRAIN_FILE) == [TIME, STEP]
+    return folder is not None and list(first_object(folder / TRAIN_FILE))[:2] == [TIME, STEP]
 
 
 def parse_fairseq2(source: str | Path, step_key: str | None = None) -> ImportedRun:
@@ -69,7 +57,7 @@ def parse_fairseq2(source: str | Path, step_key: str | None = None) -> ImportedR
         if file == folder / TRAIN_FILE:
             continue
         name = file.relative_to(folder).with_suffix("").as_posix()
-        if STEP not in _first_fields(file):
+        if STEP not in first_object(file):
             notes.append(f"{file}: left out: its values have no {STEP} (a standalone evaluation "
                          "belongs to no step of a training run)")
             continue

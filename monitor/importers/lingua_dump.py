@@ -19,7 +19,6 @@ file may also be imported alone.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from monitor.errors import GapwatchError
@@ -27,32 +26,20 @@ from monitor.errors import GapwatchError
 from .formats import Format, Probe
 from .generic_table import parse_jsonl
 from .imported_run import ImportedRun
-from .section_files import joined, section_file
+from .section_files import first_object, joined, section_file
 
 TRAIN_FILE = "metrics.jsonl"
 EVAL_FILES = {"metrics.validation.jsonl": "validation/", "metrics.eval.jsonl": "evals/"}
 STEP = "global_step"
 # Fields of lingua's MetricLogger lines that a generic metrics.jsonl seldom has together.
 _TRAIN_MARKS = (STEP, "acc_step")
-# Detection reads a bounded part of a first line: a lingua line is a few dozen fields, and a file
-# of one huge line is not read whole to find that out.
-_FIRST_LINE_BYTES = 1 << 20
-
-
-def _first_object(path: Path) -> dict:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            obj = json.loads(fh.readline(_FIRST_LINE_BYTES))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
 
 
 def recognize(probe: Probe) -> bool:
     """A dump folder whose metrics.jsonl is lingua's, or one of its evaluation files."""
     if probe.is_dir:
-        return all(k in _first_object(probe.path / TRAIN_FILE) for k in _TRAIN_MARKS)
-    return probe.path.name in EVAL_FILES and STEP in _first_object(probe.path)
+        return all(k in first_object(probe.path / TRAIN_FILE) for k in _TRAIN_MARKS)
+    return probe.path.name in EVAL_FILES and STEP in first_object(probe.path)
 
 
 def parse_lingua(source: str | Path, step_key: str | None = None) -> ImportedRun:

@@ -15,6 +15,7 @@ import is refused as changed. Used by `lingua_dump` and `fairseq2_metrics`.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,20 @@ import pandas as pd
 
 from .generic_table import parse_jsonl
 from .imported_run import ImportedRun, scalars_frame
+
+# Detection reads a bounded part of a first line: a line is a few dozen fields, and a file of one
+# huge line is not read whole to find that out.
+_FIRST_LINE_BYTES = 1 << 20
+
+
+def first_object(path: Path) -> dict:
+    """A section file's first line as an object, {} where it is none (or the file is unreadable)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            obj = json.loads(fh.readline(_FIRST_LINE_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 def section_file(path: Path, prefix: str, step_key: str | None) -> ImportedRun:
