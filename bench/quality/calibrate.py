@@ -152,7 +152,7 @@ def calibrate(half: str = "calibration") -> Calibration:
     trend = MemorizationTrend()
     resid_max = 0.0
     for data in corpus.single_runs(half):
-        resid, _ = trend.residuals(data, trend.table(data), {})
+        resid, _ = trend.residuals(data, trend.table(data))
         if np.isfinite(resid).any():
             resid_max = max(resid_max, float(np.nanmax(resid)))
     # A 95% band of the actual errors, as a standard error (divided by 1.96).

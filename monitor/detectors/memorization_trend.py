@@ -14,6 +14,7 @@ A gap above the trend by more than max(`min_effect`, `z_threshold` x the residua
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import ClassVar
@@ -135,7 +136,7 @@ class MemorizationTrend(Detector, Incremental):
 
     def detect(self, run: RunData, reference: RunData | None = None) -> list:
         table = self.table(run)
-        resid, sigma = self.residuals(run, table, {})
+        resid, sigma = self.residuals(run, table)
         band = np.fmax(self.min_effect, self.z_threshold * sigma)
         with np.errstate(invalid="ignore"):
             flag = resid > band
@@ -164,7 +165,7 @@ class MemorizationTrend(Detector, Incremental):
         """Judged checkpoints whose gap, less its 90% interval's half-width (the residual sigma),
         is back at or under its trend: the widening is gone there."""
         table = self.table(run)
-        resid, sigma = self.residuals(run, table, {})
+        resid, sigma = self.residuals(run, table)
         band = np.fmax(self.min_effect, self.z_threshold * sigma)
         with np.errstate(invalid="ignore"):
             back = resid + CLEAN_Z * sigma <= band
@@ -203,14 +204,14 @@ class MemorizationTrend(Detector, Incremental):
         dropped = int(pinned(run, "memorization_trend:dropped_usable") or 0)
         return np.where(usable, dropped + np.cumsum(usable) - 1, -1)
 
-    def residuals(self, run: RunData, table: pd.DataFrame, fits: dict) -> tuple[np.ndarray, np.ndarray]:
+    def residuals(self, run: RunData, table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """Residual of each checkpoint's gap from a trend fitted on earlier checkpoints only.
 
         Checkpoint i (counting usable ones over the whole run) is judged by a Theil-Sen line through
         the first b usable checkpoints: b = 2^k for 2^k <= i < 2^(k+1), at most
         `max_base_checkpoints`. The base is always the start of the history, never the judged
         checkpoint or what follows it. One fit per base keeps a run with thousands of checkpoints
-        to a dozen fits, and `fits` keeps them (intercept, slope, residual sigma) across calls.
+        to a dozen fits, each made once (`_fit`).
         """
         steps, gap = table["step"].to_numpy(), table["gap"].to_numpy(dtype=float)
         resid = np.full(steps.size, np.nan)
@@ -231,17 +232,20 @@ class MemorizationTrend(Detector, Incremental):
             b = min(1 << int(np.floor(np.log2(i))), self.max_base_checkpoints)
             if b < self.min_trend_checkpoints or base_steps.size < b:
                 continue
-            tag = f"{b}@{int(base_steps[b - 1])}"
-            if tag not in fits:
-                fits[tag] = _fit(base_steps[:b], base_gaps[:b])
-            intercept, slope, scale = fits[tag]
+            intercept, slope, scale = _fit(base_steps[:b].tobytes(), base_gaps[:b].tobytes())
             resid[row] = gap[row] - (intercept + slope * np.log(max(steps[row], 1)))
             sigma[row] = scale
         return resid, sigma
 
 
-def _fit(steps: np.ndarray, gaps: np.ndarray) -> list[float]:
-    """Theil-Sen line of the gap on ln(step): intercept, slope, and the robust sigma of its residuals."""
+@functools.lru_cache(maxsize=256)
+def _fit(steps_bytes: bytes, gaps_bytes: bytes) -> tuple[float, float, float]:
+    """Theil-Sen line of the gap on ln(step): intercept, slope, and the robust sigma of its residuals.
+
+    Given as the bytes of two float arrays, so that the fit of a base is kept: the watch service
+    judges every poll's checkpoints against the same base, which stops growing at
+    `max_base_checkpoints` and is then the costliest step of a poll."""
+    steps, gaps = np.frombuffer(steps_bytes), np.frombuffer(gaps_bytes)
     x = np.log(np.maximum(steps, 1).astype(float)).reshape(-1, 1)
     # 2,000 random pairs instead of scikit-learn's 10,000: the slope is still known to far below the
     # noise of the gap, at a fifth of the cost on long runs.
@@ -251,4 +255,4 @@ def _fit(steps: np.ndarray, gaps: np.ndarray) -> list[float]:
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit = TheilSenRegressor(max_subpopulation=2000, random_state=0).fit(x, gaps)
     r = gaps - fit.predict(x)
-    return [float(fit.intercept_), float(fit.coef_[0]), MAD_TO_SIGMA * float(np.median(np.abs(r - np.median(r))))]
+    return float(fit.intercept_), float(fit.coef_[0]), MAD_TO_SIGMA * float(np.median(np.abs(r - np.median(r))))

@@ -24,16 +24,23 @@ Which values are kept (per metric; only metrics both runs logged)
 * Dense series (train, optimizer, perf, data): where the reference logged the run's step itself,
   that value is used; at the run's other steps (the two runs logged at different steps, as on the
   token axis) the reference is linearly interpolated, but only between two finite reference points
-  at most `max_gap_factor` times the reference's usual logging interval apart (a longer stretch is
-  a gap in the log, not a sampling choice) and never across a restart of the reference (an attempt
-  boundary: a `restart`/`resume` event, or the first step an attempt logged again). Nothing is
-  extrapolated. Each run step's value depends on the reference alone, never on which other steps
-  are aligned with it, so the watch service aligning a run piece by piece gets the values a
-  whole-run alignment gets.
+  at most `max_gap_factor` times the reference's usual logging interval apart (the median interval
+  between its log points of that metric, in its own steps: a longer stretch is a gap in its log,
+  not a sampling choice) and never across a restart of the reference (an attempt boundary: a
+  `restart`/`resume` event, or the first step an attempt logged again). Nothing is extrapolated.
+  Each run step's value depends on the reference alone, never on which other steps are aligned
+  with it, so the watch service aligning a run piece by piece gets the values a whole-run
+  alignment gets.
 * Restarts inside one run are already resolved before alignment: `RunData.scalars` holds the
   latest attempt of every step.
 * A value the reference logged as NaN/Inf is kept at an exact match (it is what the run logged)
   and never used as an interpolation end.
+
+The watch service aligns every poll's few new rows against the same long reference, so what
+depends on the reference alone (each metric's log points and usual interval, its attempt
+boundaries, its token count) is prepared once: `PreparedReference`, which `align_pair` takes in
+place of the reference. A poll then maps onto the run's axis only the reference points around its
+rows, and costs the same at step 10k as at step 1.4M.
 
 Both results have the same step index and columns; for dense series `run.series(k)` and
 `reference.series(k)` have identical indexes; for evals the steps where both are finite are the
@@ -44,6 +51,7 @@ matched checkpoints (`eval_keys.matching_steps`). What was done is recorded in
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -76,38 +84,79 @@ class AlignConfig:
     max_gap_factor: float = 2.0
 
 
-def align_pair(run: RunData, reference: RunData, axis: str = "auto",
+@dataclass(frozen=True)
+class ReferenceLog:
+    """One reference metric where it was logged: its own steps (ascending), their values, and the
+    usual interval between them (the median positive one; 0 with fewer than two steps)."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    usual_gap: float
+
+
+class PreparedReference:
+    """A reference with what alignment needs of it alone, computed once for many alignments.
+
+    Each metric's log is prepared on first use; the reference must not change meanwhile (the watch
+    service prepares a reference again whenever it reads a grown one)."""
+
+    def __init__(self, data: RunData) -> None:
+        self.data = data
+        self.name = data.name
+        self.columns = list(data.scalars.columns)
+        self.tokens_per_step = _tokens_per_step(data)
+        self.bounds = _attempt_boundaries(data)
+        self._to_tokens = None
+        self._logs: dict[str, ReferenceLog] = {}
+
+    def log(self, key: str) -> ReferenceLog:
+        if key not in self._logs:
+            theirs = self.data.series(key)
+            steps = theirs.index.to_numpy(dtype="float64")
+            gaps = np.diff(steps)
+            usual = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0
+            self._logs[key] = ReferenceLog(steps, theirs.to_numpy(dtype="float64"), usual)
+        return self._logs[key]
+
+    def steps_to_tokens(self):
+        if self._to_tokens is None:
+            self._to_tokens = _steps_to_tokens(self.data)
+        return self._to_tokens
+
+
+def align_pair(run: RunData, reference: RunData | PreparedReference, axis: str = "auto",
                config: AlignConfig | None = None) -> tuple[RunData, RunData]:
-    """Both runs on the run's steps, with only fairly comparable values (module docstring)."""
+    """Both runs on the run's steps, with only fairly comparable values (module docstring). The
+    reference may come prepared, when it is aligned with many pieces of a run."""
     config = config or AlignConfig()
     if axis not in AXES:
         raise GapwatchError(f"alignment axis must be one of {', '.join(AXES)}, not {axis!r}")
-    chosen, reason = _choose_axis(run, reference, axis, config)
+    ref = reference if isinstance(reference, PreparedReference) else PreparedReference(reference)
+    chosen, reason = _choose_axis(_tokens_per_step(run), ref.tokens_per_step, run.name, ref.name, axis, config)
     if chosen == "tokens":
-        to_run_steps = _token_mapping(run, reference)
+        to_run_steps = _token_mapping(run, ref.steps_to_tokens())
     else:
         def to_run_steps(steps):
             return np.asarray(steps, dtype="float64")
 
-    ref_bounds = to_run_steps(_attempt_boundaries(reference))
-    shared = [k for k in run.scalars.columns if k in reference.scalars.columns]
+    shared = [k for k in run.scalars.columns if k in ref.columns]
     run_cols: dict[str, pd.Series] = {}
     ref_cols: dict[str, pd.Series] = {}
     stats: dict[str, dict] = {}
     for key in shared:
         mine = run.series(key)
-        theirs = reference.series(key)
-        if mine.empty or theirs.empty:
+        theirs = ref.log(key)
+        if mine.empty or theirs.steps.size == 0:
             continue
-        x = to_run_steps(theirs.index.to_numpy())
-        logged = _reference_span(theirs, x)
+        logged = _reference_span(theirs.steps, to_run_steps)
         if key.startswith(EVAL_PREFIX):
-            steps, values, how, used = _match_checkpoints(mine, x, theirs.to_numpy(), chosen, config)
+            x = to_run_steps(theirs.steps)
+            steps, values, how, used = _match_checkpoints(mine, x, theirs.values, chosen, config)
             run_cols[key] = mine
             ref_cols[key] = _with_unmatched(pd.Series(values, index=pd.Index(steps, dtype="int64")), mine,
-                                            x[~used], theirs.to_numpy()[~used])
+                                            x[~used], theirs.values[~used])
         else:
-            kept, values, how = _dense(mine, x, theirs.to_numpy(), ref_bounds, config)
+            kept, values, how = _dense(mine, theirs, to_run_steps, ref.bounds, config)
             if len(kept) == 0:
                 # The column leaves the aligned frames, but not the record: a detector can then
                 # say that the runs logged it at no common step, not that the reference lacks it.
@@ -123,10 +172,10 @@ def align_pair(run: RunData, reference: RunData, axis: str = "auto",
 
     index = pd.Index(union_steps([s.index.to_numpy() for s in (*run_cols.values(), *ref_cols.values())]),
                      dtype="int64", name="step")
-    meta = Alignment(axis=chosen, reason=reason, run=run.name, reference=reference.name, metrics=stats,
-                     reference_only=tuple(k for k in reference.scalars.columns if k not in run.scalars.columns))
+    meta = Alignment(axis=chosen, reason=reason, run=run.name, reference=ref.name, metrics=stats,
+                     reference_only=tuple(k for k in ref.columns if k not in run.scalars.columns))
     run_out = _rebuild(run, run_cols, index, meta, identity=True, to_run_steps=None)
-    ref_out = _rebuild(reference, ref_cols, index, meta, identity=False,
+    ref_out = _rebuild(ref.data, ref_cols, index, meta, identity=False,
                        to_run_steps=to_run_steps)
     return run_out, ref_out
 
@@ -147,13 +196,14 @@ def _tokens_per_step(data: RunData) -> float | None:
     return None
 
 
-def _choose_axis(run, reference, axis, config) -> tuple[str, str]:
-    a, b = _tokens_per_step(run), _tokens_per_step(reference)
+def _choose_axis(a: float | None, b: float | None, run: str, reference: str, axis: str,
+                 config: AlignConfig) -> tuple[str, str]:
+    """The axis and why, from the run's and the reference's tokens per step (`a`, `b`)."""
     if axis == "step":
         return "step", "asked for"
     if axis == "tokens":
         if a is None or b is None:
-            missing = run.name if a is None else reference.name
+            missing = run if a is None else reference
             raise GapwatchError(
                 f"cannot align on tokens: run {missing!r} has neither tokens_per_step nor a growing "
                 f"{schema.TRAIN_TOKENS} series"
@@ -189,9 +239,9 @@ def _steps_to_tokens(data: RunData):
     return None
 
 
-def _token_mapping(run: RunData, reference: RunData):
-    """reference steps -> the run's (fractional) step at the same number of tokens."""
-    ref_tokens = _steps_to_tokens(reference)
+def _token_mapping(run: RunData, ref_tokens):
+    """reference steps -> the run's (fractional) step at the same number of tokens, given the
+    reference's own steps -> tokens."""
     run_tokens = _steps_to_tokens(run)
     steps = run.scalars.index.to_numpy(dtype="float64")
     if len(steps) < 2:
@@ -227,13 +277,13 @@ def _attempt_boundaries(data: RunData) -> np.ndarray:
 
 
 # --- per-metric pairing -----------------------------------------------------------------------------
-def _reference_span(theirs: pd.Series, x: np.ndarray) -> dict:
+def _reference_span(steps: np.ndarray, to_run_steps) -> dict:
     """Where the reference logged a metric, for the alignment's record: its first and last step,
     those steps on the run's axis and how many it logged. The aligned frames keep only what pairs
     with the run, so this is what says that a reference stopped at step 900 (monitor/detectors/overlap.py)."""
-    steps = theirs.index.to_numpy()
+    ends = to_run_steps(steps[[0, -1]])
     return {"reference_steps": [int(steps[0]), int(steps[-1])],
-            "reference_at": [int(np.rint(x[0])), int(np.rint(x[-1]))],
+            "reference_at": [int(np.rint(ends[0])), int(np.rint(ends[1]))],
             "reference_points": int(len(steps))}
 
 
@@ -293,43 +343,52 @@ def _with_unmatched(matched: pd.Series, mine: pd.Series, x: np.ndarray, values: 
     return pd.concat([matched, extra]).sort_index()
 
 
-def _dense(mine: pd.Series, x: np.ndarray, values: np.ndarray, bounds: np.ndarray,
-           config: AlignConfig):
+def _dense(mine: pd.Series, log: ReferenceLog, to_run_steps, bounds: np.ndarray, config: AlignConfig):
     """Reference values at the run's steps: exact where logged, else honest interpolation. Returns
     the positions in `mine` of the steps that have a reference value, those values and how."""
     run_steps = mine.index.to_numpy(dtype="float64")
-    if len(x) == len(run_steps) and np.array_equal(x, run_steps):
-        return np.arange(len(x)), values, "matching steps"  # the same steps: nothing to search
-    order = np.argsort(x, kind="stable")
-    xs, vs = x[order], values[order]
-    inside = (run_steps >= xs[0]) & (run_steps <= xs[-1])
+    n = log.steps.size
+    # Only the reference points that can pair with the run's steps are placed on its axis: from
+    # the last one before its first step to the first one at or after its last (the mapping keeps
+    # the order of steps, so a bisection finds them).
+    lo = max(_first_at_or_after(log.steps, to_run_steps, run_steps[0]) - 1, 0)
+    hi = min(_first_at_or_after(log.steps, to_run_steps, run_steps[-1]) + 1, n)
+    xs, vs, rs = to_run_steps(log.steps[lo:hi]), log.values[lo:hi], log.steps[lo:hi]
+    if lo == 0 and hi == n and len(xs) == len(run_steps) and np.array_equal(xs, run_steps):
+        return np.arange(n), log.values, "matching steps"  # the same steps: nothing to search
+    first, last = to_run_steps(log.steps[[0, -1]])
+    inside = (run_steps >= first) & (run_steps <= last)
     targets = run_steps[inside]
+    if targets.size == 0:
+        return np.flatnonzero(inside), np.empty(0), "matching steps"
     pos = np.searchsorted(xs, targets)
     pos_c = np.clip(pos, 0, len(xs) - 1)
     exact = np.isclose(xs[pos_c], targets, rtol=0.0, atol=1e-6)
     where = np.flatnonzero(inside)
-    if exact.all() or len(xs) < 2:
+    if exact.all() or n < 2:
         return where[exact], vs[pos_c[exact]], "matching steps"
-    gaps = np.diff(xs)
-    usual = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 0.0
     left = np.clip(pos - 1, 0, len(xs) - 2)
     right = left + 1
     x0, x1 = xs[left], xs[right]
     y0, y1 = vs[left], vs[right]
-    span_ok = (x1 - x0) <= config.max_gap_factor * usual + 1e-9
+    # The gap and the restarts are the reference's own: judged in its steps.
+    r0, r1 = rs[left], rs[right]
+    span_ok = (r1 - r0) <= config.max_gap_factor * log.usual_gap + 1e-9
     finite = np.isfinite(y0) & np.isfinite(y1)
-    if len(bounds):
-        # A boundary b splits the segment if x0 < b <= x1.
-        crosses = np.searchsorted(bounds, x1, side="right") > np.searchsorted(bounds, x0,
-                                                                             side="right")
-    else:
-        crosses = np.zeros(len(targets), dtype=bool)
+    # A boundary b splits the segment if r0 < b <= r1.
+    crosses = np.searchsorted(bounds, r1, side="right") > np.searchsorted(bounds, r0, side="right")
     interp_ok = ~exact & span_ok & finite & ~crosses & (x1 > x0)
     frac = np.where(x1 > x0, (targets - x0) / np.where(x1 > x0, x1 - x0, 1.0), 0.0)
     interp = y0 + frac * (y1 - y0)
     keep = exact | interp_ok
     out = np.where(exact, vs[pos_c], interp)
     return where[keep], out[keep], "interpolated between reference points"
+
+
+def _first_at_or_after(steps: np.ndarray, to_run_steps, target: float) -> int:
+    """The index of the first of the (ascending) reference steps whose place on the run's axis is
+    at or after `target`, mapping a few dozen steps rather than all of them."""
+    return bisect.bisect_left(range(steps.size), target, key=lambda i: float(to_run_steps(steps[i:i + 1])[0]))
 
 
 # --- rebuilding RunData ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from monitor.alerting.incidents import Progress
 from monitor.detectors.base import EVAL_PREFIX
 from monitor.detectors.incremental import DetectorState
 from monitor.detectors.rundata import concat_rows
-from monitor.judging.align import align_pair
+from monitor.judging.align import PreparedReference, align_pair
 from monitor.judging.engine import DetectionEngine
 from monitor.schema import Clean, Detection, RunData, RunInfo
 from monitor.store import RunMarks
@@ -67,7 +67,7 @@ class RunWatcher:
         self.window_steps = window_steps
         self.state_name = state_name(run)
         self._axis_wanted = engine.config.axis
-        self._reference_data: RunData | None = None
+        self._reference_data: PreparedReference | None = None
         self._reference_marks: tuple | None = None
         self._ref_cache: RunData | None = None
         self._read_for: frozenset[str] = frozenset()
@@ -172,7 +172,7 @@ class RunWatcher:
                                       logged_nonfinite=nonfinite.drop_duplicates(["key", "step"], keep="last"))
         return self._ref_cache
 
-    def _align(self, view: RunData, reference: RunData) -> RunData:
+    def _align(self, view: RunData, reference: PreparedReference) -> RunData:
         _, ref = align_pair(view, reference, axis=self.axis)
         if self.axis == "auto":
             # Pin the axis the first judgement chose, so every later poll compares alike.
@@ -217,14 +217,15 @@ class RunWatcher:
         self._ref_cache = RunData(info=cache.info, scalars=scalars, events=cache.events, repeats=cache.repeats,
                                   logged_nonfinite=nf.reset_index(drop=True))
 
-    def _load_reference(self, marks: RunMarks | None) -> RunData | None:
-        """The reference at full resolution, read again only when it grew (a live reference)."""
+    def _load_reference(self, marks: RunMarks | None) -> PreparedReference | None:
+        """The reference at full resolution, read again only when it grew (a live reference), and
+        prepared once for the polls that align their rows with it."""
         if self.reference is None:
             return None
         m = rows.ours(marks) if marks is not None else rows.marks(self.store, self.reference)
         seen = (m.last_step, sum(n for _, _, n in m.series.values()), m.last_event_id)
         if self._reference_data is None or seen != self._reference_marks:
-            self._reference_data = self.store.load_run(self.reference)
+            self._reference_data = PreparedReference(self.store.load_run(self.reference))
             self._reference_marks = seen
             self._ref_cache = None
         return self._reference_data

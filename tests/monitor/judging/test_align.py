@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from monitor import schema
-from monitor.judging.align import EVAL_PREFIX, AlignConfig, align_pair
+from monitor.judging.align import EVAL_PREFIX, AlignConfig, PreparedReference, align_pair
 from monitor.detectors.eval_keys import matching_steps
 from monitor.errors import GapwatchError
 from monitor.schema import RunData, RunInfo
@@ -134,6 +134,29 @@ def test_exact_where_logged_interpolated_between():
     piece = _run("run", {schema.TRAIN_LOSS: {s: 1.0 for s in range(5, 8)}})
     _, r2 = align_pair(piece, ref, axis="step")
     assert r2.series(schema.TRAIN_LOSS).to_dict() == loss.loc[5:7].to_dict()
+
+
+@pytest.mark.parametrize("axis", ["step", "tokens"])
+def test_a_prepared_reference_aligns_each_piece_of_a_run_as_the_whole_run(axis):
+    # The reference takes twice the run's tokens a step and logs every 2 steps, with a gap from
+    # its step 40 to 60 and a restart at 70: on the token axis its step k lands on the run's 2k.
+    pts = {s: 10.0 - s / 50 for s in range(0, 101, 2) if not 40 < s < 60}
+    ref = _run("ref", {schema.TRAIN_LOSS: pts}, tokens_per_step=2000,
+               events=[{"step": 70, "kind": "restart", "payload": {}}])
+    run_points = {s: 1.0 for s in range(0, 201)}
+    run = _run("run", {schema.TRAIN_LOSS: run_points}, tokens_per_step=1000)
+    _, whole = align_pair(run, ref, axis=axis)
+    loss = whole.series(schema.TRAIN_LOSS)
+    if axis == "tokens":
+        assert loss.loc[2] == pytest.approx(10.0 - 1 / 50) and loss.loc[4] == pytest.approx(10.0 - 2 / 50)
+        # The gap is 10 of the reference's usual intervals; the restart splits 68..70 (136..140).
+        assert not any(81 <= s <= 119 for s in loss.index) and not any(137 <= s <= 139 for s in loss.index)
+    prepared = PreparedReference(ref)
+    for lo in range(0, 201, 7):
+        piece = _run("run", {schema.TRAIN_LOSS: {s: 1.0 for s in range(lo, min(lo + 7, 201))}},
+                     tokens_per_step=1000)
+        _, part = align_pair(piece, prepared, axis=axis)
+        assert part.series(schema.TRAIN_LOSS).to_dict() == loss.loc[lo:lo + 6].to_dict(), lo
 
 
 def test_no_interpolation_across_a_reference_restart():
