@@ -16,8 +16,9 @@ keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Mega
 `composer` (MosaicML Composer, llm-foundry), `nemo` (NVIDIA NeMo), `fairseq` (fairseq and
 metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor), `litgpt` (LitGPT, on its
 optimizer step: `marked_step_key`), `llamafactory` (LLaMA-Factory's trainer_log.jsonl, on its
-`current_steps`), `swift` (ms-swift's logging.jsonl, on its `global_step/max_steps`) and `lingua`
-(Meta's lingua). `detect_profile` picks the profile whose own rules explain the
+`current_steps`), `swift` (ms-swift's logging.jsonl, on its `global_step/max_steps`), `lingua`
+(Meta's lingua), `fairseq2` (Meta's fairseq2) and `flax` (Flax's examples, through CLU's metric
+writers). `detect_profile` picks the profile whose own rules explain the
 most source names, less those the data contradicts (`monitor.importers.meaning`). A user profile
 named like a built-in one with `extends:` its own name overrides single mappings of it. Users add
 or replace profiles in a YAML file:
@@ -533,9 +534,31 @@ FAIRSEQ2 = Profile(
     ),
 )
 
+# The names Flax's examples (lm1b, wmt, gemma) give CLU's metric writers, the same in their
+# TensorBoard folder and their console log (monitor.importers.clu_log).
+FLAX = Profile(
+    name="flax",
+    description="Flax's examples through CLU's metric writers (TensorBoard and console log): train_loss, "
+                "train_learning_rate, eval_loss, steps_per_sec",
+    marker=r"train_(learning_rate|perplexity)|eval_perplexity",
+    rules=(
+        # Per-token means over the steps since the last write (the summed metric over its weights).
+        Rule(r"train_loss", "train/loss"),
+        Rule(r"train_learning_rate", "optim/lr"),
+        Rule(r"train_accuracy", "train/accuracy"),
+        Rule(r"(train|eval)_perplexity", None),  # exp of the loss, clipped at 1e4
+        # The examples evaluate one split; its loss is the held-out loss.
+        Rule(r"eval_loss", "eval/heldout/eval/loss"),
+        Rule(r"eval_accuracy", "validation/eval/accuracy"),
+        # CLU's ReportProgress: steps a second since its last report, seconds since the job began.
+        Rule(r"steps_per_sec", "perf/steps_per_s"),
+        Rule(r"uptime", "perf/uptime_s"),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA, FAIRSEQ2)
+                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA, FAIRSEQ2, FLAX)
 }
 
 

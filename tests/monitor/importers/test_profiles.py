@@ -107,7 +107,7 @@ def test_explicit_profile_file_must_exist(tmp_path):
 
 
 def test_unknown_profile_name():
-    with pytest.raises(GapwatchError, match="unknown profile 'nope'; known: composer, deepspeed, fairseq, fairseq2, gapwatch, hf"):
+    with pytest.raises(GapwatchError, match="unknown profile 'nope'; known: composer, deepspeed, fairseq, fairseq2, flax, gapwatch, hf"):
         get_profile("nope")
 
 
