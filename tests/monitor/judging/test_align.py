@@ -159,6 +159,15 @@ def test_a_prepared_reference_aligns_each_piece_of_a_run_as_the_whole_run(axis):
         assert part.series(schema.TRAIN_LOSS).to_dict() == loss.loc[lo:lo + 6].to_dict(), lo
 
 
+def test_a_prepared_reference_holds_a_metric_logged_at_every_step_without_copying_it():
+    steps = pd.Index(np.arange(0, 5000, dtype="int64"), name="step")
+    ref = RunData(info=RunInfo(name="ref"), scalars=pd.DataFrame({schema.TRAIN_LOSS: 3.0 - steps / 5000}, index=steps))
+    log = PreparedReference(ref).log(schema.TRAIN_LOSS)
+    assert np.shares_memory(log.steps, ref.scalars.index.to_numpy())
+    assert np.shares_memory(log.values, ref.scalars[schema.TRAIN_LOSS].to_numpy())
+    assert log.usual_gap == 1.0
+
+
 def test_no_interpolation_across_a_reference_restart():
     # Attempt 2 restarted from step 40 (logged 40 again): 40 is an attempt boundary.
     ref_two = ImportedRun(
