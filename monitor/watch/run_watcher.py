@@ -21,6 +21,7 @@ from monitor.judging.engine import DetectionEngine
 from monitor.schema import Clean, Detection, RunData, RunInfo
 from monitor.store import RunMarks
 from monitor.watch import rows
+from monitor.watch.references import SharedReferences
 
 log = logging.getLogger("gapwatch.watch")
 
@@ -59,8 +60,10 @@ def is_watched(store, run: str) -> bool:
 
 class RunWatcher:
     def __init__(self, store, run: str, reference: str | None, engine: DetectionEngine,
-                 window_steps: int = 50_000) -> None:
+                 window_steps: int = 50_000, references: SharedReferences | None = None) -> None:
+        """`references`: the service's, shared by its watchers (default: this watcher's own)."""
         self.store = store
+        self.references = references or SharedReferences(store)
         self.run = run
         self.reference = reference
         self.engine = engine
@@ -68,7 +71,6 @@ class RunWatcher:
         self.state_name = state_name(run)
         self._axis_wanted = engine.config.axis
         self._reference_data: PreparedReference | None = None
-        self._reference_marks: tuple | None = None
         self._ref_cache: RunData | None = None
         self._read_for: frozenset[str] = frozenset()
         self._read: set[str] = set()
@@ -219,14 +221,15 @@ class RunWatcher:
 
     def _load_reference(self, marks: RunMarks | None) -> PreparedReference | None:
         """The reference at full resolution, read again only when it grew (a live reference), and
-        prepared once for the polls that align their rows with it."""
+        prepared once for the polls that align their rows with it (and for the other runs of the
+        service judged against it, `references`)."""
         if self.reference is None:
             return None
         m = rows.ours(marks) if marks is not None else rows.marks(self.store, self.reference)
         seen = (m.last_step, sum(n for _, _, n in m.series.values()), m.last_event_id)
-        if self._reference_data is None or seen != self._reference_marks:
-            self._reference_data = PreparedReference(self.store.load_run(self.reference))
-            self._reference_marks = seen
+        prepared = self.references.get(self.reference, seen)
+        if prepared is not self._reference_data:
+            self._reference_data = prepared
             self._ref_cache = None
         return self._reference_data
 

@@ -36,6 +36,7 @@ from monitor.errors import GapwatchError
 from monitor.schema import RunInfo
 from monitor.store import DatabaseError, LeaseLost, RunMarks, describe_db_error
 from monitor.watch.config import WatchConfig
+from monitor.watch.references import SharedReferences
 from monitor.watch.run_watcher import RunWatcher
 
 log = logging.getLogger("gapwatch.watch")
@@ -127,6 +128,7 @@ class WatchService:
         self.tracker = IncidentTracker(alerting.incidents)
         self.outbox = Outbox(store, sinks if sinks is not None else build_sinks(alerting, stream), alerting, clock)
         self.watchers: dict[Target, RunWatcher] = {}
+        self.references = SharedReferences(store)
         self.stop_event = threading.Event()
         self._wake_delivery = threading.Event()
         self._polls = 0
@@ -216,7 +218,7 @@ class WatchService:
         watcher = self.watchers.get(target)
         if watcher is None:
             watcher = RunWatcher(self.store, target.run, target.reference, self.make_engine(),
-                                 window_steps=self.config.catch_up_steps)
+                                 window_steps=self.config.catch_up_steps, references=self.references)
             self.watchers[target] = watcher
         return watcher
 

@@ -1,7 +1,10 @@
 """What a poll costs follows what it must judge: runs with nothing new cost no query of their own,
-and a series no configured detector reads is never read."""
+a series no configured detector reads is never read, and a reference many runs share is read once."""
 
 from __future__ import annotations
+
+import gc
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -66,3 +69,32 @@ def test_a_series_no_detector_reads_is_never_read(sqlite_url):
         everything.poll()
         [watcher] = everything.watchers.values()
         assert set(watcher.cursor.key_last) == set(KEYS)
+
+
+def test_runs_judged_against_one_reference_read_it_once_and_share_it(sqlite_url):
+    with open_store(sqlite_url) as store:
+        store.ensure_run("baseline")
+        store.write_metrics("baseline", rows(0, 300))
+        runs = [f"r{i}" for i in range(4)]
+        for run in runs:
+            store.ensure_run(run, reference="baseline")
+            store.write_metrics(run, rows(0, 200))
+        reads = []
+        load_run = store.load_run
+        store.load_run = lambda name, *args, **kwargs: reads.append(name) or load_run(name, *args, **kwargs)
+        config = WatchConfig(alerting=AlertingConfig(sinks=[]), detect=DetectConfig(detectors=["reference_divergence"]))
+        svc = WatchService(store, config, TargetSpec(runs=tuple(runs)), sinks={})
+        svc.poll()
+        held = {id(w._reference_data) for w in svc.watchers.values()}
+        assert reads.count("baseline") == 1 and len(held) == 1 and len(svc.watchers) == 4
+        # The reference grows (a live one): read once more, shared again, and the old version is gone
+        # with the last watcher that held it.
+        old = weakref.ref(next(iter(svc.watchers.values()))._reference_data)
+        store.write_metrics("baseline", rows(300, 400))
+        for run in runs:
+            store.write_metrics(run, rows(200, 250))
+        svc.poll()
+        assert reads.count("baseline") == 2
+        assert len({id(w._reference_data) for w in svc.watchers.values()}) == 1
+        gc.collect()
+        assert old() is None
