@@ -15,7 +15,7 @@ MAPPING_ROWS_SHOWN = 20
 # (tests/monitor/importers/test_import_cmd.py holds the two lists alike).
 FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
                "hf-trainer-state, mlflow, mlflow-db, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
-               "torchtitan-log, maxtext-log, clu-log, hf-console-log, deepspeed-csv, lingua, fairseq2, tensorboard-export, gapwatch-export "
+               "torchtitan-log, maxtext-log, clu-log, levanter-log, hf-console-log, deepspeed-csv, lingua, fairseq2, tensorboard-export, gapwatch-export "
                "(default: detected)")
 # The hosts of W&B's cloud app, whose run pages are https://wandb.ai/<entity>/<project>/runs/<id>.
 WANDB_APP_HOSTS = ("wandb.ai", "www.wandb.ai")
@@ -34,7 +34,7 @@ def register(subparsers) -> None:
         "(mlflow.db), an llm.c / "
         "modded-nanogpt / nanoGPT log, a Megatron-LM / GPT-NeoX / nanotron stdout log, a lingua dump "
         "folder, a fairseq2 output directory (its metrics/), a console log of CLU's LoggingWriter (Flax's "
-        "examples), or a file "
+        "examples) or of Levanter's JSON logger, or a file "
         "`gapwatch export` wrote. Steps are the "
         "trainer's own when the source logs them; the mapping of its keys is printed.",
     )
@@ -57,7 +57,7 @@ def register(subparsers) -> None:
                         "profile's, else train/global_step, trainer/global_step, global_step, "
                         "iter, step, Step or trainer/step when logged; W&B's _step otherwise)")
     parser.add_argument("--profile", metavar="NAME", default=None,
-                        help="metric-name profile: gapwatch, olmo, maxtext, llmc, nanogpt, hf, lightning, torchtitan, megatron, composer, nemo, fairseq, deepspeed, litgpt, llamafactory, swift, lingua, fairseq2, flax or a "
+                        help="metric-name profile: gapwatch, olmo, maxtext, llmc, nanogpt, hf, lightning, torchtitan, megatron, composer, nemo, fairseq, deepspeed, litgpt, llamafactory, swift, lingua, fairseq2, flax, levanter or a "
                         "user profile (default: detected from the metric names)")
     parser.add_argument("--profiles-file", metavar="PATH", default=None,
                         help="user profile YAML (default: $GAPWATCH_PROFILES, else profiles.yaml "

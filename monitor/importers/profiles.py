@@ -17,8 +17,8 @@ keys), `lightning` (PyTorch Lightning's loggers), `torchtitan`, `megatron` (Mega
 metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor), `litgpt` (LitGPT, on its
 optimizer step: `marked_step_key`), `llamafactory` (LLaMA-Factory's trainer_log.jsonl, on its
 `current_steps`), `swift` (ms-swift's logging.jsonl, on its `global_step/max_steps`), `lingua`
-(Meta's lingua), `fairseq2` (Meta's fairseq2) and `flax` (Flax's examples, through CLU's metric
-writers). `detect_profile` picks the profile whose own rules explain the
+(Meta's lingua), `fairseq2` (Meta's fairseq2), `flax` (Flax's examples, through CLU's metric
+writers) and `levanter` (Stanford CRFM's Levanter, which Marin runs). `detect_profile` picks the profile whose own rules explain the
 most source names, less those the data contradicts (`monitor.importers.meaning`). A user profile
 named like a built-in one with `extends:` its own name overrides single mappings of it. Users add
 or replace profiles in a YAML file:
@@ -556,9 +556,44 @@ FLAX = Profile(
     ),
 )
 
+# Levanter's trainer callbacks (log_step_info, log_performance_stats), its tagged evaluator and its
+# lm-eval harness callback, in its W&B, TensorBoard and JSON logger trackers alike (Marin runs it).
+LEVANTER = Profile(
+    name="levanter",
+    description="Stanford CRFM's Levanter (and Marin): train/loss, optim/learning_rate, throughput/*, "
+                "eval/<tag>/loss, lm_eval/<task>/<metric>",
+    marker=r"throughput/(duration|total_tokens|tokens_per_second)|run_progress",
+    rules=(
+        Rule(r"global_step|run_progress", None),  # the step itself, and it over the planned steps
+        Rule(r"optim/learning_rate", "optim/lr"),
+        # Tokens through this step (its examples so far times their length), every worker's.
+        Rule(r"throughput/total_tokens", "train/tokens"),
+        Rule(r"throughput/tokens_per_second", "perf/tokens_per_s"),
+        Rule(r"throughput/duration", "perf/step_time_s"),
+        Rule(r"throughput/mfu", "perf/mfu", 0.01),  # in percent
+        Rule(r"throughput/loading_time", "perf/data_load_s"),
+        Rule(r"throughput/hook_time", "perf/hook_time_s"),
+        # The evaluator's totals over every tagged set, then each set: a leaf tag's mean loss of a
+        # token is a held-out loss; a parent tag's micro and macro means, and the bits per byte,
+        # are summaries of those.
+        Rule(r"eval/(?P<stat>loss|macro_loss|bpb|macro_bpb)", "validation/all/{stat}"),
+        Rule(r"eval/loading_time", "perf/eval_data_load_s"),
+        Rule(r"eval/total_time", "perf/eval_time_s"),
+        Rule(r"eval/(?P<set>.+)/loss", _HELDOUT),
+        Rule(r"eval/(?P<set>.+)/(?P<stat>micro_loss|macro_loss|bpb|macro_bpb)", "validation/{set}/{stat}"),
+        # lm-eval's results, `,none` taken off by Levanter; the averages over tasks are derived.
+        Rule(r"lm_eval/averages/.+", None),
+        Rule(r"lm_eval/(?P<task>[^/]+)/(?P<metric>[^/,]+)_stderr", "eval/downstream/{task}/{metric}/stderr"),
+        Rule(r"lm_eval/(?P<task>[^/]+)/(?P<metric>[^/,]+)", "eval/downstream/{task}/{metric}"),
+        Rule(r"lm_eval/(?P<task>[^/]+)/(?P<metric>[^/,]+)_stderr,(?P<filter>[^/]+)",
+             "eval/downstream/{task}/{metric}_{filter}/stderr"),
+        Rule(r"lm_eval/(?P<task>[^/]+)/(?P<metric>[^/,]+),(?P<filter>[^/]+)", "eval/downstream/{task}/{metric}_{filter}"),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA, FAIRSEQ2, FLAX)
+                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA, FAIRSEQ2, FLAX, LEVANTER)
 }
 
 
