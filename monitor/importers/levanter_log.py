@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .formats import Format
 from .imported_run import ImportedRun
-from .input_checks import printed_number
+from .input_checks import printed_number, step_digits
 from .line_tail import LineParser, read_whole, tail_of
 
 _RECORD = re.compile(r'(\{"tracker": "json_logger", .*\})\s*$')
@@ -65,7 +65,7 @@ class _Parser(LineParser):
         elif not isinstance(step, int) or isinstance(step, bool) or step < 0:
             self.left_out.setdefault("step", f"{self.source}: line {number}: step {step!r} is no step: left out")
             return
-        step = self.rows.at_step(number, step)
+        step = self.rows.at_step(number, step_digits(str(step), f"{self.source}: line {number}"))
         self.last_step = step
         for name, value in _flat(record["metrics"]):
             if isinstance(value, dict):

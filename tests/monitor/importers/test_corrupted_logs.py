@@ -1,5 +1,5 @@
 """The line readers of other trainers' stdout logs (fairseq, Composer, OLMo-core, torchtune, torchtitan,
-MaxText, the Hugging Face Trainer), the Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
+MaxText, CLU's LoggingWriter, Levanter's JSON logger, the Hugging Face Trainer), the Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
 random (bytes flipped, cut short, odd tokens spliced in, a stretch repeated or zeroed): each import
 ends in a GapwatchError or an import, never another exception. The generated corpus of
 bench/fuzz_corpus.py judges the CSV, JSONL and W&B readers' values too; these readers are held to
@@ -64,6 +64,28 @@ def _maxtext() -> bytes:
                    "total_weights=131072\n" if s % 10 == 9 else "") for s in range(40)).encode()
 
 
+def _clu() -> bytes:
+    """CLU's LoggingWriter lines in absl's format, as a Flax example writes them."""
+    prefix = "I1207 10:00:01.123456 140231 logging_writer.py:48] "
+    return (prefix + "[Hyperparameters] {'learning_rate': 0.0016, 'per_device_batch_size': 32}\n" + "".join(
+        f"{prefix}[{s}] train_learning_rate=0.0016, train_loss={4 - s / 100:.6g}\n"
+        + (f"{prefix}[{s}] eval_loss={4.1 - s / 100:.6g}, eval_perplexity=60.3\n" if s % 10 == 0 else "")
+        for s in range(1, 40))).encode()
+
+
+def _levanter() -> bytes:
+    """Levanter's JSON logger records behind a logging prefix: the config, then each step's logs."""
+    prefix = "2025-03-04 10:00:01,123 - levanter.json_logger - INFO - "
+    record = {"tracker": "json_logger", "event": "hparams", "hparams": {"trainer": {"train_batch_size": 8}}}
+    lines = [prefix + json.dumps(record)]
+    for s in range(1, 40):
+        metrics = {"train/loss": 4 - s / 100, "global_step": s, "throughput/mfu": 41.5}
+        if s % 10 == 0:
+            metrics["eval/paloma/c4_en/loss"] = 4.1 - s / 100
+        lines.append(prefix + json.dumps({"tracker": "json_logger", "event": "log", "step": s, "metrics": metrics}))
+    return ("\n".join(lines) + "\n").encode()
+
+
 def _hf_console() -> bytes:
     """The Hugging Face Trainer's console as tqdm and its ProgressCallback write it (transformers 5
     prints values as text): the bar redrawn with carriage returns, a dict every 5 steps written
@@ -121,6 +143,7 @@ def _corrupt(rng: random.Random, data: bytes) -> bytes:
                                           ("composer.log", _composer), ("olmo.log", _olmo_core),
                                           ("log_1.txt", _torchtune), ("titan.log", _torchtitan),
                                           ("maxtext.log", _maxtext), ("hf.log", _hf_console),
+                                          ("clu.log", _clu), ("levanter.log", _levanter),
                                           ("history.parquet", _parquet)])
 def test_corrupted_logs_end_in_one_clear_error_or_an_import(tmp_path, name, sample):
     data = sample(tmp_path) if sample is _parquet else sample()

@@ -14,7 +14,8 @@ from monitor.importers.formats import ReadOptions
 from monitor.importers.line_tail import LineTail
 
 from .test_corrupted_logs import (
-    _composer, _fairseq_json, _fairseq_simple, _hf_console, _maxtext, _olmo_core, _torchtitan, _torchtune)
+    _clu, _composer, _fairseq_json, _fairseq_simple, _hf_console, _levanter, _maxtext, _olmo_core, _torchtitan,
+    _torchtune)
 
 
 def _megatron() -> bytes:
@@ -32,7 +33,7 @@ def _modded_nanogpt() -> bytes:
 
 SAMPLES = {"megatron-log": _megatron, "fairseq-log": _fairseq_json, "composer-log": _composer,
            "olmo-core-log": _olmo_core, "torchtitan-log": _torchtitan, "maxtext-log": _maxtext,
-           "llmc-log": _modded_nanogpt, "hf-console-log": _hf_console}
+           "llmc-log": _modded_nanogpt, "hf-console-log": _hf_console, "clu-log": _clu, "levanter-log": _levanter}
 
 
 def test_every_console_log_reader_can_be_followed():
