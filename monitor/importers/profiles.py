@@ -321,7 +321,7 @@ TORCHTITAN = Profile(
 
 MEGATRON = Profile(
     name="megatron",
-    description="Megatron-LM's (and Megatron-DeepSpeed's) TensorBoard, W&B and stdout log names (lm loss, learning-rate, iteration-time)",
+    description="Megatron-LM's (and Megatron-DeepSpeed's, GPT-NeoX's) TensorBoard, W&B and stdout log names (lm loss, learning-rate, iteration-time)",
     rules=(
         # GPT-NeoX, Megatron's descendant, writes lm_loss; Megatron-DeepSpeed (BLOOM) puts each
         # TensorBoard tag under a section of its name: lm-loss-training/lm loss.
@@ -336,6 +336,14 @@ MEGATRON = Profile(
         Rule(r"(iteration-time/)?iteration-time", "perf/step_time_s"),  # seconds per iteration over the log interval
         Rule(r"elapsed time per iteration \(ms\)", "perf/step_time_s", 1e-3),  # its stdout log's name
         Rule(r"throughput per GPU \(TFLOP/s/GPU\)", "perf/device_tflops_per_s"),
+        # GPT-NeoX's TensorBoard and W&B names (its tb_wandb_log): a section, then the stdout
+        # log's name with `_` for spaces; its evaluations are the sets its stdout log names.
+        Rule(r"train/lm_loss", "train/loss"),
+        Rule(r"train/learning_rate", "optim/lr"),
+        Rule(r"(validation|test)/lm_loss_ppl", None),  # exp(loss)
+        Rule(r"(?P<set>validation|test)/lm_loss", _HELDOUT),
+        Rule(r"runtime/iteration_time", "perf/step_time_s"),  # seconds per iteration over the log interval
+        Rule(r"runtime/flops_per_sec_per_gpu", "perf/device_tflops_per_s", 1e-12),
     ),
 )
 

@@ -128,6 +128,34 @@ def test_gpt_neox_writes_samples_per_second_before_the_iteration(tmp_path):
     assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(1.2345)
 
 
+def test_gpt_neox_s_tensorboard_names_mean_what_its_stdout_log_says(tmp_path):
+    # NeoX writes each value through tb_wandb_log: `train/lm_loss`, `validation/lm_loss`,
+    # `runtime/iteration_time`, ... The held-out sets are the ones its stdout log names.
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    for s in range(10, 101, 10):
+        for name, value in {"train/lm_loss": _loss(s), "train/learning_rate": 1e-5, "train/loss_scale": 4096.0,
+                            "runtime/iteration_time": 1.2345, "runtime/samples_per_sec": 98.1,
+                            "runtime/flops_per_sec_per_gpu": 1.0e14}.items():
+            writer.add_scalar(name, value, s)
+        if s % 50 == 0:
+            writer.add_scalar("validation/lm_loss", _loss(s) + 0.05, s)
+            writer.add_scalar("validation/lm_loss_ppl", math.exp(_loss(s) + 0.05), s)
+    writer.add_scalar("test/lm_loss", _loss(100) + 0.08, 100)
+    writer.close()
+    run = load(tmp_path / "tensorboard")
+    assert run.profile == "megatron"
+    data = run.to_run_data("neox-tb")
+    assert list(data.series(schema.TRAIN_LOSS).index) == list(range(10, 101, 10))
+    assert list(data.series(schema.heldout_key("validation")).index) == [50, 100]
+    assert data.series(schema.heldout_key("test"))[100] == pytest.approx(_loss(100) + 0.08, rel=1e-6)
+    assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(1.2345)
+    assert data.series("perf/device_tflops_per_s").iloc[0] == pytest.approx(100.0)
+    assert data.series(schema.OPTIM_LR).iloc[0] == pytest.approx(1e-5)
+    assert not any("ppl" in key for key in data.scalars.columns)
+
+
 def test_nanotron_numbers_with_their_thousands_suffix(tmp_path):
     lines = [f"12/04/2024 10:00:00 [INFO|DP=0|PP=0|TP=0|ip-10-0-0-1]: iteration: {s} / 2000 | consumed_tokens: 1.31M | "
              f"elapsed_time_per_iteration_ms: 512 | tokens_per_sec: 1.02M | tokens_per_sec_per_gpu: 128K | "
