@@ -9,7 +9,7 @@ the run's config; Lightning's hparams.yaml beside the event file, nested as it w
 
 Rules:
 * A path to a folder reads every event file under it, oldest (by file name, which starts with the
-  creation time) first. Files in different subfolders are different TensorBoard runs: their tags
+  creation time; a process's files of one second by their count, as a number) first. Files in different subfolders are different TensorBoard runs: their tags
   are prefixed with the subfolder (`eval/` + `loss`), as TensorBoard shows them.
 * A folder holds one training launch when its event folders nest in one (torch's `add_scalars`
   writes `loss_train/` inside the run's folder) or are its data splits: a folder named for one
@@ -270,7 +270,11 @@ def _last_wall(file: Path) -> float | None:
 
 
 def _written_order(file: Path) -> tuple:
-    return (_created(file), str(file.parent), file.name)
+    """Event files in the order they were written: by the second their name starts with, then by
+    the rest of the name with its numbers compared as numbers (a process's writers count on in it:
+    its 10th file made in one second comes after its 9th)."""
+    parts = re.split(r"(\d+)", file.name)
+    return (_created(file), str(file.parent), [int(p) if p.isdigit() else p for p in parts])
 
 
 def _prefix(folder: Path, launch: Path) -> str:

@@ -119,6 +119,23 @@ def test_resumed_writer_is_a_restart(tmp_path):
     assert set(data.repeats["attempt"]) == {1, 2}
 
 
+def test_a_process_s_tenth_writer_of_one_second_is_read_after_its_ninth(tmp_path):
+    # torch names a writer's file by the second it opened, the host, the process and a count of
+    # the writers that process opened: the 10th file of one second is written after the 9th.
+    for count, steps in ((9, range(1, 151)), (10, range(101, 201))):
+        made = tmp_path / f"made{count}"
+        writer = SummaryWriter(str(made))
+        for step in steps:
+            writer.add_scalar("loss", 4 - step * 0.005, step)
+        writer.close()
+        [written] = made.iterdir()
+        written.rename(tmp_path / f"events.out.tfevents.1700000000.host.4242.{count}")
+        made.rmdir()
+    run = load(tmp_path)
+    assert [(e["step"], e["kind"]) for e in run.events] == [(101, "restart")]
+    assert list(run.to_run_data("r").series(schema.TRAIN_LOSS).dropna().index) == list(range(1, 201))
+
+
 def test_truncated_and_damaged_event_files(tmp_path):
     _maxtext_style(tmp_path, 40)
     (path,) = event_files(tmp_path)
