@@ -321,7 +321,7 @@ TORCHTITAN = Profile(
 
 MEGATRON = Profile(
     name="megatron",
-    description="Megatron-LM's (and Megatron-DeepSpeed's, GPT-NeoX's) TensorBoard, W&B and stdout log names (lm loss, learning-rate, iteration-time)",
+    description="Megatron-LM's (and Megatron-DeepSpeed's, GPT-NeoX's, nanotron's) TensorBoard, W&B and stdout log names (lm loss, learning-rate, iteration-time)",
     rules=(
         # GPT-NeoX, Megatron's descendant, writes lm_loss; Megatron-DeepSpeed (BLOOM) puts each
         # TensorBoard tag under a section of its name: lm-loss-training/lm loss.
@@ -344,6 +344,10 @@ MEGATRON = Profile(
         Rule(r"(?P<set>validation|test)/lm_loss", _HELDOUT),
         Rule(r"runtime/iteration_time", "perf/step_time_s"),  # seconds per iteration over the log interval
         Rule(r"runtime/flops_per_sec_per_gpu", "perf/device_tflops_per_s", 1e-12),
+        # nanotron's names (its LogItems, in its stdout log, TensorBoard and W&B alike); the rest
+        # (lm_loss, lr, tokens_per_sec, ...) read as any trainer's.
+        Rule(r"consumed_tokens", "train/tokens"),  # the samples through this step times their length
+        Rule(r"model_tflops_per_gpu", "perf/device_tflops_per_s"),
     ),
 )
 

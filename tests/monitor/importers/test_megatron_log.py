@@ -157,7 +157,7 @@ def test_gpt_neox_s_tensorboard_names_mean_what_its_stdout_log_says(tmp_path):
 
 
 def test_nanotron_numbers_with_their_thousands_suffix(tmp_path):
-    lines = [f"12/04/2024 10:00:00 [INFO|DP=0|PP=0|TP=0|ip-10-0-0-1]: iteration: {s} / 2000 | consumed_tokens: 1.31M | "
+    lines = [f"12/04/2024 10:00:00 [INFO|DP=0|PP=0|TP=0|ip-10-0-0-1]: iteration: {s} / 2000 | consumed_tokens: {s}M | "
              f"elapsed_time_per_iteration_ms: 512 | tokens_per_sec: 1.02M | tokens_per_sec_per_gpu: 128K | "
              f"global_batch_size: 256 | lm_loss: {_loss(s):.4f} | lr: 0.0003 | model_tflops_per_gpu: 150 | "
              f"grad_norm: 0.51" for s in range(1, 41)]
@@ -169,6 +169,27 @@ def test_nanotron_numbers_with_their_thousands_suffix(tmp_path):
     assert data.series(schema.PERF_DEVICE_TOKENS_PER_S).iloc[0] == pytest.approx(128e3)
     assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(0.512)
     assert data.series(schema.OPTIM_LR).iloc[0] == pytest.approx(3e-4)
+    assert data.series(schema.TRAIN_TOKENS)[7] == pytest.approx(7e6)  # through the step: a token axis
+    assert data.series("perf/device_tflops_per_s").iloc[0] == pytest.approx(150.0)
+
+
+def test_nanotron_s_tensorboard_names_read_as_its_stdout_log_does(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb_logs"))
+    for s in range(1, 41):
+        for name, value in {"consumed_tokens": s * 1048576, "elapsed_time_per_iteration_ms": 512.0,
+                            "tokens_per_sec": 1.02e6, "tokens_per_sec_per_gpu": 128e3, "global_batch_size": 256,
+                            "lm_loss": _loss(s), "lr": 3e-4, "model_tflops_per_gpu": 150.0, "grad_norm": 0.51}.items():
+            writer.add_scalar(name, value, s)
+    writer.close()
+    run = load(tmp_path / "tb_logs")
+    assert run.profile == "megatron"
+    data = run.to_run_data("nt-tb")
+    assert data.series(schema.TRAIN_LOSS)[40] == pytest.approx(_loss(40), rel=1e-6)
+    assert data.series(schema.TRAIN_TOKENS)[10] == 10 * 1048576
+    assert data.series(schema.PERF_STEP_TIME_S).iloc[0] == pytest.approx(0.512)
+    assert data.series(schema.PERF_DEVICE_TOKENS_PER_S).iloc[0] == pytest.approx(128e3)
 
 
 def test_a_log_of_no_iteration_values_is_one_clear_error(tmp_path):
