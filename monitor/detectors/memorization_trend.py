@@ -226,13 +226,16 @@ class MemorizationTrend(Detector, Incremental):
         base_steps, base_gaps = base_steps[order], base_gaps[order]
         base_steps, first = np.unique(base_steps, return_index=True)
         base_gaps = base_gaps[first]
+        fits: dict[int, tuple[float, float, float]] = {}  # base size -> its fit, in this call
         for row, i in zip(mine, positions):
             if i < self.min_trend_checkpoints:
                 continue
             b = min(1 << int(np.floor(np.log2(i))), self.max_base_checkpoints)
             if b < self.min_trend_checkpoints or base_steps.size < b:
                 continue
-            intercept, slope, scale = _fit(base_steps[:b].tobytes(), base_gaps[:b].tobytes())
+            if b not in fits:
+                fits[b] = _fit(base_steps[:b].tobytes(), base_gaps[:b].tobytes())
+            intercept, slope, scale = fits[b]
             resid[row] = gap[row] - (intercept + slope * np.log(max(steps[row], 1)))
             sigma[row] = scale
         return resid, sigma

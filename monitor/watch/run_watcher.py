@@ -70,7 +70,7 @@ class RunWatcher:
         self.window_steps = window_steps
         self.state_name = state_name(run)
         self._axis_wanted = engine.config.axis
-        self._reference_data: PreparedReference | None = None
+        self._prepared: PreparedReference | None = None
         self._ref_cache: RunData | None = None
         self._read_for: frozenset[str] = frozenset()
         self._read: set[str] = set()
@@ -228,10 +228,10 @@ class RunWatcher:
         m = rows.ours(marks) if marks is not None else rows.marks(self.store, self.reference)
         seen = (m.last_step, sum(n for _, _, n in m.series.values()), m.last_event_id)
         prepared = self.references.get(self.reference, seen)
-        if prepared is not self._reference_data:
-            self._reference_data = prepared
+        if prepared is not self._prepared:
+            self._prepared = prepared
             self._ref_cache = None
-        return self._reference_data
+        return self._prepared
 
     def _fill_attempts(self, found: list[Detection]) -> None:
         """An incident belongs to the attempt that logged its first flagged step (stable while the

@@ -85,16 +85,16 @@ def test_runs_judged_against_one_reference_read_it_once_and_share_it(sqlite_url)
         config = WatchConfig(alerting=AlertingConfig(sinks=[]), detect=DetectConfig(detectors=["reference_divergence"]))
         svc = WatchService(store, config, TargetSpec(runs=tuple(runs)), sinks={})
         svc.poll()
-        held = {id(w._reference_data) for w in svc.watchers.values()}
+        held = {id(w._prepared) for w in svc.watchers.values()}
         assert reads.count("baseline") == 1 and len(held) == 1 and len(svc.watchers) == 4
         # The reference grows (a live one): read once more, shared again, and the old version is gone
         # with the last watcher that held it.
-        old = weakref.ref(next(iter(svc.watchers.values()))._reference_data)
+        old = weakref.ref(next(iter(svc.watchers.values()))._prepared)
         store.write_metrics("baseline", rows(300, 400))
         for run in runs:
             store.write_metrics(run, rows(200, 250))
         svc.poll()
         assert reads.count("baseline") == 2
-        assert len({id(w._reference_data) for w in svc.watchers.values()}) == 1
+        assert len({id(w._prepared) for w in svc.watchers.values()}) == 1
         gc.collect()
         assert old() is None
