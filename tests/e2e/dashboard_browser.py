@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "test-output" / "screenshots"
 # A cold start imports dash, pandas and SQLAlchemy: a few seconds, more on a busy 2-core machine.
@@ -81,6 +83,20 @@ def panel_js(name: str) -> str:
 def wait_for_panel(page, name: str, timeout_ms: int = 60_000) -> None:
     page.wait_for_function(f"(() => {{ const gd = {panel_js(name)}; return gd && gd._fullData && gd._fullData.length > 0; }})()",
                            timeout=timeout_ms)
+
+
+def follow_link(page, link, path: str, tries: int = 3) -> None:
+    """Click `link` and wait until the page's URL holds `path`. The overview redraws its table at
+    every poll (twice a second here): a click that lands while a row is replaced is lost, so it is
+    made again, up to `tries` times, and the error then says the page never left."""
+    for _ in range(tries):
+        link.click()
+        try:
+            page.wait_for_url(f"**{path}*", timeout=10_000)
+            return
+        except PlaywrightTimeoutError:
+            continue
+    raise AssertionError(f"{tries} clicks on the link left the page at {page.url}, not {path}")
 
 
 def drag_zoom(page, panel: str, x0: float, x1: float) -> None:

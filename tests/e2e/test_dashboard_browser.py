@@ -19,6 +19,7 @@ from dashboard_browser import (
     REPO,
     dashboard_process,
     drag_zoom,
+    follow_link,
     free_port,
     panel_js,
     screenshot,
@@ -89,7 +90,7 @@ def test_overview_lists_runs_and_run_view_draws_run_and_reference(server, page):
     page.wait_for_function("typeof window.Plotly !== 'undefined'", timeout=30_000)
     screenshot(page, "overview")
 
-    page.locator("a.run-link", has_text=RUN).click()
+    follow_link(page, page.locator("a.run-link", has_text=RUN), f"/run/{RUN}")
     wait_for_panel(page, "loss")
     assert page.url.endswith(f"/run/{RUN}")
     run_x = page.wait_for_function(f"(() => {{ const x = {trace_js(RUN_LOSS)}; return x && x.length > 0 && x; }})()").json_value()
@@ -201,7 +202,7 @@ def test_findings_stored_by_detect_show_on_the_overview_and_the_run_view(server,
     row.wait_for(timeout=30_000)
     assert row.locator(".health").inner_text() == "had critical"
     assert row.locator(".alerts-count").inner_text() == "0"
-    row.locator("a.run-link").click()
+    follow_link(page, row.locator("a.run-link"), f"/run/{run}")
     wait_for_panel(page, "loss")
     item = page.locator("li.alert", has_text="NaN or Inf in the run")
     item.wait_for(timeout=30_000)
