@@ -164,7 +164,7 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     cadence = cadences(raw.scalars)
     if axis is not None:
         cadence.update(cadences(axis_rows))  # the step key's own values: the steps it logged
-    chosen, evidence = pick_profile(named, names, cadence, prefer=form.profile,
+    chosen, evidence = pick_profile(named, names, cadence, prefer=raw.profile or form.profile,
                                     user_file=profiles_file)
     run = apply_profile(raw, chosen)
     declared = axis is not None and axis == raw.step_key and axis != step_key

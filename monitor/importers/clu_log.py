@@ -8,7 +8,8 @@ absl INFO line, the step in brackets, then the scalars sorted by name, `name=val
 
 A writer made for a collection adds ` collection=<name>` after the step; its names are read
 under `<name>/`, as the TensorBoard reader reads that collection's folder. The hyperparameters
-line (`[Hyperparameters] {...}`, a dict's repr) is the run's config where it is a Python literal.
+line (`[Hyperparameters] {...}`, a dict's repr) is the run's config where it is a Python literal;
+so are the one-line bindings of the gin config T5X logs from gin_utils.py (t5x_gin.py).
 Lines about images, texts, histograms and other non-scalars are not metrics and are passed over.
 
 The step is the trainer's own, as the writer got it. A step lower than a series last had is a
@@ -22,6 +23,7 @@ import ast
 import re
 from pathlib import Path
 
+from . import t5x_gin
 from .formats import Format
 from .generic_table import JSONL_SUFFIXES
 from .imported_run import ImportedRun
@@ -32,6 +34,8 @@ from .line_tail import LineParser, read_whole, tail_of
 _PREFIX = r"(?:[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]+\] |INFO:absl:)"
 _SCALARS = re.compile(_PREFIX + r"\[(\d+)\](?: collection=(\S+))? (.*)$")
 _HPARAMS = re.compile(_PREFIX + r"\[Hyperparameters\](?: collection=\S+)? (.*)$")
+# T5X logs its gin config a line at a time from gin_utils.py (absl's prefix names the file).
+_GIN = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ gin_utils\.py:\d+\] (.*)$")
 # `name=value`, up to the next `, name=` or the line's end.
 _FIELD = re.compile(r"([^\s=,][^=,]*)=(.*?)(?=, [^\s=,][^=,]*=|$)")
 # What LoggingWriter writes for values that are not scalars.
@@ -56,6 +60,8 @@ class _Parser(LineParser):
             hparams = _HPARAMS.search(line)
             if hparams is not None:
                 self._config(hparams.group(1), number)
+            elif (gin := _GIN.search(line)) is not None:
+                self.config.update(t5x_gin.gin_settings(gin.group(1)))
             return
         step_text, collection, rest = found.groups()
         if rest.startswith(_NOT_SCALARS):
@@ -68,6 +74,13 @@ class _Parser(LineParser):
                 self.not_a_number(name, raw, number)
                 continue
             self.rows.add(step, name, value)
+
+    def profile_hint(self) -> str | None:
+        return t5x_gin.profile_for(self.config) if t5x_gin.is_t5x(self.rows.names.all) else None
+
+    def notes(self) -> list[str]:
+        unknown = t5x_gin.is_t5x(self.rows.names.all) and self.profile_hint() is None
+        return super().notes() + ([t5x_gin.unknown_note(self.source)] if unknown else [])
 
     def _config(self, text: str, number: int) -> None:
         try:

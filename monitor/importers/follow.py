@@ -163,7 +163,7 @@ class _WandbFilePoller:
                 return run  # nothing logged yet: the profile is chosen from the first rows
             # As a whole import chooses it, on what the first poll found.
             names = [str(n) for n in pd.unique(run.scalars["key"])]
-            self.profile, _ = pick_profile(None, names, cadences(run.scalars), prefer=self.prefer,
+            self.profile, _ = pick_profile(None, names, cadences(run.scalars), prefer=run.profile or self.prefer,
                                            user_file=self.user_file)
         return apply_profile(run, self.profile)
 

@@ -82,7 +82,8 @@ class ImportedRun:
     events:     dicts with step, kind (monitor.schema.EventKind value), payload [, attempt].
     source:     where it came from: a path or URL, for the runs table and error messages.
     tokens_per_step: tokens in one optimizer step when the source says so (None otherwise).
-    profile:    name of the metric-name profile that mapped the keys.
+    profile:    name of the metric-name profile that mapped the keys; before they are mapped, the
+                one the source's own files say it follows (T5X's gin config), preferred on a tie.
     key_map:    source metric name -> gapwatch key, for every source name that was kept.
     notes:      one line per thing a person should know about the import (skipped lines...).
     live:       the source is still being written (a W&B run without its exit record).

@@ -48,6 +48,10 @@ class LineParser(ABC):
         """Tokens in an optimizer step, where the log's config says."""
         return None
 
+    def profile_hint(self) -> str | None:
+        """The profile the log's own lines say its names follow (T5X's gin config), if any."""
+        return None
+
 
 class LineTail:
     """`parser` fed the whole lines of the log at `path` written since the last `read`."""
@@ -85,7 +89,7 @@ class LineTail:
         events, self.events_told = rows.events[self.events_told:], len(rows.events)
         return ImportedRun(name_hint=self.path.stem, scalars=rows.take(with_wall_time=False), events=events,
                            source=str(self.path), notes=self.parser.notes(), config=dict(self.parser.config),
-                           tokens_per_step=self.parser.tokens_per_step())
+                           tokens_per_step=self.parser.tokens_per_step(), profile=self.parser.profile_hint())
 
     def unfinished(self) -> bool:
         """Whether the file goes on past the last whole line (a line still being written)."""

@@ -18,7 +18,8 @@ metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor), `litgpt` 
 optimizer step: `marked_step_key`), `llamafactory` (LLaMA-Factory's trainer_log.jsonl, on its
 `current_steps`), `swift` (ms-swift's logging.jsonl, on its `global_step/max_steps`), `lingua`
 (Meta's lingua), `fairseq2` (Meta's fairseq2), `flax` (Flax's examples, through CLU's metric
-writers) and `levanter` (Stanford CRFM's Levanter, which Marin runs). `detect_profile` picks the profile whose own rules explain the
+writers), `levanter` (Stanford CRFM's Levanter, which Marin runs), and `t5x` and `t5x-normalized`
+(T5X, whose loss is a batch's sum unless its gin config sets a normalizing factor: `t5x_gin`). `detect_profile` picks the profile whose own rules explain the
 most source names, less those the data contradicts (`monitor.importers.meaning`). A user profile
 named like a built-in one with `extends:` its own name overrides single mappings of it. Users add
 or replace profiles in a YAML file:
@@ -46,6 +47,7 @@ from pathlib import Path
 from monitor import schema
 from monitor.errors import GapwatchError
 
+from . import t5x_gin
 from .input_checks import shown
 
 PROFILES_ENV = "GAPWATCH_PROFILES"
@@ -603,9 +605,57 @@ LEVANTER = Profile(
     ),
 )
 
+
+
+def _t5x(name: str, description: str, token_mean: str, other_rules: tuple[Rule, ...]) -> Profile:
+    """A T5X profile: `token_mean` is the name of its mean loss of a token (t5x_gin.py says which
+    name that is for a run), `other_rules` what the other loss names are."""
+    return Profile(
+        name=name,
+        description=description,
+        marker=t5x_gin.MARKER,
+        rules=(
+            Rule(rf"train/{token_mean}", "train/loss"),
+            Rule(rf"training_eval/(?P<set>[^/]+)/{token_mean}", _HELDOUT),
+            *other_rules,
+            Rule(r"train/learning_rate", "optim/lr"),
+            # Rates over the time since the last write: steps, and target tokens of every device or one.
+            Rule(r"train/timing/steps_per_second", "perf/steps_per_s"),
+            Rule(r"train/timing/target_tokens_per_second", "perf/tokens_per_s"),
+            Rule(r"train/timing/target_tokens_per_second_per_core", "perf/device_tokens_per_s"),
+            # The rest of what an evaluation of a held-out task logs: its accuracy, its other losses,
+            # its timing.
+            Rule(r"training_eval/(?P<set>[^/]+)/(?P<stat>.+)", "validation/{set}/{stat}"),
+            # seqio's inference evaluation: a folder per task, its metrics tagged eval/<metric>.
+            Rule(r"inference_eval/(?P<task>[^/]+)/eval/(?P<metric>[^/]+)", "eval/downstream/{task}/{metric}"),
+        ),
+    )
+
+
+# T5X's metrics, written by CLU's metric writers into its model folder's train/ and
+# training_eval/<task>/, and seqio's into inference_eval/<task>/ (see t5x_gin.py for the two cases).
+T5X = _t5x(
+    t5x_gin.SUMMED,
+    "T5X (google-research/t5x) with its default loss_normalizing_factor, none: loss is a batch's summed "
+    "loss, loss_per_nonpadding_target_token a token's mean",
+    "loss_per_nonpadding_target_token",
+    (Rule(r"train/(?P<loss>loss|cross_ent_loss|z_loss)", "train/summed_{loss}"),
+     # A loss over every target token, padding included: a token's mean where batches are packed.
+     Rule(r"train/(?P<loss>[a-z_]+)_per_all_target_tokens", "train/{loss}_per_all_target_tokens")),
+)
+T5X_NORMALIZED = _t5x(
+    t5x_gin.NORMALIZED,
+    "T5X (google-research/t5x) with a loss_normalizing_factor set: loss is a token's mean",
+    "loss",
+    (Rule(r"train/(?P<loss>cross_ent_loss|z_loss)", "train/{loss}"),
+     # A loss over a count of tokens is then a token's mean divided by the tokens again.
+     Rule(r"train/[a-z_]+_per_(nonpadding|all)_target_tokens?", None)),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
-                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA, FAIRSEQ2, FLAX, LEVANTER)
+                        FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA, FAIRSEQ2, FLAX, LEVANTER,
+                        T5X, T5X_NORMALIZED)
 }
 
 

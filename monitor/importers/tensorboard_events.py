@@ -6,6 +6,8 @@ the scalar plugin's tensors, so both the TF1/PyTorch and the TF2/Flax ways of wr
 read the same. Non-scalar summaries (histograms, images, text) are left out and counted. The
 hparams plugin's session start (torch's `add_hparams`, Lightning's and Keras's hyperparameters) is
 the run's config; Lightning's hparams.yaml beside the event file, nested as it was saved, wins.
+T5X's gin config (its `config` text summary, or `config.gin` in the folder imported) is read into
+the settings too, and says which T5X profile reads the run (t5x_gin.py).
 
 Rules:
 * A path to a folder reads every event file under it, oldest (by file name, which starts with the
@@ -57,7 +59,7 @@ from monitor.schema import EventKind
 
 from .formats import Format
 from .hparams_file import read_hparams
-from . import keras_steps
+from . import keras_steps, t5x_gin
 from .imported_run import ImportedRun, resumed_launches, scalars_frame
 from .input_checks import setting
 
@@ -174,9 +176,15 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
         notes.extend(cut)
     if not steps:
         raise GapwatchError(f"{path}: no scalar summaries in the TensorBoard event files")
-    if settings:  # the hparams plugin's records and fairseq's command line were read, as the run's settings
+    if root.is_dir() and (root / t5x_gin.GIN_FILE).is_file():
+        settings.update(t5x_gin.gin_settings((root / t5x_gin.GIN_FILE).read_text(errors="replace")))
+    hint = t5x_gin.profile_for(settings)
+    if settings:  # the hparams plugin's records, fairseq's command line and a gin config were read as the run's settings
         skipped = {k: n for k, n in skipped.items()
-                   if k.split("/")[-2:-1] != [HPARAMS_PREFIX] and ARGV_TAG not in k.split("/")}
+                   if k.split("/")[-2:-1] != [HPARAMS_PREFIX] and ARGV_TAG not in k.split("/")
+                   and not (hint and t5x_gin.GIN_TAG in k.split("/"))}
+    if t5x_gin.is_t5x(set(keys)) and hint is None:
+        notes.append(t5x_gin.unknown_note(str(path)))
     if skipped:
         listed = ", ".join(f"{k} ({n})" for k, n in sorted(skipped.items())[:6])
         notes.append(f"{path}: left out summaries that are not scalars: {listed}")
@@ -188,6 +196,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     return ImportedRun(
         name_hint=launches[0].name if root.is_dir() else root.parent.name or root.stem,
         config=hparams or settings,
+        profile=hint if t5x_gin.is_t5x(set(keys)) else None,
         scalars=scalars_frame(steps, keys, values, attempts, wall_time=walls),
         events=events,
         source=str(root),
@@ -331,16 +340,27 @@ def _scalars(file: Path, cut: list[str], settings: dict | None = None, declared:
                     declared.update(m.name.tag for m in data.experiment.metric_infos)
             elif settings is not None and value.tag.split("/")[0] == ARGV_TAG:
                 settings.update(_argv_settings(value, tensor_util))
+            elif settings is not None and value.tag.split("/")[0] == t5x_gin.GIN_TAG and (
+                    value.metadata.plugin_data.plugin_name == "text"):
+                settings.update(t5x_gin.gin_settings(_text(value, tensor_util)))
             yield int(event.step), value.tag, _scalar(value, tensor_util), event.wall_time
+
+
+def _text(value, tensor_util) -> str:
+    """The text of a text summary; "" for one that holds none."""
+    try:
+        text = tensor_util.make_ndarray(value.tensor).reshape(-1)[0]
+    except (IndexError, KeyError, TypeError, ValueError):
+        return ""
+    return text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
 
 
 def _argv_settings(value, tensor_util) -> dict[str, object]:
     """The `--name value` options (`--flag` alone: true) of the command line fairseq and metaseq
     write as a text summary, as the run's settings; {} for a summary that holds no text."""
     try:
-        text = tensor_util.make_ndarray(value.tensor).reshape(-1)[0]
-        words = shlex.split(text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text))
-    except (IndexError, KeyError, TypeError, ValueError):
+        words = shlex.split(_text(value, tensor_util))
+    except ValueError:
         return {}
     out: dict[str, object] = {}
     for word, after in zip(words, [*words[1:], None]):
