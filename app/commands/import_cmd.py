@@ -13,7 +13,7 @@ from app.options import add_store_argument
 MAPPING_ROWS_SHOWN = 20
 # Written out, not read from monitor.importers.FORMATS, so that `--help` loads no reader
 # (tests/monitor/importers/test_import_cmd.py holds the two lists alike).
-FORMAT_HELP = ("wandb-file, wandb-api, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
+FORMAT_HELP = ("wandb-file, wandb-history-folder, wandb-api, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
                "hf-trainer-state, mlflow, mlflow-db, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
                "torchtitan-log, maxtext-log, clu-log, levanter-log, hf-console-log, deepspeed-csv, lingua, fairseq2, tensorboard-export, gapwatch-export "
                "(default: detected)")

@@ -6,7 +6,8 @@ Parsers never touch a store: `monitor.importers.store_writer.write_run` writes a
 atomically and idempotently. `import_source` does both; JSONL and CSV logs it imports chunk by
 chunk (`table_import`), so their memory is bounded by a chunk, not by the file.
 
-Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-api`
+Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-history-folder` (a W&B run
+folder with its history as `wandb-history.jsonl`, as wandb before 0.10 wrote it), `wandb-api`
 (`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
 a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl`, `csv` and `parquet`
 (generic metric logs; `csv` reads a Lightning CSVLogger folder too), `mlflow` (an MLflow file-store run folder), `mlflow-db` (MLflow's SQLite database store), `hf-trainer-state` (the Hugging Face Trainer's `trainer_state.json`, a
@@ -40,7 +41,7 @@ from .meaning import cadences, mapping_rows, pick_profile
 from .normalize import apply_profile
 from .profiles import Profile, get_profile, marked_step_key
 from .step_axis import WANDB_ROW_KEY, choose_step_key, is_wandb_history, on_trainer_step
-from .wandb import api, csv_export
+from .wandb import api, csv_export, history_folder
 from .wandb.history_sample import HistorySample
 
 # Every format, in the order detection asks them (see `formats`): a folder holding a W&B run may
@@ -49,7 +50,7 @@ from .wandb.history_sample import HistorySample
 # (which takes any folder with a JSON file in it). TensorBoard's downloads are CSV and JSON files before they
 # are generic CSV logs or lm-eval results, and a lingua folder holds JSON Lines files. A fairseq2 output
 # directory holds its TensorBoard files (tb/) beside the JSON Lines it is read from.
-FORMATS = [api.FORMAT, wandb.RUN_FILE, mlflow_runs.FORMAT, mlflow_db.FORMAT, fairseq2_metrics.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
+FORMATS = [api.FORMAT, wandb.RUN_FILE, history_folder.FORMAT, mlflow_runs.FORMAT, mlflow_db.FORMAT, fairseq2_metrics.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
            csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lingua_dump.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
            composer_log.FORMAT, olmo_core_log.FORMAT, text_logs.FORMAT,
            megatron_log.FORMAT, torchtitan_log.FORMAT, maxtext_log.FORMAT, clu_log.FORMAT, levanter_log.FORMAT, hf_console_log.FORMAT, generic_table.JSONL]
