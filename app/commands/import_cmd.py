@@ -57,7 +57,7 @@ def register(subparsers) -> None:
                         "profile's, else train/global_step, trainer/global_step, global_step, "
                         "iter, step, Step or trainer/step when logged; W&B's _step otherwise)")
     parser.add_argument("--profile", metavar="NAME", default=None,
-                        help="metric-name profile: gapwatch, olmo, maxtext, llmc, nanogpt, hf, lightning, torchtitan, megatron, composer, nemo, fairseq, deepspeed, litgpt, llamafactory, swift, lingua, fairseq2, flax, levanter, t5x, t5x-normalized or a "
+                        help="metric-name profile: gapwatch, olmo, maxtext, llmc, nanogpt, hf, lightning, torchtitan, megatron, composer, nemo, fairseq, deepspeed, litgpt, llamafactory, swift, lingua, fairseq2, flax, levanter, t5x, t5x-normalized, pax or a "
                         "user profile (default: detected from the metric names)")
     parser.add_argument("--profiles-file", metavar="PATH", default=None,
                         help="user profile YAML (default: $GAPWATCH_PROFILES, else profiles.yaml "

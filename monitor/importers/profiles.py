@@ -18,8 +18,9 @@ metaseq, whose losses are in bits), `deepspeed` (DeepSpeed's monitor), `litgpt` 
 optimizer step: `marked_step_key`), `llamafactory` (LLaMA-Factory's trainer_log.jsonl, on its
 `current_steps`), `swift` (ms-swift's logging.jsonl, on its `global_step/max_steps`), `lingua`
 (Meta's lingua), `fairseq2` (Meta's fairseq2), `flax` (Flax's examples, through CLU's metric
-writers), `levanter` (Stanford CRFM's Levanter, which Marin runs), and `t5x` and `t5x-normalized`
-(T5X, whose loss is a batch's sum unless its gin config sets a normalizing factor: `t5x_gin`). `detect_profile` picks the profile whose own rules explain the
+writers), `levanter` (Stanford CRFM's Levanter, which Marin runs), `t5x` and `t5x-normalized`
+(T5X, whose loss is a batch's sum unless its gin config sets a normalizing factor: `t5x_gin`), and
+`pax` (Pax's TensorBoard folders). `detect_profile` picks the profile whose own rules explain the
 most source names, less those the data contradicts (`monitor.importers.meaning`). A user profile
 named like a built-in one with `extends:` its own name overrides single mappings of it. Users add
 or replace profiles in a YAML file:
@@ -652,10 +653,39 @@ T5X_NORMALIZED = _t5x(
      Rule(r"train/[a-z_]+_per_(nonpadding|all)_target_tokens?", None)),
 )
 
+# Pax (google/paxml, with praxis' layers): TensorBoard folders summaries/train/, eval_train/ (the
+# training data evaluated), eval_test_<input>/ and decode_test_<input>/. Each writes the loss as
+# `loss`, its weighted metrics as `Metrics/<name>` beside their weights (`Metrics/<name>-weight`),
+# and the layers' summaries under their names with the summary type appended (`learning/lr_scalar`;
+# `_aggregate_scalar` in older praxis).
+PAX = Profile(
+    name="pax",
+    description="Pax (google/paxml) TensorBoard folders: Metrics/avg_xent, loss, Steps/sec, learning/lr_scalar, "
+                "eval_test_<input>/",
+    marker=r"(.+/)?Metrics/(avg_xent|fraction_of_correct_next_step_preds)",
+    rules=(
+        # A language model's mean cross-entropy of a token (nats); log_pplx is the same value again.
+        Rule(r"train/Metrics/avg_xent", "train/loss"),
+        Rule(r"eval_test_(?P<set>[^/]+)/Metrics/avg_xent", _HELDOUT),
+        Rule(r"(.+/)?Metrics/log_pplx", None),
+        Rule(r"(.+/)?Metrics/[^/]+-weight", None),  # what each weighted mean was weighted by
+        # The objective (cross-entropy and any auxiliary loss); Metrics/total_loss is its weighted mean.
+        Rule(r"train/loss", "train/total_loss"),
+        Rule(r"train/Metrics/total_loss", None),
+        Rule(r"train/Metrics/(?P<name>[^/]+)", "train/{name}"),
+        Rule(r"train/Steps/sec", "perf/steps_per_s"),
+        # The learner logs its learning rate twice, as `lr` and `learning/lr`.
+        Rule(r"train/learning/lr(_aggregate)?_scalar", "optim/lr"),
+        Rule(r"train/lr(_aggregate)?_scalar", None),
+        Rule(r"eval_test_(?P<set>[^/]+)/(Metrics/)?(?P<stat>.+)", "validation/{set}/{stat}"),
+        Rule(r"eval_train/(Metrics/)?(?P<stat>.+)", "validation/train/{stat}"),
+    ),
+)
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     p.name: p for p in (GAPWATCH, OLMO, MAXTEXT, LLMC, NANOGPT, HF, LIGHTNING, TORCHTITAN, MEGATRON, COMPOSER, NEMO,
                         FAIRSEQ, DEEPSPEED, LITGPT, LLAMAFACTORY, SWIFT, LINGUA, FAIRSEQ2, FLAX, LEVANTER,
-                        T5X, T5X_NORMALIZED)
+                        T5X, T5X_NORMALIZED, PAX)
 }
 
 
