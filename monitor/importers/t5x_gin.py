@@ -24,7 +24,7 @@ SUMMED, NORMALIZED = "t5x", "t5x-normalized"  # the profiles of the two cases
 
 _FACTOR = "loss_normalizing_factor"
 # One binding on one line: `NAME = value` (a macro) or `scope/configurable.param = value`.
-_BINDING = re.compile(r"\s*(?P<name>[A-Za-z_][\w.]*(?:/[\w.]+)*)\s*=\s*(?P<value>\S.*?)\s*")
+_BINDING = re.compile(r"\s*(?P<name>[A-Za-z_][\w.]*(?:/[\w.]+)*)\s*=\s*(?P<value>\S.*)")
 
 
 def gin_settings(text: str) -> dict[str, object]:
@@ -38,10 +38,10 @@ def gin_settings(text: str) -> dict[str, object]:
         m = _BINDING.fullmatch(line)
         if m is None:
             continue
-        value = m["value"]
+        value = m["value"].rstrip()
         try:
             out[m["name"]] = ast.literal_eval(value)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
             if value.count("(") == value.count(")") and value[-1] not in "[{(,\\":
                 out[m["name"]] = value
     return out

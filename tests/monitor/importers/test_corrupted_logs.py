@@ -1,5 +1,5 @@
 """The line readers of other trainers' stdout logs (fairseq, Composer, OLMo-core, torchtune, torchtitan,
-MaxText, CLU's LoggingWriter, Levanter's JSON logger, the Hugging Face Trainer), the Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
+MaxText, CLU's LoggingWriter (T5X's too), Levanter's JSON logger, the Hugging Face Trainer), the Parquet reader and the reader of DeepSpeed's CSV monitor folders, fed their own logs corrupted at
 random (bytes flipped, cut short, odd tokens spliced in, a stretch repeated or zeroed): each import
 ends in a GapwatchError or an import, never another exception. The generated corpus of
 bench/fuzz_corpus.py judges the CSV, JSONL and W&B readers' values too; these readers are held to
@@ -73,6 +73,20 @@ def _clu() -> bytes:
         for s in range(1, 40))).encode()
 
 
+def _t5x() -> bytes:
+    """T5X's console: its gin config a line at a time from gin_utils.py, then CLU's LoggingWriter
+    lines of its train and training_eval collections."""
+    gin = "I1207 10:00:00.000001 140231 gin_utils.py:85] "
+    log = "I1207 10:00:01.123456 140231 logging_writer.py:35] "
+    config = ["Gin Configuration:", "# Macros:", "LOSS_NORMALIZING_FACTOR = 233472",
+              "EncoderDecoderModel.loss_normalizing_factor = %LOSS_NORMALIZING_FACTOR", ""]
+    return ("".join(f"{gin}{line}\n" for line in config) + "".join(
+        f"{log}[{s}] collection=train learning_rate=0.01, loss={4 - s / 100:.6g}, "
+        f"loss_per_nonpadding_target_token={(4 - s / 100) / 14592:.6g}\n"
+        + (f"{log}[{s}] collection=training_eval/c4 loss={4.1 - s / 100:.6g}\n" if s % 10 == 0 else "")
+        for s in range(1, 40))).encode()
+
+
 def _levanter() -> bytes:
     """Levanter's JSON logger records behind a logging prefix: the config, then each step's logs."""
     prefix = "2025-03-04 10:00:01,123 - levanter.json_logger - INFO - "
@@ -143,7 +157,7 @@ def _corrupt(rng: random.Random, data: bytes) -> bytes:
                                           ("composer.log", _composer), ("olmo.log", _olmo_core),
                                           ("log_1.txt", _torchtune), ("titan.log", _torchtitan),
                                           ("maxtext.log", _maxtext), ("hf.log", _hf_console),
-                                          ("clu.log", _clu), ("levanter.log", _levanter),
+                                          ("clu.log", _clu), ("t5x.log", _t5x), ("levanter.log", _levanter),
                                           ("history.parquet", _parquet)])
 def test_corrupted_logs_end_in_one_clear_error_or_an_import(tmp_path, name, sample):
     data = sample(tmp_path) if sample is _parquet else sample()

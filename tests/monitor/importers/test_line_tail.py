@@ -14,8 +14,8 @@ from monitor.importers.formats import ReadOptions
 from monitor.importers.line_tail import LineTail
 
 from .test_corrupted_logs import (
-    _clu, _composer, _fairseq_json, _fairseq_simple, _hf_console, _levanter, _maxtext, _olmo_core, _torchtitan,
-    _torchtune)
+    _clu, _composer, _fairseq_json, _fairseq_simple, _hf_console, _levanter, _maxtext, _olmo_core, _t5x,
+    _torchtitan, _torchtune)
 
 
 def _megatron() -> bytes:
@@ -50,6 +50,8 @@ def test_a_log_read_on_as_it_grows_is_the_log_read_whole(tmp_path, fmt, line_end
         text += _fairseq_simple().replace(b"\n", line_end.encode())
     if fmt == "llmc-log":
         text += _torchtune().replace(b"\n", line_end.encode())
+    if fmt == "clu-log":
+        text += _t5x().replace(b"\n", line_end.encode())
     whole_path = tmp_path / "whole.log"
     whole_path.write_bytes(text)
     whole = get_format(fmt).read(whole_path, ReadOptions())  # the reader's own names, before a profile
@@ -68,6 +70,7 @@ def test_a_log_read_on_as_it_grows_is_the_log_read_whole(tmp_path, fmt, line_end
     pd.testing.assert_frame_equal(followed, whole.scalars.reset_index(drop=True).astype({"key": str}))
     assert events == whole.events and len(events) >= 1
     assert part.config == whole.config and part.tokens_per_step == whole.tokens_per_step
+    assert part.profile == whole.profile
 
 
 def test_a_progress_bar_redrawn_in_place_ends_its_lines_with_carriage_returns(tmp_path):
