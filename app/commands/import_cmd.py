@@ -13,7 +13,7 @@ from app.options import add_store_argument
 MAPPING_ROWS_SHOWN = 20
 # Written out, not read from monitor.importers.FORMATS, so that `--help` loads no reader
 # (tests/monitor/importers/test_import_cmd.py holds the two lists alike).
-FORMAT_HELP = ("wandb-file, wandb-history-folder, wandb-api, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
+FORMAT_HELP = ("wandb-file, wandb-history-folder, wandb-api, mlflow-server, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
                "hf-trainer-state, mlflow, mlflow-db, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
                "torchtitan-log, maxtext-log, clu-log, levanter-log, hf-console-log, deepspeed-csv, lingua, fairseq2, tensorboard-export, gapwatch-export "
                "(default: detected)")
@@ -134,11 +134,14 @@ def counted(n: int, noun: str) -> str:
 
 def web_source(source: str) -> str:
     """`source` as the importers take it: a W&B run page pasted from the browser becomes the
-    wandb://entity/project/run_id it shows; any other URL but a wandb:// one is refused in one line
+    wandb://entity/project/run_id it shows, an MLflow run's page is read as it is; any other URL
+    but a wandb:// one is refused in one line
     (read as a path, it would end in "no such file" with its double slash folded)."""
     from monitor.errors import GapwatchError
 
-    if source.startswith("wandb://") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source):
+    from monitor.importers.mlflow_server import is_run_page
+
+    if source.startswith("wandb://") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source) or is_run_page(source):
         return source
     url = urlsplit(source)
     parts = [p for p in url.path.split("/") if p]
@@ -154,6 +157,7 @@ def web_source(source: str) -> str:
                             f"import wandb://{parts[0]}/{parts[1]}/{parts[3]} --wandb-base-url {origin}")
     raise GapwatchError(f"{source}: gapwatch does not download {url.scheme}:// URLs; import a W&B run as "
                         "wandb://entity/project/run_id (or its page, https://wandb.ai/entity/project/runs/run_id), "
+                        "an MLflow run by its page (http://host:port/#/experiments/<experiment>/runs/<run id>), "
                         "or download the file and import that")
 
 

@@ -10,7 +10,7 @@ Formats: `wandb-file` (a `.wandb` file or offline run folder), `wandb-history-fo
 folder with its history as `wandb-history.jsonl`, as wandb before 0.10 wrote it), `wandb-api`
 (`wandb://entity/project/run_id`), `wandb-csv` (W&B CSV exports), `lm-eval-json` (lm-eval results,
 a file or a folder of them), `tensorboard` (event files or a log folder), `jsonl`, `csv` and `parquet`
-(generic metric logs; `csv` reads a Lightning CSVLogger folder too), `mlflow` (an MLflow file-store run folder), `mlflow-db` (MLflow's SQLite database store), `hf-trainer-state` (the Hugging Face Trainer's `trainer_state.json`, a
+(generic metric logs; `csv` reads a Lightning CSVLogger folder too), `mlflow` (an MLflow file-store run folder), `mlflow-db` (MLflow's SQLite database store), `mlflow-server` (a run's page on an MLflow tracking server, `http(s)://.../#/experiments/<e>/runs/<id>`), `hf-trainer-state` (the Hugging Face Trainer's `trainer_state.json`, a
 checkpoint folder or an output folder of them), `llmc-log` (llm.c, modded-nanogpt, nanoGPT and torchtune text logs), `megatron-log`
 (the stdout logs of Megatron-LM, Megatron-DeepSpeed, GPT-NeoX and nanotron), `fairseq-log` (fairseq's and
 metaseq's stdout logs), `composer-log` (MosaicML Composer's console log, llm-foundry's), `olmo-core-log` (an OLMo-core run's console log),
@@ -33,7 +33,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from . import clu_log, composer_log, deepspeed_csv, fairseq2_metrics, fairseq_log, generic_table, hf_console_log, hf_trainer_state, levanter_log, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_db, mlflow_runs, olmo_core_log, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
+from . import clu_log, composer_log, deepspeed_csv, fairseq2_metrics, fairseq_log, generic_table, hf_console_log, hf_trainer_state, levanter_log, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_db, mlflow_runs, mlflow_server, olmo_core_log, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
@@ -50,7 +50,7 @@ from .wandb.history_sample import HistorySample
 # (which takes any folder with a JSON file in it). TensorBoard's downloads are CSV and JSON files before they
 # are generic CSV logs or lm-eval results, and a lingua folder holds JSON Lines files. A fairseq2 output
 # directory holds its TensorBoard files (tb/) beside the JSON Lines it is read from.
-FORMATS = [api.FORMAT, wandb.RUN_FILE, history_folder.FORMAT, mlflow_runs.FORMAT, mlflow_db.FORMAT, fairseq2_metrics.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
+FORMATS = [api.FORMAT, mlflow_server.FORMAT, wandb.RUN_FILE, history_folder.FORMAT, mlflow_runs.FORMAT, mlflow_db.FORMAT, fairseq2_metrics.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
            csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lingua_dump.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
            composer_log.FORMAT, olmo_core_log.FORMAT, text_logs.FORMAT,
            megatron_log.FORMAT, torchtitan_log.FORMAT, maxtext_log.FORMAT, clu_log.FORMAT, levanter_log.FORMAT, hf_console_log.FORMAT, generic_table.JSONL]

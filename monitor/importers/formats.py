@@ -69,7 +69,7 @@ class Format:
     read: (source, ReadOptions) -> ImportedRun with the source's own metric names.
     recognize: whether a local source (a `Probe`) is this format's; it may raise a GapwatchError
         for a source that is plainly its own but unreadable (a W&B runs table, say).
-    url_scheme: a remote format's URL prefix; its sources are recognized by it, never probed.
+    url_scheme: a remote format's URL prefix (or prefixes); its sources are recognized by it, never probed.
     profile: the profile its names usually follow, preferred when detection ties.
     own_keys: its names are gapwatch's keys already: `profile` is taken, not detected.
     streamed: imported chunk by chunk (`table_import`), so memory is bounded by a chunk.
@@ -86,7 +86,7 @@ class Format:
     name: str
     read: Callable[[Any, ReadOptions], Any]
     recognize: Callable[[Probe], bool] = lambda probe: False
-    url_scheme: str | None = None
+    url_scheme: str | tuple[str, ...] | None = None
     profile: str | None = None
     own_keys: bool = False
     streamed: bool = False

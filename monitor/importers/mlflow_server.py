@@ -1,0 +1,153 @@
+"""A run on an MLflow tracking server, named by its page's URL as the browser shows it:
+`http://host:5000/#/experiments/<experiment>/runs/<run id>` (anything after the run id, a tab's
+name, is ignored). Whatever database the server keeps its runs in (PostgreSQL, MySQL, ...), its
+REST API serves them the same way.
+
+Read through the server's REST API (`runs/get` for the run, `metrics/get-history` page by page for
+each metric), with no MLflow installed, as the file store and the SQLite database are
+(`mlflow_runs`, `mlflow_db`), and under their rules: values replayed in the order they were logged,
+params as the config, a run the Hugging Face Trainer logged read with its names, a RUNNING run
+live, a FAILED or KILLED one said to have ended so. A server that asks for credentials gets them
+as MLflow's own client sends them: `MLFLOW_TRACKING_TOKEN` (a bearer token), else
+`MLFLOW_TRACKING_USERNAME` and `MLFLOW_TRACKING_PASSWORD`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import re
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import numpy as np
+
+from monitor.errors import GapwatchError
+from monitor.schema import MAX_STEP
+
+from .formats import Format, ReadOptions
+from .imported_run import ImportedRun
+from .input_checks import setting
+from .mlflow_runs import ended_notes, replayed, trainer_names
+
+SCHEMES = ("http://", "https://")
+_RUN_PAGE = re.compile(r"(?P<base>https?://[^#?]+?)/*#/experiments/[^/]+/runs/(?P<run>[0-9A-Za-z_-]+)(?:[/?].*)?")
+PAGE_SIZE = 25_000  # values of a metric a request (the most MLflow's server hands out at once)
+TIMEOUT_S = 30.0  # one request; a server that answers answers far faster
+
+
+def is_run_page(url: str) -> bool:
+    return _RUN_PAGE.fullmatch(url.strip()) is not None
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """(the server's base URL, the run id) of a run page's URL."""
+    found = _RUN_PAGE.fullmatch(url.strip())
+    if found is None:
+        raise GapwatchError(f"{url}: an http(s) source is read as an MLflow run's page, "
+                            "http://host:port/#/experiments/<experiment>/runs/<run id> (for W&B: "
+                            "wandb://entity/project/run_id)")
+    return found["base"], found["run"]
+
+
+def parse_mlflow_server(url: str, options: ReadOptions = ReadOptions()) -> ImportedRun:
+    base, run_id = parse_url(url)
+    run = _get(base, "runs/get", {"run_id": run_id})["run"]
+    info, data = run.get("info", {}), run.get("data", {})
+    if info.get("lifecycle_stage") == "deleted":
+        raise GapwatchError(f"{url}: the run is deleted on the MLflow server")
+    keys = sorted({m["key"] for m in data.get("metrics", [])})
+    if not keys:
+        raise GapwatchError(f"{url}: the MLflow run logged no metric values: nothing to import")
+    params = {p["key"]: setting(p.get("value", "")) for p in data.get("params", [])}
+    codes, times, steps, values = [], [], [], []
+    for code, key in enumerate(keys):
+        for metric in _history(base, run_id, key):
+            codes.append(code)
+            times.append(float(metric.get("timestamp", 0)))
+            steps.append(int(metric.get("step", 0)))
+            values.append(_value(metric.get("value")))
+        if options.progress is not None:
+            options.progress(code + 1, len(keys))
+    steps_array = np.array(steps, dtype=np.int64)
+    if steps_array.min() < 0 or steps_array.max() > MAX_STEP:
+        raise GapwatchError(f"{url}: the MLflow run logged a step outside 0..{MAX_STEP}")
+    logged = replayed(trainer_names(keys, params), np.array(codes), np.array(times), steps_array,
+                      np.array(values, dtype=float))
+    status = info.get("status")
+    name = info.get("run_name") or run_id
+    return ImportedRun(name_hint=name, scalars=logged.scalars(with_wall_time=True), events=logged.events,
+                       source=f"{base}/#/experiments/{info.get('experiment_id', '0')}/runs/{run_id}", config=params,
+                       notes=ended_notes(f"{url}: run {name!r}", status), live=status == "RUNNING")
+
+
+def _history(base: str, run_id: str, key: str):
+    """Every value of one metric, a page at a time."""
+    token = None
+    while True:
+        query = {"run_id": run_id, "metric_key": key, "max_results": PAGE_SIZE}
+        if token:
+            query["page_token"] = token
+        page = _get(base, "metrics/get-history", query)
+        yield from page.get("metrics", [])
+        token = page.get("next_page_token")
+        if not token:
+            return
+
+
+def _value(raw) -> float:
+    """A value as the REST API writes it: a number, or "NaN", "Infinity", "-Infinity"."""
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _get(base: str, endpoint: str, query: dict) -> dict:
+    """One GET of MLflow's REST API; each way it can fail is one clear error."""
+    url = f"{base}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(query)}"
+    request = urllib.request.Request(url, headers=_auth())
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise GapwatchError(f"MLflow server {base}: {endpoint} answered HTTP {exc.code}: {_why(exc)}") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        why = ("connection refused (nothing listens there)" if isinstance(reason, ConnectionRefusedError)
+               else f"host name not resolved ({reason.strerror})" if isinstance(reason, socket.gaierror)
+               else f"no answer within {TIMEOUT_S:g} s" if isinstance(reason, TimeoutError) else str(reason))
+        raise GapwatchError(f"MLflow server {base} is unreachable: {why}") from None
+    except TimeoutError:
+        raise GapwatchError(f"MLflow server {base} is unreachable: no answer within {TIMEOUT_S:g} s") from None
+    except ValueError:
+        raise GapwatchError(f"MLflow server {base}: {endpoint} answered with something that is not JSON") from None
+
+
+def _why(exc: urllib.error.HTTPError) -> str:
+    """The server's own message (MLflow answers errors as {"error_code", "message"})."""
+    try:
+        body = json.loads(exc.read() or b"{}")
+    except ValueError:
+        body = {}
+    if exc.code in (401, 403):
+        return ("it asks for credentials: set MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD")
+    return str(body.get("message") or exc.reason)
+
+
+def _auth() -> dict[str, str]:
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
+
+
+FORMAT = Format("mlflow-server", parse_mlflow_server, url_scheme=SCHEMES)

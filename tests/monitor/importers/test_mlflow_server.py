@@ -1,0 +1,103 @@
+"""A run on an MLflow tracking server, imported from its page's URL (monitor/importers/
+mlflow_server.py): MLflow's own server (its Flask app, on a SQLite database) on loopback, the runs
+logged into it by MLflow's own client."""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+
+import pytest
+
+from app.cli import main
+from monitor import schema
+from monitor.errors import GapwatchError
+from monitor.importers import detect_format, load, mlflow_server
+from monitor.store import open_store
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """MLflow's tracking server on 127.0.0.1 (one a module: the server keeps its store once made)."""
+    folder = tmp_path_factory.mktemp("mlflow")
+    with pytest.MonkeyPatch.context() as env:
+        # Where `mlflow server` tells its app to keep the runs.
+        env.setenv("_MLFLOW_SERVER_FILE_STORE", f"sqlite:///{folder / 'mlflow.db'}")
+        env.setenv("_MLFLOW_SERVER_ARTIFACT_ROOT", str(folder / "artifacts"))
+        env.setenv("_MLFLOW_SERVER_SERVE_ARTIFACTS", "false")
+        from mlflow.server import app
+        from werkzeug.serving import make_server
+
+        http = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(target=http.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{http.server_port}"
+        http.shutdown()
+        thread.join(timeout=10)
+
+
+def _log_run(server: str, name: str, steps: int = 120, status: str = "FINISHED") -> str:
+    """A run logged by MLflow's client: the loss every step (a NaN at step 50), an evaluation every
+    40 steps, two params; its page's URL."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+
+    client = MlflowClient(server)
+    experiment = client.get_experiment_by_name("refs") or client.get_experiment(client.create_experiment("refs"))
+    run = client.create_run(experiment.experiment_id, run_name=name)
+    rid = run.info.run_id
+    metrics = [Metric("train_loss", math.nan if s == 50 else 3 - s / 100, 1_700_000_000_000 + s, s)
+               for s in range(steps)]
+    metrics += [Metric("val_loss", 3.1 - s / 100, 1_700_000_000_000 + s, s) for s in range(0, steps, 40)]
+    for part in range(0, len(metrics), 1000):
+        client.log_batch(rid, metrics=metrics[part:part + 1000],
+                         params=[Param("lr", "0.0006"), Param("batch_size", "64")] if part == 0 else [])
+    client.set_terminated(rid, status)
+    return f"{server}/#/experiments/{experiment.experiment_id}/runs/{rid}"
+
+
+def test_a_run_page_url_imports_the_run(server):
+    url = _log_run(server, "ref-seed1")
+    assert detect_format(url) == "mlflow-server"
+    done = []
+    run = load(url, progress=lambda *a: done.append(a))
+    assert run.name_hint == "ref-seed1" and run.config == {"lr": 0.0006, "batch_size": 64}
+    data = run.to_run_data("ref")
+    loss = data.series(schema.TRAIN_LOSS)
+    assert list(loss.index) == list(range(120)) and math.isnan(loss[50]) and loss[119] == pytest.approx(1.81)
+    assert data.series("eval/heldout/val/loss").to_dict() == {0: pytest.approx(3.1), 40: pytest.approx(2.7),
+                                                                80: pytest.approx(2.3)}
+    assert not run.live and not run.notes
+    assert done[-1] == (2, 2)  # a line of progress a metric read
+
+
+def test_every_page_of_a_long_history_is_read(server, monkeypatch):
+    monkeypatch.setattr(mlflow_server, "PAGE_SIZE", 50)
+    url = _log_run(server, "long", steps=230)
+    assert len(load(url).to_run_data("long").series(schema.TRAIN_LOSS)) == 230
+
+
+def test_a_failed_run_is_said_to_have_ended_so_and_a_running_one_is_live(server):
+    assert any("FAILED" in n for n in load(_log_run(server, "died", status="FAILED")).notes)
+    assert load(_log_run(server, "going", status="RUNNING")).live
+
+
+def test_each_way_a_server_fails_is_one_clear_error(server):
+    with pytest.raises(GapwatchError, match="answered HTTP 404: .*"):
+        load(f"{server}/#/experiments/0/runs/0123456789abcdef0123456789abcdef")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(GapwatchError, match="unreachable: connection refused"):
+        load(f"http://127.0.0.1:{port}/#/experiments/0/runs/abc")
+    with pytest.raises(GapwatchError, match="read as an MLflow run's page.*wandb://"):
+        load("https://wandb.ai/entity/project/runs/abc123")
+
+
+def test_gapwatch_import_takes_the_page_pasted_from_the_browser(server, sqlite_url, capsys):
+    url = _log_run(server, "pasted") + "/model-metrics"  # the tab the page was open on
+    assert main(["import", url, "--store", sqlite_url]) == 0
+    assert "created run 'pasted' (the source's name" in capsys.readouterr().err
+    with open_store(sqlite_url) as store:
+        assert len(store.read_scalars("pasted", [schema.TRAIN_LOSS], max_points=1000)) == 120
