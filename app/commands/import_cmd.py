@@ -138,7 +138,6 @@ def web_source(source: str) -> str:
     but a wandb:// one is refused in one line
     (read as a path, it would end in "no such file" with its double slash folded)."""
     from monitor.errors import GapwatchError
-
     from monitor.importers.mlflow_server import is_run_page
 
     if source.startswith("wandb://") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source) or is_run_page(source):

@@ -607,7 +607,6 @@ LEVANTER = Profile(
 )
 
 
-
 def _t5x(name: str, description: str, token_mean: str, other_rules: tuple[Rule, ...]) -> Profile:
     """A T5X profile: `token_mean` is the name of its mean loss of a token (t5x_gin.py says which
     name that is for a run), `other_rules` what the other loss names are."""

@@ -177,13 +177,18 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     if not steps:
         raise GapwatchError(f"{path}: no scalar summaries in the TensorBoard event files")
     if root.is_dir() and (root / t5x_gin.GIN_FILE).is_file():
-        settings.update(t5x_gin.gin_settings((root / t5x_gin.GIN_FILE).read_text(errors="replace")))
-    hint = t5x_gin.profile_for(settings)
+        try:
+            settings.update(t5x_gin.gin_settings((root / t5x_gin.GIN_FILE).read_text(errors="replace")))
+        except OSError as exc:
+            notes.append(f"{root / t5x_gin.GIN_FILE}: cannot read: {exc.strerror}")
+    gin = t5x_gin.profile_for(settings)  # None unless a gin config was read
+    t5x = t5x_gin.is_t5x(last_file)  # every scalar tag read
+    hint = gin if t5x else None
     if settings:  # the hparams plugin's records, fairseq's command line and a gin config were read as the run's settings
         skipped = {k: n for k, n in skipped.items()
                    if k.split("/")[-2:-1] != [HPARAMS_PREFIX] and ARGV_TAG not in k.split("/")
-                   and not (hint and t5x_gin.GIN_TAG in k.split("/"))}
-    if t5x_gin.is_t5x(set(keys)) and hint is None:
+                   and not (gin and t5x_gin.GIN_TAG in k.split("/"))}
+    if t5x and hint is None:
         notes.append(t5x_gin.unknown_note(str(path)))
     if skipped:
         listed = ", ".join(f"{k} ({n})" for k, n in sorted(skipped.items())[:6])
@@ -196,7 +201,7 @@ def parse_tensorboard(path: str | Path) -> ImportedRun:
     return ImportedRun(
         name_hint=launches[0].name if root.is_dir() else root.parent.name or root.stem,
         config=hparams or settings,
-        profile=hint if t5x_gin.is_t5x(set(keys)) else None,
+        profile=hint,
         scalars=scalars_frame(steps, keys, values, attempts, wall_time=walls),
         events=events,
         source=str(root),
