@@ -81,16 +81,23 @@ def _model_folder(root, normalized: bool, gin_text: str | None = None):
     evaluation.close()
 
 
-def test_a_default_run_has_its_token_mean_as_the_training_and_held_out_loss(tmp_path):
-    # T5X's own configs leave the factor at None: `loss` is the batch's summed loss, hundreds of
-    # thousands of nats. Read as the training loss, it made any comparison meaningless.
-    _model_folder(tmp_path, normalized=False, gin_text=_gin_config("None"))
-    run = load(tmp_path)
-    assert run.profile == SUMMED
+def _read_as(folder, profile: str):
+    """The model folder imported: read with `profile`, a token's mean as its training loss and
+    as its task's held-out loss."""
+    run = load(folder)
+    assert run.profile == profile
     data = run.to_run_data("t5x")
     assert data.series(schema.TRAIN_LOSS).to_dict() == {s: pytest.approx(token_mean(s)) for s in STEPS}
     assert data.series("eval/heldout/c4_eval/loss").to_dict() == {
         s: pytest.approx(token_mean(s) + 0.05) for s in EVALS}
+    return run, data
+
+
+def test_a_default_run_has_its_token_mean_as_the_training_and_held_out_loss(tmp_path):
+    # T5X's own configs leave the factor at None: `loss` is the batch's summed loss, hundreds of
+    # thousands of nats. Read as the training loss, it made any comparison meaningless.
+    _model_folder(tmp_path, normalized=False, gin_text=_gin_config("None"))
+    run, data = _read_as(tmp_path, SUMMED)
     assert [k for k in data.scalars.columns if k.startswith(schema.HELDOUT_PREFIX)] == ["eval/heldout/c4_eval/loss"]
     assert data.series("train/summed_loss").iloc[-1] == pytest.approx(token_mean(3000) * TOKENS)
     assert data.series(schema.OPTIM_LR).iloc[0] == pytest.approx(0.001)
@@ -105,12 +112,7 @@ def test_a_run_that_set_a_normalizing_factor_has_its_loss_as_the_training_loss(t
     # the config as config.gin in the model folder too.
     _model_folder(tmp_path, normalized=True)
     (tmp_path / "config.gin").write_text(_gin_config("233472"))
-    run = load(tmp_path)
-    assert run.profile == NORMALIZED
-    data = run.to_run_data("t5x")
-    assert data.series(schema.TRAIN_LOSS).to_dict() == {s: pytest.approx(token_mean(s)) for s in STEPS}
-    assert data.series("eval/heldout/c4_eval/loss").to_dict() == {
-        s: pytest.approx(token_mean(s) + 0.05) for s in EVALS}
+    _, data = _read_as(tmp_path, NORMALIZED)
     assert not any(k.endswith("target_token") or k.endswith("target_tokens") for k in data.scalars.columns
                    if k.startswith("train/"))
 
