@@ -64,20 +64,21 @@ def parse_mlflow_server(url: str, options: ReadOptions = ReadOptions()) -> Impor
     if not keys:
         raise GapwatchError(f"{url}: the MLflow run logged no metric values: nothing to import")
     params = {p["key"]: setting(p.get("value", "")) for p in data.get("params", [])}
-    codes, times, steps, values = [], [], [], []
+    pages = []  # (codes, times, steps, values) of each page, as arrays: a long run's values held compactly
     for code, key in enumerate(keys):
-        for metric in _history(base, run_id, key):
-            codes.append(code)
-            times.append(float(metric.get("timestamp", 0)))
-            steps.append(int(metric.get("step", 0)))
-            values.append(_value(metric.get("value")))
+        for page in _history(base, run_id, key):
+            pages.append((np.full(len(page), code),
+                          np.array([float(m.get("timestamp", 0)) for m in page]),
+                          np.array([int(m.get("step", 0)) for m in page], dtype=np.int64),
+                          np.array([_value(m.get("value")) for m in page])))
         if options.progress is not None:
             options.progress(code + 1, len(keys))
-    steps_array = np.array(steps, dtype=np.int64)
-    if steps_array.min() < 0 or steps_array.max() > MAX_STEP:
+    if not pages:
+        raise GapwatchError(f"{url}: the MLflow server holds no values of the run's metrics: nothing to import")
+    codes, times, steps, values = (np.concatenate(column) for column in zip(*pages))
+    if steps.min() < 0 or steps.max() > MAX_STEP:
         raise GapwatchError(f"{url}: the MLflow run logged a step outside 0..{MAX_STEP}")
-    logged = replayed(trainer_names(keys, params), np.array(codes), np.array(times), steps_array,
-                      np.array(values, dtype=float))
+    logged = replayed(trainer_names(keys, params), codes, times, steps, values)
     status = info.get("status")
     name = info.get("run_name") or run_id
     return ImportedRun(name_hint=name, scalars=logged.scalars(with_wall_time=True), events=logged.events,
@@ -86,14 +87,15 @@ def parse_mlflow_server(url: str, options: ReadOptions = ReadOptions()) -> Impor
 
 
 def _history(base: str, run_id: str, key: str):
-    """Every value of one metric, a page at a time."""
+    """Every value of one metric, a page (a list of MLflow's metric objects) at a time."""
     token = None
     while True:
         query = {"run_id": run_id, "metric_key": key, "max_results": PAGE_SIZE}
         if token:
             query["page_token"] = token
         page = _get(base, "metrics/get-history", query)
-        yield from page.get("metrics", [])
+        if page.get("metrics"):
+            yield page["metrics"]
         token = page.get("next_page_token")
         if not token:
             return
