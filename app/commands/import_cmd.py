@@ -31,24 +31,25 @@ def register(subparsers) -> None:
         "wandb://entity/project/run_id, a W&B CSV export, lm-eval results (a file or a folder), "
         "TensorBoard event files (a file or a folder), a JSONL or CSV metric log, a Hugging Face "
         "trainer_state.json (or its checkpoint folder), an MLflow run folder (mlruns/) or database "
-        "(mlflow.db), an llm.c / "
+        "(mlflow.db) or a run's or experiment's page on an MLflow server, an llm.c / "
         "modded-nanogpt / nanoGPT log, a Megatron-LM / GPT-NeoX / nanotron stdout log, a lingua dump "
         "folder, a fairseq2 output directory (its metrics/), a console log of CLU's LoggingWriter (Flax's "
-        "examples) or of Levanter's JSON logger, or a file "
+        "examples, T5X) or of Levanter's JSON logger, or a file "
         "`gapwatch export` wrote. Steps are the "
         "trainer's own when the source logs them; the mapping of its keys is printed.",
     )
     parser.add_argument("source", metavar="SOURCE",
-                        help="file, folder, wandb:// URL or a W&B run page's address (https://wandb.ai/...)")
+                        help="file, folder, wandb:// URL, a W&B run page's address (https://wandb.ai/...) or an "
+                        "MLflow run's or experiment's page (http://host:5000/#/experiments/...)")
     parser.add_argument("--run", metavar="NAME",
                         help="run name in the store (default: the name the source gives it: a "
                         "W&B run's display name, a TensorBoard run's folder, a file's stem); for "
-                        "a W&B panel export, a folder of TensorBoard downloads or an MLflow "
-                        "database of several runs, the run (column prefix, run-NAME-tag-..., run "
-                        "name) to import, stored under that name")
+                        "a W&B panel export, a folder of TensorBoard downloads, an MLflow "
+                        "database or an MLflow experiment's page of several runs, the run (column prefix, "
+                        "run-NAME-tag-..., run name) to import, stored under that name")
     parser.add_argument("--all-runs", action="store_true",
                         help="import every run of a W&B panel export, a folder of TensorBoard "
-                        "downloads or an MLflow database, each under its own name")
+                        "downloads, an MLflow database or an MLflow experiment's page, each under its own name")
     parser.add_argument("--dry-run", action="store_true",
                         help="print how the source's keys would map (key, metric, cadence, "
                         "count, why) and store nothing")
@@ -134,13 +135,13 @@ def counted(n: int, noun: str) -> str:
 
 def web_source(source: str) -> str:
     """`source` as the importers take it: a W&B run page pasted from the browser becomes the
-    wandb://entity/project/run_id it shows, an MLflow run's page is read as it is; any other URL
+    wandb://entity/project/run_id it shows, an MLflow run's or experiment's page is read as it is; any other URL
     but a wandb:// one is refused in one line
     (read as a path, it would end in "no such file" with its double slash folded)."""
     from monitor.errors import GapwatchError
-    from monitor.importers.mlflow_server import is_run_page
+    from monitor.importers.mlflow_server import is_mlflow_page
 
-    if source.startswith("wandb://") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source) or is_run_page(source):
+    if source.startswith("wandb://") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source) or is_mlflow_page(source):
         return source
     url = urlsplit(source)
     parts = [p for p in url.path.split("/") if p]
@@ -156,7 +157,8 @@ def web_source(source: str) -> str:
                             f"import wandb://{parts[0]}/{parts[1]}/{parts[3]} --wandb-base-url {origin}")
     raise GapwatchError(f"{source}: gapwatch does not download {url.scheme}:// URLs; import a W&B run as "
                         "wandb://entity/project/run_id (or its page, https://wandb.ai/entity/project/runs/run_id), "
-                        "an MLflow run by its page (http://host:port/#/experiments/<experiment>/runs/<run id>), "
+                        "an MLflow run by its page (http://host:port/#/experiments/<experiment>/runs/<run id>, or its "
+                        "experiment's with --run), "
                         "or download the file and import that")
 
 
@@ -171,7 +173,7 @@ def _targets(args, fmt: str, runs: list[str]) -> list[tuple[str | None, str | No
     if args.all_runs:
         if len(runs) < 2:
             raise GapwatchError(f"--all-runs: {args.source} does not hold several runs (a W&B panel "
-                                "export, a folder of TensorBoard downloads, an MLflow database); name the "
+                                "export, a folder of TensorBoard downloads, an MLflow database or experiment); name the "
                                 "run with --run")
         return [(r, r) for r in runs]
     if len(runs) > 1 and args.run in runs:

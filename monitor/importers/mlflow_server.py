@@ -1,10 +1,12 @@
-"""A run on an MLflow tracking server, named by its page's URL as the browser shows it:
+"""Runs on an MLflow tracking server, named by their page's URL as the browser shows it: a run's,
 `http://host:5000/#/experiments/<experiment>/runs/<run id>` (anything after the run id, a tab's
-name, is ignored). Whatever database the server keeps its runs in (PostgreSQL, MySQL, ...), its
-REST API serves them the same way.
+name, is ignored), or an experiment's, `http://host:5000/#/experiments/<experiment>`, whose runs
+are picked as a database's are: by name (by id where two share one) with --run, each with
+--all-runs, and the one it holds with neither. Whatever database the server keeps its runs in
+(PostgreSQL, MySQL, ...), its REST API serves them the same way.
 
-Read through the server's REST API (`runs/get` for the run, `metrics/get-history` page by page for
-each metric), with no MLflow installed, as the file store and the SQLite database are
+Read through the server's REST API (`runs/search` for an experiment's runs, `runs/get` for a run,
+`metrics/get-history` page by page for each metric), with no MLflow installed, as the file store and the SQLite database are
 (`mlflow_runs`, `mlflow_db`), and under their rules: values replayed in the order they were logged,
 params as the config, a run the Hugging Face Trainer logged read with its names, a RUNNING run
 live, a FAILED or KILLED one said to have ended so. A server that asks for credentials gets them
@@ -35,28 +37,70 @@ from .input_checks import setting
 from .mlflow_runs import ended_notes, replayed, trainer_names
 
 SCHEMES = ("http://", "https://")
-_RUN_PAGE = re.compile(r"(?P<base>https?://[^#?]+?)/*#/experiments/[^/]+/runs/(?P<run>[0-9A-Za-z_-]+)(?:[/?].*)?")
+_PAGE = re.compile(r"(?P<base>https?://[^#?]+?)/*#/experiments/(?P<experiment>[^/?]+)"
+                   r"(?:/runs/(?P<run>[0-9A-Za-z_-]+))?(?:[/?].*)?")
 PAGE_SIZE = 25_000  # values of a metric a request (the most MLflow's server hands out at once)
+RUNS_PAGE_SIZE = 1_000  # runs of an experiment a request
 TIMEOUT_S = 30.0  # one request; a server that answers answers far faster
 
 
-def is_run_page(url: str) -> bool:
-    return _RUN_PAGE.fullmatch(url.strip()) is not None
+def is_mlflow_page(url: str) -> bool:
+    return _PAGE.fullmatch(url.strip()) is not None
 
 
-def parse_url(url: str) -> tuple[str, str]:
-    """(the server's base URL, the run id) of a run page's URL."""
-    found = _RUN_PAGE.fullmatch(url.strip())
+def parse_url(url: str) -> tuple[str, str, str | None]:
+    """(the server's base URL, the experiment id, the run id or None) of a page's URL."""
+    found = _PAGE.fullmatch(url.strip())
     if found is None:
-        raise GapwatchError(f"{url}: an http(s) source is read as an MLflow run's page, "
-                            "http://host:port/#/experiments/<experiment>/runs/<run id> (for W&B: "
+        raise GapwatchError(f"{url}: an http(s) source is read as an MLflow run's or experiment's page, "
+                            "http://host:port/#/experiments/<experiment>[/runs/<run id>] (for W&B: "
                             "wandb://entity/project/run_id)")
-    return found["base"], found["run"]
+    return found["base"], found["experiment"], found["run"]
+
+
+def _experiment_runs(base: str, experiment: str) -> list[tuple[str, str]]:
+    """(run id, name to pick it by) of each run of an experiment that is not deleted: its name, or
+    its id where another run has the same name or it has none."""
+    found, token = [], None
+    while True:
+        body = {"experiment_ids": [experiment], "max_results": RUNS_PAGE_SIZE, "run_view_type": "ACTIVE_ONLY"}
+        if token:
+            body["page_token"] = token
+        page = _call(base, "runs/search", body=body)
+        found += [(r["info"]["run_id"], r["info"].get("run_name")) for r in page.get("runs", [])]
+        token = page.get("next_page_token")
+        if not token:
+            break
+    names = [name for _, name in found]
+    return [(rid, name if name and names.count(name) == 1 else rid) for rid, name in found]
+
+
+def server_runs(url: str) -> list[str]:
+    """The names an experiment page's runs are picked by; [] for a run's page (one run)."""
+    base, experiment, run_id = parse_url(url)
+    return [] if run_id else [name for _, name in _experiment_runs(base, experiment)]
+
+
+def _chosen(url: str, base: str, experiment: str, wanted: str | None) -> str:
+    """The id of the run of an experiment page that is imported."""
+    runs = _experiment_runs(base, experiment)
+    if wanted is not None:
+        chosen = [rid for rid, name in runs if wanted in (rid, name)]
+        if not chosen:
+            raise GapwatchError(f"{url}: no MLflow run {wanted!r} in the experiment "
+                                f"(runs: {', '.join(name for _, name in runs[:10])})")
+        return chosen[0]
+    if len(runs) != 1:
+        listed = ", ".join(name for _, name in runs[:10]) + (" ..." if len(runs) > 10 else "")
+        raise GapwatchError(f"{url}: {len(runs)} MLflow runs in the experiment ({listed}): import one with "
+                            "--run NAME, or each with --all-runs")
+    return runs[0][0]
 
 
 def parse_mlflow_server(url: str, options: ReadOptions = ReadOptions()) -> ImportedRun:
-    base, run_id = parse_url(url)
-    run = _get(base, "runs/get", {"run_id": run_id})["run"]
+    base, experiment, run_id = parse_url(url)
+    run_id = run_id or _chosen(url, base, experiment, options.source_run)
+    run = _call(base, "runs/get", {"run_id": run_id})["run"]
     info, data = run.get("info", {}), run.get("data", {})
     if info.get("lifecycle_stage") == "deleted":
         raise GapwatchError(f"{url}: the run is deleted on the MLflow server")
@@ -93,7 +137,7 @@ def _history(base: str, run_id: str, key: str):
         query = {"run_id": run_id, "metric_key": key, "max_results": PAGE_SIZE}
         if token:
             query["page_token"] = token
-        page = _get(base, "metrics/get-history", query)
+        page = _call(base, "metrics/get-history", query)
         if page.get("metrics"):
             yield page["metrics"]
         token = page.get("next_page_token")
@@ -109,10 +153,13 @@ def _value(raw) -> float:
         return math.nan
 
 
-def _get(base: str, endpoint: str, query: dict) -> dict:
-    """One GET of MLflow's REST API; each way it can fail is one clear error."""
-    url = f"{base}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(query)}"
-    request = urllib.request.Request(url, headers=_auth())
+def _call(base: str, endpoint: str, query: dict | None = None, body: dict | None = None) -> dict:
+    """One call of MLflow's REST API: a GET with `query`, or a POST of `body` as JSON; each way it
+    can fail is one clear error."""
+    url = f"{base}/api/2.0/mlflow/{endpoint}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    data = None if body is None else json.dumps(body).encode()
+    headers = _auth() | ({"Content-Type": "application/json"} if data is not None else {})
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             return json.loads(response.read())
@@ -152,4 +199,4 @@ def _auth() -> dict[str, str]:
     return {}
 
 
-FORMAT = Format("mlflow-server", parse_mlflow_server, url_scheme=SCHEMES)
+FORMAT = Format("mlflow-server", parse_mlflow_server, url_scheme=SCHEMES, runs=server_runs)

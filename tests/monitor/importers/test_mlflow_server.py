@@ -37,14 +37,15 @@ def server(tmp_path_factory):
         thread.join(timeout=10)
 
 
-def _log_run(server: str, name: str, steps: int = 120, status: str = "FINISHED") -> str:
+def _log_run(server: str, name: str, steps: int = 120, status: str = "FINISHED", experiment: str = "refs") -> str:
     """A run logged by MLflow's client: the loss every step (a NaN at step 50), an evaluation every
     40 steps, two params; its page's URL."""
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param
 
     client = MlflowClient(server)
-    experiment = client.get_experiment_by_name("refs") or client.get_experiment(client.create_experiment("refs"))
+    experiment = (client.get_experiment_by_name(experiment)
+                  or client.get_experiment(client.create_experiment(experiment)))
     run = client.create_run(experiment.experiment_id, run_name=name)
     rid = run.info.run_id
     metrics = [Metric("train_loss", math.nan if s == 50 else 3 - s / 100, 1_700_000_000_000 + s, s)
@@ -91,7 +92,7 @@ def test_each_way_a_server_fails_is_one_clear_error(server):
         port = closed.getsockname()[1]
     with pytest.raises(GapwatchError, match="unreachable: connection refused"):
         load(f"http://127.0.0.1:{port}/#/experiments/0/runs/abc")
-    with pytest.raises(GapwatchError, match="read as an MLflow run's page.*wandb://"):
+    with pytest.raises(GapwatchError, match="read as an MLflow run's or experiment's page.*wandb://"):
         load("https://wandb.ai/entity/project/runs/abc123")
 
 
@@ -101,3 +102,19 @@ def test_gapwatch_import_takes_the_page_pasted_from_the_browser(server, sqlite_u
     assert "created run 'pasted' (the source's name" in capsys.readouterr().err
     with open_store(sqlite_url) as store:
         assert len(store.read_scalars("pasted", [schema.TRAIN_LOSS], max_points=1000)) == 120
+
+
+def test_an_experiment_page_picks_its_runs_as_a_database_does(server, sqlite_url, capsys):
+    one = _log_run(server, "only", experiment="alone")
+    page = one.split("/runs/")[0]
+    assert load(page).name_hint == "only"  # an experiment of one run needs no --run
+    seed1 = _log_run(server, "seed1", experiment="seeds")
+    _log_run(server, "seed2", steps=80, experiment="seeds")
+    page = seed1.split("/runs/")[0]
+    assert sorted(mlflow_server.server_runs(page)) == ["seed1", "seed2"]
+    with pytest.raises(GapwatchError, match="2 MLflow runs in the experiment .*--all-runs"):
+        load(page)
+    assert len(load(page, source_run="seed2").to_run_data("s").series(schema.TRAIN_LOSS)) == 80
+    assert main(["import", page, "--all-runs", "--store", sqlite_url]) == 0
+    with open_store(sqlite_url) as store:
+        assert {"seed1", "seed2"} <= set(store.list_runs()["name"])
