@@ -67,7 +67,10 @@ def _experiment_runs(base: str, experiment: str) -> list[tuple[str, str]]:
         if token:
             body["page_token"] = token
         page = _call(base, "runs/search", body=body)
-        found += [(r["info"]["run_id"], r["info"].get("run_name")) for r in page.get("runs", [])]
+        try:
+            found += [(str(r["info"]["run_id"]), r["info"].get("run_name")) for r in page.get("runs", [])]
+        except (KeyError, TypeError, AttributeError):
+            raise GapwatchError(f"MLflow server {base}: runs/search answered runs without their ids") from None
         token = page.get("next_page_token")
         if not token:
             break
@@ -100,21 +103,22 @@ def _chosen(url: str, base: str, experiment: str, wanted: str | None) -> str:
 def parse_mlflow_server(url: str, options: ReadOptions = ReadOptions()) -> ImportedRun:
     base, experiment, run_id = parse_url(url)
     run_id = run_id or _chosen(url, base, experiment, options.source_run)
-    run = _call(base, "runs/get", {"run_id": run_id})["run"]
+    run = _call(base, "runs/get", {"run_id": run_id}).get("run")
+    if not isinstance(run, dict):
+        raise GapwatchError(f"MLflow server {base}: runs/get answered no run")
     info, data = run.get("info", {}), run.get("data", {})
     if info.get("lifecycle_stage") == "deleted":
         raise GapwatchError(f"{url}: the run is deleted on the MLflow server")
-    keys = sorted({m["key"] for m in data.get("metrics", [])})
+    try:
+        keys = sorted({str(m["key"]) for m in data.get("metrics", [])})
+        params = {str(p["key"]): setting(str(p.get("value", ""))) for p in data.get("params", [])}
+    except (KeyError, TypeError, AttributeError):
+        raise GapwatchError(f"MLflow server {base}: runs/get answered a run not as MLflow writes one") from None
     if not keys:
         raise GapwatchError(f"{url}: the MLflow run logged no metric values: nothing to import")
-    params = {p["key"]: setting(p.get("value", "")) for p in data.get("params", [])}
     pages = []  # (codes, times, steps, values) of each page, as arrays: a long run's values held compactly
     for code, key in enumerate(keys):
-        for page in _history(base, run_id, key):
-            pages.append((np.full(len(page), code),
-                          np.array([float(m.get("timestamp", 0)) for m in page]),
-                          np.array([int(m.get("step", 0)) for m in page], dtype=np.int64),
-                          np.array([_value(m.get("value")) for m in page])))
+        pages += [_arrays(base, page, code) for page in _history(base, run_id, key)]
         if options.progress is not None:
             options.progress(code + 1, len(keys))
     if not pages:
@@ -145,6 +149,17 @@ def _history(base: str, run_id: str, key: str):
             return
 
 
+def _arrays(base: str, page: list, code: int) -> tuple[np.ndarray, ...]:
+    """(codes, timestamps, steps, values) of one page of a metric's history."""
+    try:
+        return (np.full(len(page), code), np.array([float(m.get("timestamp", 0)) for m in page]),
+                np.array([int(m.get("step", 0)) for m in page], dtype=np.int64),
+                np.array([_value(m.get("value")) for m in page]))
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        raise GapwatchError(f"MLflow server {base}: metrics/get-history answered values not as MLflow "
+                            "writes them") from None
+
+
 def _value(raw) -> float:
     """A value as the REST API writes it: a number, or "NaN", "Infinity", "-Infinity"."""
     try:
@@ -162,7 +177,7 @@ def _call(base: str, endpoint: str, query: dict | None = None, body: dict | None
     request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return json.loads(response.read())
+            answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         raise GapwatchError(f"MLflow server {base}: {endpoint} answered HTTP {exc.code}: {_why(exc)}") from None
     except urllib.error.URLError as exc:
@@ -175,6 +190,9 @@ def _call(base: str, endpoint: str, query: dict | None = None, body: dict | None
         raise GapwatchError(f"MLflow server {base} is unreachable: no answer within {TIMEOUT_S:g} s") from None
     except ValueError:
         raise GapwatchError(f"MLflow server {base}: {endpoint} answered with something that is not JSON") from None
+    if not isinstance(answer, dict):
+        raise GapwatchError(f"MLflow server {base}: {endpoint} answered JSON that is not an object")
+    return answer
 
 
 def _why(exc: urllib.error.HTTPError) -> str:

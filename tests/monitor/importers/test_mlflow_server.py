@@ -4,9 +4,11 @@ logged into it by MLflow's own client."""
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -118,3 +120,39 @@ def test_an_experiment_page_picks_its_runs_as_a_database_does(server, sqlite_url
     assert main(["import", page, "--all-runs", "--store", sqlite_url]) == 0
     with open_store(sqlite_url) as store:
         assert {"seed1", "seed2"} <= set(store.list_runs()["name"])
+
+
+RUN = {"run": {"info": {"run_id": "r1", "run_name": "r1", "status": "FINISHED", "experiment_id": "0"},
+               "data": {"metrics": [{"key": "loss", "value": 1.0, "timestamp": 0, "step": 1}], "params": []}}}
+
+
+@pytest.mark.parametrize("answers, message", [
+    ({"runs/get": (200, b"<html>login</html>")}, "runs/get answered with something that is not JSON"),
+    ({"runs/get": (200, b"[1, 2]")}, "runs/get answered JSON that is not an object"),
+    ({"runs/get": (200, b'{"run": {"data": {"metrics": [{"value": 1}]}}}')}, "a run not as MLflow writes one"),
+    ({"runs/get": (200, json.dumps(RUN).encode()),
+      "metrics/get-history": (200, b'{"metrics": [{"key": "loss", "value": 1, "step": "one"}]}')},
+     "get-history answered values not as MLflow writes them"),
+    ({"runs/get": (500, b'{"error_code": "INTERNAL_ERROR", "message": "database is locked"}')},
+     "runs/get answered HTTP 500: database is locked"),
+    ({"runs/get": (401, b"")}, "set MLFLOW_TRACKING_TOKEN"),
+], ids=["html", "list", "no-key", "bad-step", "500", "401"])
+def test_a_server_that_answers_wrongly_is_one_clear_error(answers, message):
+    class Answers(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            endpoint = self.path.split("/api/2.0/mlflow/")[-1].split("?")[0]
+            status, body = answers.get(endpoint, (404, b"{}"))
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(GapwatchError, match=message):
+            load(f"http://127.0.0.1:{http.server_port}/#/experiments/0/runs/r1")
+    finally:
+        http.shutdown()
