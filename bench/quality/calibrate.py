@@ -42,6 +42,10 @@ class Calibration:
     """Standard error of an interpolated held-out loss per unit of bracket fall x w (1 - w)."""
     interp_error_correlation: float
     """Correlation of the interpolation errors at consecutive interpolated checkpoints."""
+    mirror_error_scale: float
+    """The same standard error for a mirrored difference (checkpoints.pair_series)."""
+    mirror_error_correlation: float
+    """Correlation of the mirrored differences' errors at consecutive mirrored checkpoints."""
     points: dict[str, int]
 
 
@@ -101,14 +105,42 @@ def interpolated_evaluations(half: str) -> list[np.ndarray]:
     return out
 
 
+def mirrored_evaluations(half: str) -> list[np.ndarray]:
+    """Mirrored differences (checkpoints.pair_series, mirrored) / (|f(r1) - f(r0)| w (1 - w)), in
+    step order, of each of the half's repeats paired with itself, its held-out evaluations kept
+    every 2nd, 3rd and 4th for the run and at another phase for the reference: the true difference
+    is zero, so each is the error of its estimate. One array per thinning."""
+    out = []
+    for data in corpus.repeats(half):
+        key = next(k for k in data.scalars.columns if k.startswith("eval/heldout/") and k.endswith("/loss"))
+        full = data.series(key)
+        full = full[full.index > 0]
+        for every in (2, 3, 4):
+            for ours, theirs in itertools.permutations(range(every), 2):
+                run, ref = full.iloc[ours::every], full.iloc[theirs::every]
+                plain = pair_series(run, ref)
+                mirrored = pair_series(run, ref, mirrored=True)
+                changed = (mirrored["delta"] != plain["delta"]).to_numpy()
+                if not changed.any():
+                    continue
+                x = np.log(mirrored["step"].to_numpy(dtype=float)[changed])
+                xs, fv = np.log(ref.index.to_numpy(dtype=float)), ref.to_numpy()
+                pos = np.searchsorted(xs, x)
+                w = (x - xs[pos - 1]) / (xs[pos] - xs[pos - 1])
+                scale = np.abs(fv[pos] - fv[pos - 1]) * w * (1 - w)
+                out.append(mirrored["delta"].to_numpy()[changed] / np.maximum(scale, 1e-12))
+    return out
+
+
 def interpolation_errors(half: str) -> np.ndarray:
     """|interpolated - evaluated| per unit of the error scale, every left-out evaluation."""
     return np.abs(np.concatenate(interpolated_evaluations(half)))
 
 
-def interpolation_error_correlation(half: str) -> float:
-    """Correlation of the errors (in units of their scale) at consecutive interpolated evaluations."""
-    pairs = np.concatenate([np.column_stack([e[:-1], e[1:]]) for e in interpolated_evaluations(half) if e.size > 1])
+def interpolation_error_correlation(half: str, errors=interpolated_evaluations) -> float:
+    """Correlation of the errors (in units of their scale) at consecutive interpolated evaluations
+    (`errors`: interpolated_evaluations or mirrored_evaluations)."""
+    pairs = np.concatenate([np.column_stack([e[:-1], e[1:]]) for e in errors(half) if e.size > 1])
     return float(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1])
 
 
@@ -157,9 +189,13 @@ def calibrate(half: str = "calibration") -> Calibration:
             resid_max = max(resid_max, float(np.nanmax(resid)))
     # A 95% band of the actual errors, as a standard error (divided by 1.96).
     interp = float(np.percentile(interpolation_errors(half), 95) / 1.96)
+    mirror = float(np.percentile(np.abs(np.concatenate(mirrored_evaluations(half))), 95) / 1.96)
     return Calibration(train=widest(fits["train"]), heldout=widest(fits["heldout"]), follow=widest(fits["follow"]),
                        largest_single_set_share=share, largest_trend_residual=resid_max, interp_error_scale=interp,
-                       interp_error_correlation=interpolation_error_correlation(half), points=points)
+                       interp_error_correlation=interpolation_error_correlation(half),
+                       mirror_error_scale=mirror,
+                       mirror_error_correlation=interpolation_error_correlation(half, mirrored_evaluations),
+                       points=points)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{np.mean(test_errors <= 1.96 * c.interp_error_scale):.1%} of the test half's errors at 1.96), "
           f"correlated {c.interp_error_correlation:.2f} at consecutive checkpoints "
           f"({interpolation_error_correlation('test'):.2f} on the test half); "
+          f"mirrored: scale {c.mirror_error_scale:.3f} (covers "
+          f"{np.mean(np.abs(np.concatenate(mirrored_evaluations('test'))) <= 1.96 * c.mirror_error_scale):.1%} "
+          f"of the test half's), correlated {c.mirror_error_correlation:.2f} "
+          f"({interpolation_error_correlation('test', mirrored_evaluations):.2f} on the test half); "
           f"points {c.points}")
     alarms = sparse_logging_alarms("calibration")
     print("clean pairs on which reference_divergence fired, train loss logged every k steps as a mean, by "

@@ -7,7 +7,10 @@ evaluations on ln(step), with an interpolation error proportional to how much th
 across the bracket: INTERP_ERROR_SCALE x |f(r1) - f(r0)| x w (1 - w) at the fraction w of the
 bracket (r0, r1). A run that evaluates less often than its reference is judged less often, never
 on invented values of its own; a reference that evaluates less often, or at other steps, or on
-another token axis, still pairs with every run checkpoint inside its range.
+another token axis, still pairs with every run checkpoint inside its range. Asked for mirrored
+pairs (memorization), a checkpoint whose bracket since the run's previous one holds a reference
+evaluation is judged on the mean of its difference and of the difference at that evaluation, the
+run interpolated there: the two interpolations err in opposite directions (pair_series).
 
 The measurement error of each difference is the logged standard errors where both runs log them,
 else estimated from the difference curve itself: run - reference of two runs of one recipe is
@@ -52,6 +55,14 @@ INTERP_ERROR_SCALE = 0.27
 # the curve's shape, which neighbouring brackets share. Tests that pool checkpoints use it for
 # their measurement errors as a whole (eval noise, which is independent, included).
 INTERP_ERROR_CORRELATION = 0.44
+# The same for a mirrored difference (pair_series): the mean of this checkpoint's difference and of
+# the one at the reference's evaluation inside the run's last bracket, the run interpolated there,
+# measured on the calibration repeats each paired with itself, evaluations alternately kept, where
+# the true difference is zero (bench/quality/calibrate.py).
+MIRROR_ERROR_SCALE = 0.18
+# Their errors at consecutive mirrored checkpoints correlate by -0.31 on those repeats (-0.29 on the
+# test half's): pooled tests, whose model correlates every pair of checkpoints alike, take 0.
+MIRROR_ERROR_CORRELATION = 0.0
 
 # E[median of n squared second differences] / (6 sigma^2) for white noise of standard deviation
 # sigma, n = 1 .. NOISE_WINDOW - 2: the asymptotic 0.455 of one chi-square(1) would overstate sigma by
@@ -66,15 +77,21 @@ D2_MEDIAN_FACTOR = (1.0, 1.0, 0.884, 0.837, 0.722, 0.707)
 # exact pairs (which may be spread among interpolated ones), and a run of flagged checkpoints.
 HISTORY_CHECKPOINTS = 2 * NOISE_WINDOW + 4
 
-PAIR_COLUMNS = ("step", "run", "reference", "delta", "interp_error", "exact", "logged_se")
+PAIR_COLUMNS = ("step", "run", "reference", "delta", "interp_error", "exact", "logged_se", "mirrored")
 
 
 def pair_series(run_values: pd.Series, ref_values: pd.Series, run_se: pd.Series | None = None,
-                ref_se: pd.Series | None = None) -> pd.DataFrame:
+                ref_se: pd.Series | None = None, mirrored: bool = False) -> pd.DataFrame:
     """One row per run checkpoint (step > 0) that the reference can be paired with: the run's value,
     the reference's (exact or interpolated), their difference, the interpolation error, whether the
     reference evaluated at that very step, and the logged standard error of the difference (NaN
-    unless both runs log one)."""
+    unless both runs log one).
+
+    mirrored: where the reference evaluated between the run's previous checkpoint and this one, the
+    difference is the mean of this one (the reference interpolated) and of the difference at that
+    evaluation (the run interpolated through its checkpoints up to this one), with the error of
+    that mean (MIRROR_ERROR_SCALE): two runs of one recipe share the curve's shape, so the two
+    interpolations err in opposite directions and their errors mostly cancel."""
     r = run_values[(run_values.index > 0) & np.isfinite(run_values.to_numpy(dtype=float))]
     f = ref_values[(ref_values.index > 0) & np.isfinite(ref_values.to_numpy(dtype=float))]
     if r.empty or f.empty:
@@ -102,11 +119,36 @@ def pair_series(run_values: pd.Series, ref_values: pd.Series, run_se: pd.Series 
         se_f = np.interp(c, ref_se.index.to_numpy(dtype=float), ref_se.to_numpy(dtype=float),
                          left=np.nan, right=np.nan) if len(ref_se) else np.full(c.size, np.nan)
         logged = np.hypot(se_r, se_f)
+    delta, mirror = r.to_numpy(dtype=float) - value, np.zeros(c.size, dtype=bool)
+    if mirrored:
+        delta, error, mirror = _mirrored(r, f, delta, error, exact)
     out = pd.DataFrame({"step": r.index.to_numpy()[keep], "run": r.to_numpy(dtype=float)[keep],
-                        "reference": value[keep], "interp_error": error[keep], "exact": exact[keep],
-                        "logged_se": logged[keep]})
-    out["delta"] = out["run"] - out["reference"]
+                        "reference": value[keep], "delta": delta[keep], "interp_error": error[keep],
+                        "exact": exact[keep], "logged_se": logged[keep], "mirrored": mirror[keep]})
     return out[list(PAIR_COLUMNS)].reset_index(drop=True)
+
+
+def _mirrored(r: pd.Series, f: pd.Series, delta: np.ndarray, error: np.ndarray,
+              exact: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(differences, their errors, which are mirrored) with each interpolated checkpoint whose
+    bracket since the run's previous checkpoint holds a reference evaluation averaged with its
+    mirror there (pair_series).
+    The run is interpolated through its last three checkpoints up to this one (PCHIP, on ln step),
+    which is what PCHIP through all of them gives on that bracket: a checkpoint's value never
+    changes as later ones arrive."""
+    c, rv = np.log(r.index.to_numpy(dtype=float)), r.to_numpy(dtype=float)
+    rs, fv = np.log(f.index.to_numpy(dtype=float)), f.to_numpy(dtype=float)
+    delta, error, mirror = delta.copy(), error.copy(), np.zeros(c.size, dtype=bool)
+    before = np.searchsorted(rs, c) - 1  # the reference's last evaluation before each checkpoint
+    for k in np.flatnonzero(~exact):
+        if k == 0 or before[k] < 0 or rs[before[k]] <= c[k - 1]:
+            continue
+        lo = max(0, k - 2)
+        run_there = PchipInterpolator(c[lo:k + 1], rv[lo:k + 1])(rs[before[k]])
+        delta[k] = 0.5 * (delta[k] + run_there - fv[before[k]])
+        error[k] = error[k] * MIRROR_ERROR_SCALE / INTERP_ERROR_SCALE
+        mirror[k] = True
+    return delta, error, mirror
 
 
 def measurement_error(pairs: pd.DataFrame) -> np.ndarray:
@@ -179,10 +221,11 @@ def empty_pairs() -> pd.DataFrame:
     return pd.DataFrame({"step": pd.Series(dtype="int64"), "run": pd.Series(dtype=float),
                          "reference": pd.Series(dtype=float), "delta": pd.Series(dtype=float),
                          "interp_error": pd.Series(dtype=float), "exact": pd.Series(dtype=bool),
-                         "logged_se": pd.Series(dtype=float)})
+                         "logged_se": pd.Series(dtype=float), "mirrored": pd.Series(dtype=bool)})
 
 
-def heldout_pairs(run: RunData, reference: RunData, stat: str = "loss") -> dict[str, pd.DataFrame]:
+def heldout_pairs(run: RunData, reference: RunData, stat: str = "loss",
+                  mirrored: bool = False) -> dict[str, pd.DataFrame]:
     """pair_series for every held-out set both runs log `stat` for: {set: pairs}."""
     ours, theirs = heldout_sets(run.scalars.columns), heldout_sets(reference.scalars.columns)
     out = {}
@@ -193,7 +236,7 @@ def heldout_pairs(run: RunData, reference: RunData, stat: str = "loss") -> dict[
         se_ok = stat == "loss" and "stderr" in keys and "stderr" in other
         pairs = pair_series(finite(run, keys[stat]), finite(reference, other[stat]),
                             finite(run, keys["stderr"]) if se_ok else None,
-                            finite(reference, other["stderr"]) if se_ok else None)
+                            finite(reference, other["stderr"]) if se_ok else None, mirrored=mirrored)
         if len(pairs):
             out[name] = pairs
     return out
@@ -215,6 +258,7 @@ def over_sets(per_set: dict[str, pd.DataFrame]) -> pd.DataFrame:
     out = pd.DataFrame({"step": n.index.to_numpy(), "run": g["run"].median().to_numpy(),
                         "reference": g["reference"].median().to_numpy(), "delta": g["delta"].median().to_numpy(),
                         "interp_error": g["interp_error"].median().to_numpy(),
-                        "exact": g["exact"].all().to_numpy(), "logged_se": logged.to_numpy(dtype=float)})
+                        "exact": g["exact"].all().to_numpy(), "logged_se": logged.to_numpy(dtype=float),
+                        "mirrored": g["mirrored"].any().to_numpy()})
     out["sets"] = n.to_numpy()
     return out.reset_index(drop=True)

@@ -5,7 +5,8 @@ A data loader that repeats data (double sharding that resamples the corpus, a wr
 boundary) lowers the train loss, because the model has seen those records before, but not the
 held-out loss, and downstream evals do not improve. A genuinely better run lowers both. Judged at
 every checkpoint of the run that can be paired with the reference's held-out evaluations
-(monitor/detectors/checkpoints.py: exact, or interpolated with its error, at any cadence), with
+(monitor/detectors/checkpoints.py: exact, or interpolated with its error, at any cadence;
+mirrored where the reference evaluated inside the run's last bracket), with
 the between-run noise of monitor/detectors/noise.py in every leg:
 
 1. train below: the median of run - reference train loss over the window ending at the checkpoint
@@ -25,7 +26,8 @@ the between-run noise of monitor/detectors/noise.py in every leg:
    by most of the train gain; the OLMo 3 7B reproduction moved it by 2%). It is tested on the mean
    over the `persist_checkpoints` judged checkpoints that end at this one: the between-run part of
    its noise is one persistent offset, the same at each of them, while their measurement errors
-   (eval noise, interpolation) partly average out (checkpoints.INTERP_ERROR_CORRELATION);
+   (eval noise, interpolation) partly average out (checkpoints.INTERP_ERROR_CORRELATION, or
+   MIRROR_ERROR_CORRELATION where they are all mirrored);
 4. downstream not better: where both runs have downstream evals at the checkpoint, their
    aggregate z is not above `z_threshold`.
 
@@ -64,6 +66,7 @@ from .checkpoints import (
     HISTORY_CHECKPOINTS,
     INTERP_ERROR_CORRELATION,
     MIN_NOISE_POINTS,
+    MIRROR_ERROR_CORRELATION,
     heldout_pairs,
     measurement_error,
     over_sets,
@@ -170,7 +173,7 @@ class Memorization(Detector, Incremental):
     def table(self, run: RunData, reference: RunData) -> pd.DataFrame:
         """One row per run checkpoint paired with the reference's held-out loss: every leg's
         numbers and verdict (module docstring)."""
-        held = over_sets(heldout_pairs(run, reference))
+        held = over_sets(heldout_pairs(run, reference, mirrored=True))
         if held.empty:
             return pd.DataFrame({c: pd.Series(dtype=float) for c in TABLE_COLUMNS})
         train_noise, held_noise, follow_noise = self.noises()
@@ -198,7 +201,9 @@ class Memorization(Detector, Incremental):
             follow_z = follow / np.hypot(follow_se, tau_f)
         down_z = self._downstream_z(run, reference, steps)
         judged = np.isfinite(train_z) & np.isfinite(follow_z) & np.isfinite(low)
-        pooled, pooled_z = _pooled(follow, follow_se, tau_f, judged, self.persist_checkpoints)
+        mirrored = held["mirrored"].to_numpy(dtype=bool)
+        one_sided = ~held["exact"].to_numpy(dtype=bool) & ~mirrored
+        pooled, pooled_z = _pooled(follow, follow_se, tau_f, judged, mirrored, one_sided, self.persist_checkpoints)
         with np.errstate(invalid="ignore"):
             table = pd.DataFrame({
                 "step": steps, "train_delta": dt, "train_stderr": se_t, "train_tau": tau_t, "train_z": train_z,
@@ -363,16 +368,19 @@ def _checkpoints(run: RunData) -> np.ndarray:
     return run.scalars.index.to_numpy()[logged]
 
 
-def _pooled(follow: np.ndarray, se: np.ndarray, tau: np.ndarray, judged: np.ndarray,
-            k: int) -> tuple[np.ndarray, np.ndarray]:
+def _pooled(follow: np.ndarray, se: np.ndarray, tau: np.ndarray, judged: np.ndarray, mirrored: np.ndarray,
+            one_sided: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The follow statistic's mean over the last k judged checkpoints up to each judged one, and
     its z: the between-run offset is the same at each (its standard deviation averages to the
-    mean of theirs), the measurement errors correlate by INTERP_ERROR_CORRELATION."""
+    mean of theirs), the measurement errors correlate by MIRROR_ERROR_CORRELATION where the pool's
+    interpolated checkpoints are all mirrored (checkpoints.pair_series), else by
+    INTERP_ERROR_CORRELATION."""
     mean, z = np.full(follow.size, np.nan), np.full(follow.size, np.nan)
     rows = np.flatnonzero(judged)
-    rho = INTERP_ERROR_CORRELATION
     for i in range(k - 1, rows.size):
         pool = rows[i - k + 1:i + 1]
+        all_mirrored = mirrored[pool].any() and not one_sided[pool].any()
+        rho = MIRROR_ERROR_CORRELATION if all_mirrored else INTERP_ERROR_CORRELATION
         s = se[pool]
         var = ((1 - rho) * np.sum(s ** 2) + rho * np.sum(s) ** 2) / k ** 2 + np.mean(tau[pool]) ** 2
         mean[pool[-1]] = float(np.mean(follow[pool]))

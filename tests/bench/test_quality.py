@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from bench.quality import calibrate, cases, corpus, faults
-from monitor.detectors.checkpoints import INTERP_ERROR_CORRELATION, INTERP_ERROR_SCALE
+from monitor.detectors.checkpoints import (
+    INTERP_ERROR_CORRELATION,
+    INTERP_ERROR_SCALE,
+    MIRROR_ERROR_CORRELATION,
+    MIRROR_ERROR_SCALE,
+)
 from monitor.detectors.heldout_divergence import HeldoutDivergence
 from monitor.detectors.memorization_trend import MemorizationTrend
 from monitor.detectors.noise import FOLLOW_NOISE, HELDOUT_NOISE, TRAIN_NOISE
@@ -20,6 +25,10 @@ def test_the_code_uses_what_the_calibration_half_fits(shared_data):
         assert used.timing == pytest.approx(fitted.timing, rel=0.01, abs=1e-4)
     assert INTERP_ERROR_SCALE == pytest.approx(fit.interp_error_scale, abs=0.005)
     assert INTERP_ERROR_CORRELATION == pytest.approx(fit.interp_error_correlation, abs=0.01)
+    assert MIRROR_ERROR_SCALE == pytest.approx(fit.mirror_error_scale, abs=0.005)
+    # The pooled tests' model correlates every pair of checkpoints alike: a negative lag-one
+    # correlation is taken as none.
+    assert fit.mirror_error_correlation < 0 and MIRROR_ERROR_CORRELATION == 0.0
     assert HeldoutDivergence().min_relative_effect == pytest.approx(1.5 * fit.largest_single_set_share, abs=0.001)
     assert MemorizationTrend().min_effect == pytest.approx(1.5 * fit.largest_trend_residual, abs=0.001)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.detectors.checkpoints import D2_MEDIAN_FACTOR, NOISE_WINDOW, measurement_error
+from monitor.detectors.checkpoints import D2_MEDIAN_FACTOR, NOISE_WINDOW, measurement_error, pair_series
 
 # Interpolation errors as the model gives them along a run paired only by interpolation: large
 # where the early curve bends, small later.
@@ -64,3 +64,47 @@ def test_the_median_factors_are_what_white_noise_gives():
 def test_the_error_is_unknown_before_four_pairs():
     se = measurement_error(interpolated_pairs(np.full(INTERP.size, 0.004)))
     assert np.isnan(se[:3]).all() and np.isfinite(se[3:]).all()
+
+
+def _curve(steps: np.ndarray, offset: float = 0.0) -> pd.Series:
+    """A held-out loss curve as two runs of one recipe share it: a power law in the step, and the
+    bumps the same data order and eval set put into both (here a wave), which no interpolation
+    through a few evaluations follows."""
+    x = steps.astype(float)
+    return pd.Series(2.8 + 6.0 * x ** -0.35 + 0.004 * np.sin(x / 400.0) + offset, index=steps)
+
+
+def test_a_mirrored_difference_cancels_the_shape_two_runs_share():
+    # Both runs evaluate every 500 steps, the reference half an interval later (the offset
+    # cadence): interpolating the reference alone misses the true 0.01 by the bumps it steps over.
+    run_steps, ref_steps = np.arange(500, 20001, 500), np.arange(750, 20001, 500)
+    run, ref = _curve(run_steps, 0.01), _curve(ref_steps)
+    plain, mirrored = pair_series(run, ref), pair_series(run, ref, mirrored=True)
+    assert mirrored["mirrored"].all() and mirrored["step"].iloc[0] == 1000  # 500 precedes the reference
+    late = plain["step"] > 2000
+    one_sided = np.abs(plain["delta"][late] - 0.01)
+    both = np.abs(mirrored["delta"][late] - 0.01)
+    assert both.mean() < 0.6 * one_sided.mean() and both.max() < 0.6 * one_sided.max()
+    assert (mirrored["interp_error"][late] < plain["interp_error"][late]).all()
+
+
+def test_exact_pairs_and_brackets_without_a_reference_evaluation_are_not_mirrored():
+    steps = np.arange(500, 10001, 500)
+    exact = pair_series(_curve(steps, 0.01), _curve(steps), mirrored=True)
+    assert not exact["mirrored"].any() and np.allclose(exact["delta"], 0.01)
+    # The reference evaluates every second checkpoint of the run: its evaluations fall on the run's.
+    sparse = pair_series(_curve(steps, 0.01), _curve(steps[1::2]), mirrored=True)
+    assert not sparse["mirrored"].any()
+    assert sparse.equals(pair_series(_curve(steps, 0.01), _curve(steps[1::2])).assign(mirrored=False))
+
+
+def test_a_mirrored_difference_never_changes_as_the_run_goes_on():
+    # What the watch service judges at a checkpoint must be what a whole-run pass judges there.
+    run_steps, ref_steps = np.arange(500, 20001, 500), np.arange(750, 20001, 500)
+    rng = np.random.default_rng(0)
+    run = _curve(run_steps) + rng.normal(0, 0.002, run_steps.size)
+    ref = _curve(ref_steps)
+    whole = pair_series(run, ref, mirrored=True).set_index("step")["delta"]
+    for upto in (3000, 7500, 12000):
+        part = pair_series(run[run.index <= upto], ref, mirrored=True).set_index("step")["delta"]
+        pd.testing.assert_series_equal(part, whole.loc[part.index])
