@@ -11,7 +11,7 @@ import io
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from bench.quality import corpus
@@ -86,6 +86,15 @@ def with_faults(run: RunData, faulty: bool) -> RunData:
     return RunData(info=run.info, scalars=s, events=events)
 
 
+def offset_evaluations(run: RunData, reference: RunData) -> None:
+    """Both evaluate held-out loss every other time, half an interval apart (the run's checkpoints
+    then pair with mirrored differences: checkpoints.pair_series)."""
+    for data, keep in ((run, 0), (reference, 1)):
+        for column in [c for c in data.scalars.columns if c.startswith(HELDOUT_PREFIX)]:
+            logged = data.scalars.index[data.scalars[column].notna()]
+            data.scalars.loc[logged[1 - keep::2], column] = np.nan
+
+
 def long_rows(data: RunData) -> pd.DataFrame:
     long = data.scalars.reset_index().melt(id_vars="step", var_name="key", value_name="value")
     logged = long["value"].notna() | ((long["key"] == TRAIN_LOSS) & (long["step"] == 1300))
@@ -125,11 +134,14 @@ def offline_alerts(whole, run: RunData) -> set[tuple]:
 @pytest.mark.slow
 @given(cuts=st.lists(st.integers(min_value=2, max_value=1529), min_size=2, max_size=9, unique=True),
        lag=st.sampled_from([0, 250]), restart=st.integers(min_value=0, max_value=9),
-       save_every_poll=st.booleans())
+       save_every_poll=st.booleans(), offset=st.booleans())
+@example(cuts=[300, 610, 1111], lag=250, restart=2, save_every_poll=False, offset=True)
 def test_the_watch_service_reaches_what_detect_reaches(tmp_path_factory, shared_data, cuts, lag, restart,
-                                                       save_every_poll):
+                                                       save_every_poll, offset):
     base, ref = corpus.repeats("test")[:2]
     run_data, ref_data = with_faults(base, True), with_faults(ref, False)
+    if offset:
+        offset_evaluations(run_data, ref_data)
     url = f"sqlite:///{tmp_path_factory.mktemp('live') / 'store.db'}"
     rows = long_rows(run_data)
     evals = rows["key"].map(is_eval).to_numpy()
