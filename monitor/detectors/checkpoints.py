@@ -132,10 +132,9 @@ def _mirrored(r: pd.Series, f: pd.Series, delta: np.ndarray, error: np.ndarray,
               exact: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(differences, their errors, which are mirrored) with each interpolated checkpoint whose
     bracket since the run's previous checkpoint holds a reference evaluation averaged with its
-    mirror there (pair_series).
-    The run is interpolated through its last three checkpoints up to this one (PCHIP, on ln step),
-    which is what PCHIP through all of them gives on that bracket: a checkpoint's value never
-    changes as later ones arrive."""
+    mirror there (pair_series). The run is interpolated through its last three checkpoints up to
+    this one (PCHIP, on ln step), which is what PCHIP through all of them gives on that bracket: a
+    checkpoint's value never changes as later ones arrive."""
     c, rv = np.log(r.index.to_numpy(dtype=float)), r.to_numpy(dtype=float)
     rs, fv = np.log(f.index.to_numpy(dtype=float)), f.to_numpy(dtype=float)
     delta, error, mirror = delta.copy(), error.copy(), np.zeros(c.size, dtype=bool)
