@@ -96,6 +96,12 @@ def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
             raise GapwatchError(f"{file}: not an lm-eval results file (no 'results' and 'config')")
         _check_shape(file, doc)
         docs.append((file, doc))
+    if not docs and files:
+        # A folder is taken for lm-eval's when it holds JSON files and nothing else recognized it.
+        raise GapwatchError(f"{path}: no lm-eval results files among its {len(files)} JSON file(s), and no other "
+                            "format gapwatch reads recognizes the folder (a W&B run folder, a TensorBoard log "
+                            "folder, MLflow's mlruns/, a Lightning CSVLogger folder, a lingua dump, a fairseq2 "
+                            "metrics/ folder...); import the log file itself, or see docs/importing.md")
     if not docs:
         raise GapwatchError(f"{path}: no lm-eval results files")
     seen: dict[tuple[int, str], tuple[float, Path]] = {}

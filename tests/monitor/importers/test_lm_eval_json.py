@@ -166,3 +166,14 @@ def test_a_path_that_names_no_checkpoint_still_asks_for_the_step(tmp_path, model
     path.write_text(json.dumps({"results": {"piqa": {"acc": 0.6}}, "config": {"model_args": model_args}}))
     with pytest.raises(GapwatchError, match="give the step"):
         load(path)
+
+
+def test_a_folder_that_only_holds_other_json_says_what_a_folder_may_be(tmp_path):
+    # DVCLive's folder, say: its metrics.json made it look like lm-eval's, and the error said only
+    # "no lm-eval results files".
+    (tmp_path / "metrics.json").write_text('{"train": {"loss": 2.7}, "step": 299}')
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "loss.tsv").write_text("step\tloss\n0\t3.0\n")
+    with pytest.raises(GapwatchError, match=r"among its 1 JSON file\(s\), and no other format gapwatch reads "
+                                            r"recognizes the folder .*import the log file itself"):
+        load(tmp_path)
