@@ -15,7 +15,7 @@ MAPPING_ROWS_SHOWN = 20
 # (tests/monitor/importers/test_import_cmd.py holds the two lists alike).
 FORMAT_HELP = ("wandb-file, wandb-history-folder, wandb-api, mlflow-server, wandb-csv, tensorboard, jsonl, csv, parquet, lm-eval-json, "
                "hf-trainer-state, mlflow, mlflow-db, llmc-log, megatron-log, fairseq-log, composer-log, olmo-core-log, "
-               "torchtitan-log, maxtext-log, clu-log, levanter-log, hf-console-log, deepspeed-csv, lingua, fairseq2, tensorboard-export, gapwatch-export "
+               "torchtitan-log, maxtext-log, clu-log, levanter-log, hf-console-log, deepspeed-csv, lingua, dvclive, fairseq2, tensorboard-export, gapwatch-export "
                "(default: detected)")
 # The hosts of W&B's cloud app, whose run pages are https://wandb.ai/<entity>/<project>/runs/<id>.
 WANDB_APP_HOSTS = ("wandb.ai", "www.wandb.ai")
@@ -33,7 +33,7 @@ def register(subparsers) -> None:
         "trainer_state.json (or its checkpoint folder), an MLflow run folder (mlruns/) or database "
         "(mlflow.db) or a run's or experiment's page on an MLflow server, an llm.c / "
         "modded-nanogpt / nanoGPT log, a Megatron-LM / GPT-NeoX / nanotron stdout log, a lingua dump "
-        "folder, a fairseq2 output directory (its metrics/), a console log of CLU's LoggingWriter (Flax's "
+        "folder, a fairseq2 output directory (its metrics/), a DVCLive folder, a console log of CLU's LoggingWriter (Flax's "
         "examples, T5X) or of Levanter's JSON logger, or a file "
         "`gapwatch export` wrote. Steps are the "
         "trainer's own when the source logs them; the mapping of its keys is printed.",

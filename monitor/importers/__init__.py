@@ -19,6 +19,7 @@ log of a JAX trainer writing through CLU's LoggingWriter: Flax's examples), `lev
 job's console log, its JSON logger tracker's lines), `hf-console-log`
 (the Hugging Face Trainer's console output, its progress bar and logged dicts),
 `deepspeed-csv` (the folder DeepSpeed's CSV monitor writes), `lingua` (the dump folder of a lingua job),
+`dvclive` (a DVCLive folder: a metric's history a TSV file),
 `fairseq2` (the `metrics/` folder of a fairseq2 job's output directory),
 `tensorboard-export` (scalars downloaded from TensorBoard's page, a file or a folder of them),
 `gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).
@@ -33,7 +34,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from . import clu_log, composer_log, deepspeed_csv, fairseq2_metrics, fairseq_log, generic_table, hf_console_log, hf_trainer_state, levanter_log, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_db, mlflow_runs, mlflow_server, olmo_core_log, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
+from . import clu_log, composer_log, deepspeed_csv, dvclive_folder, fairseq2_metrics, fairseq_log, generic_table, hf_console_log, hf_trainer_state, levanter_log, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_db, mlflow_runs, mlflow_server, olmo_core_log, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
@@ -51,7 +52,7 @@ from .wandb.history_sample import HistorySample
 # are generic CSV logs or lm-eval results, and a lingua folder holds JSON Lines files. A fairseq2 output
 # directory holds its TensorBoard files (tb/) beside the JSON Lines it is read from.
 FORMATS = [api.FORMAT, mlflow_server.FORMAT, wandb.RUN_FILE, history_folder.FORMAT, mlflow_runs.FORMAT, mlflow_db.FORMAT, fairseq2_metrics.FORMAT, tensorboard_events.FORMAT, tensorboard_export.FORMAT, run_export.FORMAT,
-           csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lingua_dump.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
+           csv_export.FORMAT, generic_table.CSV, deepspeed_csv.FORMAT, generic_table.PARQUET, hf_trainer_state.FORMAT, lingua_dump.FORMAT, dvclive_folder.FORMAT, lm_eval_json.FORMAT, fairseq_log.FORMAT,
            composer_log.FORMAT, olmo_core_log.FORMAT, text_logs.FORMAT,
            megatron_log.FORMAT, torchtitan_log.FORMAT, maxtext_log.FORMAT, clu_log.FORMAT, levanter_log.FORMAT, hf_console_log.FORMAT, generic_table.JSONL]
 

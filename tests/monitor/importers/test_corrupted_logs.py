@@ -194,3 +194,16 @@ def _deepspeed_job(folder, loss: bytes):
 def _write(path, data: bytes):
     path.write_bytes(data)
     return path
+
+
+def test_a_corrupted_dvclive_folder_ends_in_one_clear_error_or_an_import(tmp_path):
+    data = "timestamp\tstep\tloss\n" + "".join(f"{1_700_000_000_000 + s}\t{s}\t{4 - s / 100}\n" for s in range(60))
+    rng = random.Random("dvclive")
+    for n in range(-1, CASES_EACH):
+        metrics = tmp_path / str(n) / "dvclive" / "plots" / "metrics" / "train"
+        metrics.mkdir(parents=True)
+        _write(metrics / "loss.tsv", data.encode() if n < 0 else _corrupt(rng, data.encode()))
+        try:
+            load(tmp_path / str(n))
+        except GapwatchError:
+            assert n >= 0, "the sample itself imports"
