@@ -39,8 +39,9 @@ def register(subparsers) -> None:
         "trainer's own when the source logs them; the mapping of its keys is printed.",
     )
     parser.add_argument("source", metavar="SOURCE",
-                        help="file, folder, wandb:// URL, a W&B run page's address (https://wandb.ai/...) or an "
-                        "MLflow run's or experiment's page (http://host:5000/#/experiments/...)")
+                        help="file, folder, wandb:// URL, a W&B run page's address (https://wandb.ai/...), an "
+                        "MLflow run's or experiment's page (http://host:5000/#/experiments/...), or a file "
+                        "or folder in a bucket (gs://, s3://, ...: copied first, checkpoints left aside)")
     parser.add_argument("--run", metavar="NAME",
                         help="run name in the store (default: the name the source gives it: a "
                         "W&B run's display name, a TensorBoard run's folder, a file's stem); for "
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from monitor.errors import GapwatchError
     from monitor.importers import detect_format, get_format, load
     from monitor.importers.meaning import format_table
+    from monitor.importers.remote_copy import is_remote, local_copy
     from monitor.importers.wandb.api import ApiConfig
 
     if args.poll_interval <= 0:
@@ -106,14 +108,18 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"note: importing the W&B run page {args.source} as {source}", highlight=False,
                       markup=False, soft_wrap=True)
         args.source = source
+    # A bucket's source is read from its local copy; the importers bring that up to date from the
+    # URL at each read, so `--follow` sees it grow.
+    local = str(local_copy(args.source, said=lambda line: console.print(
+        line, highlight=False, markup=False, soft_wrap=True))) if is_remote(args.source) else args.source
     collect_less()  # an import makes many short-lived containers and no cycles worth a pass
     keep_freed_memory(IMPORT_HEAP_BYTES, IMPORT_HEAP_BYTES)  # within the import's bound on growth
     api_config = ApiConfig(base_url=args.wandb_base_url)
-    fmt = args.fmt or detect_format(args.source)
+    fmt = args.fmt or detect_format(local)
     load_kwargs = {"tokens_per_step": args.tokens_per_step, "profiles_file": args.profiles_file}
     write_kwargs = {"project": args.project, "reference_of": args.reference_of}
     runs = get_format(fmt).runs
-    targets = _targets(args, fmt, runs(args.source) if runs else [])
+    targets = _targets(args, fmt, runs(local) if runs else [])
     if args.dry_run:
         for name, source_run in targets:
             run = load(args.source, args.profile, fmt=fmt, step=args.step, api_config=api_config,
@@ -140,8 +146,10 @@ def web_source(source: str) -> str:
     (read as a path, it would end in "no such file" with its double slash folded)."""
     from monitor.errors import GapwatchError
     from monitor.importers.mlflow_server import is_mlflow_page
+    from monitor.importers.remote_copy import is_remote
 
-    if source.startswith("wandb://") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source) or is_mlflow_page(source):
+    if (source.startswith("wandb://") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source)
+            or is_mlflow_page(source) or is_remote(source)):
         return source
     url = urlsplit(source)
     parts = [p for p in url.path.split("/") if p]

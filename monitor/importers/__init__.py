@@ -22,7 +22,8 @@ job's console log, its JSON logger tracker's lines), `hf-console-log`
 `dvclive` (a DVCLive folder: a metric's history a TSV file),
 `fairseq2` (the `metrics/` folder of a fairseq2 job's output directory),
 `tensorboard-export` (scalars downloaded from TensorBoard's page, a file or a folder of them),
-`gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet).
+`gapwatch-export` (what `gapwatch export` writes: CSV, JSON Lines or Parquet). A source on an object
+store (`gs://`, `s3://`, ...) is copied into a local folder first (`remote_copy`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import pandas as pd
 
 from monitor.errors import GapwatchError
 
-from . import clu_log, composer_log, deepspeed_csv, dvclive_folder, fairseq2_metrics, fairseq_log, generic_table, hf_console_log, hf_trainer_state, levanter_log, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_db, mlflow_runs, mlflow_server, olmo_core_log, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
+from . import clu_log, composer_log, deepspeed_csv, dvclive_folder, fairseq2_metrics, fairseq_log, generic_table, hf_console_log, hf_trainer_state, levanter_log, lingua_dump, lm_eval_json, maxtext_log, megatron_log, mlflow_db, mlflow_runs, mlflow_server, olmo_core_log, remote_copy, run_export, sample_steps, tensorboard_events, tensorboard_export, text_logs, torchtitan_log, wandb
 from .formats import Format, Probe, ReadOptions
 from .imported_run import ImportedRun, empty_scalars, scalars_frame
 from .input_checks import check_source
@@ -127,6 +128,8 @@ def load(source: str | os.PathLike, profile: str | Profile | None = None, *,
     source_run: which run of a source that holds several (a W&B panel export's column prefix, a
         folder of TensorBoard downloads' run).
     """
+    if remote_copy.is_remote(source):
+        source = remote_copy.local_copy(str(source))
     form = get_format(fmt or detect_format(source))
     if not form.url_scheme:
         check_source(source)
@@ -204,6 +207,8 @@ def import_source(store, name: str | None, source: str | os.PathLike, profile: s
     from .store_writer import write_run
     from .table_import import ImportSummary, import_table
 
+    if remote_copy.is_remote(source):
+        source = remote_copy.local_copy(str(source))
     fmt = fmt or detect_format(source)
     if get_format(fmt).streamed or is_streamed_export(fmt, source, source_run):
         check_source(source)

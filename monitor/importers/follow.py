@@ -25,6 +25,7 @@ from typing import Callable
 import pandas as pd
 
 
+from . import remote_copy
 from .imported_run import ImportedRun
 from .normalize import apply_profile
 from .meaning import cadences, pick_profile
@@ -65,11 +66,15 @@ def follow(store, name: str, source: str, fmt: str, *, profile: str | Profile | 
     from . import get_format
 
     streamed = get_format(fmt).streamed
+    url = source if remote_copy.is_remote(source) else None
+    source = remote_copy.local_copy(url) if url else source
     poller = None if streamed else _poller(store, name, source, fmt, profile, load_kwargs, api_config)
     poll = 0
     idle_since = time.monotonic()
     while True:
         poll += 1
+        if url and poll > 1:
+            remote_copy.local_copy(url)  # a bucket's source is read from its copy, brought up to date
         if streamed:
             # Read chunk by chunk at each poll: the rows imported before are recognised as they
             # stream past, never held whole.

@@ -95,7 +95,9 @@ def test_a_pasted_wandb_run_page_is_read_as_its_wandb_url(sqlite_url, capsys):
      "if https://wandb.example.org is a W&B server, import wandb://e/p/abc123 --wandb-base-url "
      "https://wandb.example.org"),
     ("https://example.org/metrics.csv", "gapwatch does not download https:// URLs; import a W&B run as wandb://"),
-    ("s3://bucket/metrics.csv", "gapwatch does not download s3:// URLs"),
+    ("gopher://host/metrics.csv", "gapwatch does not download gopher:// URLs"),
+    # An object store's scheme without its filesystem's package installed.
+    ("s3://bucket/metrics.csv", "Install s3fs to access S3"),
 ])
 def test_other_urls_are_refused_in_one_line_that_says_what_to_write(sqlite_url, capsys, source, message):
     assert main(["import", source, "--store", sqlite_url]) == 2
