@@ -24,7 +24,8 @@ the between-run noise of monitor/detectors/noise.py in every leg:
 3. held-out did not follow: held-out minus `max_heldout_share` x train difference is above zero by
    more than `z_threshold` standard deviations of its noise (a genuine improvement moves held-out
    by most of the train gain; the OLMo 3 7B reproduction moved it by 2%). It is tested on the mean
-   over the `persist_checkpoints` judged checkpoints that end at this one: the between-run part of
+   over the `persist_checkpoints` judged checkpoints that end at this one, each weighted by the
+   inverse of its measurement error's variance: the between-run part of
    its noise is one persistent offset, the same at each of them, while their measurement errors
    (eval noise, interpolation) partly average out (checkpoints.INTERP_ERROR_CORRELATION, or
    MIRROR_ERROR_CORRELATION where they are all mirrored);
@@ -370,11 +371,12 @@ def _checkpoints(run: RunData) -> np.ndarray:
 
 def _pooled(follow: np.ndarray, se: np.ndarray, tau: np.ndarray, judged: np.ndarray, mirrored: np.ndarray,
             one_sided: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The follow statistic's mean over the last k judged checkpoints up to each judged one, and
-    its z: the between-run offset is the same at each (its standard deviation averages to the
-    mean of theirs), the measurement errors correlate by MIRROR_ERROR_CORRELATION where the pool's
-    interpolated checkpoints are all mirrored (checkpoints.pair_series), else by
-    INTERP_ERROR_CORRELATION."""
+    """The follow statistic's mean over the last k judged checkpoints up to each judged one, each
+    weighted by the inverse of its measurement error's variance (a checkpoint paired with the
+    reference interpolated counts for less than an exact one), and its z: the between-run offset
+    is the same at each (its standard deviation averages to the mean of theirs), the measurement
+    errors correlate by MIRROR_ERROR_CORRELATION where the pool's interpolated checkpoints are all
+    mirrored (checkpoints.pair_series), else by INTERP_ERROR_CORRELATION."""
     mean, z = np.full(follow.size, np.nan), np.full(follow.size, np.nan)
     rows = np.flatnonzero(judged)
     for i in range(k - 1, rows.size):
@@ -382,8 +384,9 @@ def _pooled(follow: np.ndarray, se: np.ndarray, tau: np.ndarray, judged: np.ndar
         all_mirrored = mirrored[pool].any() and not one_sided[pool].any()
         rho = MIRROR_ERROR_CORRELATION if all_mirrored else INTERP_ERROR_CORRELATION
         s = se[pool]
-        var = ((1 - rho) * np.sum(s ** 2) + rho * np.sum(s) ** 2) / k ** 2 + np.mean(tau[pool]) ** 2
-        mean[pool[-1]] = float(np.mean(follow[pool]))
+        w = s ** -2.0 / np.sum(s ** -2.0)
+        var = (1 - rho) * np.sum((w * s) ** 2) + rho * np.sum(w * s) ** 2 + np.mean(tau[pool]) ** 2
+        mean[pool[-1]] = float(np.sum(w * follow[pool]))
         z[pool[-1]] = mean[pool[-1]] / np.sqrt(var)
     return mean, z
 
