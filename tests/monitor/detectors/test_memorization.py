@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from monitor.judging.align import align_pair
 from monitor.detectors.memorization import Memorization
@@ -202,3 +203,16 @@ def test_a_pair_logged_at_no_common_step_is_not_a_reference_without_train_loss()
     (why,) = Memorization().not_judged(run_, align_pair(run_, ref)[1])
     assert why.reason == ("the runs logged train/loss at no common step: the run at steps 5,000–8,000, the "
                           "reference at steps 1–4,000") and why.metric == TRAIN_LOSS
+
+
+def test_the_pooled_follow_test_weights_each_checkpoint_by_its_precision():
+    from monitor.detectors.memorization import _pooled
+
+    follow, tau = np.array([0.01, -0.02, 0.01]), np.zeros(3)
+    judged, flags = np.ones(3, dtype=bool), np.zeros(3, dtype=bool)
+    # Equal errors (exact pairs): the plain mean, as before.
+    mean, z = _pooled(follow, np.full(3, 0.002), tau, judged, flags, flags, 3)
+    assert mean[-1] == pytest.approx(0.0)
+    # A checkpoint paired with the reference interpolated, ten times less precise, moves it little.
+    mean, z = _pooled(follow, np.array([0.001, 0.01, 0.001]), tau, judged, flags, np.array([False, True, False]), 3)
+    assert mean[-1] == pytest.approx(0.00985, abs=1e-4) and z[-1] > 5
