@@ -81,15 +81,20 @@ def follow_points(pairs: list) -> pd.DataFrame:
     return t
 
 
+def heldout_curves(half: str):
+    """The held-out loss of each of the half's repeats, its checkpoints after step 0."""
+    for data in corpus.repeats(half):
+        key = next(k for k in data.scalars.columns if k.startswith("eval/heldout/") and k.endswith("/loss"))
+        full = data.series(key)
+        yield full[full.index > 0]
+
+
 def interpolated_evaluations(half: str) -> list[np.ndarray]:
     """(interpolated - evaluated) / (|f(r1) - f(r0)| w (1 - w)), in step order, for the held-out
     evaluations of the half's repeats that thinning the evaluations 2x, 3x and 4x (every phase)
     leaves out, rebuilt by checkpoints.pair_series from the ones kept: one array per thinning."""
     out = []
-    for data in corpus.repeats(half):
-        key = next(k for k in data.scalars.columns if k.startswith("eval/heldout/") and k.endswith("/loss"))
-        full = data.series(key)
-        full = full[full.index > 0]
+    for full in heldout_curves(half):
         for every in (2, 3, 4):
             for phase in range(every):
                 kept = full.iloc[phase::every]
@@ -111,10 +116,7 @@ def mirrored_evaluations(half: str) -> list[np.ndarray]:
     every 2nd, 3rd and 4th for the run and at another phase for the reference: the true difference
     is zero, so each is the error of its estimate. One array per thinning."""
     out = []
-    for data in corpus.repeats(half):
-        key = next(k for k in data.scalars.columns if k.startswith("eval/heldout/") and k.endswith("/loss"))
-        full = data.series(key)
-        full = full[full.index > 0]
+    for full in heldout_curves(half):
         for every in (2, 3, 4):
             for ours, theirs in itertools.permutations(range(every), 2):
                 run, ref = full.iloc[ours::every], full.iloc[theirs::every]

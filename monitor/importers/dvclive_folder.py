@@ -21,13 +21,11 @@ import json
 import math
 from pathlib import Path
 
-import yaml
-
 from monitor.errors import GapwatchError
 
 from .formats import Format, Probe
 from .imported_run import ImportedRun
-from .input_checks import printed_number, shown, step_digits
+from .input_checks import printed_number, shown, step_digits, yaml_mapping
 from .logged_rows import LoggedRows
 
 FOLDER = "dvclive"
@@ -55,7 +53,7 @@ def parse_dvclive(source: str | Path) -> ImportedRun:
     if folder is None:
         raise GapwatchError(f"{path}: no {METRICS}/*.tsv here or in {FOLDER}/: not a DVCLive folder")
     notes: list[str] = []
-    params = _yaml(folder / "params.yaml", notes)
+    params = yaml_mapping(folder / "params.yaml", notes)
     if _HF_ARGS <= params.keys():
         raise GapwatchError(f"{folder}: written by the Hugging Face Trainer's DVCLive callback, which numbers its "
                             "rows by log call, not by the Trainer's step: import the run's trainer_state.json, or "
@@ -106,17 +104,6 @@ def _lines(file: Path, notes: list[str]):
         raise GapwatchError(f"{file}: cannot read: {exc.strerror}") from None
     except csv.Error as exc:
         raise GapwatchError(f"{file}: not a tab-separated metric file: {exc}") from None
-
-
-def _yaml(file: Path, notes: list[str]) -> dict:
-    if not file.is_file():
-        return {}
-    try:
-        doc = yaml.safe_load(file.read_text(errors="replace"))
-    except yaml.YAMLError as exc:
-        notes.append(f"{file}: not read: {' '.join(str(exc).split())}")
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def _summary(file: Path) -> dict:

@@ -200,3 +200,18 @@ def printed_number(text) -> float | None:
         return None
     written = str(text).strip().lower().lstrip("+-")
     return value if math.isfinite(value) or written in ("nan", "inf", "infinity") else None
+
+
+def yaml_mapping(file, notes: list[str]) -> dict:
+    """A settings file's YAML mapping (DVCLive's params.yaml, W&B's config.yaml): {} where there is
+    none, or where it is no mapping; a note where it cannot be parsed."""
+    import yaml
+
+    if not file.is_file():
+        return {}
+    try:
+        doc = yaml.safe_load(file.read_text(errors="replace"))
+    except yaml.YAMLError as exc:
+        notes.append(f"{file}: not read: {' '.join(str(exc).split())}")
+        return {}
+    return doc if isinstance(doc, dict) else {}

@@ -16,13 +16,12 @@ import json
 import re
 from pathlib import Path
 
-import yaml
-
 from monitor.errors import GapwatchError
 
 from ..formats import Format, Probe
 from ..generic_table import parse_jsonl
 from ..imported_run import ImportedRun
+from ..input_checks import yaml_mapping
 
 HISTORY = "wandb-history.jsonl"
 CONFIG, SUMMARY = "config.yaml", "wandb-summary.json"
@@ -77,15 +76,7 @@ def parse_history_folder(path: str | Path, step_key: str | None = None) -> Impor
 def _config(file: Path, notes: list[str]) -> dict:
     """The settings of W&B's config.yaml (`name: {desc: ..., value: ...}`), W&B's own (`_wandb`,
     `wandb_version`) left out; {} without one, with a note where it cannot be read."""
-    if not file.is_file():
-        return {}
-    try:
-        doc = yaml.safe_load(file.read_text(errors="replace"))
-    except yaml.YAMLError as exc:
-        notes.append(f"{file}: not read: {' '.join(str(exc).split())}")
-        return {}
-    if not isinstance(doc, dict):
-        return {}
+    doc = yaml_mapping(file, notes)
     return {str(k): v["value"] for k, v in doc.items()
             if not str(k).startswith("_") and isinstance(v, dict) and "value" in v}
 
