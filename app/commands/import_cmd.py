@@ -108,18 +108,20 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"note: importing the W&B run page {args.source} as {source}", highlight=False,
                       markup=False, soft_wrap=True)
         args.source = source
-    # A bucket's source is read from its local copy; the importers bring that up to date from the
-    # URL at each read, so `--follow` sees it grow.
-    local = str(local_copy(args.source, said=lambda line: console.print(
-        line, highlight=False, markup=False, soft_wrap=True))) if is_remote(args.source) else args.source
+    # A bucket's source is copied once and read from its copy; `--follow` keeps the URL, whose copy
+    # it brings up to date at each poll.
+    args.followed = args.source
+    if is_remote(args.source):
+        args.source = str(local_copy(args.source, said=lambda line: console.print(
+            line, highlight=False, markup=False, soft_wrap=True)))
     collect_less()  # an import makes many short-lived containers and no cycles worth a pass
     keep_freed_memory(IMPORT_HEAP_BYTES, IMPORT_HEAP_BYTES)  # within the import's bound on growth
     api_config = ApiConfig(base_url=args.wandb_base_url)
-    fmt = args.fmt or detect_format(local)
+    fmt = args.fmt or detect_format(args.source)
     load_kwargs = {"tokens_per_step": args.tokens_per_step, "profiles_file": args.profiles_file}
     write_kwargs = {"project": args.project, "reference_of": args.reference_of}
     runs = get_format(fmt).runs
-    targets = _targets(args, fmt, runs(local) if runs else [])
+    targets = _targets(args, fmt, runs(args.source) if runs else [])
     if args.dry_run:
         for name, source_run in targets:
             run = load(args.source, args.profile, fmt=fmt, step=args.step, api_config=api_config,
@@ -226,7 +228,7 @@ def _import_one(args, fmt, name, source_run, load_kwargs, write_kwargs, api_conf
             # One run of a source of several (an MLflow database a job still tracks into) is read
             # again at each poll, that run only.
             picked = {"source_run": source_run} if source_run is not None else {}
-            follow(store, args.run, args.source, fmt, profile=args.profile,
+            follow(store, args.run, args.followed, fmt, profile=args.profile,
                    load_kwargs={**load_kwargs, "step_key": args.step_key, **picked},
                    write_kwargs=write_kwargs, config=config,
                    api_config=api_config, on_poll=report)
