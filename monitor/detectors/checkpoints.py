@@ -12,13 +12,15 @@ pairs (memorization), a checkpoint whose bracket since the run's previous one ho
 evaluation is judged on the mean of its difference and of the difference at that evaluation, the
 run interpolated there: the two interpolations err in opposite directions (pair_series).
 
-The measurement error of each difference is the logged standard errors where both runs log them,
-else estimated from the difference curve itself: run - reference of two runs of one recipe is
-smooth (their shared schedule cancels), so its checkpoint-to-checkpoint second differences measure
-the eval noise (var(d2) = 6 sigma^2 for independent noise; ~0.001 nats on the 13 repeats, where
-each run's own curve bends by 0.007). The estimate at a checkpoint uses only earlier checkpoints
-and that one, so it never changes as later evaluations arrive; before `MIN_NOISE_POINTS` paired
-checkpoints exist the error is unknown and the checkpoint is not judged.
+The measurement error of each difference is estimated from the difference curve itself: run -
+reference of two runs of one recipe is smooth (their shared schedule cancels), so its
+checkpoint-to-checkpoint second differences measure the eval noise (var(d2) = 6 sigma^2 for
+independent noise; ~0.001 nats on the 13 repeats, where each run's own curve bends by 0.007). The
+estimate at a checkpoint uses only earlier checkpoints and that one, so it never changes as later
+evaluations arrive. Before `MIN_NOISE_POINTS` paired checkpoints exist, the logged standard errors
+stand in where both runs log them; otherwise the error is unknown and the checkpoint is not judged.
+Once the curve can be read, a logged error bounds only the lasting offset the eval set can give one
+model over the other (measurement_error and eval_set_offset say why).
 """
 
 from __future__ import annotations
@@ -151,8 +153,16 @@ def _mirrored(r: pd.Series, f: pd.Series, delta: np.ndarray, error: np.ndarray,
 
 
 def measurement_error(pairs: pd.DataFrame) -> np.ndarray:
-    """Standard error of each paired difference: the logged one where known, else estimated from the
-    second differences of the paired differences up to it (NaN before MIN_NOISE_POINTS of them).
+    """Standard error of each paired difference, estimated from the second differences of the paired
+    differences up to it; before MIN_NOISE_POINTS of them, the logged one where both runs log one,
+    else NaN (unknown).
+
+    A logged standard error is each run's own error against all held-out text: two runs evaluated
+    on the same text err together, so it overstates their difference's error (hypot of the two
+    assumes they err independently), and it understates it where the eval is noisier than its
+    tokens say (tokens of one document are not independent). The difference curve shows the error
+    the two runs actually have from checkpoint to checkpoint; the lasting offset that one eval set
+    gives one model is a persistent term beside the between-run one (eval_set_offset).
 
     The estimate reads exact pairs when there are enough of them, and the interpolation error adds
     in quadrature. Where most pairs are interpolated, their second differences carry the
@@ -168,9 +178,6 @@ def measurement_error(pairs: pd.DataFrame) -> np.ndarray:
     logged = pairs["logged_se"].to_numpy(dtype=float)
     se = np.full(d.size, np.nan)
     for i in range(d.size):
-        if np.isfinite(logged[i]):
-            se[i] = np.hypot(logged[i], interp[i])
-            continue
         upto = np.arange(i + 1)
         exact_upto = upto[exact[: i + 1]]
         if exact_upto.size >= MIN_NOISE_POINTS:
@@ -178,7 +185,20 @@ def measurement_error(pairs: pd.DataFrame) -> np.ndarray:
         elif i + 1 >= MIN_NOISE_POINTS:
             window = slice(max(0, i + 1 - NOISE_WINDOW), i + 1)
             se[i] = np.hypot(_eval_noise(d[window], interp[window]), interp[i])
+        elif np.isfinite(logged[i]):
+            se[i] = np.hypot(logged[i], interp[i])
     return se
+
+
+def eval_set_offset(pairs: pd.DataFrame) -> np.ndarray:
+    """The standard deviation of the lasting offset an eval set can give one of two models over the
+    other, where both runs log a standard error (0 elsewhere): scored on the same text at every
+    checkpoint, the two runs keep whatever edge that text gives one of them, and the logged error
+    of their difference bounds it. The between-run term (noise.py), fitted on repeats scored on
+    the same sets, already holds such an offset for sets of their size; detectors take this as its
+    floor, so only an eval set small enough to err more than two seeds differ (a logged error of
+    0.05 nats: a few thousand tokens) widens their bands."""
+    return np.nan_to_num(pairs["logged_se"].to_numpy(dtype=float), nan=0.0)
 
 
 def _eval_noise(values: np.ndarray, interp: np.ndarray) -> float:

@@ -7,10 +7,12 @@ interpolation between its bracketing ones with its error), whatever the two cade
 
 * Over all sets: the median of the differences across sets (a model that generalises differently
   moves every set; one odd set cannot move a median) gets a z against its measurement error
-  (logged standard errors, else estimated from the difference curve itself, plus any interpolation
-  error) and the between-run term of monitor/detectors/noise.py (two seeds of one recipe sit ~0.2%
-  of the loss apart on held-out data too, however small an eval set's standard error). |z| above
-  `z_threshold` at `persist_checkpoints` consecutive judged checkpoints of one sign is a detection.
+  (estimated from the difference curve itself, logged standard errors standing in before it can
+  be, plus any interpolation error) and the between-run term of monitor/detectors/noise.py (two
+  seeds of one recipe sit ~0.2% of the loss apart on held-out data too, however small an eval
+  set's standard error; a set whose logged error is larger than that widens the term to it:
+  checkpoints.eval_set_offset). |z| above `z_threshold` at `persist_checkpoints` consecutive
+  judged checkpoints of one sign is a detection.
 * Per set (when there are several): a set alone must also move by `min_relative_effect` of its
   loss, since single small sets wander between two runs of one recipe far more than the model
   level does.
@@ -44,6 +46,7 @@ from .incremental import Incremental
 from .checkpoints import (
     HISTORY_CHECKPOINTS,
     MIN_NOISE_POINTS,
+    eval_set_offset,
     heldout_pairs,
     measurement_error,
     over_sets,
@@ -107,8 +110,9 @@ class HeldoutDivergence(Detector, Incremental):
         out["level"] = out["reference"].abs()
         out["slope"] = log_slope(out["step"].to_numpy(dtype=float), out["reference"].to_numpy(dtype=float),
                                  out["step"].to_numpy(dtype=float))
-        out["tau"] = self.noise.tau(out["level"], out["slope"])
-        out["z"] = self.noise.z(out["delta"], out["stderr"], out["level"], out["slope"])
+        floor = eval_set_offset(pairs)
+        out["tau"] = self.noise.tau(out["level"], out["slope"], floor)
+        out["z"] = self.noise.z(out["delta"], out["stderr"], out["level"], out["slope"], floor)
         out["band"] = self.z_threshold * np.hypot(out["stderr"], out["tau"])
         return out
 

@@ -19,8 +19,10 @@ the between-run noise of monitor/detectors/noise.py in every leg:
    1 - 2 x `tie_alpha` interval must lie above -margin: the run did not generalise better. When the
    upper end also lies below the margin, held-out loss is tied (the two one-sided tests of TOST);
    when it lies above zero by more than two seeds differ (its interval, widened by the between-run
-   spread, lies above zero), it is worse, which overfitting to repeated data can also do. A missing held-out standard error is estimated from the difference curve, never taken
-   as zero;
+   spread, lies above zero), it is worse, which overfitting to repeated data can also do. The
+   held-out standard error is estimated from the difference curve (checkpoints.py), never taken
+   as zero; an eval set whose logged standard error exceeds two seeds' spread widens the interval
+   by the excess (checkpoints.eval_set_offset);
 3. held-out did not follow: held-out minus `max_heldout_share` x train difference is above zero by
    more than `z_threshold` standard deviations of its noise (a genuine improvement moves held-out
    by most of the train gain; the OLMo 3 7B reproduction moved it by 2%). It is tested on the mean
@@ -68,6 +70,7 @@ from .checkpoints import (
     INTERP_ERROR_CORRELATION,
     MIN_NOISE_POINTS,
     MIRROR_ERROR_CORRELATION,
+    eval_set_offset,
     heldout_pairs,
     measurement_error,
     over_sets,
@@ -187,13 +190,20 @@ class Memorization(Detector, Incremental):
         level_h = held["reference"].abs().to_numpy(dtype=float)
         slope_h = _slope(steps, held["reference"].to_numpy(dtype=float))
         tau_t = train_noise.tau(level_t, slope_t)
-        tau_h = held_noise.tau(level_h, slope_h)
+        # Two seeds' spread sets the tie margin; an eval set that errs more than they differ
+        # (checkpoints.eval_set_offset) widens the held-out interval by the excess, not the margin.
+        # The follow test needs no such term: a held-out gain such a set hides never passes the tie
+        # test, which every checkpoint of a detection must.
+        seeds_h = held_noise.tau(level_h, slope_h)
+        floor = eval_set_offset(held)
+        tau_h = np.fmax(seeds_h, floor)
         share = self.max_heldout_share
         follow = dh - share * dt
         tau_f = follow_noise.tau(level_h, slope_h)
         z_tost = sps.norm.isf(self.tie_alpha)
-        margin = np.fmax(self.tie_sigmas * tau_h, share * np.abs(dt))
-        low, high = dh - z_tost * se_h, dh + z_tost * se_h
+        margin = np.fmax(self.tie_sigmas * seeds_h, share * np.abs(dt))
+        tie_se = np.hypot(se_h, np.sqrt(np.fmax(floor ** 2 - seeds_h ** 2, 0.0)))
+        low, high = dh - z_tost * tie_se, dh + z_tost * tie_se
         # A persistent offset between two seeds is no sign of overfitting: "worse" must clear it too.
         worse = dh - z_tost * np.hypot(se_h, tau_h) > 0
         follow_se = np.hypot(se_h, share * se_t)
@@ -208,7 +218,7 @@ class Memorization(Detector, Incremental):
         with np.errstate(invalid="ignore"):
             table = pd.DataFrame({
                 "step": steps, "train_delta": dt, "train_stderr": se_t, "train_tau": tau_t, "train_z": train_z,
-                "heldout_delta": dh, "heldout_stderr": se_h, "heldout_level": level_h, "heldout_slope": slope_h,
+                "heldout_delta": dh, "heldout_stderr": tie_se, "heldout_level": level_h, "heldout_slope": slope_h,
                 "heldout_tau": tau_h, "margin": margin,
                 "heldout_low": low, "heldout_high": high, "follow": follow, "follow_z": follow_z,
                 "follow_pooled": pooled, "follow_pooled_z": pooled_z, "downstream_z": down_z, "sets": held["sets"].to_numpy(),
@@ -304,7 +314,7 @@ class Memorization(Detector, Incremental):
             f"{UNDECIDED} at step {int(last['step']):,}: train loss is {abs(last['train_delta']):.3f} below the "
             f"reference and held-out loss is not better ({last['heldout_delta']:+.3f} ± {last['heldout_stderr']:.3f}), "
             f"but held-out loss failed to follow the train gap {short}, short of the {self.z_threshold:g} that "
-            f"memorization needs", self.metric, "more held-out evaluations, or their standard errors logged with them")]
+            f"memorization needs", self.metric, "more held-out evaluations")]
 
     def _one(self, run: RunData, reference: RunData, table: pd.DataFrame, a: int, b: int, known: int):
         sl = table.iloc[a:b + 1]
@@ -384,7 +394,8 @@ def _pooled(follow: np.ndarray, se: np.ndarray, tau: np.ndarray, judged: np.ndar
         all_mirrored = mirrored[pool].any() and not one_sided[pool].any()
         rho = MIRROR_ERROR_CORRELATION if all_mirrored else INTERP_ERROR_CORRELATION
         s = se[pool]
-        w = s ** -2.0 / np.sum(s ** -2.0)
+        none = s == 0  # errors measured as nil: the limit of inverse-variance weights
+        w = none / none.sum() if none.any() else s ** -2.0 / np.sum(s ** -2.0)
         var = (1 - rho) * np.sum((w * s) ** 2) + rho * np.sum(w * s) ** 2 + np.mean(tau[pool]) ** 2
         mean[pool[-1]] = float(np.sum(w * follow[pool]))
         z[pool[-1]] = mean[pool[-1]] / np.sqrt(var)

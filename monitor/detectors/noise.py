@@ -41,15 +41,17 @@ class BetweenRunNoise:
     timing: float
     """Relative step shift between two seeds, as a fraction of ln(step)."""
 
-    def tau(self, level: np.ndarray, slope: np.ndarray) -> np.ndarray:
-        """The between-run standard deviation at reference loss `level` and log-step `slope`."""
+    def tau(self, level: np.ndarray, slope: np.ndarray, floor: np.ndarray | float = 0.0) -> np.ndarray:
+        """The between-run standard deviation at reference loss `level` and log-step `slope`, or
+        `floor` where that is larger (an eval set's own lasting offset: checkpoints.eval_set_offset)."""
         level = np.abs(np.asarray(level, dtype=float))
         slope = np.abs(np.nan_to_num(np.asarray(slope, dtype=float), nan=0.0))
-        return np.hypot(self.level * level, self.timing * slope)
+        return np.fmax(np.hypot(self.level * level, self.timing * slope), floor)
 
-    def z(self, delta: np.ndarray, stderr: np.ndarray, level: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    def z(self, delta: np.ndarray, stderr: np.ndarray, level: np.ndarray, slope: np.ndarray,
+          floor: np.ndarray | float = 0.0) -> np.ndarray:
         """delta / sqrt(stderr^2 + tau^2): NaN where the standard error is unknown (never zero)."""
-        total = np.hypot(np.asarray(stderr, dtype=float), self.tau(level, slope))
+        total = np.hypot(np.asarray(stderr, dtype=float), self.tau(level, slope, floor))
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(np.isfinite(total) & (total > 0), np.asarray(delta, dtype=float) / total, np.nan)
 

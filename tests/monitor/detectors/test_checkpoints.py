@@ -6,7 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.detectors.checkpoints import D2_MEDIAN_FACTOR, NOISE_WINDOW, measurement_error, pair_series
+from monitor.detectors.checkpoints import (
+    D2_MEDIAN_FACTOR,
+    NOISE_WINDOW,
+    eval_set_offset,
+    measurement_error,
+    pair_series,
+)
 
 # Interpolation errors as the model gives them along a run paired only by interpolation: large
 # where the early curve bends, small later.
@@ -64,6 +70,21 @@ def test_the_median_factors_are_what_white_noise_gives():
 def test_the_error_is_unknown_before_four_pairs():
     se = measurement_error(interpolated_pairs(np.full(INTERP.size, 0.004)))
     assert np.isnan(se[:3]).all() and np.isfinite(se[3:]).all()
+
+
+def test_a_logged_error_stands_in_only_until_the_curve_can_be_read():
+    # Two runs scored on the same text: each states 0.004 against all held-out text, but their
+    # difference wanders by 0.0005 from checkpoint to checkpoint.
+    steps = np.arange(1, 13) * 250
+    delta = 0.01 + np.random.default_rng(3).normal(0, 0.0005, steps.size)
+    logged = np.hypot(0.004, 0.004)
+    pairs = pd.DataFrame({"step": steps, "run": 3.0, "reference": 3.0, "delta": delta, "interp_error": 0.0,
+                          "exact": True, "logged_se": logged})
+    se = measurement_error(pairs)
+    assert se[:3] == pytest.approx(logged)  # nothing to read yet: the stated error, not unknown
+    assert (se[3:] < 0.002).all()  # then the curve's own, a quarter of what the two runs state
+    assert eval_set_offset(pairs) == pytest.approx(logged)  # kept as the lasting offset's floor
+    assert (eval_set_offset(pairs.assign(logged_se=np.nan)) == 0).all()
 
 
 def _curve(steps: np.ndarray, offset: float = 0.0) -> pd.Series:

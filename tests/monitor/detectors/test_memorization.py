@@ -14,7 +14,7 @@ from monitor.detectors.memorization import Memorization
 from monitor.schema import DATA_SEEN_2PLUS_FRACTION, TRAIN_LOSS, Severity, heldout_key
 
 from . import real_results as rr
-from .synth import downstream, heldout, pair, run, train_loss
+from .synth import downstream, heldout, loss_curve, pair, run, train_loss
 
 HELD, STDERR = heldout_key("c4", "loss"), heldout_key("c4", "stderr")
 
@@ -121,6 +121,44 @@ def test_a_missing_stderr_is_estimated_not_zero():
     assert d.evidence["heldout_stderr"] > 0.002  # two runs' iid eval noise of 0.004 each, estimated
     table = Memorization().table(run_, ref)
     assert not table["judged"].iloc[:3].any()  # before the noise can be estimated: not judged
+
+
+def scored_on_the_same_text(seed: int, offset: float, stated: float | None, held_offset: float = 0.0):
+    """A pair whose held-out evaluations share what their eval text gives both (0.004 a
+    checkpoint) and differ by 0.0005 of their own; each run states `stated` as its standard error."""
+    run_, ref = pair(n_steps=8000, offset_from=4000, offset=offset, seeds=(seed, seed + 1))
+    ck = run_.scalars.index[np.isfinite(run_.scalars[HELD].to_numpy())]
+    text = np.random.default_rng(seed).normal(0, 0.004, ck.size)
+    for r, own_seed in ((run_, 1), (ref, 2)):
+        own = np.random.default_rng(100 * seed + own_seed).normal(0, 0.0005, ck.size)
+        shift = held_offset * np.clip((ck.to_numpy() - 4000) / 500.0, 0, 1) if r is run_ else 0.0
+        r.scalars.loc[ck, HELD] = loss_curve(ck.to_numpy()) + 0.03 + text + own + shift
+        if stated is None:
+            r.scalars = r.scalars.drop(columns=[STDERR])
+        else:
+            r.scalars.loc[ck, STDERR] = stated
+    return run_, ref
+
+
+def test_runs_scored_on_the_same_text_are_judged_on_their_difference_not_their_stated_errors():
+    # Each run's stated 0.004 is its error against all held-out text; scored on the same text, the
+    # two err together and their difference wanders by 0.0007. Taking hypot(0.004, 0.004) as the
+    # difference's error, this 0.03-nat memorization was caught on none of these seeds.
+    for seed in range(1, 6):
+        (d,) = Memorization().detect(*scored_on_the_same_text(seed, -0.03, 0.004))
+        assert d.evidence["heldout"] == "tied" and d.evidence["heldout_stderr"] < 0.002
+        assert Memorization().detect(*scored_on_the_same_text(seed, 0.0, 0.004)) == []
+        assert Memorization().detect(*scored_on_the_same_text(seed, -0.06, 0.004, held_offset=-0.045)) == []
+
+
+def test_an_eval_set_that_errs_more_than_two_seeds_differ_is_never_called_tied():
+    # A few thousand tokens (0.05 stated): the text alone can give one model a lasting edge of
+    # several hundredths, so a held-out loss within it is not evidence of a tie.
+    for seed in range(1, 6):
+        assert Memorization().detect(*scored_on_the_same_text(seed, -0.06, None)) != []
+        table = Memorization().table(*scored_on_the_same_text(seed, -0.06, 0.05))
+        assert Memorization().detect(*scored_on_the_same_text(seed, -0.06, 0.05)) == []
+        assert not table["tied"].any() and (table["heldout_stderr"].dropna() > 0.02).all()
 
 
 def test_fires_when_the_reference_evaluates_less_often_or_at_other_steps():
