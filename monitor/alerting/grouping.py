@@ -69,8 +69,11 @@ class Incident:
 
     @property
     def worst(self) -> Detection:
-        """The naming detector's highest score (the first of a tie), as the alert's message."""
-        naming = [d for d in self.detections if self.alert is None or d.detector == self.alert.detector]
+        """The highest score (the first of a tie) among the findings of the member that names the
+        alert: its detector on its metric, whose evidence the alert carries. Another metric of the
+        same detector is one of the others the alert names after it ("also: ...")."""
+        naming = [d for d in self.detections
+                  if self.alert is None or (d.detector, d.metric) == (self.alert.detector, self.alert.metric)]
         return max(naming or self.detections, key=lambda d: score_rank(d.score))
 
     @property

@@ -37,6 +37,24 @@ def test_one_incident_per_episode_with_its_count_and_worst_detection():
     assert (second.count, second.start_step) == (2, 5000)
 
 
+def test_the_headline_evidence_and_also_speak_for_one_finding():
+    """Two metrics of one eval regress (Pythia-160m's LAMBADA: accuracy from step 123k, perplexity
+    with a larger z): the incident is named by the finding that opened it, and its message, its
+    evidence and the "also" part each speak for that one or for the other, never both for one."""
+    acc = det(123_000, 143_000, score=6.4, detector="eval_regression", metric="eval/downstream/lambada/acc")
+    ppl = det(123_000, 143_000, score=8.3, detector="eval_regression", metric="eval/downstream/lambada/ppl")
+    acc.evidence, ppl.evidence = {"value": 0.31}, {"value": 44.9}
+    acc.message, ppl.message = "acc regressed to 0.31", "ppl regressed to 44.9"
+    (incident,) = group([acc, ppl], config=CONFIG)
+    lead = incident.to_dict()
+    assert lead["metric"] == incident.alert.metric
+    ours, theirs = (acc, ppl) if lead["metric"] == acc.metric else (ppl, acc)
+    assert lead["message"] == ours.message and lead["evidence"]["value"] == ours.evidence["value"]
+    (other,) = lead["evidence"]["also"].values()
+    assert other["metric"] == theirs.metric
+    assert headline(incident) == f"{ours.message}; also: {theirs.message}"
+
+
 def test_episodes_are_where_the_watch_service_opens_alerts():
     found = [det(s) for s in (10, 40, 300, 900, 960, 2000, 2600, 2650)]
     tracker = IncidentTracker(CONFIG)
