@@ -46,6 +46,8 @@ class Calibration:
     """The same standard error for a mirrored difference (checkpoints.pair_series)."""
     mirror_error_correlation: float
     """Correlation of the mirrored differences' errors at consecutive mirrored checkpoints."""
+    past_end_error_scale: float
+    """The same standard error for a checkpoint paired past the reference's last evaluation."""
     points: dict[str, int]
 
 
@@ -120,9 +122,8 @@ def mirrored_evaluations(half: str) -> list[np.ndarray]:
         for every in (2, 3, 4):
             for ours, theirs in itertools.permutations(range(every), 2):
                 run, ref = full.iloc[ours::every], full.iloc[theirs::every]
-                plain = pair_series(run, ref)
                 mirrored = pair_series(run, ref, mirrored=True)
-                changed = (mirrored["delta"] != plain["delta"]).to_numpy()
+                changed = mirrored["mirrored"].to_numpy()
                 if not changed.any():
                     continue
                 x = np.log(mirrored["step"].to_numpy(dtype=float)[changed])
@@ -132,6 +133,27 @@ def mirrored_evaluations(half: str) -> list[np.ndarray]:
                 scale = np.abs(fv[pos] - fv[pos - 1]) * w * (1 - w)
                 out.append(mirrored["delta"].to_numpy()[changed] / np.maximum(scale, 1e-12))
     return out
+
+
+def past_end_evaluations(half: str) -> np.ndarray:
+    """Differences paired past the reference's last evaluation (checkpoints.pair_series, mirrored:
+    the run interpolated back to that evaluation) / (|r(c1) - r(c0)| w (1 - w)) over the run's
+    bracket (c0, c1), of the half's repeats paired with themselves as mirrored_evaluations pairs
+    them: the true difference is zero, so each is the error of its estimate."""
+    out = []
+    for full in heldout_curves(half):
+        for every in (2, 3, 4):
+            for ours, theirs in itertools.permutations(range(every), 2):
+                run, ref = full.iloc[ours::every], full.iloc[theirs::every]
+                pairs = pair_series(run, ref, mirrored=True)
+                for step, delta in zip(pairs["step"], pairs["delta"]):
+                    if step <= ref.index[-1]:
+                        continue
+                    k = run.index.get_loc(step)
+                    x0, x1, x = np.log([run.index[k - 1], step, ref.index[-1]])
+                    w = (x - x0) / (x1 - x0)
+                    out.append(delta / max(abs(run.iloc[k] - run.iloc[k - 1]) * w * (1 - w), 1e-12))
+    return np.asarray(out, dtype=float)
 
 
 def interpolation_errors(half: str) -> np.ndarray:
@@ -192,12 +214,13 @@ def calibrate(half: str = "calibration") -> Calibration:
     # A 95% band of the actual errors, as a standard error (divided by 1.96).
     interp = float(np.percentile(interpolation_errors(half), 95) / 1.96)
     mirror = float(np.percentile(np.abs(np.concatenate(mirrored_evaluations(half))), 95) / 1.96)
+    past_end = float(np.percentile(np.abs(past_end_evaluations(half)), 95) / 1.96)
     return Calibration(train=widest(fits["train"]), heldout=widest(fits["heldout"]), follow=widest(fits["follow"]),
                        largest_single_set_share=share, largest_trend_residual=resid_max, interp_error_scale=interp,
                        interp_error_correlation=interpolation_error_correlation(half),
                        mirror_error_scale=mirror,
                        mirror_error_correlation=interpolation_error_correlation(half, mirrored_evaluations),
-                       points=points)
+                       past_end_error_scale=past_end, points=points)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{np.mean(np.abs(np.concatenate(mirrored_evaluations('test'))) <= 1.96 * c.mirror_error_scale):.1%} "
           f"of the test half's), correlated {c.mirror_error_correlation:.2f} "
           f"({interpolation_error_correlation('test', mirrored_evaluations):.2f} on the test half); "
-          f"points {c.points}")
+          f"past the reference's last evaluation: scale {c.past_end_error_scale:.3f} (covers "
+          f"{np.mean(np.abs(past_end_evaluations('test')) <= 1.96 * c.past_end_error_scale):.1%} of the test "
+          f"half's, {past_end_evaluations('calibration').size} calibration and "
+          f"{past_end_evaluations('test').size} test checkpoints); points {c.points}")
     alarms = sparse_logging_alarms("calibration")
     print("clean pairs on which reference_divergence fired, train loss logged every k steps as a mean, by "
           "(k, min_window_points): " + ", ".join(f"{key}: {n}" for key, n in alarms.items()))

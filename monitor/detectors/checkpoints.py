@@ -10,7 +10,8 @@ on invented values of its own; a reference that evaluates less often, or at othe
 another token axis, still pairs with every run checkpoint inside its range. Asked for mirrored
 pairs (memorization), a checkpoint whose bracket since the run's previous one holds a reference
 evaluation is judged on the mean of its difference and of the difference at that evaluation, the
-run interpolated there: the two interpolations err in opposite directions (pair_series).
+run interpolated there: the two interpolations err in opposite directions (pair_series). Past the
+reference's last evaluation, that mirror alone pairs the checkpoint whose bracket holds it.
 
 The measurement error of each difference is estimated from the difference curve itself: run -
 reference of two runs of one recipe is smooth (their shared schedule cancels), so its
@@ -65,6 +66,12 @@ MIRROR_ERROR_SCALE = 0.18
 # Their errors at consecutive mirrored checkpoints correlate by -0.31 on those repeats (-0.29 on the
 # test half's): pooled tests, whose model correlates every pair of checkpoints alike, take 0.
 MIRROR_ERROR_CORRELATION = 0.0
+# Standard error, per unit of |r(c1) - r(c0)| w (1 - w) over the run's bracket, of a checkpoint
+# paired past the reference's last evaluation (the run interpolated back to it through its last
+# three checkpoints, which bends less surely than PCHIP through both sides of a bracket): the 95th
+# percentile of the actual errors divided by 1.96, on the same self-paired calibration repeats
+# (bench/quality/calibrate.py; on the test half the band covers 93% of them).
+PAST_END_ERROR_SCALE = 0.41
 
 # E[median of n squared second differences] / (6 sigma^2) for white noise of standard deviation
 # sigma, n = 1 .. NOISE_WINDOW - 2: the asymptotic 0.455 of one chi-square(1) would overstate sigma by
@@ -123,7 +130,10 @@ def pair_series(run_values: pd.Series, ref_values: pd.Series, run_se: pd.Series 
         logged = np.hypot(se_r, se_f)
     delta, mirror = r.to_numpy(dtype=float) - value, np.zeros(c.size, dtype=bool)
     if mirrored:
-        delta, error, mirror = _mirrored(r, f, delta, error, exact)
+        delta, error, mirror, past_end = _mirrored(r, f, delta, error, exact)
+        gap = np.diff(c, prepend=np.nan) > MAX_BRACKET_FACTOR * (np.median(np.diff(c)) if c.size > 1 else np.inf)
+        value = np.where(past_end, fv[-1], value)
+        keep |= past_end & ~gap
     out = pd.DataFrame({"step": r.index.to_numpy()[keep], "run": r.to_numpy(dtype=float)[keep],
                         "reference": value[keep], "delta": delta[keep], "interp_error": error[keep],
                         "exact": exact[keep], "logged_se": logged[keep], "mirrored": mirror[keep]})
@@ -131,25 +141,39 @@ def pair_series(run_values: pd.Series, ref_values: pd.Series, run_se: pd.Series 
 
 
 def _mirrored(r: pd.Series, f: pd.Series, delta: np.ndarray, error: np.ndarray,
-              exact: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(differences, their errors, which are mirrored) with each interpolated checkpoint whose
-    bracket since the run's previous checkpoint holds a reference evaluation averaged with its
-    mirror there (pair_series). The run is interpolated through its last three checkpoints up to
-    this one (PCHIP, on ln step), which is what PCHIP through all of them gives on that bracket: a
-    checkpoint's value never changes as later ones arrive."""
+              exact: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(differences, their errors, which are mirrored, which lie past the reference's last
+    evaluation) with each interpolated checkpoint whose bracket since the run's previous checkpoint
+    holds a reference evaluation averaged with its mirror there (pair_series). The run is
+    interpolated through its last three checkpoints up to this one (PCHIP, on ln step), which is
+    what PCHIP through all of them gives on that bracket: a checkpoint's value never changes as
+    later ones arrive.
+
+    A checkpoint past the reference's last evaluation has no reference value of its own (nothing
+    is extrapolated), but when that evaluation lies inside its bracket the mirror alone pairs it:
+    the run interpolated there against the evaluation, with the interpolation error of the run's
+    bracket (PAST_END_ERROR_SCALE). A run evaluated at its last step and a reference a little
+    before its own is judged at the end that matters most."""
     c, rv = np.log(r.index.to_numpy(dtype=float)), r.to_numpy(dtype=float)
     rs, fv = np.log(f.index.to_numpy(dtype=float)), f.to_numpy(dtype=float)
-    delta, error, mirror = delta.copy(), error.copy(), np.zeros(c.size, dtype=bool)
+    delta, error = delta.copy(), error.copy()
+    mirror, past_end = np.zeros(c.size, dtype=bool), np.zeros(c.size, dtype=bool)
     before = np.searchsorted(rs, c) - 1  # the reference's last evaluation before each checkpoint
     for k in np.flatnonzero(~exact):
         if k == 0 or before[k] < 0 or rs[before[k]] <= c[k - 1]:
             continue
         lo = max(0, k - 2)
         run_there = PchipInterpolator(c[lo:k + 1], rv[lo:k + 1])(rs[before[k]])
+        if before[k] == rs.size - 1 and c[k] > rs[-1]:
+            w = (rs[-1] - c[k - 1]) / (c[k] - c[k - 1])
+            delta[k] = run_there - fv[-1]
+            error[k] = PAST_END_ERROR_SCALE * abs(rv[k] - rv[k - 1]) * w * (1 - w)
+            past_end[k] = True
+            continue
         delta[k] = 0.5 * (delta[k] + run_there - fv[before[k]])
         error[k] = error[k] * MIRROR_ERROR_SCALE / INTERP_ERROR_SCALE
         mirror[k] = True
-    return delta, error, mirror
+    return delta, error, mirror, past_end
 
 
 def measurement_error(pairs: pd.DataFrame) -> np.ndarray:

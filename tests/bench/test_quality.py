@@ -12,6 +12,7 @@ from monitor.detectors.checkpoints import (
     INTERP_ERROR_SCALE,
     MIRROR_ERROR_CORRELATION,
     MIRROR_ERROR_SCALE,
+    PAST_END_ERROR_SCALE,
 )
 from monitor.detectors.heldout_divergence import HeldoutDivergence
 from monitor.detectors.memorization_trend import MemorizationTrend
@@ -26,6 +27,7 @@ def test_the_code_uses_what_the_calibration_half_fits(shared_data):
     assert INTERP_ERROR_SCALE == pytest.approx(fit.interp_error_scale, abs=0.005)
     assert INTERP_ERROR_CORRELATION == pytest.approx(fit.interp_error_correlation, abs=0.01)
     assert MIRROR_ERROR_SCALE == pytest.approx(fit.mirror_error_scale, abs=0.005)
+    assert PAST_END_ERROR_SCALE == pytest.approx(fit.past_end_error_scale, abs=0.005)
     # The pooled tests' model correlates every pair of checkpoints alike: a negative lag-one
     # correlation is taken as none.
     assert fit.mirror_error_correlation < 0 and MIRROR_ERROR_CORRELATION == 0.0

@@ -101,12 +101,28 @@ def test_a_mirrored_difference_cancels_the_shape_two_runs_share():
     run_steps, ref_steps = np.arange(500, 20001, 500), np.arange(750, 20001, 500)
     run, ref = _curve(run_steps, 0.01), _curve(ref_steps)
     plain, mirrored = pair_series(run, ref), pair_series(run, ref, mirrored=True)
+    mirrored = mirrored[mirrored["step"] < 20000]  # past the reference's last evaluation (below)
     assert mirrored["mirrored"].all() and mirrored["step"].iloc[0] == 1000  # 500 precedes the reference
     late = plain["step"] > 2000
     one_sided = np.abs(plain["delta"][late] - 0.01)
     both = np.abs(mirrored["delta"][late] - 0.01)
     assert both.mean() < 0.6 * one_sided.mean() and both.max() < 0.6 * one_sided.max()
     assert (mirrored["interp_error"][late] < plain["interp_error"][late]).all()
+
+
+def test_the_run_s_last_checkpoint_past_the_reference_s_last_evaluation_is_paired_by_its_mirror():
+    # The run evaluates at its last step (20,000), the reference last at 19,750: nothing of the
+    # reference is extrapolated, but the run interpolated at 19,750 pairs the final checkpoint.
+    run_steps, ref_steps = np.arange(500, 20001, 500), np.arange(750, 20001, 500)
+    run, ref = _curve(run_steps, 0.01), _curve(ref_steps)
+    assert 20000 not in pair_series(run, ref)["step"].to_numpy()
+    last = pair_series(run, ref, mirrored=True).iloc[-1]
+    assert last["step"] == 20000 and not last["mirrored"] and not last["exact"]
+    assert last["reference"] == ref.iloc[-1] and abs(last["delta"] - 0.01) < 1.96 * last["interp_error"]
+    assert last["interp_error"] > 0
+    # A run that goes on past its bracket holding that evaluation is not paired there.
+    longer = _curve(np.arange(500, 21001, 500), 0.01)
+    assert pair_series(longer, ref, mirrored=True)["step"].max() == 20000
 
 
 def test_exact_pairs_and_brackets_without_a_reference_evaluation_are_not_mirrored():
