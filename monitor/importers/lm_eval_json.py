@@ -129,7 +129,7 @@ def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
     if not steps:
         raise GapwatchError(f"{path}: the lm-eval results hold no numeric metric (empty 'results')")
     order = sorted(range(len(steps)), key=lambda i: steps[i])
-    config = dict(docs[0][1].get("config") or {})
+    config = _shared_config([doc.get("config") or {} for _, doc in docs])
     return ImportedRun(
         name_hint=_model_name([doc for _, doc in docs]) or (path.stem if path.is_file() else path.name),
         scalars=scalars_frame([steps[i] for i in order], [keys[i] for i in order],
@@ -139,6 +139,26 @@ def parse_lm_eval(path: str | Path, step: int | None = None) -> ImportedRun:
         events=sorted(events, key=lambda e: e["step"]),
         source=str(path),
     )
+
+
+def _shared_config(configs: list[dict]) -> dict:
+    """The settings every file records alike, as the run's: what differs between the files of one
+    folder belongs to a checkpoint, not to the run (`model_args`' revision is the checkpoint
+    evaluated; a batch size may change between eval jobs). `model_args` is compared argument by
+    argument, so its model and dtype stay when only the revision moves."""
+    first, *rest = configs
+    out = {}
+    for key, value in first.items():
+        if key == "model_args" and isinstance(value, str):
+            others = [set(_split_args(c.get(key))) for c in rest]
+            out[key] = ",".join(arg for arg in _split_args(value) if all(arg in o for o in others))
+        elif all(key in c and c[key] == value for c in rest):
+            out[key] = value
+    return out
+
+
+def _split_args(model_args) -> list[str]:
+    return [a.strip() for a in model_args.split(",") if a.strip()] if isinstance(model_args, str) else []
 
 
 def _load(file: Path):

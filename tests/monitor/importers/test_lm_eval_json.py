@@ -41,6 +41,18 @@ def test_the_run_is_named_after_the_model_its_files_evaluated(shared_data, tmp_p
         assert load(path, step=1).name_hint == "res-7"
 
 
+def test_a_folder_s_settings_are_what_every_file_records_alike(shared_data):
+    # Each file's model_args names its own checkpoint (revision=stepN): that is the step, not a
+    # setting of the run, which would otherwise be the first file's checkpoint.
+    config = load(shared_data / "runs/pythia-evals/pythia-160m/zero-shot").config["lm_eval"]
+    # The early checkpoints were evaluated with use_accelerate and a batch of 32, the later ones
+    # with 16: neither is the run's.
+    assert config["model_args"] == "pretrained=EleutherAI/pythia-v1.1-160m"
+    assert config["num_fewshot"] == 0 and "batch_size" not in config
+    one = shared_data / "runs/pythia-evals/pythia-70m/zero-shot/70m_step3000.json"
+    assert "revision=step3000" in load(one).config["lm_eval"]["model_args"]  # one checkpoint: its own
+
+
 def test_pythia_160m_regresses_late_on_lambada(shared_data):
     data = load(shared_data / "runs/pythia-evals/pythia-160m/zero-shot").to_run_data("160m")
     ppl = data.series(LAMBADA_PPL)
