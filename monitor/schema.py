@@ -467,6 +467,9 @@ class Drawing(str, enum.Enum):
     GOODPUT = "goodput"
     """Ideal over actual step time: `step_verdicts(run, times, finished=True)` with an `ideal`
     and a `time` column."""
+    HELDOUT_BAND = "heldout_band"
+    """The threshold around run - reference of held-out loss at the run's checkpoints:
+    `checkpoint_deltas(run, reference)`, a frame (step, delta, band) of the checkpoints judged."""
 
 
 @dataclass(frozen=True)

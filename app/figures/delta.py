@@ -14,12 +14,13 @@ POINTS_COLOR = "rgba(120, 120, 120, 0.45)"
 
 def delta_figure(windows: pd.DataFrame, points: pd.DataFrame | None = None, *, run_name: str,
                  reference_name: str, x_title: str = "step", band_label: str = DEFAULT_BAND_LABEL,
-                 title: str = "train loss delta (run − reference)",
+                 title: str = "train loss delta (run − reference)", summary: str = "window median",
                  empty_reason: str = "no overlapping steps with the reference", full_y: bool = False) -> go.Figure:
-    """`windows` (x, delta, band): window medians and the band's half-width, drawn as a ribbon
-    around zero; `points` (x, delta), the pointwise difference, drawn faintly underneath. Unless
-    `full_y`, the y range is set by the windows after the early transient, as the loss panels'
-    is (two recipes differ most in their first steps, and that would hide the band)."""
+    """`windows` (x, delta, band): window medians (or what `summary` names) and the band's
+    half-width, drawn as a ribbon around zero; `points` (x, delta), the pointwise difference, drawn
+    faintly underneath. Unless `full_y`, the y range is set by the windows after the early
+    transient, as the loss panels' is (two recipes differ most in their first steps, and that would
+    hide the band)."""
     fig = base_figure(title, x_title, "Δ loss")
     if not len(windows) and (points is None or not len(points)):
         return note_empty(fig, empty_reason)
@@ -37,7 +38,7 @@ def delta_figure(windows: pd.DataFrame, points: pd.DataFrame | None = None, *, r
                                  fillcolor=BAND_COLOR, name=text(band_label), hoverinfo="skip"))
         medians = windows["delta"].to_numpy(dtype=float)
         fig.add_trace(go.Scatter(
-            x=x, y=medians, name=f"{text(run_name)} − {text(reference_name)} (window median)",
+            x=x, y=medians, name=f"{text(run_name)} − {text(reference_name)} ({text(summary)})",
             line=dict(color=RUN_COLOR, width=1.8), customdata=band,
             hovertemplate="Δ %{y:.4f} (threshold ±%{customdata:.4f})", **line_mode(medians, RUN_COLOR),
         ))

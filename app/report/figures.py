@@ -16,7 +16,8 @@ import pandas as pd
 from tsdownsample import MinMaxDownsampler
 
 from monitor import schema
-from monitor.schema import Detection, RunData, Section, empty_long
+from monitor.detectors import drawn_by
+from monitor.schema import Detection, Drawing, RunData, Section, empty_long
 
 from app import figures as F
 from app.report.model import FigureItem, Table
@@ -147,7 +148,27 @@ def _heldout_figure(pair: ComparedPair, sets: list[str], x_title: str) -> list[F
                            full_y=False, sets=sets)
     # Said where the range was cut, as the dashboard's "y range includes the start" says it there.
     caption = HELDOUT_CLIPPED if fig.layout.yaxis.range is not None else ""
-    return [FigureItem("fig-heldout", "Held-out loss at matching checkpoints", fig, caption, section="heldout")]
+    out = [FigureItem("fig-heldout", "Held-out loss at matching checkpoints", fig, caption, section="heldout")]
+    return out + _heldout_delta_figure(pair, x_title)
+
+
+def _heldout_delta_figure(pair: ComparedPair, x_title: str) -> list[FigureItem]:
+    """Run − reference of held-out loss at the checkpoints the detector that draws the band judged,
+    with the band a finding had to clear: a divergence of 0.02 nats is a thin line between curves
+    that fall by 3 nats, and plain here."""
+    detector = drawn_by(Drawing.HELDOUT_BAND, pair.detect.params)
+    if detector is None:
+        return []
+    judged = detector.checkpoint_deltas(pair.aligned_run, pair.aligned_reference)
+    if not len(judged):
+        return []
+    fig = F.delta_figure(judged.rename(columns={"step": "x"}), run_name=pair.run.name,
+                         reference_name=pair.reference.name, x_title=x_title,
+                         title="held-out loss delta (run − reference)", summary="median over sets",
+                         band_label="held-out divergence threshold")
+    return [FigureItem("fig-heldout-delta", "Held-out loss delta and the divergence threshold", fig,
+                       "Run − reference at each checkpoint judged (the median over the sets both log); the band "
+                       "is the held-out divergence detector's threshold.", section="heldout")]
 
 
 def _downstream_figure(pair: ComparedPair, tasks: list[str], config: FigureConfig, x_title: str) -> list[FigureItem]:

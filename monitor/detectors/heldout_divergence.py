@@ -34,6 +34,7 @@ from monitor.schema import (
     HELDOUT_PREFIX,
     Clean,
     CleanRule,
+    Drawing,
     NotJudged,
     RunData,
     Section,
@@ -69,6 +70,7 @@ class HeldoutDivergence(Detector, Incremental):
     judges: ClassVar[str] = "held-out loss against the reference"
     clean_rule: ClassVar[CleanRule] = CleanRule.CLEAN_VERDICTS
     shown_in: ClassVar[tuple[Section, ...]] = (Section.HELDOUT,)
+    draws: ClassVar[tuple[Drawing, ...]] = (Drawing.HELDOUT_BAND,)
     verdict: ClassVar[VerdictRole] = VerdictRole(60, "heldout_diverged", "Held-out loss diverged")
     reads: ClassVar[Reads] = Reads(prefixes=(HELDOUT_PREFIX,))
 
@@ -136,6 +138,18 @@ class HeldoutDivergence(Detector, Incremental):
                 out += self._judge(run, reference, self.judged(pairs), heldout_sets(run.scalars.columns)[name][stat],
                                    name, stat, relative=True)
         return sorted(out, key=lambda d: (d.start_step, d.metric))
+
+    def checkpoint_deltas(self, run: RunData, reference: RunData) -> pd.DataFrame:
+        """(step, delta, band) at each judged checkpoint: run - reference of the sets together
+        (the one set, where there is one) and the band a detection there had to clear, as the
+        held-out delta chart draws them (`Drawing.HELDOUT_BAND`)."""
+        stat = self.stat(run, reference)
+        per_set = heldout_pairs(run, reference, stat) if stat is not None else {}
+        if not per_set:
+            return pd.DataFrame({c: pd.Series(dtype=float) for c in ("step", "delta", "band")})
+        frame = self.judged(next(iter(per_set.values())) if len(per_set) == 1 else over_sets(per_set))
+        frame = frame[np.isfinite(frame["z"].to_numpy(dtype=float))]
+        return frame[["step", "delta", "band"]].reset_index(drop=True)
 
     def clean(self, run: RunData, reference: RunData | None = None) -> list[Clean]:
         """Paired checkpoints (the sets together) whose difference, with its 90% interval, lies

@@ -84,3 +84,16 @@ def test_on_a_real_pair_the_delta_chart_opens_on_the_band_and_says_so(muon):
     # band of about ±0.1 was a hairline.
     assert hi < 5 * float(np.nanmax(np.abs(band.y))) and lo == -hi
     assert "the first lie beyond it" in item.caption
+
+
+def test_on_a_real_pair_the_heldout_delta_chart_draws_the_finding_s_own_numbers(muon):
+    # Muon's held-out loss sits a few hundredths of a nat off AdamW's on curves that fall by 19
+    # nats: the delta chart shows the difference and the band the finding had to clear.
+    finding = next(d for d in muon.detections if d.detector == "heldout_divergence" and d.run == "muon")
+    item = figure(muon, "fig-heldout-delta")
+    line = next(t for t in item.figure.data if (t.name or "").endswith("(median over sets)"))
+    band = next(t for t in item.figure.data if t.name == "held-out divergence threshold")
+    at = list(np.asarray(line.x, dtype=float)).index(float(finding.peak_step))
+    assert float(line.y[at]) == pytest.approx(finding.evidence["delta"])
+    assert -float(band.y[at]) == pytest.approx(finding.evidence["band"])
+    assert abs(float(line.y[at])) > finding.evidence["band"]
