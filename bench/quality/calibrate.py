@@ -112,47 +112,47 @@ def interpolated_evaluations(half: str) -> list[np.ndarray]:
     return out
 
 
-def mirrored_evaluations(half: str) -> list[np.ndarray]:
-    """Mirrored differences (checkpoints.pair_series, mirrored) / (|f(r1) - f(r0)| w (1 - w)), in
-    step order, of each of the half's repeats paired with itself, its held-out evaluations kept
-    every 2nd, 3rd and 4th for the run and at another phase for the reference: the true difference
-    is zero, so each is the error of its estimate. One array per thinning."""
-    out = []
+def self_paired(half: str):
+    """(run, reference, their mirrored pairs) of each of the half's repeats paired with itself, its
+    held-out evaluations kept every 2nd, 3rd and 4th for the run and at another phase for the
+    reference: the true difference is zero, so each paired difference is the error of its estimate."""
     for full in heldout_curves(half):
         for every in (2, 3, 4):
             for ours, theirs in itertools.permutations(range(every), 2):
                 run, ref = full.iloc[ours::every], full.iloc[theirs::every]
-                mirrored = pair_series(run, ref, mirrored=True)
-                changed = mirrored["mirrored"].to_numpy()
-                if not changed.any():
-                    continue
-                x = np.log(mirrored["step"].to_numpy(dtype=float)[changed])
-                xs, fv = np.log(ref.index.to_numpy(dtype=float)), ref.to_numpy()
-                pos = np.searchsorted(xs, x)
-                w = (x - xs[pos - 1]) / (xs[pos] - xs[pos - 1])
-                scale = np.abs(fv[pos] - fv[pos - 1]) * w * (1 - w)
-                out.append(mirrored["delta"].to_numpy()[changed] / np.maximum(scale, 1e-12))
+                yield run, ref, pair_series(run, ref, mirrored=True)
+
+
+def mirrored_evaluations(half: str) -> list[np.ndarray]:
+    """Mirrored differences (checkpoints.pair_series, mirrored) / (|f(r1) - f(r0)| w (1 - w)), in
+    step order, of the self-paired repeats (self_paired). One array per thinning."""
+    out = []
+    for _, ref, mirrored in self_paired(half):
+        changed = mirrored["mirrored"].to_numpy()
+        if not changed.any():
+            continue
+        x = np.log(mirrored["step"].to_numpy(dtype=float)[changed])
+        xs, fv = np.log(ref.index.to_numpy(dtype=float)), ref.to_numpy()
+        pos = np.searchsorted(xs, x)
+        w = (x - xs[pos - 1]) / (xs[pos] - xs[pos - 1])
+        scale = np.abs(fv[pos] - fv[pos - 1]) * w * (1 - w)
+        out.append(mirrored["delta"].to_numpy()[changed] / np.maximum(scale, 1e-12))
     return out
 
 
 def past_end_evaluations(half: str) -> np.ndarray:
     """Differences paired past the reference's last evaluation (checkpoints.pair_series, mirrored:
     the run interpolated back to that evaluation) / (|r(c1) - r(c0)| w (1 - w)) over the run's
-    bracket (c0, c1), of the half's repeats paired with themselves as mirrored_evaluations pairs
-    them: the true difference is zero, so each is the error of its estimate."""
+    bracket (c0, c1), of the self-paired repeats (self_paired)."""
     out = []
-    for full in heldout_curves(half):
-        for every in (2, 3, 4):
-            for ours, theirs in itertools.permutations(range(every), 2):
-                run, ref = full.iloc[ours::every], full.iloc[theirs::every]
-                pairs = pair_series(run, ref, mirrored=True)
-                for step, delta in zip(pairs["step"], pairs["delta"]):
-                    if step <= ref.index[-1]:
-                        continue
-                    k = run.index.get_loc(step)
-                    x0, x1, x = np.log([run.index[k - 1], step, ref.index[-1]])
-                    w = (x - x0) / (x1 - x0)
-                    out.append(delta / max(abs(run.iloc[k] - run.iloc[k - 1]) * w * (1 - w), 1e-12))
+    for run, ref, pairs in self_paired(half):
+        for step, delta in zip(pairs["step"], pairs["delta"]):
+            if step <= ref.index[-1]:
+                continue
+            k = run.index.get_loc(step)
+            x0, x1, x = np.log([run.index[k - 1], step, ref.index[-1]])
+            w = (x - x0) / (x1 - x0)
+            out.append(delta / max(abs(run.iloc[k] - run.iloc[k - 1]) * w * (1 - w), 1e-12))
     return np.asarray(out, dtype=float)
 
 
