@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -17,13 +18,17 @@ from app import figures
 from app.dashboard.contain import contained
 from app.dashboard.queries import ViewData
 from app.figures.data import DATA_KEYS
+from app.figures.frames import x_values
 from app.figures.overlay import parse_series_uid
 from app.figures.style import base_figure, note_empty
-from monitor.detectors import shown_in
+from monitor.detectors import drawn_by, shown_in
 from monitor.detectors.overlap import steps
 from monitor.schema import (
     DOWNSTREAM_PREFIX,
     HELDOUT_PREFIX,
+    Drawing,
+    RunData,
+    RunInfo,
     Section,
     PERF_MFU,
     PERF_STEP_TIME_S,
@@ -33,7 +38,7 @@ from monitor.schema import (
     TRAIN_LOSS,
 )
 
-PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data", "picked")
+PANELS = ("loss", "delta", "heldout", "heldout_delta", "gap", "evals", "grad_norm", "throughput", "data", "picked")
 # Panels whose traces are logged series that live polling appends to (by trace uid).
 LIVE_PANELS = ("loss", "grad_norm", "throughput", "data", "picked")
 THROUGHPUT_KEYS = (PERF_TOKENS_PER_S, PERF_MFU, PERF_STEP_TIME_S)
@@ -43,7 +48,7 @@ NO_WINDOWS = pd.DataFrame({c: pd.Series(dtype=float) for c in ("x", "delta", "ba
 
 # What the line of panels left out calls each one.
 PANEL_NAMES = {"loss": "train loss", "delta": "train loss delta", "heldout": "held-out loss",
-               "gap": "train–held-out gap", "evals": "downstream evals", "grad_norm": "grad norm",
+               "heldout_delta": "held-out loss delta", "gap": "train–held-out gap", "evals": "downstream evals", "grad_norm": "grad norm",
                "throughput": "throughput", "data": "data loader", "picked": "picked series"}
 # Panels hidden without a word when empty: the picked series are drawn once a person picks some.
 UNNAMED = {"picked"}
@@ -114,6 +119,16 @@ def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = 
                                       reference_name=ref_name, x_title=x_title, full_y=view.spec.full_y,
                                       empty_reason=why.in_range("held-out evaluation", HELDOUT_PREFIX))
 
+    def heldout_delta() -> go.Figure:
+        # The detector's own statistic and band (Drawing.HELDOUT_BAND), from the checkpoints in view.
+        detector = drawn_by(Drawing.HELDOUT_BAND, params)
+        judged = (detector.checkpoint_deltas(_heldout_run(long, name), _heldout_run(ref_long, ref_name))
+                  if detector is not None and ref is not None else NO_WINDOWS)
+        return figures.delta_figure(judged.rename(columns={"step": "x"}), run_name=name, reference_name=ref_name,
+                                    x_title=x_title, title="held-out loss delta (run − reference)",
+                                    summary="median over sets", band_label="held-out divergence threshold",
+                                    empty_reason=why.heldout_delta(), full_y=view.spec.full_y)
+
     def gap() -> go.Figure:
         ref_means = ref.train_means if ref is not None else run.train_means.iloc[0:0]
         return figures.gap_figure(figures.train_heldout_gap(run.train_means, held(False)),
@@ -132,6 +147,7 @@ def build(view: ViewData, tasks: list[str] | None = None, params: dict | None = 
                                              empty_reason=why.in_range("train loss")),
         "delta": delta,
         "heldout": heldout,
+        "heldout_delta": heldout_delta,
         "gap": gap,
         "evals": lambda: figures.downstream_figure(figures.downstream_frame(long), figures.downstream_frame(ref_long),
                                                    run_name=name, reference_name=ref_name, x_title=x_title,
@@ -206,6 +222,9 @@ class EmptyReasons:
                       None if TRAIN_LOSS in self.keys and TRAIN_LOSS in self.ref_keys else
                       "one of the runs logged no train loss"),
             "heldout": None if held(both) else "not logged",
+            "heldout_delta": ("no reference run" if self.view.reference is None else
+                              None if held(self.keys) and held(self.ref_keys) else
+                              "one of the runs logged no held-out loss"),
             "gap": None if gap_of else "no run logged both train and held-out loss",
             "evals": None if any(k.startswith(DOWNSTREAM_PREFIX) for k in both) else "not logged",
             "grad_norm": None if TRAIN_GRAD_NORM in self.keys else "not logged",
@@ -257,8 +276,23 @@ class EmptyReasons:
         return (f"the runs share no {shared}: the run logged {what} at {steps(run.logged[key])}, the reference at "
                 f"{steps(ref.logged[key])}")
 
+    def heldout_delta(self) -> str:
+        return ("no checkpoint of the run judged against the reference's held-out evaluations"
+                + (self.IN_RANGE if self.zoomed else " (the noise is read from four paired checkpoints on)"))
+
     def gap(self) -> str:
         return "no held-out evaluation within the train loss" + (self.IN_RANGE if self.zoomed else " range")
+
+
+def _heldout_run(long: pd.DataFrame, name: str) -> RunData:
+    """The held-out series of a long frame as a run on the view's x (steps, or tokens where the
+    view compares at equal tokens), as the held-out detector reads a run."""
+    rows = long[long["key"].str.startswith(HELDOUT_PREFIX)] if len(long) else long
+    x = np.rint(x_values(rows)).astype("int64") if len(rows) else np.zeros(0, dtype="int64")
+    wide = (pd.DataFrame({"x": x, "key": rows["key"].to_numpy(), "value": rows["value"].to_numpy(dtype=float)})
+            .pivot_table(index="x", columns="key", values="value", aggfunc="last") if len(rows) else pd.DataFrame())
+    wide.index = pd.Index(wide.index.to_numpy(dtype="int64"), name="step")
+    return RunData(info=RunInfo(name=name), scalars=wide)
 
 
 def _x_range(view: ViewData):

@@ -26,7 +26,7 @@ from monitor.schema import TRAIN_LOSS
 from monitor.store import open_store
 
 
-PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
+PANELS = ("loss", "delta", "heldout", "heldout_delta", "gap", "evals", "grad_norm", "throughput", "data")
 
 
 def post_callback(app, output_part: str, inputs: list[dict], outputs, state: list[dict] | None = None,

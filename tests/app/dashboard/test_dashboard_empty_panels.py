@@ -41,7 +41,7 @@ def test_a_panel_logged_only_outside_the_range_says_so_and_one_never_logged_is_l
         whole = panels.build(queries.load_view(store, ViewSpec(run="early-grad-norm"), 500, None))
         zoomed = panels.build(queries.load_view(store, ViewSpec(run="early-grad-norm"), 500, (60, 90)))
     for rendered in (whole, zoomed):
-        assert set(rendered.left_out) == {"delta", "heldout", "gap", "evals", "throughput", "data", "picked"}
+        assert set(rendered.left_out) == {"delta", "heldout", "heldout_delta", "gap", "evals", "throughput", "data", "picked"}
         assert rendered.left_out_line().startswith("Not drawn: train loss delta (no reference run), held-out loss "
                                                    "(not logged)")
     # Drawn over the whole run; in a range past its last step, the chart says why it is empty.

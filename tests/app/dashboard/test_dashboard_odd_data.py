@@ -17,7 +17,7 @@ from app.dashboard.routes import ViewSpec
 from monitor.store import open_store
 
 _BUILDER = Path(__file__).resolve().parents[2] / "e2e" / "odd_runs_store.py"
-PANELS = ("loss", "delta", "heldout", "gap", "evals", "grad_norm", "throughput", "data")
+PANELS = ("loss", "delta", "heldout", "heldout_delta", "gap", "evals", "grad_norm", "throughput", "data")
 
 
 def _load_builder():
