@@ -11,6 +11,7 @@
   metric (`train/loss.1`).
 * `shown`, `cut`: a value as a message shows it, cut short (a 5 MB metric name is not echoed
   whole).
+* `unreachable`: why a server (W&B, MLflow) could not be reached, in words.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import csv
 import json
 import math
 import os
+import socket
 import stat
 
 from monitor.errors import GapwatchError
@@ -215,3 +217,15 @@ def yaml_mapping(file, notes: list[str]) -> dict:
         notes.append(f"{file}: not read: {' '.join(str(exc).split())}")
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def unreachable(reason: object, timeout_s: float) -> str:
+    """Why a server could not be reached, in words: `reason` is a URLError's reason, or the
+    error raised outside one (a timeout while reading the answer)."""
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {timeout_s:g} s"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused (nothing listens there)"
+    if isinstance(reason, socket.gaierror):
+        return f"host name not resolved ({reason.strerror})"
+    return str(reason)

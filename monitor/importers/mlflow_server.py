@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,7 +32,7 @@ from monitor.schema import MAX_STEP
 
 from .formats import Format, ReadOptions
 from .imported_run import ImportedRun
-from .input_checks import setting
+from .input_checks import setting, unreachable
 from .mlflow_runs import ended_notes, replayed, trainer_names
 
 SCHEMES = ("http://", "https://")
@@ -181,13 +180,9 @@ def _call(base: str, endpoint: str, query: dict | None = None, body: dict | None
     except urllib.error.HTTPError as exc:
         raise GapwatchError(f"MLflow server {base}: {endpoint} answered HTTP {exc.code}: {_why(exc)}") from None
     except urllib.error.URLError as exc:
-        reason = exc.reason
-        why = ("connection refused (nothing listens there)" if isinstance(reason, ConnectionRefusedError)
-               else f"host name not resolved ({reason.strerror})" if isinstance(reason, socket.gaierror)
-               else f"no answer within {TIMEOUT_S:g} s" if isinstance(reason, TimeoutError) else str(reason))
-        raise GapwatchError(f"MLflow server {base} is unreachable: {why}") from None
-    except TimeoutError:
-        raise GapwatchError(f"MLflow server {base} is unreachable: no answer within {TIMEOUT_S:g} s") from None
+        raise GapwatchError(f"MLflow server {base} is unreachable: {unreachable(exc.reason, TIMEOUT_S)}") from None
+    except TimeoutError as exc:
+        raise GapwatchError(f"MLflow server {base} is unreachable: {unreachable(exc, TIMEOUT_S)}") from None
     except ValueError:
         raise GapwatchError(f"MLflow server {base}: {endpoint} answered with something that is not JSON") from None
     if not isinstance(answer, dict):

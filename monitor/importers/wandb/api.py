@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from monitor.schema import MAX_STEP
 from ..formats import Format
 from ..generic_rows import MAX_NESTING
 from ..imported_run import ImportedRun, scalars_frame
-from ..input_checks import cut, shown
+from ..input_checks import cut, shown, unreachable
 from .step_metric import LoggedItems, StepDeclaration, declared_step, from_config
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
@@ -92,20 +91,9 @@ def probe(base_url: str, timeout_s: float) -> None:
             ) from None
         return  # 4xx: it speaks HTTP; wandb will say what it wants
     except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, socket.timeout | TimeoutError):
-            why = f"no answer within {timeout_s:g} s"
-        elif isinstance(reason, ConnectionRefusedError):
-            why = "connection refused (nothing listens there)"
-        elif isinstance(reason, socket.gaierror):
-            why = f"host name not resolved ({reason.strerror})"
-        else:
-            why = str(reason)
-        raise GapwatchError(f"W&B server {base_url} is unreachable: {why}") from None
-    except (TimeoutError, socket.timeout):
-        raise GapwatchError(
-            f"W&B server {base_url} is unreachable: no answer within {timeout_s:g} s"
-        ) from None
+        raise GapwatchError(f"W&B server {base_url} is unreachable: {unreachable(exc.reason, timeout_s)}") from None
+    except TimeoutError as exc:
+        raise GapwatchError(f"W&B server {base_url} is unreachable: {unreachable(exc, timeout_s)}") from None
     except (ConnectionError, OSError) as exc:
         raise GapwatchError(f"W&B server {base_url} is unreachable: {exc}") from None
 
