@@ -277,8 +277,8 @@ class EmptyReasons:
                 f"{steps(ref.logged[key])}")
 
     def heldout_delta(self) -> str:
-        return ("no checkpoint of the run judged against the reference's held-out evaluations"
-                + (self.IN_RANGE if self.zoomed else " (the noise is read from four paired checkpoints on)"))
+        return ("no judged checkpoint" + self.IN_RANGE if self.zoomed
+                else "fewer than 4 checkpoints paired with the reference")
 
     def gap(self) -> str:
         return "no held-out evaluation within the train loss" + (self.IN_RANGE if self.zoomed else " range")
